@@ -1,0 +1,62 @@
+"""FastAPI dependencies as ``Annotated`` aliases."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.orm import Session
+
+from app.core.settings import Settings
+from app.runtime import ServiceRuntime
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def get_runtime(request: Request) -> ServiceRuntime:
+    return request.app.state.runtime  # type: ignore[no-any-return]
+
+
+RuntimeDep = Annotated[ServiceRuntime, Depends(get_runtime)]
+
+
+def get_settings(rt: RuntimeDep) -> Settings:
+    return rt.settings
+
+
+def get_session(rt: RuntimeDep) -> Iterator[Session]:
+    with rt.db() as session:
+        yield session
+
+
+def get_spark(rt: RuntimeDep) -> Any:
+    return rt.spark
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking. Without configured API keys every caller is the anonymous admin."""
+
+    owner: str = "anonymous"
+    admin: bool = True
+
+
+def get_caller() -> Caller:
+    return Caller()
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+SparkDep = Annotated["SparkSession", Depends(get_spark)]
+CallerDep = Annotated[Caller, Depends(get_caller)]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=200,
+        description="Same key and body return the same job; the same key with another body is a 409.",
+    ),
+]

@@ -1,0 +1,107 @@
+"""Every error leaves as RFC 9457 ``application/problem+json``, from these handlers only."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.core.errors import PROBLEM_BASE, AppError
+
+log = logging.getLogger("sparktrain.api")
+PROBLEM_JSON = "application/problem+json"
+
+_HTTP_TITLES = {
+    404: ("not-found", "Not found"),
+    405: ("method-not-allowed", "Method not allowed"),
+    413: ("payload-too-large", "Payload too large"),
+}
+
+
+def problem_response(body: dict[str, Any], request: Request, headers: dict[str, str] | None = None) -> JSONResponse:
+    request_id = getattr(request.state, "request_id", None)
+    if request_id:
+        body.setdefault("request_id", request_id)
+    body.setdefault("instance", request.url.path)
+    return JSONResponse(jsonable_encoder(body), status_code=body["status"], media_type=PROBLEM_JSON, headers=headers)
+
+
+async def _app_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AppError)
+    return problem_response(exc.problem(), request)
+
+
+def _loc(parts: tuple[Any, ...] | list[Any]) -> str:
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    raw = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in raw):
+        where = next(e for e in raw if e.get("type") == "json_invalid")
+        detail = f"The body is not valid JSON: {where.get('ctx', {}).get('error', 'parse error')}"
+        body = {
+            "type": PROBLEM_BASE + "malformed-json",
+            "title": "Malformed JSON",
+            "status": 400,
+            "detail": detail,
+        }
+        return problem_response(body, request)
+    errors = []
+    for e in raw:
+        loc = list(e.get("loc", ()))
+        if loc and loc[0] in ("body", "query", "path", "header"):
+            source, loc = loc[0], loc[1:]
+        else:
+            source = "body"
+        errors.append({"loc": _loc(loc) or source, "in": source, "msg": e.get("msg", ""), "type": e.get("type")})
+    first = errors[0] if errors else {"loc": "body", "msg": "invalid"}
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    body = {
+        "type": PROBLEM_BASE + "validation",
+        "title": "Request validation failed",
+        "status": 422,
+        "detail": f"{first['loc']}: {first['msg']}{more}",
+        "errors": errors,
+    }
+    return problem_response(body, request)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    kind, title = _HTTP_TITLES.get(exc.status_code, ("http-error", "HTTP error"))
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = f"No endpoint at {request.method} {request.url.path}; see /docs for the API."
+    body = {"type": PROBLEM_BASE + kind, "title": title, "status": exc.status_code, "detail": detail}
+    return problem_response(body, request, headers=getattr(exc, "headers", None))
+
+
+async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    body = {
+        "type": PROBLEM_BASE + "internal",
+        "title": "Internal error",
+        "status": 500,
+        "detail": "The service failed to answer this request; the request id locates the error in its log.",
+    }
+    return problem_response(body, request)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(AppError, _app_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unhandled)

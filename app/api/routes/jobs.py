@@ -1,0 +1,111 @@
+"""Jobs: list, read, metrics, logs, cancel, checkpoints."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from app.api.deps import RuntimeDep, SessionDep
+from app.core.jobstates import JobStatus, JobType
+from app.db.models import Job
+from app.schemas.jobs import JobError, JobPage, JobRead, LogLine, LogsRead, MetricPoint, MetricsRead, ModelRef
+from app.services import checkpoints, jobs
+
+router = APIRouter(tags=["jobs"])
+
+
+def to_job_read(job: Job) -> JobRead:
+    return JobRead(
+        id=job.id,
+        type=JobType(job.type),
+        status=JobStatus(job.status),
+        framework=job.framework,
+        name=job.name,
+        progress=job.progress,
+        progress_message=job.progress_message,
+        attempt=job.attempt,
+        max_attempts=job.max_attempts,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        heartbeat_at=job.heartbeat_at,
+        request=job.request,
+        result=job.result,
+        error=JobError(reason=job.error_reason, message=job.error_message or "") if job.error_reason else None,
+        model=ModelRef(name=job.model_name, version=job.model_version)
+        if job.model_name and job.model_version
+        else None,
+        warnings=list(job.warnings or []),
+        owner=job.owner,
+        worker_id=job.worker_id,
+        spark_app_id=job.spark_app_id,
+    )
+
+
+@router.get("/jobs", response_model=JobPage, summary="List jobs, newest first")
+def list_jobs(
+    session: SessionDep,
+    status_: Annotated[JobStatus | None, Query(alias="status")] = None,
+    type_: Annotated[JobType | None, Query(alias="type")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+) -> JobPage:
+    page, next_cursor = jobs.list_jobs(session=session, status=status_, job_type=type_, limit=limit, cursor=cursor)
+    return JobPage(items=[to_job_read(j) for j in page], next_cursor=next_cursor)
+
+
+@router.get("/jobs/{job_id}", response_model=JobRead, summary="One job")
+def get_job(job_id: str, session: SessionDep) -> JobRead:
+    return to_job_read(jobs.get_job(session=session, job_id=job_id))
+
+
+@router.get("/jobs/{job_id}/metrics", response_model=MetricsRead, summary="Step metrics, readable while it runs")
+def get_metrics(
+    job_id: str,
+    session: SessionDep,
+    key: Annotated[str | None, Query(max_length=100)] = None,
+    since_step: Annotated[int | None, Query(description="Only steps after this one.")] = None,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+) -> MetricsRead:
+    jobs.get_job(session=session, job_id=job_id)
+    rows = jobs.list_metrics(session=session, job_id=job_id, key=key, since_step=since_step, limit=limit)
+    return MetricsRead(
+        metrics=[
+            MetricPoint(key=m.key, step=m.step, epoch=m.epoch, value=m.value, worker=m.worker, time=m.time)
+            for m in rows
+        ]
+    )
+
+
+@router.get("/jobs/{job_id}/logs", response_model=LogsRead, summary="Recent log lines of a job")
+def get_logs(
+    job_id: str,
+    session: SessionDep,
+    after: Annotated[int | None, Query(description="Only lines after this id (to follow the log).")] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+) -> LogsRead:
+    jobs.get_job(session=session, job_id=job_id)
+    rows = jobs.list_logs(session=session, job_id=job_id, after_id=after, limit=limit)
+    lines = [LogLine(id=r.id, time=r.time, level=r.level, message=r.message) for r in rows]
+    return LogsRead(lines=lines, next_after=lines[-1].id if lines else after)
+
+
+@router.post(
+    "/jobs/{job_id}/cancel",
+    response_model=JobRead,
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Cancel a job (repeat is harmless; 409 once it finished)",
+)
+def cancel_job(job_id: str, session: SessionDep, rt: RuntimeDep) -> JobRead:
+    job, stopping = jobs.request_cancel(session=session, job_id=job_id)
+    session.commit()
+    if stopping:
+        rt.jobs.cancel_local(job_id)  # at once if it runs here; otherwise its own driver's watcher sees the row
+    return to_job_read(job)
+
+
+@router.get("/jobs/{job_id}/checkpoints", summary="Checkpoints written by a training job")
+def list_checkpoints(job_id: str, session: SessionDep) -> dict[str, list[dict[str, object]]]:
+    jobs.get_job(session=session, job_id=job_id)
+    return {"checkpoints": [checkpoints.to_dict(c) for c in checkpoints.list_for_job(session=session, job_id=job_id)]}

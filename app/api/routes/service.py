@@ -1,0 +1,85 @@
+"""Liveness, readiness and what the driver knows about its Spark cluster."""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from app.api.deps import RuntimeDep
+from app.core.errors import PROBLEM_BASE
+from app.schemas.service import ClusterRead, ExecutorInfo, Health, Readiness
+from app.spark import cluster
+from app.spark.session import spark_alive
+
+router = APIRouter(tags=["service"])
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
+def healthz() -> Health:
+    return Health()
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    summary="Readiness: database, broker and SparkSession answer",
+    responses={503: {"description": "What failed, as problem+json with `checks`."}},
+)
+def readyz(rt: RuntimeDep) -> Readiness | JSONResponse:
+    checks: dict[str, str] = {}
+    try:
+        with rt.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"failed: {type(exc).__name__}"
+    try:
+        with rt.celery.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+        checks["broker"] = "ok"
+    except Exception as exc:
+        checks["broker"] = f"failed: {type(exc).__name__}"
+    checks["spark"] = "ok" if spark_alive(rt.spark) else "failed: SparkContext stopped or JVM gone"
+    if rt.settings.in_process_consumer:
+        checks["consumer"] = "ok" if rt.consumer is not None and rt.consumer.alive() else "failed: not running"
+    failed = {k: v for k, v in checks.items() if v != "ok"}
+    if failed:
+        return JSONResponse(
+            {
+                "type": PROBLEM_BASE + "not-ready",
+                "title": "Not ready",
+                "status": 503,
+                "detail": "; ".join(f"{k} {v}" for k, v in failed.items()),
+                "checks": checks,
+            },
+            status_code=503,
+            media_type="application/problem+json",
+        )
+    return Readiness(status="ready", checks=checks)
+
+
+@router.get("/cluster", response_model=ClusterRead, summary="Spark master, application, executors, versions")
+def get_cluster(rt: RuntimeDep) -> ClusterRead:
+    sc = rt.spark.sparkContext
+    return ClusterRead(
+        master=sc.master,
+        app_id=sc.applicationId,
+        app_name=sc.appName,
+        spark_version=sc.version,
+        default_parallelism=sc.defaultParallelism,
+        task_slots=cluster.task_slots(rt.spark),
+        executors=[ExecutorInfo(**e) for e in cluster.executors(rt.spark)],
+        versions=cluster.library_versions(),
+        driver={
+            "worker_id": rt.jobs.worker_id,
+            "pid": os.getpid(),
+            "in_process_consumer": rt.consumer is not None,
+            "consumer_concurrency": rt.settings.consumer_concurrency,
+            "running_jobs": rt.jobs.running.ids(),
+            "database": rt.settings.redacted_url(rt.settings.database_url),
+            "broker": rt.settings.redacted_url(rt.settings.broker_url),
+        },
+    )

@@ -1,0 +1,75 @@
+"""The one error hierarchy. Services raise these; one handler renders them as RFC 9457 problem+json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROBLEM_BASE = "https://sparktrain.dev/problems/"
+
+
+class AppError(Exception):
+    """An error with an HTTP status and a stable problem type. ``detail`` says what happened and how to fix it."""
+
+    status: int = 500
+    type: str = "internal"
+    title: str = "Internal error"
+
+    def __init__(self, detail: str, *, errors: list[dict[str, Any]] | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = errors
+        self.extra = extra
+
+    def problem(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "type": PROBLEM_BASE + self.type,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+        }
+        if self.errors is not None:
+            body["errors"] = self.errors
+        body.update(self.extra)
+        return body
+
+
+class BadRequest(AppError):
+    status, type, title = 400, "bad-request", "Bad request"
+
+
+class Unauthorized(AppError):
+    status, type, title = 401, "unauthorized", "Authentication required"
+
+
+class Forbidden(AppError):
+    status, type, title = 403, "forbidden", "Forbidden"
+
+
+class NotFound(AppError):
+    status, type, title = 404, "not-found", "Not found"
+
+
+class Conflict(AppError):
+    status, type, title = 409, "conflict", "Conflict"
+
+
+class PayloadTooLarge(AppError):
+    status, type, title = 413, "payload-too-large", "Payload too large"
+
+
+class UnsupportedMediaType(AppError):
+    status, type, title = 415, "unsupported-media-type", "Unsupported media type"
+
+
+class ValidationFailed(AppError):
+    """The request is well-formed JSON but asks for something impossible; ``errors`` lists each field."""
+
+    status, type, title = 422, "validation", "Request validation failed"
+
+    @classmethod
+    def at(cls, loc: str, msg: str, **extra: Any) -> ValidationFailed:
+        return cls(f"{loc}: {msg}", errors=[{"loc": loc, "msg": msg}], **extra)
+
+
+class ServiceUnavailable(AppError):
+    status, type, title = 503, "unavailable", "Service unavailable"

@@ -1,0 +1,116 @@
+"""Service settings (environment prefix ``SPARKTRAIN_``), built once at start-up by :func:`load_settings`.
+
+The defaults are the *embedded* set-up: a SQLite file database, a SQLite Celery broker and Spark ``local[*]``,
+all under ``var/``, so ``python -m app`` needs no server. Production points the same settings at PostgreSQL,
+Redis and a Spark cluster (see ``docker-compose.yml``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout (or install) root: ``spark-conf/`` and ``datasets/`` live here."""
+
+
+def _split_csv(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPARKTRAIN_", extra="ignore", frozen=True)
+
+    # --- where things live -------------------------------------------------------------------------------
+    var_dir: Path = Field(Path("var"), description="Working state of the embedded default (database, broker).")
+    database_url: str = Field("", description="SQLAlchemy URL; empty = SQLite file under var_dir.")
+    broker_url: str = Field("", description="Celery broker URL; empty = SQLite broker under var_dir.")
+    data_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated directories that dataset URIs may point into; empty = datasets/ and var/data/.",
+    )
+    artifact_root: Path = Field(Path("var/artifacts"), description="Where models and checkpoints are written.")
+    remote_uri_prefixes: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated URI prefixes (hdfs://..., s3a://bucket/...) datasets may also come from.",
+    )
+
+    # --- Spark ---------------------------------------------------------------------------------------------
+    spark_master: str = "local[*]"
+    spark_app_name: str = "sparktrain"
+    spark_conf_dir: Path = Field(REPO_ROOT / "spark-conf", description="Exported as SPARK_CONF_DIR.")
+    spark_conf: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, description="Extra Spark settings as a JSON object (overrides spark-conf/)."
+    )
+
+    # --- jobs ----------------------------------------------------------------------------------------------
+    in_process_consumer: bool = Field(True, description="Run a Celery consumer (threads pool) inside the driver.")
+    consumer_concurrency: int = Field(2, ge=1, le=64, description="Jobs one driver process runs at once.")
+    queue: str = Field("sparktrain", description="Celery queue the jobs travel on.")
+    visibility_timeout_s: int = Field(
+        12 * 3600, ge=60, description="Redis redelivery timeout; must exceed the longest job."
+    )
+    broker_poll_interval_s: float = Field(0.05, gt=0, description="Polling period of server-less brokers.")
+    heartbeat_interval_s: float = Field(1.0, gt=0, description="Job watcher period: heartbeat and cancel check.")
+    max_epochs: int = Field(1000, ge=1)
+    max_workers_per_job: int = Field(64, ge=1)
+
+    # --- HTTP ----------------------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list, repr=False)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("data_roots", "api_keys", "remote_uri_prefixes", mode="before")
+    @classmethod
+    def _csv(cls, value: Any) -> Any:
+        return _split_csv(value)
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _json_object(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = json.loads(value) if value.strip() else {}
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Settings:
+        var = self.var_dir.resolve()
+        updates: dict[str, Any] = {"var_dir": var}
+        if not self.database_url:
+            updates["database_url"] = f"sqlite:///{var / 'sparktrain.db'}"
+        if not self.broker_url:
+            updates["broker_url"] = f"sqla+sqlite:///{var / 'broker.db'}"
+        roots = self.data_roots or [REPO_ROOT / "datasets", var / "data"]
+        updates["data_roots"] = [Path(r).resolve() for r in roots]
+        updates["artifact_root"] = self.artifact_root.resolve()
+        updates["spark_conf_dir"] = self.spark_conf_dir.resolve()
+        for key, value in updates.items():
+            object.__setattr__(self, key, value)
+        return self
+
+    @property
+    def embedded_broker(self) -> bool:
+        return self.broker_url.startswith(("sqla+", "filesystem"))
+
+    def redacted_url(self, url: str) -> str:
+        """The URL with any password replaced, for logs and ``/cluster``."""
+        from sqlalchemy.engine import make_url
+
+        try:
+            return make_url(url).render_as_string(hide_password=True)
+        except Exception:
+            return url.rsplit("@", maxsplit=1)[-1] if "@" in url else url
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment (and explicit overrides) into a frozen Settings; call it at start-up only."""
+    return Settings(**overrides)

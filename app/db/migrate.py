@@ -1,0 +1,40 @@
+"""Apply Alembic migrations on start-up (``upgrade head``), serialised between drivers on PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, text
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+_PG_LOCK_KEY = 0x5350_4B54  # "SPKT": one advisory lock for every driver that migrates the same database
+
+
+def alembic_config(engine: Engine) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def upgrade_database(engine: Engine) -> None:
+    """Bring the schema to the newest revision; two drivers starting together on PostgreSQL take turns."""
+    cfg = alembic_config(engine)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+            try:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+                conn.commit()
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
+                conn.commit()
+    else:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")

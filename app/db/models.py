@@ -1,0 +1,134 @@
+"""SQLAlchemy tables. The database, not Celery, is the source of truth for job state (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from app.db.base import Base, BigId, UTCDateTime, utcnow
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
+        Index("ix_jobs_created_at_id", "created_at", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    type: Mapped[str] = mapped_column(String(16))
+    framework: Mapped[str | None] = mapped_column(String(16))
+    name: Mapped[str | None] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    progress_message: Mapped[str | None] = mapped_column(Text)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
+    error_reason: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    # The model a job produced (train) or used (evaluate, predict); plain values, not a foreign key.
+    model_name: Mapped[str | None] = mapped_column(String(200))
+    model_version: Mapped[int | None] = mapped_column(Integer)
+    owner: Mapped[str] = mapped_column(String(200), default="anonymous", index=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    spark_app_id: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class JobMetric(Base):
+    __tablename__ = "job_metrics"
+    __table_args__ = (Index("ix_job_metrics_job_key_step", "job_id", "key", "step"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(100))
+    step: Mapped[int] = mapped_column(Integer)
+    epoch: Mapped[int | None] = mapped_column(Integer)
+    value: Mapped[float] = mapped_column(Float)
+    worker: Mapped[int | None] = mapped_column(Integer)
+    time: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class JobLog(Base):
+    __tablename__ = "job_logs"
+    __table_args__ = (Index("ix_job_logs_job_id_id", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    time: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    level: Mapped[str] = mapped_column(String(10))
+    message: Mapped[str] = mapped_column(Text)
+
+
+class Model(Base):
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    owner: Mapped[str] = mapped_column(String(200), default="anonymous")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    versions: Mapped[list[ModelVersion]] = relationship(
+        back_populates="model", order_by="ModelVersion.version", lazy="selectin"
+    )
+
+
+class ModelVersion(Base):
+    __tablename__ = "model_versions"
+    __table_args__ = (UniqueConstraint("model_id", "version", name="uq_model_versions_model_id_version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    framework: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(24), default="READY")
+    artifact_uri: Mapped[str] = mapped_column(Text)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # A training job registers at most one version, however often its message is delivered.
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    model: Mapped[Model] = relationship(back_populates="versions", lazy="joined")
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("job_id", "epoch", name="uq_checkpoints_job_id_epoch"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    epoch: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    uri: Mapped[str] = mapped_column(Text)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    uri: Mapped[str] = mapped_column(Text)
+    resolved_uri: Mapped[str] = mapped_column(Text)
+    format: Mapped[str] = mapped_column(String(16))
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    schema: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    row_count: Mapped[int | None] = mapped_column(BigId)
+    sample: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    owner: Mapped[str] = mapped_column(String(200), default="anonymous", index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,57 @@
+"""The FastAPI application: ``create_app`` builds it; its lifespan starts and stops the driver's runtime."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from app.api.errors import install_error_handlers
+from app.api.middleware import RequestGuard
+from app.api.routes import jobs, models, service, train
+from app.core.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DESCRIPTION = """
+sparktrain is a Spark driver with a REST API: it trains, evaluates and serves models whose work runs on Spark
+executors. Jobs are queued (`202` + `Location`) and tracked in the database; poll `GET /jobs/{id}`.
+
+Errors are [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) `application/problem+json`.
+"""
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+def create_app(settings: Settings | None = None, *, spark: SparkSession | None = None) -> FastAPI:
+    """Build the app. Settings are read when the app starts if not given; ``spark`` shares an existing
+    SparkSession (tests) instead of building one."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from app.runtime import start_runtime
+
+        resolved = settings or load_settings()
+        logging.getLogger("sparktrain").setLevel(resolved.log_level)
+        app.state.runtime = await run_in_threadpool(start_runtime, resolved, spark=spark)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(app.state.runtime.close)
+
+    app = FastAPI(
+        title="sparktrain",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.add_middleware(RequestGuard, max_body_bytes=MAX_BODY_BYTES)
+    install_error_handlers(app)
+    for module in (train, jobs, models, service):
+        app.include_router(module.router)
+    return app

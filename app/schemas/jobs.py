@@ -1,0 +1,74 @@
+"""Wire models of jobs, their metrics and their logs (API.md "Jobs")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from app.core.jobstates import JobStatus, JobType
+
+
+class JobError(BaseModel):
+    reason: str = Field(examples=["BAD_ROWS"])
+    message: str
+
+
+class ModelRef(BaseModel):
+    name: str
+    version: int
+
+
+class JobRead(BaseModel):
+    id: str
+    type: JobType
+    status: JobStatus
+    framework: str | None
+    name: str | None
+    progress: float = Field(ge=0, le=1)
+    progress_message: str | None
+    attempt: int
+    max_attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    request: dict[str, Any]
+    result: dict[str, Any] | None
+    error: JobError | None
+    model: ModelRef | None
+    warnings: list[str]
+    owner: str
+    worker_id: str | None = Field(description="The driver process that runs (or ran) the job.")
+    spark_app_id: str | None
+
+
+class JobPage(BaseModel):
+    items: list[JobRead]
+    next_cursor: str | None
+
+
+class MetricPoint(BaseModel):
+    key: str
+    step: int
+    epoch: int | None
+    value: float
+    worker: int | None
+    time: datetime
+
+
+class MetricsRead(BaseModel):
+    metrics: list[MetricPoint]
+
+
+class LogLine(BaseModel):
+    id: int
+    time: datetime
+    level: str
+    message: str
+
+
+class LogsRead(BaseModel):
+    lines: list[LogLine]
+    next_after: int | None = Field(description="Pass as `after` to follow the log.")

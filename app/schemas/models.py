@@ -1,0 +1,32 @@
+"""Wire models of the model registry."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ModelVersionRead(BaseModel):
+    name: str
+    version: int
+    framework: str
+    status: str
+    artifact_uri: str
+    metrics: dict[str, Any]
+    params: dict[str, Any]
+    job_id: str | None
+    created_at: datetime
+
+
+class ModelRead(BaseModel):
+    name: str
+    owner: str
+    created_at: datetime
+    latest_version: int | None
+    versions: list[ModelVersionRead]
+
+
+class ModelPage(BaseModel):
+    items: list[ModelRead]

@@ -1,0 +1,151 @@
+"""Wire models of ``POST /train`` (API.md). Fields named there are fixed; extra fields are ours."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Framework = Literal["torch", "xgboost", "spark_ml"]
+Task = Literal["classification", "regression"]
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
+
+
+class DatasetRef(BaseModel):
+    """Where the rows are and what they mean."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uri: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="A path inside the configured data roots (relative paths resolve against them), "
+        "or an allowed remote URI.",
+        examples=["datasets/taxi/train.parquet"],
+    )
+    format: Literal["parquet", "csv", "json"] | None = Field(
+        None,
+        description="Default: from the file name (.parquet, .csv, .json/.jsonl); directories are parquet.",
+    )
+    features: list[str] | None = Field(
+        None, min_length=1, description="Feature columns; default: every numeric column but the label."
+    )
+    label: str | None = Field(None, description="The label column.")
+    task: Task | None = None
+    num_classes: int | None = Field(None, ge=2, le=100_000)
+    bad_rows: Literal["fail", "skip"] = Field(
+        "fail",
+        description="Rows with null/NaN features or labels: fail the job (default) or drop and count them.",
+    )
+    options: dict[str, str] = Field(
+        default_factory=dict, description="Reader options passed to Spark (e.g. CSV `sep`, `quote`)."
+    )
+
+
+class ValidationRef(BaseModel):
+    """A validation set; columns and task default to the training dataset's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uri: str = Field(min_length=1, max_length=4096, examples=["datasets/taxi/eval.parquet"])
+    format: Literal["parquet", "csv", "json"] | None = None
+    options: dict[str, str] = Field(default_factory=dict)
+
+
+class TrainingOptions(BaseModel):
+    """torch only: how the network is trained across executors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int = Field(5, ge=1, le=100_000)
+    batch_size_per_worker: int = Field(64, ge=1, le=1_000_000)
+    num_workers: int = Field(2, ge=1, le=10_000, description="Barrier tasks; all must fit in the cluster at once.")
+    seed: int = Field(7, ge=0, le=2**31 - 1)
+    optimizer: dict[str, Any] = Field(default_factory=lambda: {"type": "adam", "learning_rate": 0.001})
+    mode: Literal["gradient_sharing", "parameter_averaging", "allreduce"] = "gradient_sharing"
+    gradient_sharing: dict[str, Any] | None = Field(
+        None, description="threshold_algorithm, residual_clipping, aggregation, index_coding, encoding_debug"
+    )
+    averaging_frequency: int = Field(5, ge=1, le=100_000, description="parameter_averaging: minibatches per average")
+    resume_from: str | None = Field(None, max_length=64, description="A checkpoint id to continue from.")
+
+
+class TrainRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="Model name; the trained model becomes its next version.")
+    framework: Framework
+    dataset: DatasetRef
+    validation: ValidationRef | None = None
+    network: dict[str, Any] | None = Field(None, description="torch only: the network spec.")
+    training: TrainingOptions | None = Field(None, description="torch only.")
+    params: dict[str, Any] | None = Field(
+        None,
+        description="xgboost / spark_ml: the estimator's parameters (spark_ml: algorithm, grid, num_folds).",
+    )
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+TRAIN_EXAMPLES: dict[str, dict[str, Any]] = {
+    "random_forest_cv": {
+        "summary": "Spark ML random forest, the seed article's cross-validated grid",
+        "value": {
+            "name": "taxi-fare-rf",
+            "framework": "spark_ml",
+            "dataset": {
+                "uri": "datasets/taxi/train.parquet",
+                "features": [
+                    "passenger_count",
+                    "trip_distance",
+                    "pickup_longitude",
+                    "pickup_latitude",
+                    "rate_code",
+                    "dropoff_longitude",
+                    "dropoff_latitude",
+                    "hour",
+                    "day_of_week",
+                    "is_weekend",
+                    "h_distance",
+                ],
+                "label": "fare_amount",
+                "task": "regression",
+            },
+            "validation": {"uri": "datasets/taxi/eval.parquet"},
+            "params": {
+                "algorithm": "random_forest",
+                "grid": {"maxBins": [100, 200], "maxDepth": [2, 7, 10], "numTrees": [5, 20]},
+                "num_folds": 3,
+            },
+        },
+    },
+    "linear_regression": {
+        "summary": "Spark ML linear regression, no grid",
+        "value": {
+            "name": "taxi-fare-linear",
+            "framework": "spark_ml",
+            "dataset": {
+                "uri": "datasets/taxi/train.parquet",
+                "features": ["trip_distance", "h_distance", "passenger_count", "hour"],
+                "label": "fare_amount",
+                "task": "regression",
+            },
+            "validation": {"uri": "datasets/taxi/eval.parquet"},
+            "params": {"algorithm": "linear_regression", "regParam": 0.01},
+        },
+    },
+    "random_forest_classifier": {
+        "summary": "Spark ML random forest classifier (a binary label of the taxi sample)",
+        "value": {
+            "name": "taxi-weekend-rf",
+            "framework": "spark_ml",
+            "dataset": {
+                "uri": "datasets/taxi/train.parquet",
+                "features": ["hour", "trip_distance", "passenger_count"],
+                "label": "is_weekend",
+                "task": "classification",
+                "num_classes": 2,
+            },
+            "params": {"algorithm": "random_forest", "numTrees": 20, "maxDepth": 5},
+        },
+    },
+}

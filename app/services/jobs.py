@@ -1,0 +1,267 @@
+"""Job rows: creation, lookup, paging, guarded state transitions, progress, metrics and log lines."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import uuid
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.core.errors import BadRequest, Conflict, NotFound
+from app.core.jobstates import EDGES, JobStatus
+from app.db.base import utcnow
+from app.db.models import Job, JobLog, JobMetric
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def request_fingerprint(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def create_job(
+    *,
+    session: Session,
+    job_type: str,
+    request: dict[str, Any],
+    framework: str | None = None,
+    name: str | None = None,
+    owner: str = "anonymous",
+    idempotency_key: str | None = None,
+    max_attempts: int = 3,
+) -> tuple[Job, bool]:
+    """Insert a QUEUED job; returns ``(job, created)``. With an idempotency key, the same key and body give back
+    the first job (``created`` False) and the same key with another body is a 409."""
+    fingerprint = request_fingerprint(request)
+    if idempotency_key is not None:
+        existing = _job_by_key(session, owner, idempotency_key)
+        if existing is not None:
+            return _same_request_or_conflict(existing, fingerprint), False
+    job = Job(
+        id=new_id(),
+        type=job_type,
+        framework=framework,
+        name=name,
+        status=JobStatus.QUEUED,
+        progress=0.0,
+        attempt=1,
+        max_attempts=max_attempts,
+        request=request,
+        warnings=[],
+        owner=owner,
+        idempotency_key=idempotency_key,
+        request_hash=fingerprint,
+        created_at=utcnow(),
+    )
+    try:
+        with session.begin_nested():
+            session.add(job)
+    except IntegrityError:
+        # Another request with the same key won the race between our SELECT and INSERT.
+        existing = _job_by_key(session, owner, idempotency_key or "")
+        if existing is None:
+            raise
+        return _same_request_or_conflict(existing, fingerprint), False
+    return job, True
+
+
+def _job_by_key(session: Session, owner: str, key: str) -> Job | None:
+    return session.scalar(select(Job).where(Job.owner == owner, Job.idempotency_key == key))
+
+
+def _same_request_or_conflict(job: Job, fingerprint: str) -> Job:
+    if job.request_hash != fingerprint:
+        raise Conflict(
+            "This Idempotency-Key was already used with a different request body; use a new key for a new request.",
+            job_id=job.id,
+        )
+    return job
+
+
+def get_job(*, session: Session, job_id: str) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"No job with id {job_id!r}.")
+    return job
+
+
+def _encode_cursor(job: Job) -> str:
+    raw = f"{job.created_at.isoformat()}|{job.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, job_id = raw.split("|", 1)
+        return datetime.fromisoformat(created), job_id
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise BadRequest("The cursor is not one this service issued; start without it.") from exc
+
+
+def list_jobs(
+    *,
+    session: Session,
+    status: str | None = None,
+    job_type: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+    owner: str | None = None,
+) -> tuple[Sequence[Job], str | None]:
+    """Newest first; returns a page and the cursor of the next page (None at the end)."""
+    stmt = select(Job)
+    if status is not None:
+        stmt = stmt.where(Job.status == status)
+    if job_type is not None:
+        stmt = stmt.where(Job.type == job_type)
+    if owner is not None:
+        stmt = stmt.where(Job.owner == owner)
+    if cursor:
+        created, job_id = _decode_cursor(cursor)
+        stmt = stmt.where(or_(Job.created_at < created, and_(Job.created_at == created, Job.id < job_id)))
+    rows = session.scalars(stmt.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)).all()
+    page = rows[:limit]
+    next_cursor = _encode_cursor(page[-1]) if len(rows) > limit else None
+    return page, next_cursor
+
+
+def transition(
+    *,
+    session: Session,
+    job_id: str,
+    sources: Collection[JobStatus],
+    target: JobStatus,
+    **values: Any,
+) -> bool:
+    """Move the job to ``target`` iff its status is one of ``sources``: one conditional UPDATE, so of two racing
+    callers (or two deliveries of one message) exactly one wins. Returns whether this call won."""
+    for source in sources:
+        if target not in EDGES[source]:
+            raise ValueError(f"{source} -> {target} is not an edge of the job state machine")
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_([s.value for s in sources]))
+        .values(status=target.value, **values)
+        .execution_options(synchronize_session=False)
+    )
+    return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined, no-any-return]
+
+
+def set_progress(*, session: Session, job_id: str, fraction: float, message: str | None) -> None:
+    fraction = min(1.0, max(0.0, float(fraction)))
+    values: dict[str, Any] = {"progress": fraction, "heartbeat_at": utcnow()}
+    if message is not None:
+        values["progress_message"] = message
+    session.execute(update(Job).where(Job.id == job_id).values(**values))
+
+
+def heartbeat(*, session: Session, job_id: str, worker_id: str) -> JobStatus | None:
+    """Record that ``worker_id`` still runs the job; returns the job's current status (None if gone)."""
+    session.execute(update(Job).where(Job.id == job_id, Job.worker_id == worker_id).values(heartbeat_at=utcnow()))
+    status = session.scalar(select(Job.status).where(Job.id == job_id))
+    return JobStatus(status) if status is not None else None
+
+
+def add_warning(*, session: Session, job_id: str, message: str) -> None:
+    job = session.get(Job, job_id, with_for_update=True)
+    if job is not None:
+        job.warnings = [*job.warnings, message]
+
+
+def add_metrics(*, session: Session, job_id: str, points: Iterable[dict[str, Any]]) -> int:
+    now = utcnow()
+    rows = [
+        JobMetric(
+            job_id=job_id,
+            key=p["key"],
+            step=int(p["step"]),
+            epoch=p.get("epoch"),
+            value=float(p["value"]),
+            worker=p.get("worker"),
+            time=p.get("time") or now,
+        )
+        for p in points
+    ]
+    session.add_all(rows)
+    return len(rows)
+
+
+def list_metrics(
+    *,
+    session: Session,
+    job_id: str,
+    key: str | None = None,
+    since_step: int | None = None,
+    limit: int = 10000,
+) -> Sequence[JobMetric]:
+    stmt = select(JobMetric).where(JobMetric.job_id == job_id)
+    if key is not None:
+        stmt = stmt.where(JobMetric.key == key)
+    if since_step is not None:
+        stmt = stmt.where(JobMetric.step > since_step)
+    return session.scalars(stmt.order_by(JobMetric.step, JobMetric.id).limit(limit)).all()
+
+
+def add_log(*, session: Session, job_id: str, message: str, level: str = "INFO") -> None:
+    session.add(JobLog(job_id=job_id, message=message, level=level, time=utcnow()))
+
+
+def list_logs(*, session: Session, job_id: str, after_id: int | None = None, limit: int = 200) -> Sequence[JobLog]:
+    """The newest ``limit`` lines (oldest first), or the lines after ``after_id`` when following a log."""
+    stmt = select(JobLog).where(JobLog.job_id == job_id)
+    if after_id is not None:
+        rows = session.scalars(stmt.where(JobLog.id > after_id).order_by(JobLog.id).limit(limit)).all()
+        return rows
+    rows = session.scalars(stmt.order_by(JobLog.id.desc()).limit(limit)).all()
+    return list(reversed(rows))
+
+
+def request_cancel(*, session: Session, job_id: str) -> tuple[Job, bool]:
+    """Ask a job to stop: QUEUED jobs end CANCELLED at once, STARTING/RUNNING ones go to CANCELLING and their
+    runner stops them. Returns ``(job, stopping_now)``; a repeat is harmless, a finished job is a 409."""
+    for _ in range(5):
+        job = get_job(session=session, job_id=job_id)
+        status = JobStatus(job.status)
+        now = utcnow()
+        if status == JobStatus.QUEUED:
+            won = transition(
+                session=session,
+                job_id=job_id,
+                sources=[JobStatus.QUEUED],
+                target=JobStatus.CANCELLED,
+                cancel_requested_at=now,
+                finished_at=now,
+                error_reason="CANCELLED",
+                error_message="cancelled before it started",
+            )
+        elif status in (JobStatus.STARTING, JobStatus.RUNNING):
+            won = transition(
+                session=session,
+                job_id=job_id,
+                sources=[status],
+                target=JobStatus.CANCELLING,
+                cancel_requested_at=now,
+            )
+        elif status in (JobStatus.CANCELLING, JobStatus.CANCELLED):
+            return job, False
+        else:
+            raise Conflict(
+                f"Job {job_id} already finished ({status}); there is nothing to cancel.",
+                job_status=str(status),
+            )
+        if won:
+            session.flush()
+            session.refresh(job)
+            return job, job.status == JobStatus.CANCELLING
+        session.expire(job)  # lost a race with the runner: look again
+    raise Conflict(f"Job {job_id} keeps changing state; try the cancel again.")

@@ -1,0 +1,154 @@
+"""``POST /train``: check the request against the data and the family's rules, then queue it.
+
+The same planning runs again in the job (the data may have changed since), so a plan is never stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.errors import ServiceUnavailable, ValidationFailed
+from app.core.jobstates import JobStatus, JobType
+from app.core.settings import Settings
+from app.db.base import utcnow
+from app.db.models import Job
+from app.db.session import transaction
+from app.schemas.train import DatasetRef, TrainRequest, ValidationRef
+from app.services import datasets, jobs
+from workers.data.spec import ResolvedDataset
+from workers.errors import SpecError
+from workers.families import AVAILABLE_FRAMEWORKS, task_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Enqueue = Callable[[str, str], None]
+"""(task name, job id) -> None; raises when the broker does not take the message."""
+
+
+def _spec_error(exc: SpecError) -> ValidationFailed:
+    return ValidationFailed(str(exc), errors=[{"loc": exc.path, "msg": exc.message}])
+
+
+def resolve_dataset(
+    ref: DatasetRef, *, settings: Settings, spark: SparkSession, loc: str = "dataset"
+) -> ResolvedDataset:
+    """Resolve the URI, read the schema with Spark and check the columns the request names."""
+    path = datasets.resolve_uri(
+        ref.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc=f"{loc}.uri"
+    )
+    fmt = datasets.detect_format(path, ref.format, loc=f"{loc}.format")
+    schema = datasets.read_schema(spark, path, fmt, ref.options, loc=f"{loc}.uri")
+    available = ", ".join(schema)
+    if ref.label is not None and ref.label not in schema:
+        raise ValidationFailed.at(f"{loc}.label", f"no column {ref.label!r} in {ref.uri}; columns: {available}")
+    if ref.features is None:
+        features = [c for c, t in schema.items() if c != ref.label and t in datasets.NUMERIC_TYPES]
+        if not features:
+            raise ValidationFailed.at(f"{loc}.features", f"{ref.uri} has no numeric columns; columns: {available}")
+    else:
+        features = list(ref.features)
+        for i, column in enumerate(features):
+            if column not in schema:
+                raise ValidationFailed.at(
+                    f"{loc}.features[{i}]", f"no column {column!r} in {ref.uri}; columns: {available}"
+                )
+            if column == ref.label:
+                raise ValidationFailed.at(f"{loc}.features[{i}]", f"{column!r} is the label; it cannot be a feature")
+            if schema[column] not in datasets.NUMERIC_TYPES:
+                raise ValidationFailed.at(
+                    f"{loc}.features[{i}]", f"{column!r} is {schema[column]}; features must be numeric"
+                )
+        if len(set(features)) != len(features):
+            raise ValidationFailed.at(f"{loc}.features", "a column is listed twice")
+    return ResolvedDataset(
+        path=path,
+        format=fmt,
+        features=tuple(features),
+        label=ref.label,
+        task=ref.task,
+        num_classes=ref.num_classes,
+        bad_rows=ref.bad_rows,
+        options=dict(ref.options),
+    )
+
+
+def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:
+    return train.model_copy(update={"uri": val.uri, "format": val.format, "options": val.options})
+
+
+def plan_training(*, request: TrainRequest, settings: Settings, spark: SparkSession) -> Any:
+    """The family's plan for this request; raises ValidationFailed (422) with the field at fault."""
+    if request.framework not in AVAILABLE_FRAMEWORKS:
+        raise ValidationFailed.at(
+            "framework",
+            f"{request.framework!r} is not available in this release; use one of {', '.join(AVAILABLE_FRAMEWORKS)}",
+        )
+    if request.dataset.label is None:
+        raise ValidationFailed.at("dataset.label", "required for training: the column to learn")
+    train = resolve_dataset(request.dataset, settings=settings, spark=spark)
+    validation = None
+    if request.validation is not None:
+        validation = resolve_dataset(
+            _validation_ref(request.dataset, request.validation),
+            settings=settings,
+            spark=spark,
+            loc="validation",
+        )
+    if request.framework == "spark_ml":
+        from workers.training.spark_ml.spec import SparkMLPlan, parse_spark_ml_params
+
+        if request.network is not None or request.training is not None:
+            raise ValidationFailed.at("network", "spark_ml takes params, not network/training")
+        try:
+            spec = parse_spark_ml_params(request.params, task=request.dataset.task)
+        except SpecError as exc:
+            raise _spec_error(exc) from exc
+        return SparkMLPlan(train=train, validation=validation, spec=spec)
+    raise AssertionError(f"no planner for {request.framework}")
+
+
+def submit_training(
+    *,
+    db: sessionmaker[Session],
+    settings: Settings,
+    spark: SparkSession,
+    enqueue: Enqueue,
+    request: TrainRequest,
+    owner: str = "anonymous",
+    idempotency_key: str | None = None,
+) -> tuple[Job, bool]:
+    """Validate, write the QUEUED job, commit, then enqueue. Returns ``(job, created)``."""
+    plan_training(request=request, settings=settings, spark=spark)
+    body = request.model_dump(mode="json", exclude_none=True)
+    with transaction(db) as session:
+        job, created = jobs.create_job(
+            session=session,
+            job_type=JobType.TRAIN,
+            request=body,
+            framework=request.framework,
+            name=request.name,
+            owner=owner,
+            idempotency_key=idempotency_key,
+        )
+    if created:
+        try:
+            enqueue(task_name(JobType.TRAIN, request.framework), job.id)
+        except Exception as exc:
+            with transaction(db) as session:
+                jobs.transition(
+                    session=session,
+                    job_id=job.id,
+                    sources=[JobStatus.QUEUED],
+                    target=JobStatus.FAILED,
+                    finished_at=utcnow(),
+                    error_reason="ENQUEUE_FAILED",
+                    error_message=f"the job broker did not accept the job: {exc}",
+                )
+            raise ServiceUnavailable(
+                f"The job broker is unreachable ({type(exc).__name__}); nothing was queued, try again later."
+            ) from exc
+    return job, created

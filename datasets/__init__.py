@@ -1,0 +1,1 @@
+"""Sample data shipped with sparktrain and the generators that make it (``python -m datasets --help``)."""

@@ -1,0 +1,29 @@
+"""Regenerate the shipped samples, or make larger ones: ``python -m datasets taxi --train-rows 1000000``."""
+
+from __future__ import annotations
+
+import argparse
+
+from datasets import digits, taxi
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m datasets")
+    sub = parser.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("taxi", help="synthetic NYC taxi fares (train.parquet, eval.parquet)")
+    t.add_argument("--out", default="datasets/taxi")
+    t.add_argument("--train-rows", type=int, default=8000)
+    t.add_argument("--eval-rows", type=int, default=3000)
+    t.add_argument("--seed", type=int, default=0)
+    d = sub.add_parser("digits", help="scikit-learn digits (train.parquet, test.parquet)")
+    d.add_argument("--out", default="datasets/digits")
+    args = parser.parse_args()
+    if args.what == "taxi":
+        taxi.write(args.out, args.train_rows, args.eval_rows, args.seed)
+    else:
+        digits.write(args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Health, readiness, cluster and the OpenAPI documentation."""
+
+from __future__ import annotations
+
+from tests.helpers import Service
+
+
+def test_health_and_readiness(service: Service) -> None:
+    assert service.client.get("/healthz").json() == {"status": "ok"}
+    ready = service.client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["checks"] == {"database": "ok", "broker": "ok", "spark": "ok", "consumer": "ok"}
+
+
+def test_cluster(service: Service) -> None:
+    cluster = service.client.get("/cluster").json()
+    spark = service.runtime.spark.sparkContext
+    assert cluster["master"] == "local[2]"
+    assert cluster["app_id"] == spark.applicationId
+    assert cluster["task_slots"] == 2
+    assert cluster["executors"][0]["cores"] == 2
+    assert cluster["executors"][0]["max_memory_bytes"] > 0
+    assert cluster["versions"]["pyspark"] == "4.3.0"
+    assert cluster["driver"]["in_process_consumer"] is True
+
+
+def test_openapi_documents_examples(service: Service) -> None:
+    schema = service.client.get("/openapi.json").json()
+    paths = schema["paths"]
+    for path in [
+        "/train",
+        "/jobs",
+        "/jobs/{job_id}",
+        "/jobs/{job_id}/metrics",
+        "/jobs/{job_id}/logs",
+        "/jobs/{job_id}/cancel",
+        "/models",
+        "/models/{name}/versions/{version}",
+        "/healthz",
+        "/readyz",
+        "/cluster",
+    ]:
+        assert path in paths, path
+    examples = paths["/train"]["post"]["requestBody"]["content"]["application/json"]["examples"]
+    assert "random_forest_cv" in examples
+    docs = service.client.get("/docs")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()

@@ -1,0 +1,67 @@
+"""The registry on both databases: version numbers, one version per job, lookups."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from app.core.errors import NotFound
+from app.db.session import transaction
+from app.services import jobs, models
+
+
+def _job(db: Any) -> str:
+    with transaction(db) as s:
+        job, _ = jobs.create_job(session=s, job_type="train", request={})
+        return job.id
+
+
+def _register(db: Any, name: str, job_id: str | None) -> int:
+    with transaction(db) as s:
+        v = models.register_version(
+            session=s, name=name, framework="spark_ml", artifact_uri="file:///x", metrics={}, params={}, job_id=job_id
+        )
+        return v.version
+
+
+def test_versions_count_up(db: Any) -> None:
+    assert [_register(db, "m", _job(db)) for _ in range(3)] == [1, 2, 3]
+    assert _register(db, "other", None) == 1
+    with db() as s:
+        names = [m.name for m in models.list_models(session=s)]
+        assert names == ["m", "other"]
+        assert models.get_version(session=s, name="m", version=2).version == 2
+        with pytest.raises(NotFound, match="no version 9"):
+            models.get_version(session=s, name="m", version=9)
+        with pytest.raises(NotFound, match="No model named"):
+            models.get_version(session=s, name="nope", version=1)
+
+
+def test_one_version_per_job(db: Any) -> None:
+    job_id = _job(db)
+    _register(db, "m", job_id)
+    with pytest.raises(IntegrityError):
+        _register(db, "m", job_id)  # a replayed job cannot register twice
+
+
+def test_concurrent_registrations_get_distinct_versions(db: Any) -> None:
+    job_ids = [_job(db) for _ in range(5)]
+    out: list[int] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(len(job_ids))
+
+    def register(job_id: str) -> None:
+        barrier.wait()
+        version = _register(db, "race", job_id)
+        with lock:
+            out.append(version)
+
+    threads = [threading.Thread(target=register, args=(j,)) for j in job_ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(out) == [1, 2, 3, 4, 5]

@@ -1,0 +1,127 @@
+"""Real services for the tests: PostgreSQL, Redis, a local[2] SparkSession, the service over real HTTP.
+
+Set ``SPARKTRAIN_REQUIRE_SERVICES=1`` (CI does) to make a missing Redis or PostgreSQL fail the tests that need
+them instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import Service, running_service
+
+REPO = Path(__file__).resolve().parents[1]
+REQUIRE_SERVICES = os.environ.get("SPARKTRAIN_REQUIRE_SERVICES") == "1"
+PG_HOST = os.environ.get("SPARKTRAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
+REDIS_HOST = os.environ.get("SPARKTRAIN_TEST_REDIS", "redis://127.0.0.1:6379")
+REDIS_DB = 13  # a database of its own: tests flush nothing but their own queues
+
+
+def _missing(what: str) -> None:
+    message = f"{what} is not reachable on 127.0.0.1 (start it: see README 'Tests')"
+    if REQUIRE_SERVICES:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+# --- PostgreSQL and Redis ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    if not _port_open(5432):
+        _missing("PostgreSQL")
+    return PG_HOST
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    import psycopg
+
+    name = f"sparktrain_t_{uuid.uuid4().hex[:12]}"
+    admin = pg_server.replace("postgresql+psycopg", "postgresql") + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield f"{pg_server}/{name}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'sparktrain.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Each database test runs on both backends."""
+    return str(request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url"))
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    if not _port_open(6379):
+        _missing("Redis")
+    return f"{REDIS_HOST}/{REDIS_DB}"
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Any]:
+    """A migrated database's sessionmaker."""
+    from app.db.migrate import upgrade_database
+    from app.db.session import create_db_engine, create_sessionmaker
+
+    engine = create_db_engine(db_url)
+    upgrade_database(engine)
+    yield create_sessionmaker(engine)
+    engine.dispose()
+
+
+# --- Spark ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real local[2] SparkSession for the whole test run (Spark allows one per process)."""
+    from app.core.settings import Settings
+    from app.spark.session import build_spark_session
+
+    var = tmp_path_factory.mktemp("spark-var")
+    settings = Settings(var_dir=var, spark_master="local[2]", spark_conf={"spark.ui.enabled": "false"})
+    session = build_spark_session(settings)
+    yield session
+    session.stop()
+
+
+# --- the service over real HTTP ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def make_service(spark: Any, tmp_path: Path) -> Callable[..., Any]:
+    """``with make_service(database_url=..., broker_url=...) as svc:`` — one service at a time."""
+
+    def factory(**overrides: Any) -> Any:
+        return running_service(spark, tmp_path, **overrides)
+
+    return factory
+
+
+@pytest.fixture(scope="module")
+def service(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """The embedded default (SQLite database, SQLite broker), shared by a test module."""
+    with running_service(spark, tmp_path_factory.mktemp("svc")) as svc:
+        yield svc

@@ -1,0 +1,177 @@
+"""Training through the real service: HTTP, Celery, the database and a real SparkSession, on the embedded
+set-up (SQLite + SQLite broker) and the production one (PostgreSQL + Redis)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.helpers import Service, taxi_request
+
+SMALL_GRID = {"algorithm": "random_forest", "numTrees": 10, "grid": {"maxDepth": [4, 8]}, "num_folds": 2}
+
+
+@pytest.fixture(params=["embedded", "production"])
+def svc(request: pytest.FixtureRequest, make_service: Callable[..., Any]) -> Iterator[Service]:
+    overrides: dict[str, Any] = {}
+    if request.param == "production":
+        overrides = {
+            "database_url": request.getfixturevalue("pg_url"),
+            "broker_url": request.getfixturevalue("redis_url"),
+        }
+    with make_service(**overrides) as service:
+        yield service
+
+
+def test_random_forest_end_to_end(svc: Service) -> None:
+    job = svc.train(taxi_request("taxi-rf", **SMALL_GRID))
+    assert job["status"] == "QUEUED"
+    seen_progress: set[float] = set()
+    deadline = time.monotonic() + 240
+    while job["status"] not in ("SUCCEEDED", "FAILED"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+        job = svc.client.get(f"/jobs/{job['id']}").json()
+        seen_progress.add(job["progress"])
+    assert job["status"] == "SUCCEEDED", job["error"]
+    assert any(0 < p < 1 for p in seen_progress), "progress is written while the job runs"
+    result = job["result"]
+    assert result["validation"]["rmse"] < 4.0  # the fares' own spread is ~15
+    assert set(result["validation"]) >= {"rmse", "mae", "r2"}
+    assert result["best_params"]["maxDepth"] in (4, 8)
+    assert len(result["cross_validation"]["grid"]) == 2
+    assert job["model"] == {"name": "taxi-rf", "version": 1}
+    assert job["started_at"] and job["finished_at"] and job["worker_id"]
+
+    metrics = svc.client.get(f"/jobs/{job['id']}/metrics").json()["metrics"]
+    assert [m["step"] for m in metrics if m["key"] == "cv_rmse"] == [1, 2, 3, 4]
+    assert any(m["key"] == "validation_rmse" for m in metrics)
+    assert (
+        svc.client.get(f"/jobs/{job['id']}/metrics", params={"key": "cv_rmse", "since_step": 2}).json()["metrics"][0][
+            "step"
+        ]
+        == 3
+    )
+    logs = svc.client.get(f"/jobs/{job['id']}/logs").json()["lines"]
+    assert any("cross-validating 2 parameter combinations" in line["message"] for line in logs)
+
+    version = svc.client.get("/models/taxi-rf/versions/1").json()
+    assert version["framework"] == "spark_ml" and version["job_id"] == job["id"]
+    assert version["metrics"]["rmse"] == result["validation"]["rmse"]
+    assert Path(urlparse(version["artifact_uri"]).path, "metadata").exists()
+
+    # A second job runs on the same long-lived Spark application.
+    second = svc.wait(svc.train(taxi_request("taxi-rf"))["id"], {"SUCCEEDED", "FAILED"})
+    assert second["status"] == "SUCCEEDED", second["error"]
+    assert second["model"] == {"name": "taxi-rf", "version": 2}
+    app_id = svc.client.get("/cluster").json()["app_id"]
+    assert job["spark_app_id"] == second["spark_app_id"] == app_id
+    listed = svc.client.get("/models").json()["items"]
+    assert [(m["name"], m["latest_version"]) for m in listed] == [("taxi-rf", 2)]
+
+
+def test_duplicate_delivery_runs_once(svc: Service) -> None:
+    job = svc.train(taxi_request("dup", **SMALL_GRID))
+    svc.runtime.enqueue("train.spark_ml", job["id"])  # the broker delivers the same job a second time
+    done = svc.wait(job["id"], {"SUCCEEDED", "FAILED"})
+    assert done["status"] == "SUCCEEDED", done["error"]
+    deadline = time.monotonic() + 60
+    while True:
+        lines = svc.client.get(f"/jobs/{job['id']}/logs").json()["lines"]
+        if any("ignored" in line["message"] for line in lines):
+            break
+        assert time.monotonic() < deadline, "the second delivery was never seen"
+        time.sleep(0.2)
+    assert sum("attempt 1 started" in line["message"] for line in lines) == 1
+    metrics = svc.client.get(f"/jobs/{job['id']}/metrics", params={"key": "cv_rmse"}).json()["metrics"]
+    assert len(metrics) == 4
+    versions = svc.client.get("/models").json()["items"][0]["versions"]
+    assert [v["job_id"] for v in versions] == [job["id"]]
+
+
+def test_cancel_running_job(service: Service) -> None:
+    body = taxi_request(
+        "slow", algorithm="random_forest", grid={"numTrees": [150, 200], "maxDepth": [12, 14]}, num_folds=3
+    )
+    job = service.train(body)
+    sc = service.runtime.spark.sparkContext
+    deadline = time.monotonic() + 120
+    while not sc.statusTracker().getJobIdsForGroup(job["id"]):
+        assert time.monotonic() < deadline, "no Spark job started for the training job"
+        time.sleep(0.1)
+    response = service.client.post(f"/jobs/{job['id']}/cancel")
+    assert response.status_code == 202
+    assert response.json()["status"] in ("CANCELLING", "CANCELLED")
+    t0 = time.monotonic()
+    done = service.wait(job["id"], {"CANCELLED", "SUCCEEDED", "FAILED"}, timeout=60)
+    assert done["status"] == "CANCELLED", done
+    assert time.monotonic() - t0 < 30
+    assert done["error"]["reason"] == "CANCELLED"
+    tracker = sc.statusTracker()
+    spark_jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(job["id"])]
+    assert spark_jobs and all(info is None or info.status != "RUNNING" for info in spark_jobs)
+    assert any(info is not None and info.status == "FAILED" for info in spark_jobs), "a Spark job was cancelled"
+    assert service.client.post(f"/jobs/{job['id']}/cancel").status_code == 202  # repeat is harmless
+    assert service.runtime.jobs.running.ids() == []
+
+
+def test_cancel_finished_job_is_409(service: Service) -> None:
+    job = service.wait(service.train(taxi_request("quick"))["id"], {"SUCCEEDED"})
+    response = service.client.post(f"/jobs/{job['id']}/cancel")
+    assert response.status_code == 409
+    assert response.headers["content-type"].startswith("application/problem+json")
+
+
+def test_cancel_queued_job(make_service: Callable[..., Any]) -> None:
+    with make_service(in_process_consumer=False) as svc:
+        job = svc.train(taxi_request("never"))
+        assert svc.client.get("/readyz").json()["checks"].get("consumer") is None
+        cancelled = svc.client.post(f"/jobs/{job['id']}/cancel").json()
+        assert cancelled["status"] == "CANCELLED"
+        assert cancelled["error"]["reason"] == "CANCELLED"
+
+
+def test_idempotency_key(service: Service) -> None:
+    body = taxi_request("idem")
+    first = service.train(body, headers={"Idempotency-Key": "abc"})
+    again = service.train(body, headers={"Idempotency-Key": "abc"})
+    assert again["id"] == first["id"]
+    other = service.client.post("/train", json=taxi_request("idem-2"), headers={"Idempotency-Key": "abc"})
+    assert other.status_code == 409
+    service.wait(first["id"], {"SUCCEEDED"})
+
+
+def _bad_taxi(path: Path) -> Path:
+    frame = pd.read_parquet(Path("datasets/taxi/train.parquet")).head(2000)
+    frame.loc[[3, 17, 400], "trip_distance"] = np.nan
+    path.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(path / "bad.parquet")
+    return path / "bad.parquet"
+
+
+def test_bad_rows_fail_or_skip(make_service: Callable[..., Any], tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _bad_taxi(data)
+    with make_service(data_roots=[data]) as svc:
+        body = taxi_request("bad")
+        body["dataset"]["uri"] = "bad.parquet"
+        del body["validation"]
+        failed = svc.wait(svc.train(body)["id"], {"SUCCEEDED", "FAILED"})
+        assert failed["status"] == "FAILED"
+        assert failed["error"]["reason"] == "BAD_ROWS"
+        assert failed["error"]["message"].startswith("3 rows of")
+        assert "bad_rows" in failed["error"]["message"]
+
+        body["dataset"]["bad_rows"] = "skip"
+        done = svc.wait(svc.train(body)["id"], {"SUCCEEDED", "FAILED"})
+        assert done["status"] == "SUCCEEDED", done["error"]
+        assert done["result"]["bad_rows"] == 3
+        assert done["result"]["rows"]["train"] < 2000
+        assert any("dropped 3 rows" in w for w in done["warnings"])

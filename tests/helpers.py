@@ -1,0 +1,114 @@
+"""Helpers shared by the tests: the service over real HTTP and request bodies."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Service:
+    url: str
+    client: httpx.Client
+    app: Any
+
+    @property
+    def runtime(self) -> Any:
+        return self.app.state.runtime
+
+    def wait(self, job_id: str, statuses: set[str], timeout: float = 240.0) -> dict[str, Any]:
+        """Poll the job until its status is one of ``statuses``."""
+        deadline = time.monotonic() + timeout
+        job: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            job = self.client.get(f"/jobs/{job_id}").json()
+            if job["status"] in statuses:
+                return job
+            time.sleep(0.2)
+        raise AssertionError(f"job {job_id} did not reach {statuses} in {timeout:.0f} s; last: {job}")
+
+    def train(self, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        response = self.client.post("/train", json=body, **kwargs)
+        assert response.status_code == 202, response.text
+        return dict(response.json())
+
+
+@contextmanager
+def running_service(spark: Any, tmp_path: Path, **overrides: Any) -> Iterator[Service]:
+    """The real app under uvicorn on a free port, sharing the test session's SparkSession."""
+    import uvicorn
+
+    from app.core.settings import Settings
+    from app.main import create_app
+
+    values: dict[str, Any] = {
+        "var_dir": tmp_path / "var",
+        "artifact_root": tmp_path / "artifacts",
+        "queue": f"sparktrain-test-{uuid.uuid4().hex[:8]}",
+        "spark_master": "local[2]",
+        "heartbeat_interval_s": 0.3,
+    }
+    values.update(overrides)
+    settings = Settings(**values)
+    app = create_app(settings, spark=spark)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the service did not start")
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            yield Service(url=url, client=client, app=app)
+    finally:
+        server.should_exit = True
+        thread.join(60)
+
+
+TAXI_FEATURES = [
+    "passenger_count",
+    "trip_distance",
+    "pickup_longitude",
+    "pickup_latitude",
+    "rate_code",
+    "dropoff_longitude",
+    "dropoff_latitude",
+    "hour",
+    "day_of_week",
+    "is_weekend",
+    "h_distance",
+]
+
+
+def taxi_request(name: str = "taxi-fare", **params: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "framework": "spark_ml",
+        "dataset": {
+            "uri": "datasets/taxi/train.parquet",
+            "features": TAXI_FEATURES,
+            "label": "fare_amount",
+            "task": "regression",
+        },
+        "validation": {"uri": "datasets/taxi/eval.parquet"},
+        "params": params or {"algorithm": "linear_regression"},
+    }

@@ -1,0 +1,87 @@
+"""The Celery app factory and the job tasks.
+
+Tasks are thin (Celery's guide): they take a job id and hand it to :func:`workers.runner.run_job` with the
+process's :class:`~workers.runtime.JobRuntime`, which the process attaches to the app before consuming.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, Task
+
+from app.core.settings import Settings
+from workers.families import FRAMEWORKS, task_name
+from workers.runtime import JobRuntime
+
+RUNTIME_ATTR = "sparktrain_runtime"
+
+
+def runtime_of(app: Celery) -> JobRuntime:
+    rt = getattr(app, RUNTIME_ATTR, None)
+    if rt is None:
+        raise RuntimeError("this Celery app has no JobRuntime attached: start it through app.main or workers.worker")
+    return rt  # type: ignore[no-any-return]
+
+
+def attach_runtime(app: Celery, rt: JobRuntime) -> None:
+    setattr(app, RUNTIME_ATTR, rt)
+
+
+def _configure_embedded_broker(settings: Settings) -> None:
+    """kombu's SQLAlchemy transport polls once a second; its transport options go to create_engine (a
+    ``polling_interval`` there raises), so the class attribute is the one knob."""
+    if settings.broker_url.startswith("sqla+"):
+        from kombu.transport import sqlalchemy as sqla_transport
+
+        sqla_transport.Transport.polling_interval = settings.broker_poll_interval_s
+        db = settings.broker_url.removeprefix("sqla+sqlite:///")
+        if db != settings.broker_url:
+            from pathlib import Path
+
+            Path(db).parent.mkdir(parents=True, exist_ok=True)
+
+
+def create_celery(settings: Settings) -> Celery:
+    _configure_embedded_broker(settings)
+    app = Celery("sparktrain", set_as_current=False)
+    transport_options: dict[str, Any] = {}
+    if settings.broker_url.startswith(("redis://", "rediss://")):
+        # Redelivery of an unacked message after this long: longer than any job (Celery's Redis caveat).
+        transport_options["visibility_timeout"] = settings.visibility_timeout_s
+    app.conf.update(
+        broker_url=settings.broker_url,
+        broker_transport_options=transport_options,
+        broker_connection_retry_on_startup=True,
+        result_backend=None,
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=settings.queue,
+        task_serializer="json",
+        accept_content=["json"],
+        worker_pool="threads",
+        worker_concurrency=settings.consumer_concurrency,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        worker_send_task_events=False,
+        worker_enable_remote_control=False,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        timezone="UTC",
+    )
+    register_tasks(app)
+    return app
+
+
+def register_tasks(app: Celery) -> None:
+    def run(self: Task, job_id: str) -> None:
+        from workers.runner import run_job
+
+        run_job(runtime_of(app), job_id)
+
+    options = {"bind": True, "shared": False, "acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
+    for framework in FRAMEWORKS:
+        app.task(name=task_name("train", framework), **options)(run)
+    for job_type in ("evaluate", "predict"):
+        app.task(name=task_name(job_type, ""), **options)(run)

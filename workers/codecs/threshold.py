@@ -1,0 +1,442 @@
+"""Threshold-encoded update messages (DL4J's SharedTrainingMaster / Strom 2015), encode and decode.
+
+A message is a 1-D ``torch.uint8`` CPU tensor: a 16-byte little-endian header
+
+    int32 count | int32 N (parameter count) | float32 tau | int32 kind
+
+followed by a payload that depends on ``kind``:
+
+- ``SPARSE_INT32``: ``count`` little-endian int32, ``+(i + 1)`` for ``+tau`` and ``-(i + 1)`` for ``-tau``
+  (1-based so that index 0 keeps its sign), strictly ascending in ``i``.
+- ``SPARSE_COMPACT``: the same (index, sign) list as gap/sign LEB128 varints (see
+  :mod:`workers.codecs.varint`: value = (i - previous - 1) << 1 | negative, previous starting at -1).
+  Lossless, usually 1-2 bytes per index.
+- ``BITMAP``: ``ceil(N / 16)`` little-endian uint32 words; in word ``w`` bit ``b`` (0..15) says element
+  ``16w + b`` is sent and bit ``b + 16`` that it is negative. Every sent value is exactly ``±tau``.
+  DL4J's bitmap has a third state (sign bit alone = ``-tau/2``, sent for ``-tau < r_i <= -tau/2``) with no
+  positive counterpart. The residual keeps the difference, but during the bitmap phase (the first steps
+  of training) negative updates reach the parameters earlier and in larger amounts than positive ones of
+  the same size, a systematic downward push on every replica. We leave that state out: the update is
+  symmetric, and a bitmap element means exactly what a sparse index means.
+
+An empty message (fewer than 2 elements reached ``tau``; DL4J sends nothing then) is a bare header with
+count 0 and a sparse kind. It still costs its 16 bytes in any accounting.
+
+Encoding chooses the kind after counting: ``count >= ceil(N / bitmap_ratio)`` gives a bitmap (so for
+N < 16 any message that is sent at all is a bitmap). With the default ratio 16 this is exactly where a
+SPARSE_INT32 payload (4 bytes per element) stops being smaller than the bitmap (``4 * ceil(N / 16)`` bytes),
+and it is DL4J's switch point. SPARSE_COMPACT is still smaller there (about 1 byte per index at that
+density, so it stays smaller up to about N/4) but 2-3x slower to encode and decode than the bitmap at those
+densities; ``bitmap_ratio=4`` trades that CPU for bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from workers.codecs.varint import decode_signed_indices, encode_signed_indices
+
+__all__ = [
+    "HEADER_BYTES",
+    "MAX_PARAMETERS",
+    "Encoded",
+    "Header",
+    "MessageKind",
+    "MessageLike",
+    "bitmap_min_count",
+    "decode",
+    "decode_accumulate",
+    "encode_threshold",
+    "read_header",
+]
+
+HEADER_BYTES = 16
+MAX_PARAMETERS = 2**31 - 1
+"""N must fit the int32 header field (and the 1-based signed int32 indices)."""
+
+_HEADER = struct.Struct("<iifi")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+MessageLike = torch.Tensor | npt.NDArray[np.uint8] | bytes | bytearray | memoryview
+
+
+class MessageKind(IntEnum):
+    SPARSE_INT32 = 0
+    BITMAP = 1
+    SPARSE_COMPACT = 2
+
+
+@dataclass(frozen=True)
+class Header:
+    count: int
+    n: int
+    tau: float
+    kind: MessageKind
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One encoded step. ``count`` is the number of elements actually sent (0 for an empty message)."""
+
+    message: torch.Tensor
+    count: int
+    kind: int
+    n: int
+    tau: float
+    nbytes: int
+
+    @property
+    def sparsity(self) -> float:
+        """Fraction of the N parameters sent in this message (what the threshold algorithms consume)."""
+        return self.count / self.n if self.n else 0.0
+
+
+def bitmap_min_count(n: int, bitmap_ratio: int = 16) -> int:
+    """Smallest count that is sent as a bitmap: ``ceil(n / bitmap_ratio)``."""
+    return -(-n // bitmap_ratio)
+
+
+def _float32_tau(tau: float) -> float:
+    if isinstance(tau, bool) or not isinstance(tau, int | float):
+        raise ValueError(f"tau must be a real number, got {type(tau).__name__}")
+    if not math.isfinite(tau) or tau <= 0:
+        raise ValueError(f"tau must be finite and > 0, got {tau!r}")
+    if tau > _FLOAT32_MAX:
+        raise ValueError(f"tau={tau!r} overflows float32")
+    tau32 = float(np.float32(tau))
+    if tau32 <= 0:
+        raise ValueError(f"tau={tau!r} underflows to 0 in float32")
+    return tau32
+
+
+# CPU tensors go through numpy (it shares their memory): torch's CPU nonzero/masking kernels are several
+# times slower. Tests set this to False to run the accelerator (torch) path on CPU tensors.
+_NUMPY_ON_CPU = True
+# Dense numpy passes run over chunks of this many elements, so temporaries stay in cache and are reused
+# instead of page-faulting fresh N-sized buffers (about 2x faster at N = 1e7). Must be a multiple of 16
+# (chunks start on bitmap word boundaries).
+_CHUNK = 1 << 18
+
+_Payload = tuple[int, MessageKind, npt.NDArray[np.uint8]]
+
+
+def _use_numpy(tensor: torch.Tensor) -> bool:
+    return _NUMPY_ON_CPU and tensor.device.type == "cpu"
+
+
+def encode_threshold(
+    residual: torch.Tensor,
+    tau: float,
+    *,
+    index_coding: Literal["compact", "int32"] = "compact",
+    bitmap_ratio: int = 16,
+) -> Encoded:
+    """Encode every element with ``|r_i| >= tau`` as ``±tau`` and subtract what was sent from ``residual``.
+
+    ``residual`` is a 1-D float32 tensor on any device and is modified in place (``r_i -= sign(r_i) * tau``
+    for each sent element, nothing else), so no residual mass is lost. ``tau`` is rounded to float32 first,
+    and that value is the one compared, subtracted and written in the header (``Encoded.tau``). Only the
+    indices and signs (or the packed bitmap) leave the residual's device. NaN elements are never sent.
+    """
+    if not isinstance(residual, torch.Tensor):
+        raise ValueError(f"residual must be a torch.Tensor, got {type(residual).__name__}")
+    if residual.dtype != torch.float32:
+        raise ValueError(f"residual must be float32, got {residual.dtype}")
+    if residual.dim() != 1:
+        raise ValueError(f"residual must be 1-D, got shape {tuple(residual.shape)}")
+    n = residual.numel()
+    if n > MAX_PARAMETERS:
+        raise ValueError(f"residual has {n} elements; at most {MAX_PARAMETERS} fit a message")
+    tau32 = _float32_tau(tau)
+    if index_coding not in ("compact", "int32"):
+        raise ValueError(f"index_coding must be 'compact' or 'int32', got {index_coding!r}")
+    if isinstance(bitmap_ratio, bool) or not isinstance(bitmap_ratio, int) or bitmap_ratio < 1:
+        raise ValueError(f"bitmap_ratio must be an int >= 1, got {bitmap_ratio!r}")
+    sparse_kind = MessageKind.SPARSE_COMPACT if index_coding == "compact" else MessageKind.SPARSE_INT32
+    if n < 2:
+        count, kind, payload = 0, sparse_kind, np.empty(0, dtype=np.uint8)
+    elif _use_numpy(residual):
+        count, kind, payload = _encode_numpy(residual.detach().numpy(), tau32, sparse_kind, bitmap_ratio)
+    else:
+        count, kind, payload = _encode_torch(residual.detach(), tau32, sparse_kind, bitmap_ratio)
+    buf = np.empty(HEADER_BYTES + payload.size, dtype=np.uint8)
+    buf[:HEADER_BYTES] = np.frombuffer(_HEADER.pack(count, n, tau32, int(kind)), dtype=np.uint8)
+    buf[HEADER_BYTES:] = payload
+    return Encoded(message=torch.from_numpy(buf), count=count, kind=kind, n=n, tau=tau32, nbytes=int(buf.size))
+
+
+def _sparse_payload(
+    indices: npt.NDArray[np.int64], negative: npt.NDArray[np.bool_], kind: MessageKind
+) -> npt.NDArray[np.uint8]:
+    if kind == MessageKind.SPARSE_COMPACT:
+        return encode_signed_indices(indices, negative)
+    signed = (indices + 1).astype("<i4")
+    signed[negative] *= -1
+    return signed.view(np.uint8)
+
+
+# Dense updates avoid branches (np.where, masked ufuncs) on random masks: a step s in {-1, 0, +1} times
+# tau is exact, and subtracting +0.0 leaves every element (-0.0 included) bit for bit as it was.
+
+
+def _mask_numpy(r: npt.NDArray[np.float32], tau: np.float32) -> npt.NDArray[np.bool_]:
+    mask = np.empty(r.size, dtype=np.bool_)
+    below = np.empty(min(_CHUNK, r.size), dtype=np.bool_)
+    for start in range(0, r.size, _CHUNK):
+        chunk = r[start : start + _CHUNK]
+        above = mask[start : start + _CHUNK]
+        np.greater_equal(chunk, tau, out=above)
+        np.less_equal(chunk, -tau, out=below[: chunk.size])
+        np.logical_or(above, below[: chunk.size], out=above)
+    return mask
+
+
+def _encode_bitmap_numpy(
+    r: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], tau: np.float32
+) -> npt.NDArray[np.uint8]:
+    words = bitmap_min_count(r.size)
+    planes = np.zeros((2, 2 * words), dtype=np.uint8)  # packed sent bits, packed negative bits
+    for start in range(0, r.size, _CHUNK):
+        chunk = r[start : start + _CHUNK]
+        sent = mask[start : start + _CHUNK]
+        negative = sent & (chunk < 0)
+        step = sent.view(np.int8) - 2 * negative.view(np.int8)
+        np.subtract(chunk, np.multiply(step, tau, dtype=np.float32), out=chunk)
+        packed = np.packbits(sent, bitorder="little")
+        planes[0, start // 8 : start // 8 + packed.size] = packed
+        planes[1, start // 8 : start // 8 + packed.size] = np.packbits(negative, bitorder="little")
+    return planes.reshape(2, words, 2).transpose(1, 0, 2).reshape(-1)
+
+
+def _encode_numpy(r: npt.NDArray[np.float32], tau32: float, sparse_kind: MessageKind, bitmap_ratio: int) -> _Payload:
+    tau = np.float32(tau32)
+    mask = _mask_numpy(r, tau)
+    count = int(np.count_nonzero(mask))
+    if count < 2:
+        return 0, sparse_kind, np.empty(0, dtype=np.uint8)
+    if count >= bitmap_min_count(r.size, bitmap_ratio):
+        return count, MessageKind.BITMAP, _encode_bitmap_numpy(r, mask, tau)
+    indices = np.flatnonzero(mask)
+    values = r[indices]
+    r[indices] = values - np.copysign(tau, values)
+    return count, sparse_kind, _sparse_payload(indices, values < 0, sparse_kind)
+
+
+def _encode_torch(residual: torch.Tensor, tau32: float, sparse_kind: MessageKind, bitmap_ratio: int) -> _Payload:
+    tau = torch.tensor(tau32, dtype=torch.float32, device=residual.device)
+    mask = (residual >= tau) | (residual <= -tau)
+    count = int(torch.count_nonzero(mask))
+    if count < 2:
+        return 0, sparse_kind, np.empty(0, dtype=np.uint8)
+    if count >= bitmap_min_count(residual.numel(), bitmap_ratio):
+        negative = mask & (residual < 0)
+        step = mask.to(torch.int8) - 2 * negative.to(torch.int8)
+        residual.sub_(step.to(torch.float32) * tau)
+        return count, MessageKind.BITMAP, _pack_bitmap_torch(mask, negative)
+    indices = torch.nonzero(mask).squeeze(1)
+    values = residual.index_select(0, indices)
+    negative = values < 0
+    residual.index_copy_(0, indices, values - torch.copysign(tau, values))
+    one_based = indices + 1
+    signed = torch.where(negative, -one_based, one_based).to(torch.int32).cpu().numpy()
+    return count, sparse_kind, _sparse_payload(np.abs(signed).astype(np.int64) - 1, signed < 0, sparse_kind)
+
+
+# Bitmap byte order, per little-endian uint32 word w: [sent 16w..16w+7, sent 16w+8..16w+15,
+# negative 16w..16w+7, negative 16w+8..16w+15], least significant bit first.
+
+
+def _bit_shifts(device: torch.device) -> torch.Tensor:
+    return torch.arange(8, dtype=torch.uint8, device=device)
+
+
+def _pack_bitmap_torch(sent: torch.Tensor, negative: torch.Tensor) -> npt.NDArray[np.uint8]:
+    n = sent.numel()
+    words = bitmap_min_count(n)
+    bits = torch.zeros((2, words * 16), dtype=torch.uint8, device=sent.device)
+    bits[0, :n] = sent
+    bits[1, :n] = negative
+    packed = (bits.view(2, words, 2, 8) << _bit_shifts(sent.device)).sum(dim=-1, dtype=torch.uint8)
+    return packed.permute(1, 0, 2).reshape(words * 4).cpu().numpy()
+
+
+def _as_numpy(message: MessageLike) -> npt.NDArray[np.uint8]:
+    if isinstance(message, torch.Tensor):
+        if message.dtype != torch.uint8 or message.dim() != 1:
+            raise ValueError(
+                f"message must be a 1-D uint8 tensor, got {message.dtype} with shape {tuple(message.shape)}"
+            )
+        return np.ascontiguousarray(message.detach().cpu().numpy())
+    if isinstance(message, np.ndarray):
+        if message.dtype != np.uint8 or message.ndim != 1:
+            raise ValueError(f"message must be a 1-D uint8 array, got {message.dtype} with shape {message.shape}")
+        return np.ascontiguousarray(message)
+    if isinstance(message, bytes | bytearray | memoryview):
+        return np.frombuffer(message, dtype=np.uint8)
+    raise ValueError(f"message must be a uint8 tensor, array or bytes, got {type(message).__name__}")
+
+
+def _parse_header(data: npt.NDArray[np.uint8]) -> Header:
+    if data.size < HEADER_BYTES:
+        raise ValueError(f"message of {data.size} bytes is shorter than the {HEADER_BYTES}-byte header")
+    count, n, tau, kind = _HEADER.unpack(data[:HEADER_BYTES].tobytes())
+    if n < 0:
+        raise ValueError(f"header N={n} is negative")
+    if not 0 <= count <= n:
+        raise ValueError(f"header count={count} is outside [0, N={n}]")
+    if not (math.isfinite(tau) and tau > 0):
+        raise ValueError(f"header tau={tau!r} is not a finite positive number")
+    try:
+        parsed_kind = MessageKind(kind)
+    except ValueError:
+        known = ", ".join(f"{k.value} ({k.name})" for k in MessageKind)
+        raise ValueError(f"unknown message kind {kind}; known kinds: {known}") from None
+    return Header(count=count, n=n, tau=tau, kind=parsed_kind)
+
+
+def read_header(message: MessageLike) -> Header:
+    """Parse and check the 16-byte header (known kind, ``0 <= count <= N``, finite ``tau > 0``)."""
+    return _parse_header(_as_numpy(message))
+
+
+def _sparse_indices(
+    header: Header, payload: npt.NDArray[np.uint8]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """``(indices, negative)`` of a sparse message, checked against the header."""
+    count, n = header.count, header.n
+    if header.kind == MessageKind.SPARSE_COMPACT:
+        indices, negative = decode_signed_indices(payload, count)
+        if count and int(indices[-1]) >= n:
+            raise ValueError(f"index {int(indices[-1])} is out of range for N={n}")
+        return indices, negative
+    if payload.size != 4 * count:
+        raise ValueError(f"SPARSE_INT32 payload has {payload.size} bytes, expected 4 * {count}")
+    signed = payload.view("<i4").astype(np.int64)
+    magnitude = np.abs(signed)
+    if count:
+        if int(magnitude.min()) < 1 or int(magnitude.max()) > n:
+            raise ValueError(f"SPARSE_INT32 index out of range [1, N={n}] (zero or too large)")
+        if count > 1 and bool((magnitude[1:] <= magnitude[:-1]).any()):
+            raise ValueError("SPARSE_INT32 indices are not strictly ascending")
+    return magnitude - 1, signed < 0
+
+
+def _popcount16(values: npt.NDArray[np.uint32]) -> int:
+    if hasattr(np, "bitwise_count"):
+        return int(np.bitwise_count(values).sum())
+    return int(np.unpackbits(values.astype("<u2").view(np.uint8)).sum())
+
+
+def _check_bitmap(header: Header, payload: npt.NDArray[np.uint8]) -> None:
+    n = header.n
+    words = bitmap_min_count(n)
+    if payload.size != 4 * words:
+        raise ValueError(f"BITMAP payload has {payload.size} bytes, expected 4 * ceil(N/16) = {4 * words}")
+    packed = payload.view("<u4")
+    sent = packed & np.uint32(0xFFFF)
+    negative = packed >> np.uint32(16)
+    if bool((negative & ~sent).any()):
+        raise ValueError("BITMAP has a sign bit set for an element that is not sent")
+    used = n - 16 * (words - 1)
+    if used < 16 and (int(sent[-1]) | int(negative[-1])) >> used:
+        raise ValueError(f"BITMAP sets bits past N={n}")
+    total = _popcount16(sent)
+    if total != header.count:
+        raise ValueError(f"BITMAP sends {total} elements but the header says count={header.count}")
+
+
+# A bitmap is applied as out -= k * |coefficient| with k in {-1, 0, +1} (k = -sign of the sent value, flipped
+# for a negative coefficient): exact products, and elements not sent get "- (+0.0)", which changes nothing.
+
+
+def _add_bitmap_numpy(out: npt.NDArray[np.floating], payload: npt.NDArray[np.uint8], coefficient: float) -> None:
+    magnitude = out.dtype.type(abs(coefficient))
+    for start in range(0, out.size, _CHUNK):
+        chunk = out[start : start + _CHUNK]
+        words = payload[start // 4 : start // 4 + 4 * bitmap_min_count(chunk.size)]
+        bits = np.unpackbits(words, bitorder="little").reshape(-1, 2, 16)
+        sent = bits[:, 0].reshape(-1)[: chunk.size].view(np.int8)
+        negative = bits[:, 1].reshape(-1)[: chunk.size].view(np.int8)
+        k = 2 * negative - sent if coefficient >= 0 else sent - 2 * negative
+        np.subtract(chunk, np.multiply(k, magnitude, dtype=out.dtype), out=chunk)
+
+
+def _add_bitmap_torch(out: torch.Tensor, payload: npt.NDArray[np.uint8], coefficient: float) -> None:
+    n = out.numel()
+    data = torch.from_numpy(payload.copy()).to(out.device).view(-1, 2, 2, 1)
+    bits = ((data >> _bit_shifts(out.device)) & 1).to(torch.int8).reshape(-1, 2, 16)
+    sent = bits[:, 0].reshape(-1)[:n]
+    negative = bits[:, 1].reshape(-1)[:n]
+    k = 2 * negative - sent if coefficient >= 0 else sent - 2 * negative
+    magnitude = torch.tensor(abs(coefficient), dtype=out.dtype, device=out.device)
+    out.sub_(k.to(out.dtype) * magnitude)
+
+
+def decode_accumulate(messages: Iterable[MessageLike], out: torch.Tensor, *, scale: float = 1.0) -> None:
+    """Add ``scale * decoded(message)`` for every message to ``out`` (1-D float32/64, any device), in order.
+
+    Each element receives at most one exact ``±scale*tau`` addition per message (sparse indices are unique;
+    a bitmap is one dense pass), in message order, so replicas that decode the same messages in the same
+    order end bitwise identical, on CUDA as well (no atomics racing on an element). ``scale * tau`` is
+    rounded once to ``out``'s dtype. Every message is checked (N equals ``out.numel()``, known kind, payload
+    consistent with the header) and a bad one raises ValueError; messages before it have already been added.
+    """
+    if not isinstance(out, torch.Tensor) or out.dim() != 1 or out.dtype not in (torch.float32, torch.float64):
+        raise ValueError("out must be a 1-D float32 or float64 tensor")
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
+    n_out = out.numel()
+    out_np = out.detach().numpy() if _use_numpy(out) else None
+    for position, message in enumerate(messages):
+        try:
+            data = _as_numpy(message)
+            header = _parse_header(data)
+            if header.n != n_out:
+                raise ValueError(f"message is for N={header.n} parameters but out has {n_out}")
+            coefficient = header.tau * scale
+            if abs(coefficient) > torch.finfo(out.dtype).max:
+                raise ValueError(f"scale * tau = {scale!r} * {header.tau!r} overflows {out.dtype}")
+            payload = data[HEADER_BYTES:]
+            if header.kind == MessageKind.BITMAP:
+                _check_bitmap(header, payload)
+            else:
+                indices, negative = _sparse_indices(header, payload)
+        except ValueError as exc:
+            raise ValueError(f"message {position}: {exc}") from None
+        if header.count == 0:
+            continue
+        if header.kind == MessageKind.BITMAP:
+            if out_np is not None:
+                _add_bitmap_numpy(out_np, payload, coefficient)
+            else:
+                _add_bitmap_torch(out, payload, coefficient)
+        elif out_np is not None:
+            values = np.full(indices.size, coefficient, dtype=out_np.dtype)
+            values[negative] *= -1
+            out_np[indices] += values
+        else:
+            values_t = torch.full((indices.size,), coefficient, dtype=out.dtype)
+            values_t[torch.from_numpy(negative)] *= -1
+            out.index_add_(0, torch.from_numpy(indices).to(out.device), values_t.to(out.device))
+
+
+def decode(
+    message: MessageLike,
+    n: int,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """The update one message carries, as a dense tensor of length ``n``."""
+    out = torch.zeros(n, dtype=dtype, device=device)
+    decode_accumulate([message], out)
+    return out

@@ -1,0 +1,19 @@
+"""Which model families exist, the Celery task that runs each kind of job, and the module that does the work.
+
+Plain constants: the API imports this to route jobs without importing any family's code.
+"""
+
+from __future__ import annotations
+
+FRAMEWORKS = ("torch", "xgboost", "spark_ml")
+AVAILABLE_FRAMEWORKS = ("spark_ml",)
+"""Families this release can train; the others are part of the contract and answer 422 until they land."""
+
+DRIVERS = {"spark_ml": "workers.training.spark_ml.driver"}
+
+
+def task_name(job_type: str, framework: str) -> str:
+    """Explicit Celery task names (DESIGN.md §3): ``train.spark_ml``, ``train.torch``, ``evaluate.run``, ..."""
+    if job_type == "train":
+        return f"train.{framework}"
+    return f"{job_type}.run"

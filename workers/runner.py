@@ -1,0 +1,285 @@
+"""Runs one job for a Celery task: the guarded start, the Spark job group, heartbeats, the family's work, and
+exactly one final state (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.core.errors import AppError
+from app.core.jobstates import ACTIVE, JobStatus
+from app.db.base import utcnow
+from app.db.models import Job
+from app.db.session import transaction
+from app.schemas.train import TrainRequest
+from app.services import jobs, models
+from app.services.training import plan_training
+from workers.context import JobCancelled, JobFailure, JobOutcome, MetricPoint
+from workers.families import DRIVERS
+from workers.runtime import JobRuntime, RunningJob
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("sparktrain.jobs")
+_MAX_MESSAGE = 4000
+
+
+class DbJobContext:
+    """The JobContext a family driver sees; every report is a short committed transaction."""
+
+    def __init__(self, rt: JobRuntime, job_id: str, attempt: int, running: RunningJob, work_dir: Path) -> None:
+        self._rt = rt
+        self._running = running
+        self._last_progress = 0.0
+        self.job_id = job_id
+        self.attempt = attempt
+        self.spark: SparkSession = rt.spark
+        self.work_dir = work_dir
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        now = time.monotonic()
+        if fraction < 1.0 and message is None and now - self._last_progress < 0.25:
+            return
+        self._last_progress = now
+        with transaction(self._rt.db) as s:
+            jobs.set_progress(session=s, job_id=self.job_id, fraction=fraction, message=message)
+
+    def metrics(self, points: Iterable[MetricPoint]) -> None:
+        rows = [{"key": p.key, "value": p.value, "step": p.step, "epoch": p.epoch, "worker": p.worker} for p in points]
+        if rows:
+            with transaction(self._rt.db) as s:
+                jobs.add_metrics(session=s, job_id=self.job_id, points=rows)
+
+    def log(self, message: str, level: str = "INFO") -> None:
+        log.log(logging.getLevelName(level), "[job %s] %s", self.job_id, message)
+        with transaction(self._rt.db) as s:
+            jobs.add_log(session=s, job_id=self.job_id, message=message, level=level)
+
+    def warn(self, message: str) -> None:
+        self.log(message, "WARNING")
+        with transaction(self._rt.db) as s:
+            jobs.add_warning(session=s, job_id=self.job_id, message=message)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._running.cancel.is_set()
+
+    def check_cancelled(self) -> None:
+        if self.cancelled:
+            raise JobCancelled(self.job_id)
+
+
+class _Watcher(threading.Thread):
+    """Heartbeat + cancel detection for one job: the cancel may have been requested on another driver."""
+
+    def __init__(self, rt: JobRuntime, running: RunningJob) -> None:
+        super().__init__(name=f"job-watch-{running.job_id[:8]}", daemon=True)
+        self._rt, self._running, self._halt = rt, running, threading.Event()
+
+    def run(self) -> None:
+        while True:
+            try:
+                with transaction(self._rt.db) as s:
+                    status = jobs.heartbeat(session=s, job_id=self._running.job_id, worker_id=self._rt.worker_id)
+                if status is None or status not in ACTIVE or status == JobStatus.CANCELLING:
+                    self._running.cancel.set()
+                    self._rt.spark.sparkContext.cancelJobGroup(self._running.job_id)
+            except Exception:
+                log.exception("heartbeat of job %s failed", self._running.job_id)
+            if self._halt.wait(self._rt.settings.heartbeat_interval_s):
+                return
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=5)
+
+
+def run_job(rt: JobRuntime, job_id: str) -> None:
+    """Entry point of every job task. A delivery that does not win QUEUED -> STARTING does nothing."""
+    with transaction(rt.db) as s:
+        won = jobs.transition(
+            session=s,
+            job_id=job_id,
+            sources=[JobStatus.QUEUED],
+            target=JobStatus.STARTING,
+            worker_id=rt.worker_id,
+            started_at=utcnow(),
+            heartbeat_at=utcnow(),
+            spark_app_id=rt.spark.sparkContext.applicationId,
+        )
+    if not won:
+        _ignore_delivery(rt, job_id)
+        return
+    with transaction(rt.db) as s:
+        job = jobs.get_job(session=s, job_id=job_id)
+        job_type, framework, request, attempt = job.type, job.framework, job.request, job.attempt
+    running = rt.running.add(job_id)
+    watcher = _Watcher(rt, running)
+    sc = rt.spark.sparkContext
+    sc.setJobGroup(job_id, f"sparktrain {job_type} job {job_id}", interruptOnCancel=True)
+    work_dir = rt.settings.artifact_root / "jobs" / job_id
+    work_dir.mkdir(parents=True, exist_ok=True)
+    ctx = DbJobContext(rt, job_id, attempt, running, work_dir)
+    watcher.start()
+    try:
+        ctx.log(f"attempt {attempt} started on {rt.worker_id} (Spark application {sc.applicationId})")
+        with transaction(rt.db) as s:
+            jobs.transition(session=s, job_id=job_id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
+        ctx.check_cancelled()
+        outcome = _execute(rt, ctx, job_type, framework, request)
+    except BaseException as exc:
+        if running.cancel.is_set():
+            _finish_cancelled(rt, ctx, exc)
+        else:
+            _finish_failed(rt, ctx, exc)
+        if not isinstance(exc, Exception):
+            raise
+    else:
+        _finish_succeeded(rt, ctx, outcome)
+    finally:
+        watcher.stop()
+        rt.running.remove(job_id)
+        sc._jsc.clearJobGroup()
+
+
+def _ignore_delivery(rt: JobRuntime, job_id: str) -> None:
+    with transaction(rt.db) as s:
+        job = s.get(Job, job_id)
+        if job is None:
+            log.warning("message for unknown job %s dropped", job_id)
+            return
+        status = job.status
+        jobs.add_log(
+            session=s,
+            job_id=job_id,
+            level="WARNING",
+            message=f"a delivery of this job reached {rt.worker_id} while it was {status}: ignored",
+        )
+    log.info("job %s is %s: duplicate delivery ignored", job_id, status)
+
+
+def _execute(rt: JobRuntime, ctx: DbJobContext, job_type: str, framework: str | None, request: dict[str, Any]) -> Any:
+    if job_type != "train" or framework not in DRIVERS:
+        raise JobFailure("UNSUPPORTED", f"no runner for {job_type} jobs of framework {framework!r}")
+    ctx.progress(0.0, "checking the request against the data")
+    plan = plan_training(request=TrainRequest.model_validate(request), settings=rt.settings, spark=rt.spark)
+    driver = importlib.import_module(DRIVERS[framework])
+    return driver.train(ctx, plan)
+
+
+class _NoLongerOurs(Exception):
+    """The job left RUNNING/CANCELLING under us (e.g. the reconciler failed it): roll the result back."""
+
+
+def _finish_succeeded(rt: JobRuntime, ctx: DbJobContext, outcome: JobOutcome) -> None:
+    try:
+        _commit_success(rt, ctx, outcome)
+    except _NoLongerOurs:
+        log.warning("job %s finished but is no longer running here; result discarded", ctx.job_id)
+
+
+def _commit_success(rt: JobRuntime, ctx: DbJobContext, outcome: JobOutcome) -> None:
+    with transaction(rt.db) as s:
+        job = jobs.get_job(session=s, job_id=ctx.job_id)
+        values: dict[str, Any] = {"result": outcome.result, "finished_at": utcnow(), "progress": 1.0}
+        if outcome.model is not None:
+            assert job.name is not None
+            version = models.register_version(
+                session=s,
+                name=job.name,
+                framework=outcome.model.framework,
+                artifact_uri=outcome.model.uri,
+                metrics=outcome.model.metrics,
+                params=outcome.model.params,
+                job_id=job.id,
+                owner=job.owner,
+            )
+            values.update(model_name=job.name, model_version=version.version)
+        if job.status == JobStatus.CANCELLING:
+            values["warnings"] = [*job.warnings, "the cancel arrived after the work had finished"]
+        won = jobs.transition(
+            session=s,
+            job_id=ctx.job_id,
+            sources=[JobStatus.RUNNING, JobStatus.CANCELLING],
+            target=JobStatus.SUCCEEDED,
+            **values,
+        )
+        if not won:
+            raise _NoLongerOurs(ctx.job_id)
+        jobs.add_log(session=s, job_id=ctx.job_id, message=_summary(values))
+
+
+def _summary(values: dict[str, Any]) -> str:
+    if "model_version" in values:
+        return f"succeeded: registered {values['model_name']} version {values['model_version']}"
+    return "succeeded"
+
+
+def _finish_cancelled(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> None:
+    with transaction(rt.db) as s:
+        won = jobs.transition(
+            session=s,
+            job_id=ctx.job_id,
+            sources=[JobStatus.CANCELLING, JobStatus.RUNNING, JobStatus.STARTING],
+            target=JobStatus.CANCELLED,
+            finished_at=utcnow(),
+            error_reason="CANCELLED",
+            error_message="cancelled on request",
+        )
+        if won:
+            jobs.add_log(session=s, job_id=ctx.job_id, message=f"cancelled ({type(exc).__name__})")
+
+
+def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> None:
+    reason, message = describe_failure(exc)
+    log.warning("job %s failed: %s: %s", ctx.job_id, reason, message, exc_info=reason == "INTERNAL")
+    with transaction(rt.db) as s:
+        won = jobs.transition(
+            session=s,
+            job_id=ctx.job_id,
+            sources=[JobStatus.STARTING, JobStatus.RUNNING],
+            target=JobStatus.FAILED,
+            finished_at=utcnow(),
+            error_reason=reason,
+            error_message=message,
+        )
+        if won:
+            jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR", message=f"failed: {reason}: {message}")
+            if reason == "INTERNAL":
+                tb = "".join(traceback.format_exception(exc))
+                jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR", message=tb[-_MAX_MESSAGE:])
+
+
+def describe_failure(exc: BaseException) -> tuple[str, str]:
+    """(reason, message) for the job's ``error``: a readable line, never a Java object that does not pickle."""
+    if isinstance(exc, JobFailure):
+        return exc.reason, exc.message[:_MAX_MESSAGE]
+    if isinstance(exc, AppError):
+        return "INVALID_REQUEST", exc.detail[:_MAX_MESSAGE]
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        return "SPARK_ERROR", _java_message(java)
+    if type(exc).__module__.startswith("pyspark"):
+        return "SPARK_ERROR", f"{type(exc).__name__}: {exc}"[:_MAX_MESSAGE]
+    return "INTERNAL", f"{type(exc).__name__}: {exc}"[:_MAX_MESSAGE]
+
+
+def _java_message(java: Any) -> str:
+    """The innermost cause's message; for Python errors on executors, the end of the worker's traceback."""
+    try:
+        cause = java
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        text = str(cause.toString())
+    except Exception:
+        text = str(java)
+    if "Traceback (most recent call last)" in text:
+        return text[-_MAX_MESSAGE:]
+    return text[:_MAX_MESSAGE]

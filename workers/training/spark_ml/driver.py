@@ -1,0 +1,232 @@
+"""Spark ML training: assemble features, optionally cross-validate a grid, evaluate, save the best pipeline.
+
+Everything here runs on the driver; Spark ML ships its own JVM code to the executors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
+from workers.data.spec import ResolvedDataset, read_dataframe
+from workers.training.spark_ml.spec import SparkMLPlan, SparkMLSpec
+
+if TYPE_CHECKING:
+    from pyspark.ml import Estimator
+    from pyspark.ml.evaluation import Evaluator
+    from pyspark.sql import DataFrame
+
+FEATURES_COL = "features"
+LABEL_INDEX_COL = "_label_index"
+BAD_ROW_EXAMPLES = 5
+
+
+def train(ctx: JobContext, plan: SparkMLPlan) -> JobOutcome:
+    spec, ds = plan.spec, plan.train
+    ctx.progress(0.0, "reading data")
+    train_df, dropped = _clean(ctx, read_dataframe(ctx.spark, ds), ds)
+    if plan.validation is not None:
+        val_df, val_dropped = _clean(ctx, read_dataframe(ctx.spark, plan.validation), plan.validation)
+        dropped += val_dropped
+    else:
+        train_df, val_df = train_df.randomSplit([1 - spec.validation_fraction, spec.validation_fraction], spec.seed)
+        ctx.log(f"no validation set given: holding out {spec.validation_fraction:.0%} of the training data")
+    train_df = train_df.cache()
+    try:
+        rows = train_df.count()
+        if rows == 0:
+            raise JobFailure("EMPTY_DATASET", "the training data has no usable rows")
+        ctx.log(f"training on {rows} rows with {len(ds.features)} features")
+        return _fit(ctx, plan, train_df, val_df, rows, dropped)
+    finally:
+        train_df.unpersist()
+
+
+def _fit(
+    ctx: JobContext, plan: SparkMLPlan, train_df: DataFrame, val_df: DataFrame, rows: int, dropped: int
+) -> JobOutcome:
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import StandardScaler, StringIndexer, VectorAssembler
+
+    spec, ds = plan.spec, plan.train
+    assert ds.label is not None
+    label_col, stages, labels = ds.label, [], None
+    if spec.task == "classification" and dict(train_df.dtypes)[ds.label] == "string":
+        indexer = StringIndexer(inputCol=ds.label, outputCol=LABEL_INDEX_COL, handleInvalid="error")
+        indexer_model = indexer.fit(train_df)
+        labels = list(indexer_model.labels)
+        stages.append(indexer_model)
+        label_col = LABEL_INDEX_COL
+    raw = "_features_raw" if spec.standardize else FEATURES_COL
+    stages.append(VectorAssembler(inputCols=list(ds.features), outputCol=raw, handleInvalid="error"))
+    if spec.standardize:
+        stages.append(StandardScaler(inputCol=raw, outputCol=FEATURES_COL, withStd=True, withMean=False))
+    estimator = _estimator(spec, label_col)
+    pipeline = Pipeline(stages=[*stages, estimator])
+
+    cv_table: list[dict[str, Any]] = []
+    best_params: dict[str, Any] = dict(spec.params)
+    if spec.cross_validated:
+        model, cv_table, best_params = _cross_validate(ctx, spec, pipeline, estimator, label_col, train_df)
+    else:
+        ctx.progress(0.1, "fitting")
+        model = pipeline.fit(train_df)
+    ctx.check_cancelled()
+
+    ctx.progress(0.92, "evaluating on the validation data")
+    predictions = model.transform(val_df).cache()
+    try:
+        val_metrics = _evaluate(spec, label_col, predictions)
+    finally:
+        predictions.unpersist()
+    total_steps = max(1, len(cv_table))
+    ctx.metrics(MetricPoint(f"validation_{k}", v, step=total_steps) for k, v in val_metrics.items())
+
+    ctx.progress(0.97, "saving the model")
+    uri = ctx.work_dir / "model"
+    model.write().overwrite().save(str(uri))
+    result: dict[str, Any] = {
+        "algorithm": spec.algorithm,
+        "task": spec.task,
+        "rows": {"train": rows},
+        "validation": val_metrics,
+        "best_params": best_params,
+        "metric": spec.metric,
+    }
+    if cv_table:
+        result["cross_validation"] = {"num_folds": spec.num_folds, "grid": cv_table}
+    if dropped or ds.bad_rows == "skip":
+        result["bad_rows"] = dropped
+    params = {
+        "algorithm": spec.algorithm,
+        "task": spec.task,
+        "features": list(ds.features),
+        "label": ds.label,
+        "best_params": best_params,
+        "labels": labels,
+        "spec": spec.to_dict(),
+    }
+    ctx.progress(1.0, "done")
+    return JobOutcome(
+        result=result,
+        model=ModelArtifact(framework="spark_ml", uri=uri.as_uri(), metrics=val_metrics, params=params),
+    )
+
+
+def _estimator(spec: SparkMLSpec, label_col: str) -> Estimator[Any]:
+    module, _, cls = spec.estimator_class.rpartition(".")
+    estimator = getattr(importlib.import_module(module), cls)(featuresCol=FEATURES_COL, labelCol=label_col)
+    if estimator.hasParam("seed"):
+        estimator.setSeed(spec.seed)
+    for name, value in spec.params.items():
+        estimator.set(estimator.getParam(name), value)
+    return estimator  # type: ignore[no-any-return]
+
+
+def _cross_validate(
+    ctx: JobContext,
+    spec: SparkMLSpec,
+    pipeline: Any,
+    estimator: Any,
+    label_col: str,
+    train_df: DataFrame,
+) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    names = list(spec.grid)
+    builder = ParamGridBuilder()
+    for name in names:
+        builder = builder.addGrid(estimator.getParam(name), list(spec.grid[name]))
+    param_maps = builder.build()
+    assert spec.num_folds is not None
+    total = spec.num_folds * len(param_maps)
+    ctx.log(f"cross-validating {len(param_maps)} parameter combinations x {spec.num_folds} folds = {total} fits")
+    evaluator = _ProgressEvaluator(_evaluator(spec, label_col, spec.metric), ctx, total)
+    cv = CrossValidator(
+        estimator=pipeline,
+        estimatorParamMaps=param_maps,
+        evaluator=evaluator,
+        numFolds=spec.num_folds,
+        seed=spec.seed,
+        parallelism=1,
+    )
+    cv_model = cv.fit(train_df)
+    combos = [{name: pm[estimator.getParam(name)] for name in names} for pm in param_maps]
+    table = [
+        {"params": combo, spec.metric: float(m), "std": float(s)}
+        for combo, m, s in itertools.zip_longest(combos, cv_model.avgMetrics, cv_model.stdMetrics)
+    ]
+    pick = max if evaluator.isLargerBetter() else min
+    best = pick(range(len(table)), key=lambda i: table[i][spec.metric])
+    return cv_model.bestModel, table, {**spec.params, **combos[best]}
+
+
+def _evaluator(spec: SparkMLSpec, label_col: str, metric: str) -> Evaluator:
+    from pyspark.ml.evaluation import MulticlassClassificationEvaluator, RegressionEvaluator
+
+    if spec.task == "regression":
+        return RegressionEvaluator(labelCol=label_col, predictionCol="prediction", metricName=metric)
+    return MulticlassClassificationEvaluator(labelCol=label_col, predictionCol="prediction", metricName=metric)
+
+
+def _evaluate(spec: SparkMLSpec, label_col: str, predictions: DataFrame) -> dict[str, float]:
+    names = ("rmse", "mae", "r2", "mse") if spec.task == "regression" else ("accuracy", "f1")
+    return {name: float(_evaluator(spec, label_col, name).evaluate(predictions)) for name in names}
+
+
+def _clean(ctx: JobContext, df: DataFrame, ds: ResolvedDataset) -> tuple[DataFrame, int]:
+    """Apply the bad-row policy: rows with a null or NaN feature or label fail the job or are dropped."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    columns = [*ds.features, *([ds.label] if ds.label else [])]
+    types = dict(df.dtypes)
+    conditions = []
+    for c in columns:
+        cond = F.col(c).isNull()
+        if types[c] in ("double", "float"):
+            cond = cond | F.isnan(F.col(c))
+        conditions.append(cond)
+    bad = reduce(lambda a, b: a | b, conditions)
+    flagged = df.select(*columns).withColumn("_bad", bad)
+    bad_count = flagged.where(F.col("_bad")).count()
+    if bad_count == 0:
+        return df.select(*columns), 0
+    if ds.bad_rows == "fail":
+        examples = [r.asDict() for r in flagged.where(F.col("_bad")).drop("_bad").limit(BAD_ROW_EXAMPLES).collect()]
+        raise JobFailure(
+            "BAD_ROWS",
+            f"{bad_count} rows of {ds.path} have a null or NaN in {', '.join(columns)}; first ones: {examples}. "
+            'Fix the data or set dataset.bad_rows to "skip" to drop them.',
+        )
+    ctx.warn(f"dropped {bad_count} rows of {ds.path} with a null or NaN value (bad_rows=skip)")
+    return flagged.where(~F.col("_bad")).drop("_bad"), bad_count
+
+
+class _ProgressEvaluator:
+    """Wraps the selection evaluator: CrossValidator calls it once per (fold, parameter map), which is exactly
+    the progress we want to report, and the place to stop between fits when the job is cancelled."""
+
+    def __new__(cls, inner: Evaluator, ctx: JobContext, total: int) -> Any:
+        from pyspark.ml.evaluation import Evaluator
+
+        class ProgressEvaluator(Evaluator):  # type: ignore[misc]
+            def __init__(self) -> None:
+                super().__init__()
+                self.done = 0
+
+            def _evaluate(self, dataset: DataFrame) -> float:
+                ctx.check_cancelled()
+                value = float(inner.evaluate(dataset))
+                self.done += 1
+                ctx.metrics([MetricPoint(f"cv_{inner.getMetricName()}", value, step=self.done)])
+                ctx.progress(0.05 + 0.85 * self.done / total, f"cross-validation fit {self.done} of {total}")
+                return value
+
+            def isLargerBetter(self) -> bool:  # noqa: N802 (pyspark API)
+                return bool(inner.isLargerBetter())
+
+        return ProgressEvaluator()

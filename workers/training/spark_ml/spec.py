@@ -1,0 +1,261 @@
+"""``framework: "spark_ml"`` parameters: which estimator, its parameters, an optional cross-validated grid.
+
+Pure Python (the API validates requests with it before a job exists). The tables name each estimator's
+tunable parameters with their types and bounds; a test checks every entry against pyspark's estimators so the
+table cannot drift from Spark.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from workers.data.spec import ResolvedDataset
+from workers.errors import SpecError
+
+Task = Literal["classification", "regression"]
+Scalar = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class ParamRule:
+    kind: type
+    check: Callable[[Any], bool] = lambda _v: True
+    hint: str = ""
+    choices: tuple[str, ...] = ()
+
+
+def _positive(v: Any) -> bool:
+    return bool(v >= 1)
+
+
+def _non_negative(v: Any) -> bool:
+    return bool(v >= 0)
+
+
+def _unit(v: Any) -> bool:
+    return bool(0 <= v <= 1)
+
+
+def _fraction(v: Any) -> bool:
+    return bool(0 < v <= 1)
+
+
+_TREE = {
+    "numTrees": ParamRule(int, _positive, ">= 1"),
+    "maxDepth": ParamRule(int, lambda v: 0 <= v <= 30, "between 0 and 30"),
+    "maxBins": ParamRule(int, lambda v: v >= 2, ">= 2"),
+    "minInstancesPerNode": ParamRule(int, _positive, ">= 1"),
+    "minInfoGain": ParamRule(float, _non_negative, ">= 0"),
+    "subsamplingRate": ParamRule(float, _fraction, "in (0, 1]"),
+    "bootstrap": ParamRule(bool),
+    "featureSubsetStrategy": ParamRule(
+        str,
+        lambda v: v in {"auto", "all", "onethird", "sqrt", "log2"} or _is_number(v),
+        "auto, all, onethird, sqrt, log2, a fraction in (0, 1] or a count",
+    ),
+}
+_LINEAR = {
+    "maxIter": ParamRule(int, _non_negative, ">= 0"),
+    "regParam": ParamRule(float, _non_negative, ">= 0"),
+    "elasticNetParam": ParamRule(float, _unit, "in [0, 1]"),
+    "fitIntercept": ParamRule(bool),
+    "standardization": ParamRule(bool),
+    "tol": ParamRule(float, _non_negative, ">= 0"),
+}
+
+ALGORITHMS: dict[str, dict[Task, tuple[str, dict[str, ParamRule]]]] = {
+    "random_forest": {
+        "regression": (
+            "pyspark.ml.regression.RandomForestRegressor",
+            {**_TREE, "impurity": ParamRule(str, choices=("variance",))},
+        ),
+        "classification": (
+            "pyspark.ml.classification.RandomForestClassifier",
+            {**_TREE, "impurity": ParamRule(str, choices=("gini", "entropy"))},
+        ),
+    },
+    "linear_regression": {
+        "regression": (
+            "pyspark.ml.regression.LinearRegression",
+            {
+                **_LINEAR,
+                "loss": ParamRule(str, choices=("squaredError", "huber")),
+                "solver": ParamRule(str, choices=("auto", "normal", "l-bfgs")),
+            },
+        ),
+    },
+    "logistic_regression": {
+        "classification": (
+            "pyspark.ml.classification.LogisticRegression",
+            {
+                **_LINEAR,
+                "threshold": ParamRule(float, _unit, "in [0, 1]"),
+                "family": ParamRule(str, choices=("auto", "binomial", "multinomial")),
+            },
+        ),
+    },
+}
+
+METRICS: dict[Task, tuple[str, ...]] = {
+    "regression": ("rmse", "mse", "mae", "r2"),
+    "classification": ("f1", "accuracy", "weightedPrecision", "weightedRecall"),
+}
+MAX_GRID_POINTS = 256
+CONTROL_KEYS = ("algorithm", "grid", "num_folds", "metric", "standardize", "seed", "validation_fraction")
+
+
+@dataclass(frozen=True)
+class SparkMLSpec:
+    algorithm: str
+    task: Task
+    estimator_class: str
+    params: dict[str, Scalar] = field(default_factory=dict)
+    grid: dict[str, tuple[Scalar, ...]] = field(default_factory=dict)
+    num_folds: int | None = None
+    metric: str = "rmse"
+    standardize: bool = True
+    seed: int = 42
+    validation_fraction: float = 0.2
+
+    @property
+    def cross_validated(self) -> bool:
+        return self.num_folds is not None
+
+    @property
+    def grid_size(self) -> int:
+        return math.prod(len(v) for v in self.grid.values()) if self.grid else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "task": self.task,
+            "params": dict(self.params),
+            "grid": {k: list(v) for k, v in self.grid.items()},
+            "num_folds": self.num_folds,
+            "metric": self.metric,
+            "standardize": self.standardize,
+            "seed": self.seed,
+            "validation_fraction": self.validation_fraction,
+        }
+
+
+@dataclass(frozen=True)
+class SparkMLPlan:
+    """What a spark_ml job runs: checked datasets and parameters."""
+
+    train: ResolvedDataset
+    validation: ResolvedDataset | None
+    spec: SparkMLSpec
+
+
+def _is_number(v: Any) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _check_value(path: str, name: str, rule: ParamRule, value: Any) -> Scalar:
+    if rule.kind is bool:
+        ok = isinstance(value, bool)
+    elif rule.kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif rule.kind is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise SpecError(path, f"{name} must be {rule.kind.__name__}, got {value!r}")
+    if rule.choices and value not in rule.choices:
+        raise SpecError(path, f"{name} must be one of {', '.join(rule.choices)}, got {value!r}")
+    if not rule.check(value):
+        raise SpecError(path, f"{name} must be {rule.hint}, got {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def _unknown(path: str, name: str, allowed: Mapping[str, Any], algorithm: str) -> SpecError:
+    return SpecError(
+        path, f"unknown parameter {name!r} for {algorithm}; known parameters: {', '.join(sorted(allowed))}"
+    )
+
+
+def parse_spark_ml_params(params: Mapping[str, Any] | None, *, task: Task | None) -> SparkMLSpec:
+    """Validate ``params`` of a spark_ml training request (paths in errors start at ``params``)."""
+    params = dict(params or {})
+    algorithm = params.get("algorithm")
+    if algorithm is None:
+        raise SpecError("params.algorithm", f"required; one of {', '.join(ALGORITHMS)}")
+    if algorithm not in ALGORITHMS:
+        raise SpecError("params.algorithm", f"unknown algorithm {algorithm!r}; one of {', '.join(ALGORITHMS)}")
+    if task is None:
+        raise SpecError("dataset.task", "required for spark_ml: classification or regression")
+    by_task = ALGORITHMS[algorithm]
+    if task not in by_task:
+        raise SpecError(
+            "params.algorithm",
+            f"{algorithm} does not do {task}; it does {', '.join(by_task)} (see dataset.task)",
+        )
+    estimator_class, rules = by_task[task]
+
+    estimator_params: dict[str, Scalar] = {}
+    for name, value in params.items():
+        if name in CONTROL_KEYS:
+            continue
+        if name not in rules:
+            raise _unknown(f"params.{name}", name, rules, algorithm)
+        estimator_params[name] = _check_value(f"params.{name}", name, rules[name], value)
+
+    grid_in = params.get("grid") or {}
+    if not isinstance(grid_in, Mapping):
+        raise SpecError("params.grid", "must be an object mapping parameter names to lists of values")
+    grid: dict[str, tuple[Scalar, ...]] = {}
+    for name, values in grid_in.items():
+        path = f"params.grid.{name}"
+        if name not in rules:
+            raise _unknown(path, name, rules, algorithm)
+        if not isinstance(values, list) or not values:
+            raise SpecError(path, "must be a non-empty list of values")
+        grid[name] = tuple(_check_value(path, name, rules[name], v) for v in values)
+        if name in estimator_params:
+            raise SpecError(path, f"{name} is both fixed in params and searched in the grid; keep one")
+    size = math.prod(len(v) for v in grid.values()) if grid else 1
+    if size > MAX_GRID_POINTS:
+        raise SpecError("params.grid", f"{size} combinations; at most {MAX_GRID_POINTS} are allowed")
+
+    num_folds = params.get("num_folds")
+    if num_folds is not None and (
+        not isinstance(num_folds, int) or isinstance(num_folds, bool) or not 2 <= num_folds <= 20
+    ):
+        raise SpecError("params.num_folds", f"must be an integer between 2 and 20, got {num_folds!r}")
+    if grid and num_folds is None:
+        num_folds = 3
+
+    metric = params.get("metric", METRICS[task][0])
+    if metric not in METRICS[task]:
+        raise SpecError("params.metric", f"for {task} one of {', '.join(METRICS[task])}, got {metric!r}")
+    standardize = params.get("standardize", True)
+    if not isinstance(standardize, bool):
+        raise SpecError("params.standardize", f"must be true or false, got {standardize!r}")
+    seed = params.get("seed", 42)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise SpecError("params.seed", f"must be an integer, got {seed!r}")
+    fraction = params.get("validation_fraction", 0.2)
+    if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
+        raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {fraction!r}")
+    return SparkMLSpec(
+        algorithm=algorithm,
+        task=task,
+        estimator_class=estimator_class,
+        params=estimator_params,
+        grid=grid,
+        num_folds=num_folds,
+        metric=metric,
+        standardize=standardize,
+        seed=seed,
+        validation_fraction=float(fraction),
+    )
