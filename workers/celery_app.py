@@ -21,7 +21,7 @@ def runtime_of(app: Celery) -> JobRuntime:
     rt = getattr(app, RUNTIME_ATTR, None)
     if rt is None:
         raise RuntimeError("this Celery app has no JobRuntime attached: start it through app.main or workers.worker")
-    return rt  # type: ignore[no-any-return]
+    return rt
 
 
 def attach_runtime(app: Celery, rt: JobRuntime) -> None:

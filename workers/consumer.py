@@ -18,7 +18,7 @@ from celery.worker import state as worker_state
 log = logging.getLogger(__name__)
 
 
-class _Controller(WorkController):  # type: ignore[misc]
+class _Controller(WorkController):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.ready = threading.Event()
         super().__init__(*args, **kwargs)

@@ -135,18 +135,38 @@ def run_job(rt: JobRuntime, job_id: str) -> None:
         ctx.check_cancelled()
         outcome = _execute(rt, ctx, job_type, framework, request)
     except BaseException as exc:
-        if running.cancel.is_set():
-            _finish_cancelled(rt, ctx, exc)
-        else:
-            _finish_failed(rt, ctx, exc)
+        _settle(rt, ctx, exc)
         if not isinstance(exc, Exception):
             raise
     else:
-        _finish_succeeded(rt, ctx, outcome)
+        _settle(rt, ctx, outcome)
     finally:
         watcher.stop()
         rt.running.remove(job_id)
         sc._jsc.clearJobGroup()
+
+
+def _settle(rt: JobRuntime, ctx: DbJobContext, ended: JobOutcome | BaseException) -> None:
+    """Write the one final state. A bug in writing it must not leave the job looking alive."""
+    try:
+        if isinstance(ended, JobOutcome):
+            _finish_succeeded(rt, ctx, ended)
+        elif ctx.cancelled:
+            _finish_cancelled(rt, ctx, ended)
+        else:
+            _finish_failed(rt, ctx, ended)
+    except Exception as exc:
+        log.exception("could not record the end of job %s", ctx.job_id)
+        with transaction(rt.db) as s:
+            jobs.transition(
+                session=s,
+                job_id=ctx.job_id,
+                sources=[JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING],
+                target=JobStatus.FAILED,
+                finished_at=utcnow(),
+                error_reason="INTERNAL",
+                error_message=f"recording the result failed: {type(exc).__name__}: {exc}"[:_MAX_MESSAGE],
+            )
 
 
 def _ignore_delivery(rt: JobRuntime, job_id: str) -> None:
@@ -227,7 +247,7 @@ def _finish_cancelled(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> 
         won = jobs.transition(
             session=s,
             job_id=ctx.job_id,
-            sources=[JobStatus.CANCELLING, JobStatus.RUNNING, JobStatus.STARTING],
+            sources=[JobStatus.CANCELLING],
             target=JobStatus.CANCELLED,
             finished_at=utcnow(),
             error_reason="CANCELLED",

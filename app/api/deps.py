@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def get_runtime(request: Request) -> ServiceRuntime:
-    return request.app.state.runtime  # type: ignore[no-any-return]
+    return request.app.state.runtime
 
 
 RuntimeDep = Annotated[ServiceRuntime, Depends(get_runtime)]

@@ -154,7 +154,7 @@ def transition(
         .values(status=target.value, **values)
         .execution_options(synchronize_session=False)
     )
-    return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined, no-any-return]
+    return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
 
 
 def set_progress(*, session: Session, job_id: str, fraction: float, message: str | None) -> None:

@@ -103,8 +103,12 @@ def test_cancel_running_job(service: Service) -> None:
     job = service.train(body)
     sc = service.runtime.spark.sparkContext
     deadline = time.monotonic() + 120
-    while not sc.statusTracker().getJobIdsForGroup(job["id"]):
-        assert time.monotonic() < deadline, "no Spark job started for the training job"
+    while True:  # cancel in the middle of the cross-validation, while a Spark job of this job runs
+        assert time.monotonic() < deadline, "the cross-validation never started"
+        logs = service.client.get(f"/jobs/{job['id']}/logs").json()["lines"]
+        active = set(sc.statusTracker().getActiveJobsIds()) & set(sc.statusTracker().getJobIdsForGroup(job["id"]))
+        if active and any("cross-validating" in line["message"] for line in logs):
+            break
         time.sleep(0.1)
     response = service.client.post(f"/jobs/{job['id']}/cancel")
     assert response.status_code == 202

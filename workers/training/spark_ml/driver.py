@@ -52,7 +52,8 @@ def _fit(
 
     spec, ds = plan.spec, plan.train
     assert ds.label is not None
-    label_col, stages, labels = ds.label, [], None
+    label_col, labels = ds.label, None
+    stages: list[Any] = []
     if spec.task == "classification" and dict(train_df.dtypes)[ds.label] == "string":
         indexer = StringIndexer(inputCol=ds.label, outputCol=LABEL_INDEX_COL, handleInvalid="error")
         indexer_model = indexer.fit(train_df)
@@ -122,7 +123,7 @@ def _estimator(spec: SparkMLSpec, label_col: str) -> Estimator[Any]:
         estimator.setSeed(spec.seed)
     for name, value in spec.params.items():
         estimator.set(estimator.getParam(name), value)
-    return estimator  # type: ignore[no-any-return]
+    return estimator
 
 
 def _cross_validate(
@@ -158,17 +159,16 @@ def _cross_validate(
         {"params": combo, spec.metric: float(m), "std": float(s)}
         for combo, m, s in itertools.zip_longest(combos, cv_model.avgMetrics, cv_model.stdMetrics)
     ]
-    pick = max if evaluator.isLargerBetter() else min
-    best = pick(range(len(table)), key=lambda i: table[i][spec.metric])
+    scores = [float(m) for m in cv_model.avgMetrics]
+    best = scores.index(max(scores) if evaluator.isLargerBetter() else min(scores))
     return cv_model.bestModel, table, {**spec.params, **combos[best]}
 
 
-def _evaluator(spec: SparkMLSpec, label_col: str, metric: str) -> Evaluator:
+def _evaluator(spec: SparkMLSpec, label_col: str, metric: str) -> Any:
     from pyspark.ml.evaluation import MulticlassClassificationEvaluator, RegressionEvaluator
 
-    if spec.task == "regression":
-        return RegressionEvaluator(labelCol=label_col, predictionCol="prediction", metricName=metric)
-    return MulticlassClassificationEvaluator(labelCol=label_col, predictionCol="prediction", metricName=metric)
+    cls: Any = RegressionEvaluator if spec.task == "regression" else MulticlassClassificationEvaluator
+    return cls(labelCol=label_col, predictionCol="prediction", metricName=metric)
 
 
 def _evaluate(spec: SparkMLSpec, label_col: str, predictions: DataFrame) -> dict[str, float]:
@@ -210,10 +210,10 @@ class _ProgressEvaluator:
     """Wraps the selection evaluator: CrossValidator calls it once per (fold, parameter map), which is exactly
     the progress we want to report, and the place to stop between fits when the job is cancelled."""
 
-    def __new__(cls, inner: Evaluator, ctx: JobContext, total: int) -> Any:
+    def __new__(cls, inner: Any, ctx: JobContext, total: int) -> Any:
         from pyspark.ml.evaluation import Evaluator
 
-        class ProgressEvaluator(Evaluator):  # type: ignore[misc]
+        class ProgressEvaluator(Evaluator):
             def __init__(self) -> None:
                 super().__init__()
                 self.done = 0

@@ -175,7 +175,7 @@ def _check_value(path: str, name: str, rule: ParamRule, value: Any) -> Scalar:
         raise SpecError(path, f"{name} must be one of {', '.join(rule.choices)}, got {value!r}")
     if not rule.check(value):
         raise SpecError(path, f"{name} must be {rule.hint}, got {value!r}")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _unknown(path: str, name: str, allowed: Mapping[str, Any], algorithm: str) -> SpecError:
