@@ -15,7 +15,6 @@ from workers.training.spark_ml.spec import SparkMLPlan, SparkMLSpec
 
 if TYPE_CHECKING:
     from pyspark.ml import Estimator
-    from pyspark.ml.evaluation import Evaluator
     from pyspark.sql import DataFrame
 
 FEATURES_COL = "features"
