@@ -84,7 +84,12 @@ def start_runtime(settings: Settings, *, spark: SparkSession | None = None) -> S
         owns_spark=owns_spark,
     )
     if settings.in_process_consumer:
+        from workers.celery_app import restore_unacked_embedded
         from workers.consumer import InProcessConsumer
+
+        restored = restore_unacked_embedded(settings.broker_url)
+        if restored:
+            log.warning("%d job messages taken by a process that died were made visible again", restored)
 
         rt.consumer = InProcessConsumer(celery, concurrency=settings.consumer_concurrency, queue=settings.queue)
         try:

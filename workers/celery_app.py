@@ -42,6 +42,29 @@ def _configure_embedded_broker(settings: Settings) -> None:
             Path(db).parent.mkdir(parents=True, exist_ok=True)
 
 
+def restore_unacked_embedded(broker_url: str) -> int:
+    """Make the embedded SQLite broker's taken-but-unacknowledged messages visible again.
+
+    kombu's SQLAlchemy transport hides a message when a consumer takes it and deletes it on ack; a consumer
+    killed in between (kill -9, power loss) leaves it hidden for ever. The embedded broker belongs to one
+    driver, so at that driver's start nothing else can hold a message: every hidden one is an orphan. Jobs the
+    messages name that already started are dropped by the QUEUED -> STARTING guard. Returns how many came back.
+    """
+    if not broker_url.startswith("sqla+sqlite:///"):
+        return 0
+    import sqlite3
+    from pathlib import Path
+
+    path = Path(broker_url.removeprefix("sqla+sqlite:///"))
+    if not path.exists():
+        return 0
+    with sqlite3.connect(path, timeout=30) as conn:
+        try:
+            return conn.execute("UPDATE kombu_message SET visible = 1 WHERE visible = 0").rowcount
+        except sqlite3.OperationalError:  # no table yet: the broker was never used
+            return 0
+
+
 def create_celery(settings: Settings) -> Celery:
     _configure_embedded_broker(settings)
     app = Celery("sparktrain", set_as_current=False)
