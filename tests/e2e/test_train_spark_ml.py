@@ -179,3 +179,22 @@ def test_bad_rows_fail_or_skip(make_service: Callable[..., Any], tmp_path: Path)
         assert done["result"]["bad_rows"] == 3
         assert done["result"]["rows"]["train"] < 2000
         assert any("dropped 3 rows" in w for w in done["warnings"])
+
+
+@pytest.mark.slow
+def test_seed_article_grid(service: Service) -> None:
+    """The article's grid: maxBins {100, 200} x maxDepth {2, 7, 10} x numTrees {5, 20}, 3 folds (36 fits)."""
+    grid = {"maxBins": [100, 200], "maxDepth": [2, 7, 10], "numTrees": [5, 20]}
+    job = service.wait(
+        service.train(taxi_request("article-rf", algorithm="random_forest", grid=grid, num_folds=3))["id"],
+        {"SUCCEEDED", "FAILED"},
+        timeout=900,
+    )
+    assert job["status"] == "SUCCEEDED", job["error"]
+    table = job["result"]["cross_validation"]["grid"]
+    assert len(table) == 12
+    best = min(table, key=lambda row: row["rmse"])
+    assert job["result"]["best_params"] == best["params"]
+    assert best["params"]["maxDepth"] == 10  # deeper trees win on this data, as the article's would with enough rows
+    metrics = service.client.get(f"/jobs/{job['id']}/metrics", params={"key": "cv_rmse"}).json()["metrics"]
+    assert len(metrics) == 36

@@ -25,19 +25,18 @@ BAD_ROW_EXAMPLES = 5
 def train(ctx: JobContext, plan: SparkMLPlan) -> JobOutcome:
     spec, ds = plan.spec, plan.train
     ctx.progress(0.0, "reading data")
-    train_df, dropped = _clean(ctx, read_dataframe(ctx.spark, ds), ds)
+    train_df, rows, dropped = _clean(ctx, read_dataframe(ctx.spark, ds), ds)
+    if rows == 0:
+        raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
     if plan.validation is not None:
-        val_df, val_dropped = _clean(ctx, read_dataframe(ctx.spark, plan.validation), plan.validation)
+        val_df, _, val_dropped = _clean(ctx, read_dataframe(ctx.spark, plan.validation), plan.validation)
         dropped += val_dropped
     else:
         train_df, val_df = train_df.randomSplit([1 - spec.validation_fraction, spec.validation_fraction], spec.seed)
         ctx.log(f"no validation set given: holding out {spec.validation_fraction:.0%} of the training data")
+    ctx.log(f"training on {rows} rows with {len(ds.features)} features")
     train_df = train_df.cache()
     try:
-        rows = train_df.count()
-        if rows == 0:
-            raise JobFailure("EMPTY_DATASET", "the training data has no usable rows")
-        ctx.log(f"training on {rows} rows with {len(ds.features)} features")
         return _fit(ctx, plan, train_df, val_df, rows, dropped)
     finally:
         train_df.unpersist()
@@ -171,12 +170,34 @@ def _evaluator(spec: SparkMLSpec, label_col: str, metric: str) -> Any:
 
 
 def _evaluate(spec: SparkMLSpec, label_col: str, predictions: DataFrame) -> dict[str, float]:
-    names = ("rmse", "mae", "r2", "mse") if spec.task == "regression" else ("accuracy", "f1")
-    return {name: float(_evaluator(spec, label_col, name).evaluate(predictions)) for name in names}
+    """The validation metrics in one pass over the predictions."""
+    from pyspark.sql import functions as F
+
+    y, p = F.col(label_col).cast("double"), F.col("prediction")
+    if spec.task == "regression":
+        row = predictions.agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum((y - p) ** 2).alias("sse"),
+            F.sum(F.abs(y - p)).alias("sae"),
+            F.sum(y).alias("sy"),
+            F.sum(y * y).alias("syy"),
+        ).first()
+        assert row is not None
+        n = max(int(row["n"]), 1)
+        mse = float(row["sse"] or 0.0) / n
+        ss_tot = float(row["syy"] or 0.0) - float(row["sy"] or 0.0) ** 2 / n
+        return {
+            "rmse": mse**0.5,
+            "mae": float(row["sae"] or 0.0) / n,
+            "r2": 1.0 - float(row["sse"] or 0.0) / ss_tot if ss_tot > 0 else 0.0,
+            "mse": mse,
+        }
+    return {name: float(_evaluator(spec, label_col, name).evaluate(predictions)) for name in ("accuracy", "f1")}
 
 
-def _clean(ctx: JobContext, df: DataFrame, ds: ResolvedDataset) -> tuple[DataFrame, int]:
-    """Apply the bad-row policy: rows with a null or NaN feature or label fail the job or are dropped."""
+def _clean(ctx: JobContext, df: DataFrame, ds: ResolvedDataset) -> tuple[DataFrame, int, int]:
+    """Apply the bad-row policy (a null or NaN feature or label fails the job, or the row is dropped) and count
+    the rows, in one pass. Returns (clean frame, usable rows, dropped rows)."""
     from functools import reduce
 
     from pyspark.sql import functions as F
@@ -191,9 +212,11 @@ def _clean(ctx: JobContext, df: DataFrame, ds: ResolvedDataset) -> tuple[DataFra
         conditions.append(cond)
     bad = reduce(lambda a, b: a | b, conditions)
     flagged = df.select(*columns).withColumn("_bad", bad)
-    bad_count = flagged.where(F.col("_bad")).count()
+    counts = flagged.agg(F.count(F.lit(1)).alias("n"), F.sum(F.col("_bad").cast("int")).alias("bad")).first()
+    assert counts is not None
+    total, bad_count = int(counts["n"]), int(counts["bad"] or 0)
     if bad_count == 0:
-        return df.select(*columns), 0
+        return df.select(*columns), total, 0
     if ds.bad_rows == "fail":
         examples = [r.asDict() for r in flagged.where(F.col("_bad")).drop("_bad").limit(BAD_ROW_EXAMPLES).collect()]
         raise JobFailure(
@@ -202,7 +225,7 @@ def _clean(ctx: JobContext, df: DataFrame, ds: ResolvedDataset) -> tuple[DataFra
             'Fix the data or set dataset.bad_rows to "skip" to drop them.',
         )
     ctx.warn(f"dropped {bad_count} rows of {ds.path} with a null or NaN value (bad_rows=skip)")
-    return flagged.where(~F.col("_bad")).drop("_bad"), bad_count
+    return flagged.where(~F.col("_bad")).drop("_bad"), total - bad_count, bad_count
 
 
 class _ProgressEvaluator:

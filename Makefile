@@ -1,0 +1,41 @@
+# sparktrain: the two set-up commands of the README, and a few conveniences.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: install run test lint fmt bench-quick clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)
+
+## Start the driver process on the embedded default: http://127.0.0.1:8000 (Swagger UI at /docs).
+run: install
+	$(BIN)/python -m app
+
+## Lint, type-check and run every test (slow ones included). Starts Redis and PostgreSQL when they are
+## installed but stopped; SPARKTRAIN_REQUIRE_SERVICES=1 makes their absence fail the tests instead of skip them.
+test: install
+	scripts/services.sh
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
+
+fmt: install
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+bench-quick: install
+	$(BIN)/python -m bench.service --quick
+	$(BIN)/python -m bench.broker --quick
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache
