@@ -70,6 +70,10 @@ class JobContext(Protocol):
         """Record a warning on the job (visible in ``warnings``) and in its log."""
         ...
 
+    def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any]) -> str:
+        """Register a complete checkpoint of this job (one per epoch; a replayed epoch replaces the row)."""
+        ...
+
     @property
     def cancelled(self) -> bool: ...
 

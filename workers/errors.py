@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SpecError(ValueError):
     """A request field that cannot work; ``path`` locates it (``params.grid.maxDepth``)."""
@@ -10,3 +12,6 @@ class SpecError(ValueError):
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.message))

@@ -18,7 +18,7 @@ from app.db.base import utcnow
 from app.db.models import Job
 from app.db.session import transaction
 from app.schemas.train import TrainRequest
-from app.services import jobs, models
+from app.services import checkpoints, jobs, models
 from app.services.training import plan_training
 from workers.context import JobCancelled, JobFailure, JobOutcome, MetricPoint
 from workers.families import DRIVERS
@@ -66,6 +66,13 @@ class DbJobContext:
         self.log(message, "WARNING")
         with transaction(self._rt.db) as s:
             jobs.add_warning(session=s, job_id=self.job_id, message=message)
+
+    def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any]) -> str:
+        with transaction(self._rt.db) as s:
+            row = checkpoints.record(
+                session=s, job_id=self.job_id, attempt=self.attempt, epoch=epoch, step=step, uri=uri, metrics=metrics
+            )
+            return row.id
 
     @property
     def cancelled(self) -> bool:
@@ -189,7 +196,7 @@ def _execute(rt: JobRuntime, ctx: DbJobContext, job_type: str, framework: str | 
     if job_type != "train" or framework not in DRIVERS:
         raise JobFailure("UNSUPPORTED", f"no runner for {job_type} jobs of framework {framework!r}")
     ctx.progress(0.0, "checking the request against the data")
-    plan = plan_training(request=TrainRequest.model_validate(request), settings=rt.settings, spark=rt.spark)
+    plan = plan_training(request=TrainRequest.model_validate(request), settings=rt.settings, spark=rt.spark, db=rt.db)
     driver = importlib.import_module(DRIVERS[framework])
     return driver.train(ctx, plan)
 
@@ -300,6 +307,8 @@ def _java_message(java: Any) -> str:
         text = str(cause.toString())
     except Exception:
         text = str(java)
+    # Spark puts the executor's stack into the message: keep the words, drop the JVM frames
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("at ") and line.strip())
     if "Traceback (most recent call last)" in text:
         return text[-_MAX_MESSAGE:]
     return text[:_MAX_MESSAGE]

@@ -31,6 +31,12 @@ class DatasetRef(BaseModel):
         None, min_length=1, description="Feature columns; default: every numeric column but the label."
     )
     label: str | None = Field(None, description="The label column.")
+    input_shape: list[int] | None = Field(
+        None,
+        min_length=1,
+        max_length=3,
+        description="Shape of one example when the single feature is an array column (e.g. [1, 8, 8]).",
+    )
     task: Task | None = None
     num_classes: int | None = Field(None, ge=2, le=100_000)
     bad_rows: Literal["fail", "skip"] = Field(
@@ -68,6 +74,9 @@ class TrainingOptions(BaseModel):
     )
     averaging_frequency: int = Field(5, ge=1, le=100_000, description="parameter_averaging: minibatches per average")
     resume_from: str | None = Field(None, max_length=64, description="A checkpoint id to continue from.")
+    validation_fraction: float = Field(
+        0.1, gt=0, lt=1, description="Held out (seeded) for validation when no validation set is given."
+    )
 
 
 class TrainRequest(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,7 +10,23 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.core.errors import NotFound
+from app.db.base import utcnow
 from app.db.models import Checkpoint
+
+
+def record(
+    *, session: Session, job_id: str, attempt: int, epoch: int, step: int, uri: str, metrics: dict[str, Any]
+) -> Checkpoint:
+    """One row per (job, epoch): a replayed attempt that writes the same epoch again updates it in place."""
+    row = session.scalar(
+        select(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.epoch == epoch).with_for_update()
+    )
+    if row is None:
+        row = Checkpoint(id=uuid.uuid4().hex, job_id=job_id, epoch=epoch, created_at=utcnow())
+        session.add(row)
+    row.attempt, row.step, row.uri, row.metrics = attempt, step, uri, metrics
+    session.flush()
+    return row
 
 
 def list_for_job(*, session: Session, job_id: str) -> Sequence[Checkpoint]:

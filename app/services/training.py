@@ -29,24 +29,33 @@ Enqueue = Callable[[str, str], None]
 """(task name, job id) -> None; raises when the broker does not take the message."""
 
 
-def _spec_error(exc: SpecError) -> ValidationFailed:
+def spec_error(exc: SpecError) -> ValidationFailed:
     return ValidationFailed(str(exc), errors=[{"loc": exc.path, "msg": exc.message}])
 
 
+def _is_numeric_array(dtype: str) -> bool:
+    return dtype.startswith("array<") and dtype[6:-1] in datasets.NUMERIC_TYPES
+
+
 def resolve_dataset(
-    ref: DatasetRef, *, settings: Settings, spark: SparkSession, loc: str = "dataset"
-) -> ResolvedDataset:
-    """Resolve the URI, read the schema with Spark and check the columns the request names."""
+    ref: DatasetRef, *, settings: Settings, spark: SparkSession, loc: str = "dataset", allow_array: bool = False
+) -> tuple[ResolvedDataset, dict[str, str]]:
+    """Resolve the URI, read the schema with Spark and check the columns the request names.
+    Returns the dataset and its schema (column -> Spark type). ``allow_array`` accepts one numeric array
+    column as the only feature (images, embeddings)."""
     path = datasets.resolve_uri(
         ref.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc=f"{loc}.uri"
     )
     fmt = datasets.detect_format(path, ref.format, loc=f"{loc}.format")
     schema = datasets.read_schema(spark, path, fmt, ref.options, loc=f"{loc}.uri")
-    available = ", ".join(schema)
+    available = ", ".join(f"{c} ({t})" for c, t in schema.items())
     if ref.label is not None and ref.label not in schema:
         raise ValidationFailed.at(f"{loc}.label", f"no column {ref.label!r} in {ref.uri}; columns: {available}")
     if ref.features is None:
         features = [c for c, t in schema.items() if c != ref.label and t in datasets.NUMERIC_TYPES]
+        arrays = [c for c, t in schema.items() if c != ref.label and _is_numeric_array(t)]
+        if not features and allow_array and len(arrays) == 1:
+            features = arrays
         if not features:
             raise ValidationFailed.at(f"{loc}.features", f"{ref.uri} has no numeric columns; columns: {available}")
     else:
@@ -58,13 +67,25 @@ def resolve_dataset(
                 )
             if column == ref.label:
                 raise ValidationFailed.at(f"{loc}.features[{i}]", f"{column!r} is the label; it cannot be a feature")
-            if schema[column] not in datasets.NUMERIC_TYPES:
-                raise ValidationFailed.at(
-                    f"{loc}.features[{i}]", f"{column!r} is {schema[column]}; features must be numeric"
-                )
+            dtype = schema[column]
+            if _is_numeric_array(dtype):
+                if not allow_array:
+                    raise ValidationFailed.at(
+                        f"{loc}.features[{i}]", f"{column!r} is {dtype}; this framework needs numeric columns"
+                    )
+                if len(features) > 1:
+                    raise ValidationFailed.at(
+                        f"{loc}.features", "an array column must be the only feature (with dataset.input_shape)"
+                    )
+            elif dtype not in datasets.NUMERIC_TYPES:
+                raise ValidationFailed.at(f"{loc}.features[{i}]", f"{column!r} is {dtype}; features must be numeric")
         if len(set(features)) != len(features):
             raise ValidationFailed.at(f"{loc}.features", "a column is listed twice")
-    return ResolvedDataset(
+    if ref.label is not None and schema[ref.label] not in datasets.NUMERIC_TYPES and ref.task != "classification":
+        raise ValidationFailed.at(
+            f"{loc}.label", f"{ref.label!r} is {schema[ref.label]}; a regression label is numeric"
+        )
+    resolved = ResolvedDataset(
         path=path,
         format=fmt,
         features=tuple(features),
@@ -74,13 +95,16 @@ def resolve_dataset(
         bad_rows=ref.bad_rows,
         options=dict(ref.options),
     )
+    return resolved, schema
 
 
 def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:
     return train.model_copy(update={"uri": val.uri, "format": val.format, "options": val.options})
 
 
-def plan_training(*, request: TrainRequest, settings: Settings, spark: SparkSession) -> Any:
+def plan_training(
+    *, request: TrainRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session] | None = None
+) -> Any:
     """The family's plan for this request; raises ValidationFailed (422) with the field at fault."""
     if request.framework not in AVAILABLE_FRAMEWORKS:
         raise ValidationFailed.at(
@@ -89,14 +113,31 @@ def plan_training(*, request: TrainRequest, settings: Settings, spark: SparkSess
         )
     if request.dataset.label is None:
         raise ValidationFailed.at("dataset.label", "required for training: the column to learn")
-    train = resolve_dataset(request.dataset, settings=settings, spark=spark)
+    if request.dataset.task is None:
+        raise ValidationFailed.at("dataset.task", "required for training: classification or regression")
+    allow_array = request.framework == "torch"
+    train, schema = resolve_dataset(request.dataset, settings=settings, spark=spark, allow_array=allow_array)
     validation = None
     if request.validation is not None:
-        validation = resolve_dataset(
+        validation, val_schema = resolve_dataset(
             _validation_ref(request.dataset, request.validation),
             settings=settings,
             spark=spark,
             loc="validation",
+            allow_array=allow_array,
+        )
+        for column in (*train.features, train.label):
+            if column is not None and val_schema.get(column) != schema[column]:
+                raise ValidationFailed.at(
+                    "validation.uri",
+                    f"column {column!r} is {schema[column]} in the training data but "
+                    f"{val_schema.get(column, 'missing')} in the validation data",
+                )
+    if request.framework == "torch":
+        from app.services.torch_plan import plan_torch
+
+        return plan_torch(
+            request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark, db=db
         )
     if request.framework == "spark_ml":
         from workers.training.spark_ml.spec import SparkMLPlan, parse_spark_ml_params
@@ -106,7 +147,7 @@ def plan_training(*, request: TrainRequest, settings: Settings, spark: SparkSess
         try:
             spec = parse_spark_ml_params(request.params, task=request.dataset.task)
         except SpecError as exc:
-            raise _spec_error(exc) from exc
+            raise spec_error(exc) from exc
         return SparkMLPlan(train=train, validation=validation, spec=spec)
     raise AssertionError(f"no planner for {request.framework}")
 
@@ -122,7 +163,7 @@ def submit_training(
     idempotency_key: str | None = None,
 ) -> tuple[Job, bool]:
     """Validate, write the QUEUED job, commit, then enqueue. Returns ``(job, created)``."""
-    plan_training(request=request, settings=settings, spark=spark)
+    plan_training(request=request, settings=settings, spark=spark, db=db)
     body = request.model_dump(mode="json", exclude_none=True)
     with transaction(db) as session:
         job, created = jobs.create_job(

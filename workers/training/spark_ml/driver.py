@@ -10,7 +10,8 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
-from workers.data.spec import ResolvedDataset, read_dataframe
+from workers.data.clean import clean
+from workers.data.spec import read_dataframe
 from workers.training.spark_ml.spec import SparkMLPlan, SparkMLSpec
 
 if TYPE_CHECKING:
@@ -19,17 +20,16 @@ if TYPE_CHECKING:
 
 FEATURES_COL = "features"
 LABEL_INDEX_COL = "_label_index"
-BAD_ROW_EXAMPLES = 5
 
 
 def train(ctx: JobContext, plan: SparkMLPlan) -> JobOutcome:
     spec, ds = plan.spec, plan.train
     ctx.progress(0.0, "reading data")
-    train_df, rows, dropped = _clean(ctx, read_dataframe(ctx.spark, ds), ds)
+    train_df, rows, dropped = clean(ctx, read_dataframe(ctx.spark, ds), ds)
     if rows == 0:
         raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
     if plan.validation is not None:
-        val_df, _, val_dropped = _clean(ctx, read_dataframe(ctx.spark, plan.validation), plan.validation)
+        val_df, _, val_dropped = clean(ctx, read_dataframe(ctx.spark, plan.validation), plan.validation)
         dropped += val_dropped
     else:
         train_df, val_df = train_df.randomSplit([1 - spec.validation_fraction, spec.validation_fraction], spec.seed)
@@ -193,39 +193,6 @@ def _evaluate(spec: SparkMLSpec, label_col: str, predictions: DataFrame) -> dict
             "mse": mse,
         }
     return {name: float(_evaluator(spec, label_col, name).evaluate(predictions)) for name in ("accuracy", "f1")}
-
-
-def _clean(ctx: JobContext, df: DataFrame, ds: ResolvedDataset) -> tuple[DataFrame, int, int]:
-    """Apply the bad-row policy (a null or NaN feature or label fails the job, or the row is dropped) and count
-    the rows, in one pass. Returns (clean frame, usable rows, dropped rows)."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    columns = [*ds.features, *([ds.label] if ds.label else [])]
-    types = dict(df.dtypes)
-    conditions = []
-    for c in columns:
-        cond = F.col(c).isNull()
-        if types[c] in ("double", "float"):
-            cond = cond | F.isnan(F.col(c))
-        conditions.append(cond)
-    bad = reduce(lambda a, b: a | b, conditions)
-    flagged = df.select(*columns).withColumn("_bad", bad)
-    counts = flagged.agg(F.count(F.lit(1)).alias("n"), F.sum(F.col("_bad").cast("int")).alias("bad")).first()
-    assert counts is not None
-    total, bad_count = int(counts["n"]), int(counts["bad"] or 0)
-    if bad_count == 0:
-        return df.select(*columns), total, 0
-    if ds.bad_rows == "fail":
-        examples = [r.asDict() for r in flagged.where(F.col("_bad")).drop("_bad").limit(BAD_ROW_EXAMPLES).collect()]
-        raise JobFailure(
-            "BAD_ROWS",
-            f"{bad_count} rows of {ds.path} have a null or NaN in {', '.join(columns)}; first ones: {examples}. "
-            'Fix the data or set dataset.bad_rows to "skip" to drop them.',
-        )
-    ctx.warn(f"dropped {bad_count} rows of {ds.path} with a null or NaN value (bad_rows=skip)")
-    return flagged.where(~F.col("_bad")).drop("_bad"), total - bad_count, bad_count
 
 
 class _ProgressEvaluator:

@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, TypeAlias
 
+from workers.errors import SpecError
+
 Shape: TypeAlias = tuple[int, ...]
 Pair: TypeAlias = tuple[int, int]
 
@@ -55,18 +57,6 @@ _LOGIT_ACTIVATIONS = {
     "cross_entropy": ("softmax", "identity"),
     "binary_cross_entropy": ("sigmoid", "identity"),
 }
-
-
-class SpecError(ValueError):
-    """A spec that cannot work; ``path`` locates the offending field, e.g. ``network.layers[2].units``."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.path, self.message))
 
 
 # --- layers -------------------------------------------------------------------------------------

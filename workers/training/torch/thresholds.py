@@ -24,9 +24,10 @@ import math
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+if TYPE_CHECKING:  # torch is imported where tensors are touched: the API validates specs without it
+    import torch
 
 __all__ = [
     "DEFAULT_DECAY",
@@ -366,6 +367,8 @@ class ResidualClipping:
 
     def apply(self, residual: torch.Tensor, tau: float, step: int) -> float:
         """Clamp ``residual`` in place if ``step`` is due; return the discarded L1 mass (0.0 otherwise)."""
+        import torch
+
         if not isinstance(residual, torch.Tensor) or not residual.is_floating_point():
             raise ValueError("residual must be a floating-point tensor")
         tau = _number("tau", tau)
@@ -420,6 +423,8 @@ def residual_stats(residual: torch.Tensor, tau: float) -> dict[str, float]:
     ``kthvalue`` and the higher ones from sorting only the elements at or above p95. DL4J's guidance: many
     values at 10-100x tau means raise tau; fewer than 1 in 10,000 at or above tau means lower it.
     """
+    import torch
+
     if not isinstance(residual, torch.Tensor) or not residual.is_floating_point():
         raise ValueError("residual must be a floating-point tensor")
     tau = _number("tau", tau)

@@ -1,0 +1,164 @@
+"""Planning a ``framework: "torch"`` job: the network against the data's shape and task, the optimizer, the
+sharing settings, the cluster's slots and devices, and the checkpoint to resume from.
+
+Only pure spec modules are imported here: torch itself stays out of the API process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.errors import ValidationFailed
+from app.core.settings import Settings
+from app.schemas.train import TrainingOptions, TrainRequest
+from app.services import checkpoints
+from app.spark import cluster
+from workers.data.spec import ResolvedDataset
+from workers.errors import SpecError
+from workers.training.torch.config import ResumePoint, TorchPlan, parse_sharing
+from workers.training.torch.spec import (
+    check_loss_for_task,
+    check_optimizer_l2,
+    parse_network,
+    parse_optimizer,
+    spec_to_dict,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _fail(exc: SpecError) -> ValidationFailed:
+    return ValidationFailed(str(exc), errors=[{"loc": exc.path, "msg": exc.message}])
+
+
+def _data_shape(
+    request: TrainRequest, train: ResolvedDataset, schema: dict[str, str], spark: SparkSession
+) -> tuple[tuple[int, ...], bool]:
+    """(input shape of one example as the data has it, whether it comes from one array column)."""
+    first = train.features[0]
+    if not schema[first].startswith("array<"):
+        return (len(train.features),), False
+    if request.dataset.input_shape is not None:
+        return tuple(request.dataset.input_shape), True
+    declared = (request.network or {}).get("input_shape")
+    if isinstance(declared, list) and declared and all(isinstance(d, int) and d > 0 for d in declared):
+        return tuple(declared), True
+    from pyspark.sql import functions as F
+
+    from workers.data.spec import read_dataframe
+
+    row = read_dataframe(spark, train).select(F.size(first).alias("n")).where(F.col(first).isNotNull()).first()
+    if row is None:
+        raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
+    return (int(row["n"]),), True
+
+
+def _resume(
+    options: TrainingOptions, network: dict[str, object], db: sessionmaker[Session] | None
+) -> ResumePoint | None:
+    if options.resume_from is None:
+        return None
+    if db is None:
+        raise ValidationFailed.at("training.resume_from", "resuming needs the job database")
+    from workers.training.torch.checkpoint import read_meta
+
+    with db() as session:
+        try:
+            row = checkpoints.get(session=session, checkpoint_id=options.resume_from)
+        except Exception as exc:
+            raise ValidationFailed.at("training.resume_from", f"no checkpoint with id {options.resume_from!r}") from exc
+        path, epoch, job_id = Path(row.uri), row.epoch, row.job_id
+    try:
+        meta = read_meta(path)
+    except (OSError, ValueError) as exc:
+        raise ValidationFailed.at("training.resume_from", f"checkpoint files at {path} are unreadable: {exc}") from exc
+    if meta.get("network") != network:
+        raise ValidationFailed.at(
+            "training.resume_from", "the checkpoint was trained with a different network; post the same network"
+        )
+    if epoch >= options.epochs:
+        raise ValidationFailed.at(
+            "training.epochs", f"the checkpoint already has {epoch} epochs; ask for more than {epoch} to continue"
+        )
+    return ResumePoint(checkpoint_id=options.resume_from, path=str(path), epoch=epoch, job_id=job_id)
+
+
+def plan_torch(
+    *,
+    request: TrainRequest,
+    train: ResolvedDataset,
+    validation: ResolvedDataset | None,
+    schema: dict[str, str],
+    settings: Settings,
+    spark: SparkSession,
+    db: sessionmaker[Session] | None,
+) -> TorchPlan:
+    if request.network is None:
+        raise ValidationFailed.at("network", "required for torch: the layers to train")
+    if request.params is not None:
+        raise ValidationFailed.at("params", "torch takes network and training, not params")
+    options = request.training or TrainingOptions()
+    ds = request.dataset
+    if ds.task == "classification":
+        if ds.num_classes is None:
+            raise ValidationFailed.at("dataset.num_classes", "required for classification: the number of classes")
+        if schema[train.label or ""] not in ("tinyint", "smallint", "int", "bigint"):
+            raise ValidationFailed.at(
+                "dataset.label", f"{ds.label!r} is {schema[train.label or '']}; class labels are integers 0..k-1"
+            )
+    shape, array_column = _data_shape(request, train, schema, spark)
+    try:
+        spec = parse_network(request.network, input_shape=shape)
+        check_loss_for_task(spec, ds.task or "regression", ds.num_classes, 1)
+        optimizer = parse_optimizer(options.optimizer)
+        check_optimizer_l2(optimizer, spec.l2)
+        sharing = parse_sharing(options.gradient_sharing, optimizer)
+    except SpecError as exc:
+        raise _fail(exc) from exc
+    if options.epochs > settings.max_epochs:
+        raise ValidationFailed.at("training.epochs", f"at most {settings.max_epochs} on this service")
+    if options.num_workers > settings.max_workers_per_job:
+        raise ValidationFailed.at("training.num_workers", f"at most {settings.max_workers_per_job} on this service")
+    slots = cluster.task_slots(spark)
+    if options.num_workers > slots:
+        raise ValidationFailed.at(
+            "training.num_workers",
+            f"{options.num_workers} workers need {options.num_workers} task slots at once (a barrier stage starts all "
+            f"or none), and this cluster has {slots}; lower num_workers or add executors",
+        )
+    if request.device == "cuda" and not _cluster_has_gpus(spark):
+        raise ValidationFailed.at(
+            "device",
+            "cuda was asked for, but no executor has GPUs: set spark.executor.resource.gpu.amount, "
+            "spark.task.resource.gpu.amount and a GPU discovery script (spark-conf/), or use device auto",
+        )
+    network = spec_to_dict(spec)
+    return TorchPlan(
+        train=train,
+        validation=validation,
+        network=network,
+        optimizer=spec_to_dict(optimizer),
+        sharing=sharing,
+        mode=options.mode,
+        epochs=options.epochs,
+        batch_size=options.batch_size_per_worker,
+        num_workers=options.num_workers,
+        seed=options.seed,
+        averaging_frequency=options.averaging_frequency,
+        device=request.device,
+        input_shape=tuple(spec.input_shape),
+        array_column=array_column,
+        resume=_resume(options, network, db),
+        validation_fraction=options.validation_fraction,
+    )
+
+
+def _cluster_has_gpus(spark: SparkSession) -> bool:
+    conf = spark.sparkContext.getConf()
+    if float(conf.get("spark.task.resource.gpu.amount", "0") or 0) > 0:
+        return True
+    return any(e["resources"].get("gpu") for e in cluster.executors(spark))

@@ -1,0 +1,138 @@
+"""Checkpoints and model directories: safetensors for tensors, JSON for everything else, never pickle.
+
+A checkpoint ``epoch-<n>/`` holds what an exact resume needs:
+
+    meta.json                 network and optimizer specs, epoch, global step, world size, mode
+    weights.safetensors       the model (identical on every rank), parameters and buffers
+    rank-<r>.safetensors      rank r's optimizer tensors and, for gradient sharing, its residual
+    rank-<r>.json             rank r's optimizer scalars, scheduler and threshold-algorithm state
+
+It is written into ``epoch-<n>.partial/`` by every rank and renamed by rank 0 once all ranks are done, so a
+directory named ``epoch-<n>`` is always complete. A model directory (``model/``) holds ``spec.json`` and
+``weights.safetensors`` and loads with plain torch + safetensors.
+
+Executor-side: stdlib, torch and safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+META = "meta.json"
+WEIGHTS = "weights.safetensors"
+
+
+def partial_dir(root: str | Path, epoch: int) -> Path:
+    return Path(root) / f"epoch-{epoch}.partial"
+
+
+def final_dir(root: str | Path, epoch: int) -> Path:
+    return Path(root) / f"epoch-{epoch}"
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    tmp = path.with_suffix(".tmp")
+    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp))
+    os.replace(tmp, path)
+
+
+def model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+
+def save_weights(directory: Path, model: torch.nn.Module) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    _save_tensors(directory / WEIGHTS, model_tensors(model))
+
+
+def load_weights(directory: str | Path, model: torch.nn.Module) -> None:
+    tensors = load_file(str(Path(directory) / WEIGHTS))
+    own = model_tensors(model)
+    missing = sorted(set(own) - set(tensors))
+    if missing:
+        raise ValueError(f"checkpoint {directory} lacks {missing[:5]}: it was written for another network")
+    with torch.no_grad():
+        for name, target in own.items():
+            source = tensors[name]
+            if source.shape != target.shape:
+                raise ValueError(
+                    f"checkpoint {directory}: {name} has shape {tuple(source.shape)}, "
+                    f"the network needs {tuple(target.shape)}"
+                )
+            target.copy_(source.to(target.device))
+
+
+def split_optimizer_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """torch optimizer ``state_dict()`` -> (tensors for safetensors, JSON-able rest)."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, entries in state["state"].items():
+        for name, value in entries.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optimizer.{index}.{name}"] = value
+            else:
+                scalars.setdefault(str(index), {})[name] = value
+    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+
+
+def join_optimizer_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any]) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    for index, entries in rest["scalars"].items():
+        state.setdefault(int(index), {}).update(entries)
+    return {"state": state, "param_groups": rest["param_groups"]}
+
+
+def save_rank_state(directory: Path, rank: int, tensors: dict[str, torch.Tensor], extra: dict[str, Any]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    _save_tensors(directory / f"rank-{rank}.safetensors", tensors)
+    _write_json(directory / f"rank-{rank}.json", extra)
+
+
+def load_rank_state(directory: str | Path, rank: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+    base = Path(directory)
+    if not (base / f"rank-{rank}.json").exists():
+        return None
+    tensors = load_file(str(base / f"rank-{rank}.safetensors"))
+    return tensors, json.loads((base / f"rank-{rank}.json").read_text())
+
+
+def write_meta(directory: Path, meta: dict[str, Any]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    _write_json(directory / META, meta)
+
+
+def read_meta(directory: str | Path) -> dict[str, Any]:
+    return dict(json.loads((Path(directory) / META).read_text()))
+
+
+def publish(root: str | Path, epoch: int) -> Path:
+    """Rename the complete ``epoch-<n>.partial`` to ``epoch-<n>`` (rank 0, after every rank wrote)."""
+    source, target = partial_dir(root, epoch), final_dir(root, epoch)
+    if target.exists():  # a replayed attempt wrote this epoch before: keep one copy
+        shutil.rmtree(target)
+    os.replace(source, target)
+    return target
+
+
+def save_model(directory: Path, model: torch.nn.Module, spec: dict[str, Any]) -> None:
+    """The registered artifact: ``spec.json`` + ``weights.safetensors``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    _write_json(directory / "spec.json", spec)
+    _save_tensors(directory / WEIGHTS, model_tensors(model))

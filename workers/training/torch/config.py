@@ -1,0 +1,170 @@
+"""The torch trainer's configuration: the ``training`` block of a request, checked in pure Python.
+
+Everything a barrier task needs travels as one JSON-able :class:`TrainerConfig` (``to_dict`` on the driver,
+``from_dict`` on the executor), so the function Spark ships closes over plain values only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from workers.data.spec import ResolvedDataset
+from workers.errors import SpecError
+from workers.training.torch.spec import OptimizerSpec
+from workers.training.torch.thresholds import make_residual_clipping, make_threshold_algorithm
+
+Mode = Literal["gradient_sharing", "parameter_averaging", "allreduce"]
+Aggregation = Literal["sum", "mean"]
+_SHARING_KEYS = frozenset(
+    {"threshold_algorithm", "residual_clipping", "aggregation", "index_coding", "encoding_debug", "bitmap_ratio"}
+)
+ADAM_FAMILY = ("adam", "adamw", "rmsprop")
+
+
+@dataclass(frozen=True)
+class SharingConfig:
+    """Threshold-encoded update sharing (DESIGN.md §4). Defaults come from the measured simulation."""
+
+    threshold_algorithm: dict[str, Any] = field(default_factory=lambda: {"type": "adaptive", "initial_threshold": 1e-2})
+    residual_clipping: dict[str, Any] = field(default_factory=lambda: {"multiple": 5.0, "frequency": 5})
+    aggregation: Aggregation = "sum"
+    index_coding: Literal["compact", "int32"] = "compact"
+    encoding_debug: bool = False
+    bitmap_ratio: int = 16
+
+
+def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> SharingConfig:
+    """Check ``training.gradient_sharing``. Aggregation defaults to the sum of messages for Adam-family
+    optimizers and their mean for SGD (with momentum), as the simulation measured."""
+    obj = dict(obj or {})
+    path = "training.gradient_sharing"
+    unknown = sorted(set(obj) - _SHARING_KEYS)
+    if unknown:
+        raise SpecError(f"{path}.{unknown[0]}", f"unknown setting; known: {', '.join(sorted(_SHARING_KEYS))}")
+    defaults = SharingConfig()
+    algorithm = {"type": "adaptive", "initial_threshold": 1e-2, **dict(obj.get("threshold_algorithm") or {})}
+    try:
+        make_threshold_algorithm(algorithm)
+    except (ValueError, TypeError) as exc:
+        raise SpecError(f"{path}.threshold_algorithm", str(exc)) from exc
+    clipping = {**defaults.residual_clipping, **dict(obj.get("residual_clipping") or {})}
+    try:
+        make_residual_clipping(clipping)
+    except (ValueError, TypeError) as exc:
+        raise SpecError(f"{path}.residual_clipping", str(exc)) from exc
+    aggregation = obj.get("aggregation", "sum" if optimizer.type in ADAM_FAMILY else "mean")
+    if aggregation not in ("sum", "mean"):
+        raise SpecError(f"{path}.aggregation", f"sum or mean, got {aggregation!r}")
+    coding = obj.get("index_coding", "compact")
+    if coding not in ("compact", "int32"):
+        raise SpecError(f"{path}.index_coding", f"compact or int32, got {coding!r}")
+    debug = obj.get("encoding_debug", False)
+    if not isinstance(debug, bool):
+        raise SpecError(f"{path}.encoding_debug", f"true or false, got {debug!r}")
+    ratio = obj.get("bitmap_ratio", 16)
+    if not isinstance(ratio, int) or isinstance(ratio, bool) or not 2 <= ratio <= 64:
+        raise SpecError(f"{path}.bitmap_ratio", f"an integer between 2 and 64, got {ratio!r}")
+    return SharingConfig(
+        threshold_algorithm=algorithm,
+        residual_clipping=clipping,
+        aggregation=aggregation,
+        index_coding=coding,
+        encoding_debug=debug,
+        bitmap_ratio=ratio,
+    )
+
+
+@dataclass(frozen=True)
+class DataLayout:
+    """How a barrier task turns its Arrow batches into tensors."""
+
+    features: tuple[str, ...]
+    """Numeric columns, or a single array column."""
+    array_column: bool
+    label: str
+    task: Literal["classification", "regression"]
+    num_classes: int | None
+    input_shape: tuple[int, ...]
+    split_column: str = "_split"
+    """0 = training row, 1 = validation row (both travel in one barrier stage)."""
+    order_column: str = "_row"
+    """A stable row id: each task sorts by it, so reruns see the same rows in the same order."""
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    job_id: str
+    network: dict[str, Any]
+    optimizer: dict[str, Any]
+    mode: Mode
+    sharing: SharingConfig
+    averaging_frequency: int
+    epochs: int
+    batch_size: int
+    num_workers: int
+    seed: int
+    device: Literal["auto", "cpu", "cuda"]
+    data: DataLayout
+    checkpoint_dir: str
+    """Where the ranks write ``epoch-<n>/`` checkpoints (storage every executor reaches)."""
+    model_dir: str
+    """Where rank 0 writes the trained model (``spec.json`` + ``weights.safetensors``)."""
+    resume_dir: str | None = None
+    start_epoch: int = 0
+    """Epochs already done (from the resumed checkpoint)."""
+    monitor: tuple[str, int, str] | None = None
+    """(host, port, token) of the driver's event sink; None runs silently (tests, the GPU check)."""
+    collective_timeout_s: float = 300.0
+    threads: int = 1
+    metrics_every: int = 1
+
+    def replace_threads(self, threads: int) -> TrainerConfig:
+        return replace(self, threads=max(1, int(threads)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainerConfig:
+        d = dict(d)
+        d["sharing"] = SharingConfig(**d["sharing"])
+        data = dict(d["data"])
+        data["features"] = tuple(data["features"])
+        data["input_shape"] = tuple(data["input_shape"])
+        d["data"] = DataLayout(**data)
+        if d.get("monitor") is not None:
+            d["monitor"] = tuple(d["monitor"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    checkpoint_id: str
+    path: str
+    epoch: int
+    job_id: str
+
+
+@dataclass(frozen=True)
+class TorchPlan:
+    """What a torch job runs: checked datasets, specs and options (built on the driver, in the API and again in
+    the job)."""
+
+    train: ResolvedDataset
+    validation: ResolvedDataset | None
+    network: dict[str, Any]
+    optimizer: dict[str, Any]
+    sharing: SharingConfig
+    mode: Mode
+    epochs: int
+    batch_size: int
+    num_workers: int
+    seed: int
+    averaging_frequency: int
+    device: Literal["auto", "cpu", "cuda"]
+    input_shape: tuple[int, ...]
+    array_column: bool
+    resume: ResumePoint | None = None
+    validation_fraction: float = 0.1

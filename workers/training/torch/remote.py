@@ -1,0 +1,418 @@
+"""The training loop each barrier task runs (DESIGN.md §4), and the entry point Spark calls.
+
+:func:`run_training` knows nothing of Spark: rank, world size and the rendezvous address come in as
+arguments, so the GPU check runs it under plain ``torch.multiprocessing``. :func:`barrier_partition` is what
+``mapInArrow(..., barrier=True)`` runs: it takes rank and address from ``BarrierTaskContext``, turns the
+partition into tensors and calls :func:`run_training`.
+
+Executor-side: stdlib, numpy, pyarrow, torch, safetensors and this package's executor modules only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workers.training.torch import checkpoint as ckpt
+from workers.training.torch.comm import Comm
+from workers.training.torch.config import TrainerConfig
+from workers.training.torch.data import Split
+from workers.training.torch.modes import GradientSharing, Strategy, flatten_parameters, make_strategy
+from workers.training.torch.network import build_network, make_loss, predict_transform
+from workers.training.torch.optim import build_optimizer, build_scheduler
+from workers.training.torch.report import NullReporter, Reporter
+from workers.training.torch.spec import NetworkSpec, parse_network, parse_optimizer, spec_to_dict
+
+
+class DeviceError(RuntimeError):
+    """The requested device cannot be used here; the message says why and what to change."""
+
+
+def select_device(requested: str, gpu_addresses: Sequence[str]) -> tuple[torch.device, str | None]:
+    """The task's device and, when falling back, a warning. A task Spark gave a GPU trains on ``cuda:<addr>``;
+    ``cuda`` without a usable GPU is an error, never a silent CPU run."""
+    if gpu_addresses:
+        if torch.cuda.is_available():
+            return torch.device(f"cuda:{int(gpu_addresses[0])}"), None
+        problem = (
+            f"Spark gave this task GPU {list(gpu_addresses)}, but torch {torch.__version__} here has no usable CUDA"
+        )
+        if requested == "cuda":
+            raise DeviceError(f"{problem}; install a CUDA build of torch on the executors")
+        return torch.device("cpu"), f"{problem}: training on CPU (device auto)"
+    if requested == "cuda":
+        if torch.cuda.is_available():
+            return torch.device("cuda:0"), None
+        raise DeviceError(
+            "device is cuda but this task has no GPU: give executors GPUs (spark.executor.resource.gpu.amount, "
+            "spark.task.resource.gpu.amount and a discovery script) or use device auto/cpu"
+        )
+    return torch.device("cpu"), None
+
+
+@dataclass
+class _Counters:
+    steps: int = 0
+    samples: int = 0
+    bytes_sent: int = 0
+    bitmap_bytes: int = 0
+    bytes_after_first_epoch: int = 0
+    steps_after_first_epoch: int = 0
+    dense_bytes_per_step: int = 0
+    train_s: float = 0.0
+    last_validation: dict[str, float] = field(default_factory=dict)
+
+
+def _checksum(flat: torch.Tensor) -> float:
+    """A 48-bit digest of the exact parameter bytes (fits a float64): equal on every rank iff bitwise equal."""
+    digest = hashlib.sha256(flat.detach().to("cpu").contiguous().numpy().tobytes()).digest()
+    return float(int.from_bytes(digest[:6], "big"))
+
+
+def _evaluate(
+    model: torch.nn.Module,
+    spec: NetworkSpec,
+    split: Split,
+    comm: Comm,
+    device: torch.device,
+    loss_fn: Any,
+    classification: bool,
+) -> dict[str, float]:
+    """Validation loss and accuracy (classification) or RMSE (regression), summed over all ranks' shards."""
+    totals = torch.zeros(3, dtype=torch.float64)
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(split), 1024):
+            x = split.x[start : start + 1024].to(device)
+            y = split.y[start : start + 1024].to(device)
+            out = model(x)
+            totals[0] += float(loss_fn(out, y)) * len(x)
+            totals[1] += len(x)
+            pred = predict_transform(spec, out)
+            if classification:
+                labels = (pred.reshape(-1) > 0.5).long() if pred.shape[-1] == 1 else pred.argmax(dim=1)
+                totals[2] += float((labels == y.reshape(-1)).sum())
+            else:
+                totals[2] += float(((pred - y) ** 2).sum())
+    model.train()
+    comm.sum_(totals)
+    n = float(totals[1])
+    if n == 0:
+        return {}
+    metrics = {"loss": float(totals[0]) / n}
+    if classification:
+        metrics["accuracy"] = float(totals[2]) / n
+    else:
+        metrics["rmse"] = math.sqrt(float(totals[2]) / (n * max(1, int(spec.output_units))))
+    return metrics
+
+
+def _save_checkpoint(
+    cfg: TrainerConfig,
+    rank: int,
+    epoch: int,
+    global_step: int,
+    comm: Comm,
+    model: torch.nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    strategy: Strategy,
+) -> Path:
+    """Every rank writes its state into ``epoch-<n>.partial``; rank 0 renames it when all are done."""
+    partial = ckpt.partial_dir(cfg.checkpoint_dir, epoch)
+    if rank == 0:
+        ckpt.write_meta(
+            partial,
+            {
+                "epoch": epoch,
+                "global_step": global_step,
+                "world_size": comm.world_size,
+                "mode": cfg.mode,
+                "network": cfg.network,
+                "optimizer": cfg.optimizer,
+                "seed": cfg.seed,
+                "job_id": cfg.job_id,
+            },
+        )
+        ckpt.save_weights(partial, model)
+    comm.barrier()
+    opt_tensors, opt_rest = ckpt.split_optimizer_state(optimizer.state_dict())
+    mode_tensors, mode_rest = strategy.state()
+    ckpt.save_rank_state(
+        partial,
+        rank,
+        {**opt_tensors, **mode_tensors},
+        {"optimizer": opt_rest, "scheduler": scheduler.state_dict() if scheduler else None, **mode_rest},
+    )
+    comm.barrier()
+    target = ckpt.final_dir(cfg.checkpoint_dir, epoch)
+    if rank == 0:
+        ckpt.publish(cfg.checkpoint_dir, epoch)
+    comm.barrier()
+    return target
+
+
+def _resume(
+    cfg: TrainerConfig,
+    rank: int,
+    comm: Comm,
+    model: torch.nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    strategy: Strategy,
+    reporter: Reporter,
+) -> int:
+    """Load a checkpoint; returns the global step it was taken at."""
+    assert cfg.resume_dir is not None
+    meta = ckpt.read_meta(cfg.resume_dir)
+    ckpt.load_weights(cfg.resume_dir, model)
+    state = ckpt.load_rank_state(cfg.resume_dir, rank) if meta["world_size"] == comm.world_size else None
+    if state is None:
+        if rank == 0:
+            reporter.send(
+                {
+                    "t": "warn",
+                    "msg": f"the checkpoint was written by {meta['world_size']} workers, this run "
+                    f"has {comm.world_size}: weights resumed, optimizer and residual state start fresh",
+                }
+            )
+        return int(meta["global_step"])
+    tensors, extra = state
+    optimizer.load_state_dict(ckpt.join_optimizer_state(tensors, extra["optimizer"]))
+    if scheduler is not None and extra.get("scheduler") is not None:
+        scheduler.load_state_dict(extra["scheduler"])
+    strategy.load_state(tensors, extra)
+    return int(meta["global_step"])
+
+
+def run_training(
+    cfg: TrainerConfig,
+    *,
+    rank: int,
+    world_size: int,
+    host: str,
+    port: int | None,
+    train: Split,
+    val: Split,
+    reporter: Reporter | None = None,
+    share_port: Callable[[int], int] | None = None,
+    gpu_addresses: Sequence[str] = (),
+    comm_device: torch.device | None = None,
+) -> dict[str, Any]:
+    """Train this rank's shard for the configured epochs; returns this rank's summary.
+
+    ``comm_device`` overrides where collectives run (CPU/gloo while computing on CUDA when several ranks
+    share one GPU, which NCCL refuses)."""
+    reporter = reporter or NullReporter()
+    torch.set_num_threads(max(1, cfg.threads))
+    device, warning = select_device(cfg.device, gpu_addresses)
+    comm = Comm(
+        rank=rank,
+        world_size=world_size,
+        host=host,
+        port=port,
+        device=comm_device or device,
+        timeout_s=cfg.collective_timeout_s,
+        share_port=share_port,
+    )
+    try:
+        if warning and rank == 0:
+            reporter.send({"t": "warn", "msg": warning})
+        return _train(cfg, rank, comm, device, train, val, reporter)
+    finally:
+        comm.close()
+
+
+def _failed(base: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
+    """A failure every rank agrees on: returned, not raised, so the stage ends cleanly and the job says why."""
+    return {**base, "error": {"reason": reason, "message": message}}
+
+
+def _train(
+    cfg: TrainerConfig, rank: int, comm: Comm, device: torch.device, train: Split, val: Split, reporter: Reporter
+) -> dict[str, Any]:
+    spec = parse_network(cfg.network, input_shape=cfg.data.input_shape)
+    opt_spec = parse_optimizer(cfg.optimizer)
+    model = build_network(spec, seed=cfg.seed).to(device)
+    flat = flatten_parameters(model)
+    optimizer = build_optimizer(opt_spec, model, l2=spec.l2)
+    scheduler = build_scheduler(opt_spec, optimizer)
+    loss_fn = make_loss(spec)
+    strategy = make_strategy(
+        cfg.mode, model, flat, optimizer, comm, sharing=cfg.sharing, averaging_frequency=cfg.averaging_frequency
+    )
+    classification = cfg.data.task == "classification"
+    global_step = _resume(cfg, rank, comm, model, optimizer, scheduler, strategy, reporter) if cfg.resume_dir else 0
+
+    batch = cfg.batch_size
+    steps_per_epoch = comm.min_int(len(train) // batch)
+    base = {"rank": rank, "world_size": comm.world_size, "device": str(device), "rows": len(train)}
+    if steps_per_epoch == 0:
+        too_few = f"a worker has fewer than batch_size_per_worker={batch} training rows"
+        return _failed(base, "EMPTY_PARTITION", f"{too_few}; use fewer workers, a smaller batch or more data")
+    if rank == 0:
+        reporter.send(
+            {
+                "t": "plan",
+                "steps_per_epoch": steps_per_epoch,
+                "start_step": global_step,
+                "start_epoch": cfg.start_epoch,
+                "epochs": cfg.epochs,
+                "parameters": flat.numel(),
+            }
+        )
+    c = _Counters(dense_bytes_per_step=flat.numel() * 4)
+    for epoch in range(cfg.start_epoch, cfg.epochs):
+        seed = cfg.seed * 1_000_003 + epoch * 10_007 + rank
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))
+        torch.manual_seed(seed + 1)  # dropout
+        model.train()
+        for s in range(steps_per_epoch):
+            t0 = time.perf_counter()
+            idx = order[s * batch : (s + 1) * batch]
+            x, y = train.x[idx].to(device), train.y[idx].to(device)
+            optimizer.zero_grad(set_to_none=False)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            loss_value = float(loss.detach())
+            stop, nan = comm.any_flags(reporter.stop_requested, not math.isfinite(loss_value))
+            if nan:
+                value = loss_value if not math.isfinite(loss_value) else "non-finite on another worker"
+                where = f"step {global_step + 1} (epoch {epoch + 1})"
+                advice = "lower the learning rate or look for extreme values in the data"
+                return _failed(
+                    base, "NAN_LOSS", f"the loss became {value} at {where}; the last checkpoint is kept; {advice}"
+                )
+            if stop:
+                return {**base, "stopped": True, "step": global_step}
+            stats = strategy.step(global_step)
+            if scheduler is not None:
+                scheduler.step()
+            global_step += 1
+            dt = time.perf_counter() - t0
+            c.steps, c.samples, c.train_s = c.steps + 1, c.samples + len(idx), c.train_s + dt
+            c.bytes_sent += stats.bytes_sent
+            c.bitmap_bytes += stats.bytes_sent if stats.bitmap else 0
+            if epoch > 0:
+                c.bytes_after_first_epoch += stats.bytes_sent
+                c.steps_after_first_epoch += 1
+            if global_step % cfg.metrics_every == 0:
+                event = {
+                    "t": "step",
+                    "rank": rank,
+                    "epoch": epoch + 1,
+                    "step": global_step,
+                    "loss": loss_value,
+                    "samples_per_s": len(idx) / dt,
+                    "bytes": stats.bytes_sent,
+                    "dense_bytes": stats.dense_bytes,
+                }
+                if stats.tau is not None:
+                    event.update(
+                        tau=stats.tau, sparsity=stats.sparsity, residual_norm=stats.residual_norm, bitmap=stats.bitmap
+                    )
+                if stats.debug:
+                    event["debug"] = stats.debug
+                reporter.send(event)
+        strategy.end_epoch()
+        c.last_validation = _evaluate(model, spec, val, comm, device, loss_fn, classification)
+        sums = comm.gather_floats([_checksum(flat)])
+        identical = len({row[0] for row in sums}) == 1
+        saved = _save_checkpoint(cfg, rank, epoch + 1, global_step, comm, model, optimizer, scheduler, strategy)
+        if rank == 0:
+            reporter.send(
+                {
+                    "t": "epoch",
+                    "epoch": epoch + 1,
+                    "step": global_step,
+                    "validation": c.last_validation,
+                    "replicas_identical": identical,
+                }
+            )
+            reporter.send(
+                {
+                    "t": "checkpoint",
+                    "epoch": epoch + 1,
+                    "step": global_step,
+                    "path": str(saved),
+                    "metrics": c.last_validation,
+                }
+            )
+    if rank == 0:
+        ckpt.save_model(
+            Path(cfg.model_dir),
+            model,
+            {"network": spec_to_dict(spec), "task": cfg.data.task, "num_classes": cfg.data.num_classes},
+        )
+    sums = comm.gather_floats([_checksum(flat)])
+    result = {
+        **base,
+        "steps": c.steps,
+        "global_step": global_step,
+        "steps_per_epoch": steps_per_epoch,
+        "samples": c.samples,
+        "train_s": c.train_s,
+        "bytes_sent": c.bytes_sent,
+        "bitmap_bytes": c.bitmap_bytes,
+        "bytes_after_first_epoch": c.bytes_after_first_epoch,
+        "steps_after_first_epoch": c.steps_after_first_epoch,
+        "dense_bytes_per_step": c.dense_bytes_per_step,
+        "validation": c.last_validation,
+        "checksum": sums[rank][0],
+        "replicas_identical": len({row[0] for row in sums}) == 1,
+    }
+    if isinstance(strategy, GradientSharing):
+        result.update(
+            encode_s=strategy.encode_s, exchange_s=strategy.exchange_s, threshold=strategy.algorithm.state_dict()
+        )
+    return result
+
+
+def barrier_partition(batches: Iterator[Any], cfg_dict: dict[str, Any]) -> Iterator[Any]:
+    """What each barrier task runs (``DataFrame.mapInArrow(..., barrier=True)``): one output row per rank."""
+    import pyarrow as pa
+    from pyspark import BarrierTaskContext
+
+    from workers.training.torch.data import to_splits
+    from workers.training.torch.report import SocketReporter
+
+    ctx = BarrierTaskContext.get()
+    rank = ctx.partitionId()
+    infos = ctx.getTaskInfos()
+    host = infos[0].address.rsplit(":", 1)[0]
+    cfg = TrainerConfig.from_dict(cfg_dict)
+    train, val = to_splits(batches, cfg.data)
+
+    def share_port(port: int) -> int:
+        return int(ctx.allGather(str(port))[0])
+
+    gpus = ctx.resources().get("gpu")
+    reporter: Reporter = NullReporter()
+    if cfg.monitor is not None:
+        reporter = SocketReporter(cfg.monitor[0], cfg.monitor[1], cfg.monitor[2], rank)
+    try:
+        result = run_training(
+            cfg.replace_threads(ctx.cpus()),
+            rank=rank,
+            world_size=len(infos),
+            host=host,
+            port=None,
+            train=train,
+            val=val,
+            reporter=reporter,
+            share_port=share_port,
+            gpu_addresses=list(gpus.addresses) if gpus else [],
+        )
+    finally:
+        reporter.close()
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([rank], pa.int32()), pa.array([json.dumps(result)], pa.string())], names=["rank", "result"]
+    )
