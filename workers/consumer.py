@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from typing import Any
 
 from celery import Celery
 from celery.worker import WorkController
-from celery.worker import state as worker_state
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,13 @@ class _Controller(WorkController):
 
 
 class InProcessConsumer:
+    """At most one per process: Celery's worker machinery (the default app the pool traces tasks against, its
+    task-lookup caches) is process-global, so a second consumer would run the first one's jobs with the wrong
+    runtime. Starting a second one while one runs raises."""
+
+    _active: InProcessConsumer | None = None
+    _active_lock = threading.Lock()
+
     def __init__(self, app: Celery, *, concurrency: int, queue: str, name: str = "driver") -> None:
         self._app = app
         self._controller: _Controller | None = None
@@ -37,6 +44,18 @@ class InProcessConsumer:
         self.hostname = f"{name}@{socket.gethostname()}"
 
     def start(self, timeout: float = 60.0) -> None:
+        with InProcessConsumer._active_lock:
+            if InProcessConsumer._active is not None:
+                raise RuntimeError("a job consumer already runs in this process; Celery allows one per process")
+            InProcessConsumer._active = self
+        try:
+            self._start(timeout)
+        except BaseException:
+            with InProcessConsumer._active_lock:
+                InProcessConsumer._active = None
+            raise
+
+    def _start(self, timeout: float) -> None:
         self._app.finalize()
         # The threads pool traces tasks against Celery's *default* app: make it ours (one consumer per process).
         self._app.set_current()
@@ -63,12 +82,20 @@ class InProcessConsumer:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Warm shutdown: take no new messages, let running jobs finish for up to ``timeout`` seconds."""
-        if self._controller is None or self._thread is None:
+        """Warm shutdown of this consumer only: take no new messages, let running jobs finish for up to
+        ``timeout`` seconds (then leave them to end with the process; their messages are not acknowledged)."""
+        controller, thread = self._controller, self._thread
+        if controller is None or thread is None:
             return
-        worker_state.should_stop = 0
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            log.warning("job consumer still busy after %.0f s; leaving it to exit with the process", timeout)
-        worker_state.should_stop = None
         self._controller = None
+        deadline = time.monotonic() + timeout
+        stopper = threading.Thread(target=controller.stop, name="celery-consumer-stop", daemon=True)
+        stopper.start()
+        stopper.join(timeout)
+        # the consumer loop notices within one broker poll (up to ~2 s)
+        thread.join(max(3.0, deadline - time.monotonic()))
+        if stopper.is_alive() or thread.is_alive():
+            log.warning("job consumer still busy after %.0f s; leaving it to end with the process", timeout)
+        with InProcessConsumer._active_lock:
+            if InProcessConsumer._active is self:
+                InProcessConsumer._active = None

@@ -142,6 +142,7 @@ def run_job(rt: JobRuntime, job_id: str) -> None:
         ctx.check_cancelled()
         outcome = _execute(rt, ctx, job_type, framework, request)
     except BaseException as exc:
+        _drain_job_group(rt, job_id)
         _settle(rt, ctx, exc)
         if not isinstance(exc, Exception):
             raise
@@ -151,6 +152,24 @@ def run_job(rt: JobRuntime, job_id: str) -> None:
         watcher.stop()
         rt.running.remove(job_id)
         sc._jsc.clearJobGroup()
+
+
+def _drain_job_group(rt: JobRuntime, job_id: str, quiet_s: float = 2.0, limit_s: float = 60.0) -> None:
+    """After a job ends badly, threads it started (Spark ML's CrossValidator pool keeps fitting after an error)
+    may still submit Spark jobs in its group: cancel the group until it has been quiet for ``quiet_s``."""
+    sc = rt.spark.sparkContext
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + limit_s
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        active = set(tracker.getActiveJobsIds()) & set(tracker.getJobIdsForGroup(job_id))
+        if active:
+            sc.cancelJobGroup(job_id)
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return
+        time.sleep(0.1)
+    log.warning("job %s: its Spark job group was still busy after %.0f s", job_id, limit_s)
 
 
 def _settle(rt: JobRuntime, ctx: DbJobContext, ended: JobOutcome | BaseException) -> None:

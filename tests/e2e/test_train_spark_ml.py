@@ -15,6 +15,14 @@ import pytest
 
 from tests.helpers import Service, taxi_request
 
+
+@pytest.fixture
+def service(make_service: Callable[..., Any]) -> Iterator[Service]:
+    """One service per test here: tests below also start their own, and a process runs one job consumer."""
+    with make_service() as svc:
+        yield svc
+
+
 SMALL_GRID = {"algorithm": "random_forest", "numTrees": 10, "grid": {"maxDepth": [4, 8]}, "num_folds": 2}
 
 
