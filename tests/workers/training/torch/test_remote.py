@@ -1,0 +1,144 @@
+"""The executor-side trainer in real processes (gloo over loopback), without Spark: modes, replica identity,
+exact resume, failures every rank agrees on, devices, and what the shipped function drags along."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from workers.training.torch.checkpoint import WEIGHTS, final_dir
+from workers.training.torch.config import DataLayout, SharingConfig, TrainerConfig
+from workers.training.torch.data import Split
+from workers.training.torch.local import run_local
+from workers.training.torch.remote import DeviceError, select_device
+
+MLP = {
+    "input_shape": [8],
+    "layers": [
+        {"type": "dense", "units": 32, "activation": "relu"},
+        {"type": "dropout", "rate": 0.1},
+        {"type": "output", "units": 3, "activation": "softmax", "loss": "cross_entropy"},
+    ],
+}
+
+
+def _blobs(n: int, seed: int) -> Split:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    centers = rng.normal(0, 3, (3, 8)) if seed < 0 else np.random.default_rng(0).normal(0, 3, (3, 8))
+    x = centers[y] + rng.normal(0, 1.0, (n, 8))
+    return Split(torch.tensor(x, dtype=torch.float32), torch.tensor(y, dtype=torch.int64))
+
+
+def _splits(world: int = 2, rows: int = 400) -> list[tuple[Split, Split]]:
+    return [(_blobs(rows, 10 + r), _blobs(100, 100 + r)) for r in range(world)]
+
+
+def _cfg(tmp_path: Path, **changes: object) -> TrainerConfig:
+    cfg = TrainerConfig(
+        job_id="test",
+        network=MLP,
+        optimizer={"type": "adam", "learning_rate": 0.01},
+        mode="gradient_sharing",
+        sharing=SharingConfig(),
+        averaging_frequency=3,
+        epochs=3,
+        batch_size=16,
+        num_workers=2,
+        seed=3,
+        device="cpu",
+        data=DataLayout(
+            features=("x",), array_column=True, label="y", task="classification", num_classes=3, input_shape=(8,)
+        ),
+        checkpoint_dir=str(tmp_path / "checkpoints"),
+        model_dir=str(tmp_path / "model"),
+        collective_timeout_s=60,
+    )
+    return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["gradient_sharing", "parameter_averaging", "allreduce"])
+def test_modes_train_and_keep_replicas_identical(tmp_path: Path, mode: str) -> None:
+    results = run_local(_cfg(tmp_path, mode=mode), _splits())
+    assert all("exception" not in r for r in results), results
+    assert [r["replicas_identical"] for r in results] == [True, True]
+    assert results[0]["checksum"] == results[1]["checksum"]
+    assert results[0]["validation"]["accuracy"] > 0.9
+    assert results[0]["steps"] == 3 * (400 // 16)
+    assert (tmp_path / "model" / WEIGHTS).exists()
+    if mode == "gradient_sharing":
+        dense = results[0]["dense_bytes_per_step"]
+        assert results[0]["bytes_sent"] / results[0]["steps"] < dense / 10  # compressed
+        assert results[0]["threshold"]["type"] == "adaptive"
+    if mode == "allreduce":
+        assert results[0]["bytes_sent"] == results[0]["steps"] * results[0]["dense_bytes_per_step"]
+
+
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path: Path) -> None:
+    straight = run_local(_cfg(tmp_path / "a", epochs=4), _splits())
+    first = run_local(_cfg(tmp_path / "b", epochs=2), _splits())
+    resumed = run_local(
+        _cfg(tmp_path / "c", epochs=4, resume_dir=str(final_dir(tmp_path / "b" / "checkpoints", 2)), start_epoch=2),
+        _splits(),
+    )
+    for r in (*straight, *first, *resumed):
+        assert "exception" not in r, r
+    assert resumed[0]["steps"] == straight[0]["steps"] // 2
+    assert resumed[0]["checksum"] == straight[0]["checksum"]
+    a = (tmp_path / "a" / "model" / WEIGHTS).read_bytes()
+    c = (tmp_path / "c" / "model" / WEIGHTS).read_bytes()
+    assert a == c
+
+
+def test_nan_loss_stops_every_rank_with_the_step(tmp_path: Path) -> None:
+    # (gradient sharing caps each step at tau, so it would survive this learning rate)
+    cfg = _cfg(tmp_path, mode="allreduce", optimizer={"type": "sgd", "learning_rate": 1e30})
+    results = run_local(cfg, _splits())
+    assert [r["error"]["reason"] for r in results] == ["NAN_LOSS", "NAN_LOSS"]
+    assert "at step" in results[0]["error"]["message"]
+
+
+def test_too_few_rows_on_a_worker(tmp_path: Path) -> None:
+    splits = _splits()
+    splits[1] = (_blobs(5, 7), splits[1][1])
+    results = run_local(_cfg(tmp_path), splits)
+    assert [r["error"]["reason"] for r in results] == ["EMPTY_PARTITION", "EMPTY_PARTITION"]
+
+
+def test_device_selection() -> None:
+    assert select_device("auto", []) == (torch.device("cpu"), None)
+    assert select_device("cpu", []) == (torch.device("cpu"), None)
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="no GPU"):
+            select_device("cuda", [])
+        with pytest.raises(DeviceError, match="Spark gave this task GPU"):
+            select_device("cuda", ["1"])
+        device, warning = select_device("auto", ["1"])
+        assert device == torch.device("cpu") and warning and "training on CPU" in warning
+    else:
+        assert select_device("auto", ["0"]) == (torch.device("cuda:0"), None)
+
+
+def test_shipped_function_carries_no_service_code(tmp_path: Path) -> None:
+    """DESIGN.md §2: the function Spark ships pulls in none of app, sqlalchemy, fastapi, celery."""
+    from pyspark import cloudpickle
+
+    from workers.training.torch.driver import shipped_function
+
+    payload = tmp_path / "fn.pkl"
+    payload.write_bytes(cloudpickle.dumps(shipped_function(_cfg(tmp_path).to_dict())))
+    code = (
+        "import pickle, sys;"
+        f"fn = pickle.loads(open({str(payload)!r}, 'rb').read());"
+        "import workers.training.torch.remote;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('app', 'sqlalchemy', 'fastapi', 'celery', 'starlette')];"
+        "print(','.join(sorted(bad)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
