@@ -96,6 +96,43 @@ class TrainRequest(BaseModel):
 
 
 TRAIN_EXAMPLES: dict[str, dict[str, Any]] = {
+    "digits_cnn_gradient_sharing": {
+        "summary": "torch CNN on the digits images, threshold-encoded gradient sharing on 2 workers",
+        "value": {
+            "name": "digits-cnn",
+            "framework": "torch",
+            "dataset": {
+                "uri": "datasets/digits/train.parquet",
+                "features": ["pixels"],
+                "label": "label",
+                "task": "classification",
+                "num_classes": 10,
+            },
+            "validation": {"uri": "datasets/digits/test.parquet"},
+            "network": {
+                "input_shape": [1, 8, 8],
+                "layers": [
+                    {"type": "conv2d", "filters": 16, "kernel_size": 3, "padding": 1, "activation": "relu"},
+                    {"type": "max_pool2d", "kernel_size": 2},
+                    {"type": "conv2d", "filters": 32, "kernel_size": 3, "padding": 1, "activation": "relu"},
+                    {"type": "flatten"},
+                    {"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"},
+                ],
+            },
+            "training": {
+                "epochs": 15,
+                "batch_size_per_worker": 32,
+                "num_workers": 2,
+                "seed": 7,
+                "optimizer": {"type": "adam", "learning_rate": 0.003},
+                "mode": "gradient_sharing",
+                "gradient_sharing": {
+                    "threshold_algorithm": {"type": "adaptive", "initial_threshold": 0.01},
+                    "residual_clipping": {"multiple": 5, "frequency": 5},
+                },
+            },
+        },
+    },
     "random_forest_cv": {
         "summary": "Spark ML random forest, the seed article's cross-validated grid",
         "value": {
