@@ -120,7 +120,7 @@ def trainer_run(
             data=DataLayout(
                 features=("pixels",),
                 array_column=True,
-                label="label",
+                labels=("label",),
                 task="classification",
                 num_classes=10,
                 input_shape=shape,

@@ -130,5 +130,6 @@ class Dataset(Base):
     schema: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     row_count: Mapped[int | None] = mapped_column(BigId)
     sample: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    bad_rows: Mapped[int] = mapped_column(BigId, default=0)
     owner: Mapped[str] = mapped_column(String(200), default="anonymous", index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -11,6 +11,13 @@ Task = Literal["classification", "regression"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 
 
+class Split(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    validation_fraction: float = Field(0.2, gt=0, lt=1)
+    seed: int = Field(7, ge=0)
+
+
 class DatasetRef(BaseModel):
     """Where the rows are and what they mean."""
 
@@ -30,7 +37,9 @@ class DatasetRef(BaseModel):
     features: list[str] | None = Field(
         None, min_length=1, description="Feature columns; default: every numeric column but the label."
     )
-    label: str | None = Field(None, description="The label column.")
+    label: str | list[str] | None = Field(
+        None, description="The label column; several columns for a multi-output regression (a label range)."
+    )
     input_shape: list[int] | None = Field(
         None,
         min_length=1,
@@ -46,6 +55,13 @@ class DatasetRef(BaseModel):
     options: dict[str, str] = Field(
         default_factory=dict, description="Reader options passed to Spark (e.g. CSV `sep`, `quote`)."
     )
+    weight: str | None = Field(None, description="A numeric column (>= 0) that weights each row's loss.")
+    normalize: Literal["standardize", "minmax", "image"] | None = Field(
+        None,
+        description="torch: fit a normalizer on the training rows (per feature; image = one scale into [0, 1]); "
+        "it is stored with the model and applied in evaluation and prediction.",
+    )
+    split: Split | None = Field(None, description="Hold out a validation part when no validation set is given.")
 
 
 class ValidationRef(BaseModel):

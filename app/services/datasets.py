@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import uuid
 from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlparse
 
-from app.core.errors import ValidationFailed
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.core.errors import NotFound, ValidationFailed
+from app.core.settings import Settings
+from app.db.base import utcnow
+from app.db.models import Dataset
+from app.schemas.datasets import DatasetCreate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,3 +97,116 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {first_line[:500]}") from exc
+
+
+CORRUPT = "_corrupt_record"
+SAMPLE_ROWS = 5
+_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, int | str | bool) or value is None:
+        return value
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, date | datetime):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return f"<{len(value)} bytes>"
+    if hasattr(value, "asDict"):
+        return _jsonable(value.asDict(recursive=True))
+    return str(value)
+
+
+def reader_options(fmt: Format, options: dict[str, str]) -> dict[str, str]:
+    """CSV has a header and inferred types unless told otherwise."""
+    if fmt == "csv":
+        return {"header": "true", "inferSchema": "true", **options}
+    return dict(options)
+
+
+def register_dataset(
+    *, session: Session, spark: SparkSession, settings: Settings, body: DatasetCreate, owner: str = "anonymous"
+) -> Dataset:
+    """Read the schema, row count and a few sample rows with Spark and store them. Malformed CSV/JSON lines fail
+    the registration (``bad_rows: fail``) with their count and the first ones, or are counted (``skip``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    path = resolve_uri(body.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc="uri")
+    fmt = detect_format(path, body.format, loc="format")
+    options = reader_options(fmt, body.options)
+    try:
+        df = spark.read.format(fmt).options(**options).load(path)
+        bad_rows = 0
+        if fmt in ("csv", "json"):
+            schema = StructType([*df.schema.fields, StructField(CORRUPT, StringType(), True)])
+            raw = (
+                spark.read.format(fmt)
+                .options(**{**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+                .schema(schema)
+                .load(path)
+                .cache()
+            )
+            try:
+                counts = raw.agg(F.count(F.lit(1)).alias("n"), F.count(CORRUPT).alias("bad")).first()
+                assert counts is not None
+                rows, bad_rows = int(counts["n"]), int(counts["bad"])
+                if bad_rows and body.bad_rows == "fail":
+                    first = [r[CORRUPT] for r in raw.where(F.col(CORRUPT).isNotNull()).limit(SAMPLE_ROWS).collect()]
+                    raise ValidationFailed.at(
+                        "uri",
+                        f"{bad_rows} of {rows} lines of {body.uri} do not parse as {fmt}; first ones: {first}. "
+                        'Fix them, adjust options (sep, quote, escape), or register with bad_rows "skip".',
+                        bad_rows=bad_rows,
+                    )
+            finally:
+                raw.unpersist()
+            rows -= bad_rows
+        else:
+            rows = df.count()
+        sample = [_jsonable(r.asDict(recursive=True)) for r in df.limit(SAMPLE_ROWS).collect()]
+    except ValidationFailed:
+        raise
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as {fmt}: {first_line[:500]}") from exc
+    row = Dataset(
+        id=uuid.uuid4().hex,
+        name=body.name,
+        uri=body.uri,
+        resolved_uri=path,
+        format=fmt,
+        options=options,
+        schema=[{"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable} for f in df.schema.fields],
+        row_count=rows,
+        sample=sample,
+        bad_rows=bad_rows,
+        owner=owner,
+        created_at=utcnow(),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_dataset(*, session: Session, dataset_id: str) -> Dataset:
+    row = session.get(Dataset, dataset_id)
+    if row is None:
+        raise NotFound(f"No dataset with id {dataset_id!r}.")
+    return row
+
+
+def list_datasets(*, session: Session, limit: int = 100) -> Sequence[Dataset]:
+    return session.scalars(select(Dataset).order_by(Dataset.created_at.desc()).limit(limit)).all()
+
+
+def registered(session: Session, uri: str) -> Dataset | None:
+    """The registered dataset a request's ``uri`` names by id, if it does."""
+    return session.get(Dataset, uri) if _ID.match(uri) else None

@@ -6,6 +6,7 @@ Only pure spec modules are imported here: torch itself stays out of the API proc
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,17 +104,13 @@ def plan_torch(
         raise ValidationFailed.at("params", "torch takes network and training, not params")
     options = request.training or TrainingOptions()
     ds = request.dataset
+    class_labels: tuple[str, ...] | None = None
     if ds.task == "classification":
-        if ds.num_classes is None:
-            raise ValidationFailed.at("dataset.num_classes", "required for classification: the number of classes")
-        if schema[train.label or ""] not in ("tinyint", "smallint", "int", "bigint"):
-            raise ValidationFailed.at(
-                "dataset.label", f"{ds.label!r} is {schema[train.label or '']}; class labels are integers 0..k-1"
-            )
+        train, class_labels = _classes(train, schema[train.label or ""], spark)
     shape, array_column = _data_shape(request, train, schema, spark)
     try:
         spec = parse_network(request.network, input_shape=shape)
-        check_loss_for_task(spec, ds.task or "regression", ds.num_classes, 1)
+        check_loss_for_task(spec, ds.task or "regression", train.num_classes, len(train.label_columns))
         optimizer = parse_optimizer(options.optimizer)
         check_optimizer_l2(optimizer, spec.l2)
         sharing = parse_sharing(options.gradient_sharing, optimizer)
@@ -139,7 +136,7 @@ def plan_torch(
     network = spec_to_dict(spec)
     return TorchPlan(
         train=train,
-        validation=validation,
+        validation=replace(validation, num_classes=train.num_classes) if validation else None,
         network=network,
         optimizer=spec_to_dict(optimizer),
         sharing=sharing,
@@ -154,7 +151,48 @@ def plan_torch(
         array_column=array_column,
         resume=_resume(options, network, db),
         validation_fraction=options.validation_fraction,
+        class_labels=class_labels,
     )
+
+
+INTEGER_TYPES = ("tinyint", "smallint", "int", "bigint")
+MAX_STRING_CLASSES = 10_000
+
+
+def _classes(train: ResolvedDataset, dtype: str, spark: SparkSession) -> tuple[ResolvedDataset, tuple[str, ...] | None]:
+    """Class labels: integer indices 0..k-1 as they are, or strings mapped to indices in sorted order (the
+    mapping is stored with the model). Without ``num_classes`` one pass over the label column counts them."""
+    from pyspark.sql import functions as F
+
+    from workers.data.spec import read_dataframe
+
+    label = train.label or ""
+    if dtype == "string":
+        values = (
+            read_dataframe(spark, train)
+            .select(label)
+            .where(F.col(label).isNotNull())
+            .distinct()
+            .limit(MAX_STRING_CLASSES + 1)
+        )
+        names = tuple(sorted(str(r[label]) for r in values.collect()))
+        if len(names) > MAX_STRING_CLASSES:
+            raise ValidationFailed.at("dataset.label", f"more than {MAX_STRING_CLASSES} distinct classes")
+        if len(names) < 2:
+            raise ValidationFailed.at("dataset.label", f"{label!r} has {len(names)} distinct values; a class needs 2+")
+        if train.num_classes is not None and train.num_classes != len(names):
+            raise ValidationFailed.at(
+                "dataset.num_classes", f"{label!r} has {len(names)} distinct labels, not {train.num_classes}"
+            )
+        return replace(train, num_classes=len(names)), names
+    if dtype not in INTEGER_TYPES:
+        raise ValidationFailed.at("dataset.label", f"{label!r} is {dtype}; class labels are integers 0..k-1 or strings")
+    if train.num_classes is None:
+        top = read_dataframe(spark, train).agg(F.max(label).alias("m")).first()
+        if top is None or top["m"] is None:
+            raise ValidationFailed.at("dataset.uri", f"{train.path} has no labelled rows")
+        return replace(train, num_classes=max(2, int(top["m"]) + 1)), None
+    return train, None
 
 
 def _cluster_has_gpus(spark: SparkSession) -> bool:

@@ -17,8 +17,8 @@ from app.db.base import utcnow
 from app.db.models import Job
 from app.db.session import transaction
 from app.schemas.train import DatasetRef, TrainRequest, ValidationRef
-from app.services import datasets, jobs
-from workers.data.spec import ResolvedDataset
+from app.services import jobs
+from app.services.dataset_check import resolve_dataset
 from workers.errors import SpecError
 from workers.families import AVAILABLE_FRAMEWORKS, task_name
 
@@ -31,71 +31,6 @@ Enqueue = Callable[[str, str], None]
 
 def spec_error(exc: SpecError) -> ValidationFailed:
     return ValidationFailed(str(exc), errors=[{"loc": exc.path, "msg": exc.message}])
-
-
-def _is_numeric_array(dtype: str) -> bool:
-    return dtype.startswith("array<") and dtype[6:-1] in datasets.NUMERIC_TYPES
-
-
-def resolve_dataset(
-    ref: DatasetRef, *, settings: Settings, spark: SparkSession, loc: str = "dataset", allow_array: bool = False
-) -> tuple[ResolvedDataset, dict[str, str]]:
-    """Resolve the URI, read the schema with Spark and check the columns the request names.
-    Returns the dataset and its schema (column -> Spark type). ``allow_array`` accepts one numeric array
-    column as the only feature (images, embeddings)."""
-    path = datasets.resolve_uri(
-        ref.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc=f"{loc}.uri"
-    )
-    fmt = datasets.detect_format(path, ref.format, loc=f"{loc}.format")
-    schema = datasets.read_schema(spark, path, fmt, ref.options, loc=f"{loc}.uri")
-    available = ", ".join(f"{c} ({t})" for c, t in schema.items())
-    if ref.label is not None and ref.label not in schema:
-        raise ValidationFailed.at(f"{loc}.label", f"no column {ref.label!r} in {ref.uri}; columns: {available}")
-    if ref.features is None:
-        features = [c for c, t in schema.items() if c != ref.label and t in datasets.NUMERIC_TYPES]
-        arrays = [c for c, t in schema.items() if c != ref.label and _is_numeric_array(t)]
-        if not features and allow_array and len(arrays) == 1:
-            features = arrays
-        if not features:
-            raise ValidationFailed.at(f"{loc}.features", f"{ref.uri} has no numeric columns; columns: {available}")
-    else:
-        features = list(ref.features)
-        for i, column in enumerate(features):
-            if column not in schema:
-                raise ValidationFailed.at(
-                    f"{loc}.features[{i}]", f"no column {column!r} in {ref.uri}; columns: {available}"
-                )
-            if column == ref.label:
-                raise ValidationFailed.at(f"{loc}.features[{i}]", f"{column!r} is the label; it cannot be a feature")
-            dtype = schema[column]
-            if _is_numeric_array(dtype):
-                if not allow_array:
-                    raise ValidationFailed.at(
-                        f"{loc}.features[{i}]", f"{column!r} is {dtype}; this framework needs numeric columns"
-                    )
-                if len(features) > 1:
-                    raise ValidationFailed.at(
-                        f"{loc}.features", "an array column must be the only feature (with dataset.input_shape)"
-                    )
-            elif dtype not in datasets.NUMERIC_TYPES:
-                raise ValidationFailed.at(f"{loc}.features[{i}]", f"{column!r} is {dtype}; features must be numeric")
-        if len(set(features)) != len(features):
-            raise ValidationFailed.at(f"{loc}.features", "a column is listed twice")
-    if ref.label is not None and schema[ref.label] not in datasets.NUMERIC_TYPES and ref.task != "classification":
-        raise ValidationFailed.at(
-            f"{loc}.label", f"{ref.label!r} is {schema[ref.label]}; a regression label is numeric"
-        )
-    resolved = ResolvedDataset(
-        path=path,
-        format=fmt,
-        features=tuple(features),
-        label=ref.label,
-        task=ref.task,
-        num_classes=ref.num_classes,
-        bad_rows=ref.bad_rows,
-        options=dict(ref.options),
-    )
-    return resolved, schema
 
 
 def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:
@@ -116,7 +51,7 @@ def plan_training(
     if request.dataset.task is None:
         raise ValidationFailed.at("dataset.task", "required for training: classification or regression")
     allow_array = request.framework == "torch"
-    train, schema = resolve_dataset(request.dataset, settings=settings, spark=spark, allow_array=allow_array)
+    train, schema = resolve_dataset(request.dataset, settings=settings, spark=spark, allow_array=allow_array, db=db)
     validation = None
     if request.validation is not None:
         validation, val_schema = resolve_dataset(
@@ -125,9 +60,10 @@ def plan_training(
             spark=spark,
             loc="validation",
             allow_array=allow_array,
+            db=db,
         )
-        for column in (*train.features, train.label):
-            if column is not None and val_schema.get(column) != schema[column]:
+        for column in (*train.features, *train.label_columns):
+            if val_schema.get(column) != schema[column]:
                 raise ValidationFailed.at(
                     "validation.uri",
                     f"column {column!r} is {schema[column]} in the training data but "
@@ -144,6 +80,10 @@ def plan_training(
 
         if request.network is not None or request.training is not None:
             raise ValidationFailed.at("network", "spark_ml takes params, not network/training")
+        if train.extra_labels:
+            raise ValidationFailed.at("dataset.label", "spark_ml learns one label column")
+        if train.normalize is not None:
+            raise ValidationFailed.at("dataset.normalize", "spark_ml scales features itself (params.standardize)")
         try:
             spec = parse_spark_ml_params(request.params, task=request.dataset.task)
         except SpecError as exc:

@@ -220,9 +220,12 @@ def test_bad_torch_requests(service: Service) -> None:
     cuda = {**digits(MLP), "device": "cuda"}
     assert "no executor has GPUs" in _problem(service, cuda)["detail"]
 
-    no_classes = digits(MLP)
-    del no_classes["dataset"]["num_classes"]
-    assert _problem(service, no_classes)["errors"][0]["loc"] == "dataset.num_classes"
+    float_labels = digits(MLP)
+    float_labels["dataset"] = {"uri": "datasets/taxi/train.parquet", "features": TAXI_FEATURES,
+                               "label": "fare_amount", "task": "classification", "num_classes": 10}  # fmt: skip
+    del float_labels["validation"]
+    problem = _problem(service, float_labels)
+    assert problem["errors"][0]["loc"] == "dataset.label" and "integers" in problem["detail"]
 
     bad_threshold = digits(MLP, gradient_sharing={"threshold_algorithm": {"type": "adaptive", "decay": 2}})
     assert "threshold_algorithm" in _problem(service, bad_threshold)["errors"][0]["loc"]

@@ -21,13 +21,13 @@ def _bad_value(df: DataFrame, column: str, array_length: int | None) -> Column:
 
     col, dtype = F.col(column), dict(df.dtypes)[column]
     if dtype.startswith("array"):
-        cond = col.isNull() | F.exists(col, lambda v: v.isNull() | F.isnan(v))
+        cond = col.isNull() | F.exists(col, lambda v: v.isNull() | F.isnan(v) | (F.abs(v) == float("inf")))
         if array_length is not None:
             cond = cond | (F.size(col) != array_length)
         return cond
     cond = col.isNull()
     if dtype in _FLOATS:
-        cond = cond | F.isnan(col)
+        cond = cond | F.isnan(col) | (F.abs(col) == float("inf"))
     return cond
 
 
@@ -44,9 +44,14 @@ def clean(
     ``0..num_classes-1``. Returns (clean frame, usable rows, dropped rows)."""
     from pyspark.sql import functions as F
 
-    columns = [*ds.features, *([ds.label] if ds.label else [])]
+    columns = [*ds.features, *ds.label_columns, *([ds.weight] if ds.weight else [])]
     conditions = [_bad_value(df, c, array_length) for c in columns]
-    reasons = "a null or NaN value" + (f" or an array whose length is not {array_length}" if array_length else "")
+    reasons = "a null, NaN or infinite value"
+    if array_length:
+        reasons += f" or an array whose length is not {array_length}"
+    if ds.weight:
+        conditions.append(F.col(ds.weight) < 0)
+        reasons += " or a negative weight"
     if ds.label and ds.task == "classification" and ds.num_classes is not None:
         label = F.col(ds.label)
         conditions.append((label < 0) | (label >= ds.num_classes) | (label != F.floor(label)))

@@ -23,6 +23,18 @@ class ResolvedDataset:
     bad_rows: Literal["fail", "skip"] = "fail"
     key: str | None = None
     options: dict[str, str] = field(default_factory=dict)
+    extra_labels: tuple[str, ...] = ()
+    """More label columns (a regression's label range: DataVec's labelIndexFrom..labelIndexTo)."""
+    weight: str | None = None
+    """A per-row weight column (>= 0) that scales the row's loss."""
+    normalize: Literal["standardize", "minmax", "image"] | None = None
+    validation_fraction: float | None = None
+    """Held out (seeded) when no validation set is given; None leaves it to the family's default."""
+    split_seed: int = 7
+
+    @property
+    def label_columns(self) -> tuple[str, ...]:
+        return (self.label, *self.extra_labels) if self.label else ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -35,11 +47,14 @@ class ResolvedDataset:
             "bad_rows": self.bad_rows,
             "key": self.key,
             "options": dict(self.options),
+            "extra_labels": list(self.extra_labels),
+            "weight": self.weight,
+            "normalize": self.normalize,
+            "validation_fraction": self.validation_fraction,
+            "split_seed": self.split_seed,
         }
 
 
 def read_dataframe(spark: SparkSession, ds: ResolvedDataset) -> DataFrame:
-    reader = spark.read.format(ds.format)
-    if ds.format == "csv":
-        reader = reader.option("header", "true").option("inferSchema", "true")
-    return reader.options(**ds.options).load(ds.path)
+    options = {"header": "true", "inferSchema": "true", **ds.options} if ds.format == "csv" else ds.options
+    return spark.read.format(ds.format).options(**options).load(ds.path)

@@ -32,8 +32,9 @@ def train(ctx: JobContext, plan: SparkMLPlan) -> JobOutcome:
         val_df, _, val_dropped = clean(ctx, read_dataframe(ctx.spark, plan.validation), plan.validation)
         dropped += val_dropped
     else:
-        train_df, val_df = train_df.randomSplit([1 - spec.validation_fraction, spec.validation_fraction], spec.seed)
-        ctx.log(f"no validation set given: holding out {spec.validation_fraction:.0%} of the training data")
+        fraction = ds.validation_fraction or spec.validation_fraction
+        train_df, val_df = train_df.randomSplit([1 - fraction, fraction], ds.split_seed)
+        ctx.log(f"no validation set given: holding out {fraction:.0%} of the training data")
     ctx.log(f"training on {rows} rows with {len(ds.features)} features")
     train_df = train_df.cache()
     try:
@@ -62,7 +63,7 @@ def _fit(
     stages.append(VectorAssembler(inputCols=list(ds.features), outputCol=raw, handleInvalid="error"))
     if spec.standardize:
         stages.append(StandardScaler(inputCol=raw, outputCol=FEATURES_COL, withStd=True, withMean=False))
-    estimator = _estimator(spec, label_col)
+    estimator = _estimator(spec, label_col, ds.weight)
     pipeline = Pipeline(stages=[*stages, estimator])
 
     cv_table: list[dict[str, Any]] = []
@@ -114,9 +115,11 @@ def _fit(
     )
 
 
-def _estimator(spec: SparkMLSpec, label_col: str) -> Estimator[Any]:
+def _estimator(spec: SparkMLSpec, label_col: str, weight: str | None) -> Estimator[Any]:
     module, _, cls = spec.estimator_class.rpartition(".")
     estimator = getattr(importlib.import_module(module), cls)(featuresCol=FEATURES_COL, labelCol=label_col)
+    if weight is not None:
+        estimator.setWeightCol(weight)
     if estimator.hasParam("seed"):
         estimator.setSeed(spec.seed)
     for name, value in spec.params.items():

@@ -83,7 +83,8 @@ class DataLayout:
     features: tuple[str, ...]
     """Numeric columns, or a single array column."""
     array_column: bool
-    label: str
+    labels: tuple[str, ...]
+    """One class-index column, or one or more regression targets."""
     task: Literal["classification", "regression"]
     num_classes: int | None
     input_shape: tuple[int, ...]
@@ -91,6 +92,9 @@ class DataLayout:
     """0 = training row, 1 = validation row (both travel in one barrier stage)."""
     order_column: str = "_row"
     """A stable row id: each task sorts by it, so reruns see the same rows in the same order."""
+    weight: str | None = None
+    normalizer: dict[str, Any] | None = None
+    """A fitted :class:`workers.data.normalize.Normalizer` as a dict, applied to the features on load."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,9 @@ class TrainerConfig:
     collective_timeout_s: float = 300.0
     threads: int = 1
     metrics_every: int = 1
+    model_card: dict[str, Any] = field(default_factory=dict)
+    """What ``spec.json`` of the trained model says besides the network: task, columns, class labels,
+    normalizer, so the artifact is usable without sparktrain."""
 
     def replace_threads(self, threads: int) -> TrainerConfig:
         return replace(self, threads=max(1, int(threads)))
@@ -132,6 +139,7 @@ class TrainerConfig:
         d["sharing"] = SharingConfig(**d["sharing"])
         data = dict(d["data"])
         data["features"] = tuple(data["features"])
+        data["labels"] = tuple(data["labels"])
         data["input_shape"] = tuple(data["input_shape"])
         d["data"] = DataLayout(**data)
         if d.get("monitor") is not None:
@@ -168,3 +176,5 @@ class TorchPlan:
     array_column: bool
     resume: ResumePoint | None = None
     validation_fraction: float = 0.1
+    class_labels: tuple[str, ...] | None = None
+    """String class labels in index order (the label column holds strings); None when labels are indices."""

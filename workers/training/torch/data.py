@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from workers.data.normalize import Normalizer
 from workers.training.torch.config import DataLayout
 
 
@@ -21,6 +22,8 @@ class Split:
     """float32, (rows, *input_shape)"""
     y: torch.Tensor
     """int64 (rows,) class indices, or float32 (rows, label width)"""
+    w: torch.Tensor | None = None
+    """float32 (rows,) per-row loss weights, when the dataset has a weight column"""
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
@@ -44,13 +47,12 @@ def _features(table: pa.Table, layout: DataLayout) -> np.ndarray:
 
 
 def _labels(table: pa.Table, layout: DataLayout) -> np.ndarray:
-    raw = table.column(layout.label).to_numpy()
     if layout.task == "classification":
-        labels = raw.astype(np.int64)
+        labels = table.column(layout.labels[0]).to_numpy().astype(np.int64)
         if layout.num_classes is not None and labels.size and (labels.min() < 0 or labels.max() >= layout.num_classes):
-            raise ValueError(f"label {layout.label!r} has values outside 0..{layout.num_classes - 1}")
+            raise ValueError(f"label {layout.labels[0]!r} has values outside 0..{layout.num_classes - 1}")
         return labels
-    return raw.astype(np.float32).reshape(-1, 1)
+    return np.stack([table.column(c).to_numpy().astype(np.float32) for c in layout.labels], axis=1)
 
 
 def to_splits(batches: Iterable[pa.RecordBatch], layout: DataLayout) -> tuple[Split, Split]:
@@ -61,11 +63,19 @@ def to_splits(batches: Iterable[pa.RecordBatch], layout: DataLayout) -> tuple[Sp
         empty = Split(torch.zeros((0, *layout.input_shape)), torch.zeros(0))
         return empty, empty
     table = table.sort_by(layout.order_column)
-    x = _features(table, layout).reshape(-1, *layout.input_shape)
+    x = _features(table, layout)
+    if layout.normalizer is not None:
+        x = Normalizer.from_dict(layout.normalizer).apply(x)
+    x = x.reshape(-1, *layout.input_shape)
     y = _labels(table, layout)
+    w = table.column(layout.weight).to_numpy().astype(np.float32) if layout.weight else None
     is_val = table.column(layout.split_column).to_numpy().astype(bool)
-    train, val = ~is_val, is_val
-    return (
-        Split(torch.from_numpy(np.ascontiguousarray(x[train])), torch.from_numpy(np.ascontiguousarray(y[train]))),
-        Split(torch.from_numpy(np.ascontiguousarray(x[val])), torch.from_numpy(np.ascontiguousarray(y[val]))),
-    )
+
+    def part(rows: np.ndarray) -> Split:
+        return Split(
+            torch.from_numpy(np.ascontiguousarray(x[rows])),
+            torch.from_numpy(np.ascontiguousarray(y[rows])),
+            torch.from_numpy(np.ascontiguousarray(w[rows])) if w is not None else None,
+        )
+
+    return part(~is_val), part(is_val)

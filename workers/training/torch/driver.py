@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from workers.context import JobCancelled, JobContext, JobFailure, JobOutcome, ModelArtifact
 from workers.data.clean import clean
+from workers.data.normalize import Normalizer
+from workers.data.normalize import fit as fit_normalizer
 from workers.data.spec import read_dataframe
 from workers.training.torch.config import DataLayout, TorchPlan, TrainerConfig
 from workers.training.torch.monitor import Monitor
@@ -40,24 +42,35 @@ def shipped_function(cfg: dict[str, Any]) -> Callable[[Iterator[Any]], Iterator[
     return train_partition
 
 
-def _prepare(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int]]:
+def _index_labels(df: DataFrame, plan: TorchPlan) -> DataFrame:
+    """String class labels -> their index in ``plan.class_labels``; an unknown label becomes -1, a bad row."""
+    from pyspark.sql import functions as F
+
+    if plan.class_labels is None or plan.train.label is None:
+        return df
+    labels = F.array(*[F.lit(v) for v in plan.class_labels])
+    return df.withColumn(plan.train.label, (F.array_position(labels, F.col(plan.train.label)) - 1).cast("int"))
+
+
+def _prepare(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int], Normalizer | None]:
     from pyspark.sql import functions as F
 
     length = math.prod(plan.input_shape) if plan.array_column else None
-    train_raw = read_dataframe(ctx.spark, plan.train)
+    train_raw = _index_labels(read_dataframe(ctx.spark, plan.train), plan)
     if plan.validation is not None:
         train, rows, dropped = clean(ctx, train_raw, plan.train, array_length=length)
-        val, val_rows, val_dropped = clean(
-            ctx, read_dataframe(ctx.spark, plan.validation), plan.validation, array_length=length
-        )
+        val_raw = _index_labels(read_dataframe(ctx.spark, plan.validation), plan)
+        val, val_rows, val_dropped = clean(ctx, val_raw, plan.validation, array_length=length)
         frame = train.withColumn(SPLIT, F.lit(0)).unionByName(val.withColumn(SPLIT, F.lit(1)))
     else:
-        marked = train_raw.withColumn(SPLIT, (F.rand(plan.seed) < plan.validation_fraction).cast("int"))
+        fraction = plan.train.validation_fraction or plan.validation_fraction
+        marked = train_raw.withColumn(SPLIT, (F.rand(plan.train.split_seed) < fraction).cast("int"))
         frame, total, dropped = clean(ctx, marked, plan.train, array_length=length, extra_columns=(SPLIT,))
         val_dropped = 0
         counts = {int(r[SPLIT]): int(r["count"]) for r in frame.groupBy(SPLIT).count().collect()}
         rows, val_rows = counts.get(0, 0), counts.get(1, 0)
-        ctx.log(f"no validation set given: {val_rows} of {total} rows held out (validation_fraction)")
+        held = f"{val_rows} of {total} rows held out ({fraction:.0%}, seed {plan.train.split_seed})"
+        ctx.log(f"no validation set given: {held}")
     needed = plan.num_workers * plan.batch_size
     if rows < needed:
         raise JobFailure(
@@ -65,10 +78,16 @@ def _prepare(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int
             f"{rows} training rows cannot give {plan.num_workers} workers a batch of {plan.batch_size} each "
             f"(needs {needed}); use fewer workers, a smaller batch_size_per_worker or more data",
         )
+    normalizer = None
+    if plan.train.normalize is not None:
+        normalizer = fit_normalizer(
+            frame.where(F.col(SPLIT) == 0), plan.train.features, plan.train.normalize, array_column=plan.array_column
+        )
+        ctx.log(f"{plan.train.normalize} normalizer fitted on {normalizer.count} training rows")
     frame = (
         frame.withColumn(ROW, F.monotonically_increasing_id()).repartition(plan.num_workers).sortWithinPartitions(ROW)
     )
-    return frame, {"train": rows, "validation": val_rows, "bad_rows": dropped + val_dropped}
+    return frame, {"train": rows, "validation": val_rows, "bad_rows": dropped + val_dropped}, normalizer
 
 
 def _monitor_host(ctx: JobContext) -> str:
@@ -79,7 +98,21 @@ def _monitor_host(ctx: JobContext) -> str:
         return "127.0.0.1"
 
 
-def _config(ctx: JobContext, plan: TorchPlan) -> TrainerConfig:
+def model_card(plan: TorchPlan, normalizer: Normalizer | None) -> dict[str, Any]:
+    """Everything besides the weights that using the model needs; stored in spec.json and the version's params."""
+    return {
+        "input_shape": list(plan.input_shape),
+        "features": list(plan.train.features),
+        "array_column": plan.array_column,
+        "labels": list(plan.train.label_columns),
+        "task": plan.train.task,
+        "num_classes": plan.train.num_classes,
+        "class_labels": list(plan.class_labels) if plan.class_labels else None,
+        "normalizer": normalizer.to_dict() if normalizer else None,
+    }
+
+
+def _config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> TrainerConfig:
     threads = int(ctx.spark.sparkContext.getConf().get("spark.task.cpus", "1"))
     return TrainerConfig(
         job_id=ctx.job_id,
@@ -96,25 +129,28 @@ def _config(ctx: JobContext, plan: TorchPlan) -> TrainerConfig:
         data=DataLayout(
             features=plan.train.features,
             array_column=plan.array_column,
-            label=plan.train.label or "",
+            labels=plan.train.label_columns,
             task=plan.train.task or "regression",
             num_classes=plan.train.num_classes,
             input_shape=plan.input_shape,
             split_column=SPLIT,
             order_column=ROW,
+            weight=plan.train.weight,
+            normalizer=normalizer.to_dict() if normalizer else None,
         ),
         checkpoint_dir=str(ctx.work_dir / "checkpoints"),
         model_dir=str(ctx.work_dir / "model"),
         resume_dir=plan.resume.path if plan.resume else None,
         start_epoch=plan.resume.epoch if plan.resume else 0,
         threads=threads,
+        model_card=model_card(plan, normalizer),
     )
 
 
 def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     ctx.progress(0.0, "preparing the data")
-    frame, rows = _prepare(ctx, plan)
-    cfg = _config(ctx, plan)
+    frame, rows, normalizer = _prepare(ctx, plan)
+    cfg = _config(ctx, plan, normalizer)
     if plan.resume:
         ctx.log(
             f"resuming from checkpoint {plan.resume.checkpoint_id} (epoch {plan.resume.epoch} of job "
@@ -138,16 +174,7 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     if not summary["replicas_identical"]:
         ctx.warn("the workers' final parameters differ: the replicas drifted apart (please report this)")
     ctx.progress(1.0, "done")
-    params = {
-        "network": plan.network,
-        "input_shape": list(plan.input_shape),
-        "features": list(plan.train.features),
-        "label": plan.train.label,
-        "task": plan.train.task,
-        "num_classes": plan.train.num_classes,
-        "mode": plan.mode,
-        "epochs": plan.epochs,
-    }
+    params = {"network": plan.network, **cfg.model_card, "mode": plan.mode, "epochs": plan.epochs}
     return JobOutcome(
         result=summary,
         model=ModelArtifact(

@@ -279,8 +279,9 @@ def _train(
             t0 = time.perf_counter()
             idx = order[s * batch : (s + 1) * batch]
             x, y = train.x[idx].to(device), train.y[idx].to(device)
+            weight = train.w[idx].to(device) if train.w is not None else None
             optimizer.zero_grad(set_to_none=False)
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(model(x), y, weight=weight)
             loss.backward()
             loss_value = float(loss.detach())
             stop, nan = comm.any_flags(reporter.stop_requested, not math.isfinite(loss_value))
@@ -350,7 +351,7 @@ def _train(
         ckpt.save_model(
             Path(cfg.model_dir),
             model,
-            {"network": spec_to_dict(spec), "task": cfg.data.task, "num_classes": cfg.data.num_classes},
+            {"network": spec_to_dict(spec), **cfg.model_card},
         )
     sums = comm.gather_floats([_checksum(flat)])
     result = {

@@ -54,7 +54,7 @@ def _cfg(tmp_path: Path, **changes: object) -> TrainerConfig:
         seed=3,
         device="cpu",
         data=DataLayout(
-            features=("x",), array_column=True, label="y", task="classification", num_classes=3, input_shape=(8,)
+            features=("x",), array_column=True, labels=("y",), task="classification", num_classes=3, input_shape=(8,)
         ),
         checkpoint_dir=str(tmp_path / "checkpoints"),
         model_dir=str(tmp_path / "model"),

@@ -1,0 +1,62 @@
+"""Registered datasets: a URI Spark can read, with its schema, row count and a few sample rows."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+
+from app.api.deps import CallerDep, SessionDep, SettingsDep, SparkDep
+from app.db.models import Dataset
+from app.schemas.datasets import ColumnRead, DatasetCreate, DatasetPage, DatasetRead
+from app.services import datasets
+
+router = APIRouter(tags=["datasets"])
+
+
+def to_dataset_read(row: Dataset) -> DatasetRead:
+    return DatasetRead(
+        id=row.id,
+        name=row.name,
+        uri=row.uri,
+        resolved_uri=row.resolved_uri,
+        format=row.format,
+        options=row.options,
+        schema_=[ColumnRead(**c) for c in row.schema],
+        row_count=row.row_count,
+        sample=row.sample,
+        bad_rows=row.bad_rows,
+        owner=row.owner,
+        created_at=row.created_at,
+    )
+
+
+@router.post(
+    "/datasets",
+    response_model=DatasetRead,
+    status_code=status.HTTP_201_CREATED,
+    summary="Register a dataset: Spark reads its schema, row count and sample rows",
+    description="Afterwards a request may name the dataset by its `id` in `dataset.uri`.",
+)
+def register(
+    body: DatasetCreate,
+    session: SessionDep,
+    spark: SparkDep,
+    settings: SettingsDep,
+    caller: CallerDep,
+    response: Response,
+) -> DatasetRead:
+    row = datasets.register_dataset(session=session, spark=spark, settings=settings, body=body, owner=caller.owner)
+    session.commit()
+    response.headers["Location"] = f"/datasets/{row.id}"
+    return to_dataset_read(row)
+
+
+@router.get("/datasets", response_model=DatasetPage, summary="Registered datasets, newest first")
+def list_datasets(session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> DatasetPage:
+    return DatasetPage(items=[to_dataset_read(r) for r in datasets.list_datasets(session=session, limit=limit)])
+
+
+@router.get("/datasets/{dataset_id}", response_model=DatasetRead, summary="One dataset: schema, rows, samples")
+def get_dataset(dataset_id: str, session: SessionDep) -> DatasetRead:
+    return to_dataset_read(datasets.get_dataset(session=session, dataset_id=dataset_id))

@@ -1,0 +1,33 @@
+"""Registered datasets record how many malformed lines their registration counted.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-29
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("datasets") as batch:
+        batch.add_column(
+            sa.Column(
+                "bad_rows",
+                sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+                nullable=False,
+                server_default="0",
+            )
+        )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("datasets") as batch:
+        batch.drop_column("bad_rows")

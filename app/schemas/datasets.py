@@ -1,0 +1,58 @@
+"""Wire models of registered datasets (``POST /datasets``, ``GET /datasets``, ``GET /datasets/{id}``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.schemas.train import NAME_PATTERN
+
+
+class DatasetCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    uri: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="Parquet file or directory, CSV, or JSON lines, inside the data roots (or an allowed remote URI).",
+        examples=["datasets/taxi/train.parquet"],
+    )
+    name: str | None = Field(None, pattern=NAME_PATTERN)
+    format: Literal["parquet", "csv", "json"] | None = None
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        description="Reader options: for CSV `header` (default true), `sep`, `quote`, `escape`, `nullValue`, ...",
+        examples=[{"sep": ";", "header": "true"}],
+    )
+    bad_rows: Literal["fail", "skip"] = Field(
+        "fail", description="Malformed lines of CSV / JSON files: refuse the registration (default) or count them."
+    )
+
+
+class ColumnRead(BaseModel):
+    name: str
+    type: str
+    nullable: bool
+
+
+class DatasetRead(BaseModel):
+    id: str
+    name: str | None
+    uri: str
+    resolved_uri: str
+    format: str
+    options: dict[str, str]
+    schema_: list[ColumnRead] = Field(alias="schema", serialization_alias="schema")
+    row_count: int | None
+    sample: list[dict[str, Any]]
+    bad_rows: int = 0
+    owner: str
+    created_at: datetime
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class DatasetPage(BaseModel):
+    items: list[DatasetRead]

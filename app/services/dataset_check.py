@@ -1,0 +1,118 @@
+"""A request's dataset reference, checked against the data: the URI (or a registered dataset's id) resolves
+inside the data roots, Spark reads the schema, and every column the request names exists with a usable type."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.errors import ValidationFailed
+from app.core.settings import Settings
+from app.schemas.train import DatasetRef
+from app.services import datasets
+from workers.data.spec import ResolvedDataset
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def is_numeric_array(dtype: str) -> bool:
+    return dtype.startswith("array<") and dtype[6:-1] in datasets.NUMERIC_TYPES
+
+
+def _locate(
+    uri: str, fmt: Any, options: dict[str, str], *, settings: Settings, db: sessionmaker[Session] | None, loc: str
+) -> tuple[str, Any, dict[str, str]]:
+    """(path, format, reader options) of a request's dataset: a registered dataset's id, or a URI."""
+    if db is not None:
+        with db() as session:
+            row = datasets.registered(session, uri)
+            if row is not None:
+                return row.resolved_uri, row.format, {**row.options, **options}
+    path = datasets.resolve_uri(uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc=loc)
+    fmt = datasets.detect_format(path, fmt, loc=loc.replace(".uri", ".format"))
+    return path, fmt, datasets.reader_options(fmt, options)
+
+
+def _features(ref: DatasetRef, schema: dict[str, str], labels: list[str], loc: str, allow_array: bool) -> list[str]:
+    available = ", ".join(f"{c} ({t})" for c, t in schema.items())
+    taken = {*labels, *([ref.weight] if ref.weight else [])}
+    if ref.features is None:
+        features = [c for c, t in schema.items() if c not in taken and t in datasets.NUMERIC_TYPES]
+        arrays = [c for c, t in schema.items() if c not in taken and is_numeric_array(t)]
+        if not features and allow_array and len(arrays) == 1:
+            features = arrays
+        if not features:
+            raise ValidationFailed.at(f"{loc}.features", f"{ref.uri} has no numeric columns; columns: {available}")
+        return features
+    features = list(ref.features)
+    for i, column in enumerate(features):
+        where = f"{loc}.features[{i}]"
+        if column not in schema:
+            raise ValidationFailed.at(where, f"no column {column!r} in {ref.uri}; columns: {available}")
+        if column in labels:
+            raise ValidationFailed.at(where, f"{column!r} is the label; it cannot be a feature")
+        if column == ref.weight:
+            raise ValidationFailed.at(where, f"{column!r} is the weight column; it cannot be a feature")
+        dtype = schema[column]
+        if is_numeric_array(dtype):
+            if not allow_array:
+                raise ValidationFailed.at(where, f"{column!r} is {dtype}; this framework needs numeric columns")
+            if len(features) > 1:
+                raise ValidationFailed.at(
+                    f"{loc}.features", "an array column must be the only feature (with dataset.input_shape)"
+                )
+        elif dtype not in datasets.NUMERIC_TYPES:
+            raise ValidationFailed.at(where, f"{column!r} is {dtype}; features must be numeric")
+    if len(set(features)) != len(features):
+        raise ValidationFailed.at(f"{loc}.features", "a column is listed twice")
+    return features
+
+
+def resolve_dataset(
+    ref: DatasetRef,
+    *,
+    settings: Settings,
+    spark: SparkSession,
+    loc: str = "dataset",
+    allow_array: bool = False,
+    db: sessionmaker[Session] | None = None,
+) -> tuple[ResolvedDataset, dict[str, str]]:
+    """Resolve the URI (or registered dataset id), read the schema with Spark and check the columns the request
+    names. Returns the dataset and its schema (column -> Spark type). ``allow_array`` accepts one numeric array
+    column as the only feature (images, embeddings)."""
+    path, fmt, options = _locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc=f"{loc}.uri")
+    schema = datasets.read_schema(spark, path, fmt, options, loc=f"{loc}.uri")
+    available = ", ".join(f"{c} ({t})" for c, t in schema.items())
+    labels = [] if ref.label is None else [ref.label] if isinstance(ref.label, str) else list(ref.label)
+    if len(labels) > 1 and ref.task != "regression":
+        raise ValidationFailed.at(f"{loc}.label", "several label columns are a regression's; use task regression")
+    for column in labels:
+        if column not in schema:
+            raise ValidationFailed.at(f"{loc}.label", f"no column {column!r} in {ref.uri}; columns: {available}")
+        if ref.task == "regression" and schema[column] not in datasets.NUMERIC_TYPES:
+            dtype = schema[column]
+            raise ValidationFailed.at(f"{loc}.label", f"{column!r} is {dtype}; a regression label must be numeric")
+    if ref.weight is not None:
+        if ref.weight not in schema:
+            raise ValidationFailed.at(f"{loc}.weight", f"no column {ref.weight!r} in {ref.uri}; columns: {available}")
+        if schema[ref.weight] not in datasets.NUMERIC_TYPES:
+            raise ValidationFailed.at(f"{loc}.weight", f"{ref.weight!r} is {schema[ref.weight]}; weights are numbers")
+    features = _features(ref, schema, labels, loc, allow_array)
+    resolved = ResolvedDataset(
+        path=path,
+        format=fmt,
+        features=tuple(features),
+        label=labels[0] if labels else None,
+        extra_labels=tuple(labels[1:]),
+        task=ref.task,
+        num_classes=ref.num_classes,
+        bad_rows=ref.bad_rows,
+        options=options,
+        weight=ref.weight,
+        normalize=ref.normalize,
+        validation_fraction=ref.split.validation_fraction if ref.split else None,
+        split_seed=ref.split.seed if ref.split else 7,
+    )
+    return resolved, schema
