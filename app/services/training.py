@@ -34,7 +34,9 @@ def spec_error(exc: SpecError) -> ValidationFailed:
 
 
 def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:
-    return train.model_copy(update={"uri": val.uri, "format": val.format, "options": val.options})
+    """The validation set reads like the training set; weights and the split concern training only."""
+    update = {"uri": val.uri, "format": val.format, "options": val.options, "weight": None, "split": None}
+    return train.model_copy(update=update)
 
 
 def plan_training(

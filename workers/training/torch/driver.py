@@ -61,7 +61,7 @@ def _prepare(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int
         train, rows, dropped = clean(ctx, train_raw, plan.train, array_length=length)
         val_raw = _index_labels(read_dataframe(ctx.spark, plan.validation), plan)
         val, val_rows, val_dropped = clean(ctx, val_raw, plan.validation, array_length=length)
-        frame = train.withColumn(SPLIT, F.lit(0)).unionByName(val.withColumn(SPLIT, F.lit(1)))
+        frame = train.withColumn(SPLIT, F.lit(0)).unionByName(val.withColumn(SPLIT, F.lit(1)), allowMissingColumns=True)
     else:
         fraction = plan.train.validation_fraction or plan.validation_fraction
         marked = train_raw.withColumn(SPLIT, (F.rand(plan.train.split_seed) < fraction).cast("int"))

@@ -1,0 +1,90 @@
+"""Registered datasets over HTTP: parquet and CSV (quoted commas, missing values, malformed lines), lookups, and
+naming a registered dataset in a training request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import Service
+
+REPO = Path(__file__).resolve().parents[3]
+CSV = '''id,city,fare,label
+1,"New York, NY",10.5,a
+2,"Boston, MA",,b
+3,"Chicago, IL",7.25,a
+4,"Austin, TX",12.0,b
+'''
+BROKEN = CSV + '5,"unclosed quote,3.0,a\n6,Seattle,not-a-number,oops,extra\n'
+
+
+@pytest.fixture
+def svc(make_service: Callable[..., Any], tmp_path: Path) -> Iterator[Service]:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "cities.csv").write_text(CSV)
+    (data / "broken.csv").write_text(BROKEN)
+    (data / "empty.csv").write_text("id,fare\n")
+    with make_service(data_roots=[data, REPO / "datasets"]) as service:
+        yield service
+
+
+def test_register_parquet_and_look_it_up(svc: Service) -> None:
+    response = svc.client.post("/datasets", json={"uri": "taxi/train.parquet", "name": "taxi-train"})
+    assert response.status_code == 201, response.text
+    ds = response.json()
+    assert response.headers["location"] == f"/datasets/{ds['id']}"
+    assert ds["format"] == "parquet" and ds["row_count"] == 8000
+    assert {"name": "fare_amount", "type": "double", "nullable": True} in ds["schema"]
+    assert len(ds["sample"]) == 5 and "trip_distance" in ds["sample"][0]
+    assert svc.client.get(f"/datasets/{ds['id']}").json() == ds
+    assert [d["id"] for d in svc.client.get("/datasets").json()["items"]] == [ds["id"]]
+
+
+def test_csv_with_quoted_commas_and_missing_values(svc: Service) -> None:
+    ds = svc.client.post("/datasets", json={"uri": "cities.csv"}).json()
+    assert ds["row_count"] == 4 and ds["bad_rows"] == 0
+    types = {c["name"]: c["type"] for c in ds["schema"]}
+    assert types == {"id": "int", "city": "string", "fare": "double", "label": "string"}
+    assert ds["sample"][0]["city"] == "New York, NY"
+    assert ds["sample"][1]["fare"] is None
+
+
+def test_malformed_lines_fail_or_are_counted(svc: Service) -> None:
+    before = len(svc.client.get("/datasets").json()["items"])
+    refused = svc.client.post("/datasets", json={"uri": "broken.csv"})
+    assert refused.status_code == 422
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert refused.json()["bad_rows"] >= 1 and "do not parse" in refused.json()["detail"]
+    assert len(svc.client.get("/datasets").json()["items"]) == before
+    counted = svc.client.post("/datasets", json={"uri": "broken.csv", "bad_rows": "skip"}).json()
+    assert counted["bad_rows"] == refused.json()["bad_rows"]
+    assert counted["row_count"] == 6 - counted["bad_rows"]
+
+
+def test_bad_registrations(svc: Service) -> None:
+    assert svc.client.post("/datasets", json={"uri": "../../etc/passwd"}).status_code == 422
+    assert svc.client.post("/datasets", json={"uri": "missing.parquet"}).status_code == 422
+    assert svc.client.post("/datasets", json={"uri": "cities.csv", "surprise": 1}).status_code == 422
+    assert svc.client.get("/datasets/0123456789abcdef0123456789abcdef").status_code == 404
+    empty = svc.client.post("/datasets", json={"uri": "empty.csv"}).json()
+    assert empty["row_count"] == 0
+
+
+def test_training_names_a_registered_dataset(svc: Service) -> None:
+    train = svc.client.post("/datasets", json={"uri": "taxi/train.parquet"}).json()
+    val = svc.client.post("/datasets", json={"uri": "taxi/eval.parquet"}).json()
+    body = {
+        "name": "by-id",
+        "framework": "spark_ml",
+        "dataset": {"uri": train["id"], "label": "fare_amount", "task": "regression",
+                    "features": ["trip_distance", "h_distance"]},
+        "validation": {"uri": val["id"]},
+        "params": {"algorithm": "linear_regression"},
+    }  # fmt: skip
+    job = svc.wait(svc.train(body)["id"], {"SUCCEEDED", "FAILED"})
+    assert job["status"] == "SUCCEEDED", job["error"]
+    assert job["result"]["rows"]["train"] == 8000

@@ -1,0 +1,116 @@
+"""The record pipeline under the torch trainer: string labels, normalizers saved with the model, weights,
+several label columns, data larger than one partition per worker, and an empty dataset."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.helpers import TAXI_FEATURES, Service
+
+REPO = Path(__file__).resolve().parents[2]
+NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+MLP = {"layers": [{"type": "dense", "units": 64, "activation": "relu"},
+                  {"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"}]}  # fmt: skip
+
+
+@pytest.fixture
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    digits = pd.read_parquet(REPO / "datasets/digits/train.parquet")
+    named = digits.assign(label=[NAMES[i] for i in digits["label"]])
+    named.to_parquet(root / "digits-named.parquet")
+    taxi = pd.read_parquet(REPO / "datasets/taxi/train.parquet")
+    taxi = taxi.assign(weight=np.where(taxi["rate_code"] == 1, 1.0, 0.5))
+    (root / "taxi-parts").mkdir()
+    for i in range(6):  # more input partitions than workers
+        part = taxi.iloc[i * len(taxi) // 6 : (i + 1) * len(taxi) // 6]
+        part.to_parquet(root / "taxi-parts" / f"part-{i}.parquet")
+    taxi.head(0).to_parquet(root / "empty.parquet")
+    return root
+
+
+@pytest.fixture
+def service(make_service: Callable[..., Any], data: Path) -> Iterator[Service]:
+    with make_service(data_roots=[data, REPO / "datasets"]) as svc:
+        yield svc
+
+
+def _done(service: Service, body: dict[str, Any]) -> dict[str, Any]:
+    job = service.wait(service.train(body)["id"], {"SUCCEEDED", "FAILED"}, timeout=600)
+    assert job["status"] == "SUCCEEDED", job["error"]
+    return job
+
+
+def _model_dir(service: Service, job: dict[str, Any]) -> Path:
+    version = service.client.get(f"/models/{job['model']['name']}/versions/{job['model']['version']}").json()
+    return Path(urlparse(version["artifact_uri"]).path)
+
+
+def test_string_labels_and_image_scaling(service: Service) -> None:
+    body = {
+        "name": "named-digits",
+        "framework": "torch",
+        "dataset": {"uri": "digits-named.parquet", "features": ["pixels"], "label": "label",
+                    "task": "classification", "normalize": "image",
+                    "split": {"validation_fraction": 0.2, "seed": 3}},
+        "network": MLP,
+        "training": {"epochs": 8, "batch_size_per_worker": 32, "num_workers": 2,
+                     "optimizer": {"type": "adam", "learning_rate": 0.003}},
+    }  # fmt: skip
+    job = _done(service, body)
+    assert job["result"]["validation"]["accuracy"] > 0.9
+    assert job["result"]["rows"]["validation"] > 250  # 20 % of 1,437 held out
+    card = json.loads((_model_dir(service, job) / "spec.json").read_text())
+    assert card["class_labels"] == sorted(NAMES)  # the index of a class is its place in sorted order
+    assert card["num_classes"] == 10
+    assert card["normalizer"]["kind"] == "image" and card["normalizer"]["scale"] == [16.0]
+    version = service.client.get("/models/named-digits/versions/1").json()
+    assert version["params"]["class_labels"] == sorted(NAMES)
+
+
+def test_standardized_weighted_multi_output_regression_from_many_files(service: Service) -> None:
+    body = {
+        "name": "taxi-two-targets",
+        "framework": "torch",
+        "dataset": {"uri": "taxi-parts", "features": [f for f in TAXI_FEATURES if f != "h_distance"],
+                    "label": ["fare_amount", "h_distance"], "task": "regression", "weight": "weight",
+                    "normalize": "standardize"},
+        "validation": {"uri": "taxi/eval.parquet"},
+        "network": {"layers": [{"type": "dense", "units": 64, "activation": "relu"},
+                               {"type": "output", "units": 2, "activation": "identity", "loss": "mse"}]},
+        "training": {"epochs": 15, "batch_size_per_worker": 64, "num_workers": 2,
+                     "optimizer": {"type": "adam", "learning_rate": 0.01}},
+    }  # fmt: skip
+    job = _done(service, body)
+    assert job["result"]["rows"]["train"] == 8000
+    card = json.loads((_model_dir(service, job) / "spec.json").read_text())
+    assert card["labels"] == ["fare_amount", "h_distance"]
+    taxi = pd.read_parquet(REPO / "datasets/taxi/train.parquet")
+    features = taxi[[f for f in TAXI_FEATURES if f != "h_distance"]]
+    np.testing.assert_allclose(card["normalizer"]["shift"], features.mean().to_numpy(), rtol=1e-6)
+    np.testing.assert_allclose(card["normalizer"]["scale"], features.std(ddof=0).to_numpy(), rtol=1e-6)
+    spread = float(np.sqrt(((taxi[["fare_amount", "h_distance"]] - taxi[["fare_amount", "h_distance"]].mean())
+                            ** 2).to_numpy().mean()))  # fmt: skip
+    assert job["result"]["validation"]["rmse"] < 0.5 * spread
+
+
+def test_empty_dataset_is_a_clear_failure(service: Service) -> None:
+    body = {
+        "name": "empty",
+        "framework": "torch",
+        "dataset": {"uri": "empty.parquet", "features": ["trip_distance"], "label": "fare_amount",
+                    "task": "regression"},
+        "network": {"layers": [{"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]},
+    }  # fmt: skip
+    job = service.wait(service.train(body)["id"], {"SUCCEEDED", "FAILED"}, timeout=300)
+    assert job["status"] == "FAILED"
+    assert job["error"]["reason"] == "EMPTY_PARTITION"
+    assert job["error"]["message"].startswith("0 training rows")
