@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from workers.data.normalize import Moments, Normalizer, fit, normalizer_from
 def test_moments_merge_equals_one_pass(x: np.ndarray, cuts: list[int]) -> None:
     edges = sorted({0, len(x), *[min(c, len(x)) for c in cuts]})
     merged = Moments.of(x[:0])
-    for a, b in zip(edges, edges[1:], strict=False):
+    for a, b in itertools.pairwise(edges):
         merged = merged.merge(Moments.of(x[a:b]))
     whole = Moments.of(x)
     assert merged.n == whole.n
