@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from datasets import digits, taxi
+from datasets import digits, sequences, taxi
 
 
 def main() -> None:
@@ -17,9 +17,13 @@ def main() -> None:
     t.add_argument("--seed", type=int, default=0)
     d = sub.add_parser("digits", help="scikit-learn digits (train.parquet, test.parquet)")
     d.add_argument("--out", default="datasets/digits")
+    q = sub.add_parser("sequences", help="variable-length sequences, last-step class labels (train, test)")
+    q.add_argument("--out", default="datasets/sequences")
     args = parser.parse_args()
     if args.what == "taxi":
         taxi.write(args.out, args.train_rows, args.eval_rows, args.seed)
+    elif args.what == "sequences":
+        sequences.write(args.out)
     else:
         digits.write(args.out)
     print(f"wrote {args.out}")

@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     )
     broker_poll_interval_s: float = Field(0.05, gt=0, description="Polling period of server-less brokers.")
     heartbeat_interval_s: float = Field(1.0, gt=0, description="Job watcher period: heartbeat and cancel check.")
+    data_path: Literal["direct", "export"] = Field(
+        "direct",
+        description="torch jobs: stream prepared rows into the barrier stage each job (direct), or export them once "
+        "as per-worker tensor shards under the artifact root that later jobs on the same data reuse (export).",
+    )
     max_epochs: int = Field(1000, ge=1)
     max_workers_per_job: int = Field(64, ge=1)
 

@@ -18,6 +18,30 @@ class Split(BaseModel):
     seed: int = Field(7, ge=0)
 
 
+class SequenceOptions(BaseModel):
+    """Sequence data for lstm/gru networks (DataVec's sequence records)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: Literal["rows", "arrays"] = Field(
+        "rows",
+        description="rows: one row per step keyed by sequence_id and ordered by step; arrays: one row per sequence "
+        "whose feature columns are arrays of per-step values",
+    )
+    sequence_id: str = "sequence_id"
+    step: str = "step"
+    labels: Literal["last_step", "per_step"] = Field(
+        "last_step", description="one label per sequence (many-to-one) or one per step (many-to-many)"
+    )
+    alignment: Literal["ALIGN_START", "ALIGN_END", "EQUAL_LENGTH"] = Field(
+        "ALIGN_END", description="how features and labels of different lengths line up (DataVec's AlignmentMode)"
+    )
+    max_length: int | None = Field(None, ge=1, le=100_000, description="keep at most this many steps")
+    labels_uri: str | None = Field(
+        None, max_length=4096, description="labels in a separate dataset joined by sequence_id (same layout)"
+    )
+
+
 class DatasetRef(BaseModel):
     """Where the rows are and what they mean."""
 
@@ -62,6 +86,7 @@ class DatasetRef(BaseModel):
         "it is stored with the model and applied in evaluation and prediction.",
     )
     split: Split | None = Field(None, description="Hold out a validation part when no validation set is given.")
+    sequence: SequenceOptions | None = Field(None, description="torch: the rows form sequences (lstm/gru).")
 
 
 class ValidationRef(BaseModel):
@@ -90,6 +115,9 @@ class TrainingOptions(BaseModel):
     )
     averaging_frequency: int = Field(5, ge=1, le=100_000, description="parameter_averaging: minibatches per average")
     resume_from: str | None = Field(None, max_length=64, description="A checkpoint id to continue from.")
+    data_path: Literal["direct", "export"] | None = Field(
+        None, description="Override the service's data path setting for this job (DL4J's Direct / Export)."
+    )
     validation_fraction: float = Field(
         0.1, gt=0, lt=1, description="Held out (seeded) for validation when no validation set is given."
     )

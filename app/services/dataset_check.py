@@ -38,6 +38,8 @@ def _locate(
 def _features(ref: DatasetRef, schema: dict[str, str], labels: list[str], loc: str, allow_array: bool) -> list[str]:
     available = ", ".join(f"{c} ({t})" for c, t in schema.items())
     taken = {*labels, *([ref.weight] if ref.weight else [])}
+    if ref.sequence is not None:
+        taken |= {ref.sequence.sequence_id, ref.sequence.step}
     if ref.features is None:
         features = [c for c, t in schema.items() if c not in taken and t in datasets.NUMERIC_TYPES]
         arrays = [c for c, t in schema.items() if c not in taken and is_numeric_array(t)]
@@ -88,7 +90,10 @@ def resolve_dataset(
     labels = [] if ref.label is None else [ref.label] if isinstance(ref.label, str) else list(ref.label)
     if len(labels) > 1 and ref.task != "regression":
         raise ValidationFailed.at(f"{loc}.label", "several label columns are a regression's; use task regression")
+    separate_labels = ref.sequence is not None and ref.sequence.labels_uri is not None
     for column in labels:
+        if separate_labels:
+            continue  # checked against the label dataset
         if column not in schema:
             raise ValidationFailed.at(f"{loc}.label", f"no column {column!r} in {ref.uri}; columns: {available}")
         if ref.task == "regression" and schema[column] not in datasets.NUMERIC_TYPES:
@@ -99,7 +104,10 @@ def resolve_dataset(
             raise ValidationFailed.at(f"{loc}.weight", f"no column {ref.weight!r} in {ref.uri}; columns: {available}")
         if schema[ref.weight] not in datasets.NUMERIC_TYPES:
             raise ValidationFailed.at(f"{loc}.weight", f"{ref.weight!r} is {schema[ref.weight]}; weights are numbers")
+    sequence, labels_path = _sequence(ref, schema, labels, settings=settings, spark=spark, db=db, loc=loc)
     features = _features(ref, schema, labels, loc, allow_array)
+    if sequence is not None:
+        sequence["features"] = features
     resolved = ResolvedDataset(
         path=path,
         format=fmt,
@@ -114,5 +122,50 @@ def resolve_dataset(
         normalize=ref.normalize,
         validation_fraction=ref.split.validation_fraction if ref.split else None,
         split_seed=ref.split.seed if ref.split else 7,
+        sequence=sequence,
+        labels_path=labels_path,
     )
     return resolved, schema
+
+
+def _sequence(
+    ref: DatasetRef,
+    schema: dict[str, str],
+    labels: list[str],
+    *,
+    settings: Settings,
+    spark: SparkSession,
+    db: sessionmaker[Session] | None,
+    loc: str,
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The SequenceSpec (as a dict, features filled in by the caller) and the separate label data's path."""
+    seq = ref.sequence
+    if seq is None:
+        return None, None
+    if len(labels) != 1:
+        raise ValidationFailed.at(f"{loc}.label", "a sequence dataset has one label column")
+    keys = [seq.sequence_id] + ([seq.step] if seq.layout == "rows" else [])
+    for column in keys:
+        if column not in schema:
+            raise ValidationFailed.at(f"{loc}.sequence", f"no column {column!r} in {ref.uri}; name it in sequence")
+    labels_path = None
+    if seq.labels_uri is not None:
+        labels_path, fmt, options = _locate(seq.labels_uri, None, {}, settings=settings, db=db, loc=f"{loc}.sequence")
+        label_schema = datasets.read_schema(spark, labels_path, fmt, options, loc=f"{loc}.sequence.labels_uri")
+        for column in [*keys, labels[0]]:
+            if column not in label_schema:
+                raise ValidationFailed.at(
+                    f"{loc}.sequence.labels_uri", f"no column {column!r} in {seq.labels_uri}; it needs {keys + labels}"
+                )
+    spec = {
+        "label": labels[0],
+        "layout": seq.layout,
+        "labels": seq.labels,
+        "task": ref.task or "classification",
+        "num_classes": ref.num_classes,
+        "alignment": seq.alignment,
+        "max_length": seq.max_length,
+        "sequence_id": seq.sequence_id,
+        "step": seq.step,
+    }
+    return spec, labels_path

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -105,12 +105,17 @@ def plan_torch(
     options = request.training or TrainingOptions()
     ds = request.dataset
     class_labels: tuple[str, ...] | None = None
-    if ds.task == "classification":
-        train, class_labels = _classes(train, schema[train.label or ""], spark)
-    shape, array_column = _data_shape(request, train, schema, spark)
+    if train.sequence is not None:
+        train, shape, array_column = _sequence_plan(request, train, spark)
+    else:
+        if ds.task == "classification":
+            train, class_labels = _classes(train, schema[train.label or ""], spark)
+        shape, array_column = _data_shape(request, train, schema, spark)
     try:
         spec = parse_network(request.network, input_shape=shape)
         check_loss_for_task(spec, ds.task or "regression", train.num_classes, len(train.label_columns))
+        if train.sequence is not None:
+            _check_sequence_output(spec, train.sequence["labels"])
         optimizer = parse_optimizer(options.optimizer)
         check_optimizer_l2(optimizer, spec.l2)
         sharing = parse_sharing(options.gradient_sharing, optimizer)
@@ -152,6 +157,8 @@ def plan_torch(
         resume=_resume(options, network, db),
         validation_fraction=options.validation_fraction,
         class_labels=class_labels,
+        data_path=options.data_path or settings.data_path,
+        export_root=str(settings.artifact_root / "exports"),
     )
 
 
@@ -193,6 +200,57 @@ def _classes(train: ResolvedDataset, dtype: str, spark: SparkSession) -> tuple[R
             raise ValidationFailed.at("dataset.uri", f"{train.path} has no labelled rows")
         return replace(train, num_classes=max(2, int(top["m"]) + 1)), None
     return train, None
+
+
+def _sequence_plan(
+    request: TrainRequest, train: ResolvedDataset, spark: SparkSession
+) -> tuple[ResolvedDataset, tuple[int, ...], bool]:
+    """Sequence data: the network sees (time, features); time is the declared one, max_length, or 1 (an lstm/gru
+    takes any length, the number only shows in shapes). Class labels are integer indices here."""
+    from pyspark.sql import functions as F
+
+    from workers.data.spec import read_dataframe
+
+    assert train.sequence is not None
+    if train.normalize is not None:
+        raise ValidationFailed.at("dataset.normalize", "normalizers do not apply to sequence datasets yet")
+    width = len(train.features)
+    declared = (request.network or {}).get("input_shape")
+    if isinstance(declared, list) and len(declared) == 2 and all(isinstance(d, int) and d > 0 for d in declared):
+        if (train.sequence["layout"] == "rows" or width > 1) and declared[1] != width:
+            raise ValidationFailed.at(
+                "network.input_shape", f"[time, features]: the sequence has {width} features, not {declared[1]}"
+            )
+        shape = (declared[0], declared[1])
+    else:
+        if train.sequence["layout"] == "arrays" and width == 1:
+            raise ValidationFailed.at(
+                "network.input_shape", "one nested array column: declare network.input_shape as [time, features]"
+            )
+        shape = (train.sequence.get("max_length") or 1, width)
+    if train.task == "classification" and train.num_classes is None:
+        source = train.labels_path or train.path
+        labels = replace(train, path=source)
+        top = read_dataframe(spark, labels).agg(F.max(train.label or "").alias("m")).first()
+        if top is None or top["m"] is None:
+            raise ValidationFailed.at("dataset.uri", f"{source} has no labelled rows")
+        count = max(2, int(top["m"]) + 1)
+        train = replace(train, num_classes=count, sequence={**train.sequence, "num_classes": count})
+    return train, shape, False
+
+
+def _check_sequence_output(spec: Any, labels: str) -> None:
+    per_step = len(spec.output_shape) == 2
+    if labels == "per_step" and not per_step:
+        raise ValidationFailed.at(
+            "network.layers",
+            "per_step labels need an output per step: end with lstm/gru return_sequences true, then output",
+        )
+    if labels == "last_step" and per_step:
+        raise ValidationFailed.at(
+            "network.layers",
+            "last_step labels need one output per sequence: set return_sequences false on the last lstm/gru",
+        )
 
 
 def _cluster_has_gpus(spark: SparkSession) -> bool:

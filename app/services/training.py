@@ -35,7 +35,10 @@ def spec_error(exc: SpecError) -> ValidationFailed:
 
 def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:
     """The validation set reads like the training set; weights and the split concern training only."""
-    update = {"uri": val.uri, "format": val.format, "options": val.options, "weight": None, "split": None}
+    update: dict[str, Any] = {"uri": val.uri, "format": val.format, "options": val.options, "weight": None,
+                              "split": None}  # fmt: skip
+    if train.sequence is not None:  # validation sequences carry their labels in their own rows
+        update["sequence"] = train.sequence.model_copy(update={"labels_uri": None})
     return train.model_copy(update=update)
 
 
@@ -86,6 +89,8 @@ def plan_training(
             raise ValidationFailed.at("dataset.label", "spark_ml learns one label column")
         if train.normalize is not None:
             raise ValidationFailed.at("dataset.normalize", "spark_ml scales features itself (params.standardize)")
+        if train.sequence is not None:
+            raise ValidationFailed.at("dataset.sequence", "sequence datasets train lstm/gru networks (framework torch)")
         try:
             spec = parse_spark_ml_params(request.params, task=request.dataset.task)
         except SpecError as exc:

@@ -114,3 +114,92 @@ def test_empty_dataset_is_a_clear_failure(service: Service) -> None:
     assert job["status"] == "FAILED"
     assert job["error"]["reason"] == "EMPTY_PARTITION"
     assert job["error"]["message"].startswith("0 training rows")
+
+
+def test_export_path_is_reused_and_trains_identically(service: Service) -> None:
+    """DL4J's Export: the first job writes per-worker tensor shards, a later job on the same data trains from
+    them without reading the source, and both give bitwise the weights of the direct path."""
+    from safetensors.torch import load_file
+
+    def body(name: str, path: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "framework": "torch",
+            "dataset": {"uri": "digits/train.parquet", "features": ["pixels"], "label": "label",
+                        "task": "classification", "num_classes": 10, "normalize": "standardize"},
+            "validation": {"uri": "digits/test.parquet"},
+            "network": MLP,
+            "training": {"epochs": 2, "batch_size_per_worker": 32, "num_workers": 2, "data_path": path,
+                         "optimizer": {"type": "adam", "learning_rate": 0.003}},
+        }  # fmt: skip
+
+    def logs(job: dict[str, Any]) -> str:
+        return "\n".join(line["message"] for line in service.client.get(f"/jobs/{job['id']}/logs").json()["lines"])
+
+    direct = _done(service, body("direct", "direct"))
+    first = _done(service, body("export-1", "export"))
+    again = _done(service, body("export-2", "export"))
+    assert "exported the prepared tensors" in logs(first)
+    assert "training from exported tensors" in logs(again)
+    weights = [load_file(str(_model_dir(service, job) / "weights.safetensors")) for job in (direct, first, again)]
+    for other in weights[1:]:
+        assert all(bool((weights[0][k] == other[k]).all()) for k in weights[0])
+    card = json.loads((_model_dir(service, again) / "spec.json").read_text())
+    assert card["normalizer"]["kind"] == "standardize"  # the normalizer travels with the export
+
+
+LSTM_BODY: dict[str, Any] = {
+    "name": "sequences-lstm",
+    "framework": "torch",
+    "dataset": {"uri": "sequences/train.parquet", "features": ["f0", "f1", "f2"], "label": "label",
+                "task": "classification", "num_classes": 3,
+                "sequence": {"layout": "rows", "sequence_id": "sequence_id", "step": "step",
+                             "labels": "last_step", "alignment": "ALIGN_END"}},
+    "validation": {"uri": "sequences/test.parquet"},
+    "network": {"layers": [{"type": "lstm", "units": 32},
+                           {"type": "output", "units": 3, "activation": "softmax", "loss": "cross_entropy"}]},
+    "training": {"epochs": 30, "batch_size_per_worker": 32, "num_workers": 2,
+                 "optimizer": {"type": "adam", "learning_rate": 0.01}},
+}  # fmt: skip
+
+
+def test_lstm_learns_the_shipped_sequences(service: Service) -> None:
+    job = _done(service, LSTM_BODY)
+    assert job["result"]["rows"] == {"train": 800, "validation": 200, "bad_rows": 0}
+    assert job["result"]["validation"]["accuracy"] >= 0.9, job["result"]["validation"]
+
+
+def test_per_step_labels_with_a_separate_label_dataset(service: Service, data: Path) -> None:
+    """Features and labels in separate data joined by sequence id; labels shorter than the features, aligned at
+    the end; padding never counts in the loss or the metrics."""
+    rng = np.random.default_rng(5)
+    feats, labels = [], []
+    for sid in range(300):
+        n = int(rng.integers(4, 12))
+        x = rng.normal(size=n)
+        feats += [{"sequence_id": sid, "step": t, "v": float(x[t])} for t in range(n)]
+        k = int(rng.integers(2, n + 1))  # labels for the last k steps only: the sign of the running sum
+        running = np.cumsum(x)
+        labels += [{"sequence_id": sid, "step": t, "label": int(running[n - k + t] > 0)} for t in range(k)]
+    pd.DataFrame(feats).to_parquet(data / "steps.parquet")
+    pd.DataFrame(labels).to_parquet(data / "step-labels.parquet")
+    body = {
+        "name": "per-step",
+        "framework": "torch",
+        "dataset": {"uri": "steps.parquet", "features": ["v"], "label": "label", "task": "classification",
+                    "num_classes": 2, "split": {"validation_fraction": 0.2, "seed": 1},
+                    "sequence": {"labels": "per_step", "alignment": "ALIGN_END",
+                                 "labels_uri": "step-labels.parquet"}},
+        "network": {"layers": [{"type": "lstm", "units": 16, "return_sequences": True},
+                               {"type": "output", "units": 2, "activation": "softmax", "loss": "cross_entropy"}]},
+        "training": {"epochs": 25, "batch_size_per_worker": 16, "num_workers": 2,
+                     "optimizer": {"type": "adam", "learning_rate": 0.02}},
+    }  # fmt: skip
+    job = _done(service, body)
+    assert job["result"]["validation"]["accuracy"] > 0.85
+
+    wrong = {**body, "network": {"layers": [{"type": "lstm", "units": 16},
+                                            {"type": "output", "units": 2, "activation": "softmax",
+                                             "loss": "cross_entropy"}]}}  # fmt: skip
+    problem = service.client.post("/train", json=wrong)
+    assert problem.status_code == 422 and "per_step labels need an output per step" in problem.json()["detail"]

@@ -31,6 +31,10 @@ class ResolvedDataset:
     validation_fraction: float | None = None
     """Held out (seeded) when no validation set is given; None leaves it to the family's default."""
     split_seed: int = 7
+    sequence: dict[str, Any] | None = None
+    """A :class:`workers.data.sequences.SequenceSpec` as a dict when the rows form sequences."""
+    labels_path: str | None = None
+    """A separate label dataset of a sequence dataset (same format), joined by sequence id."""
 
     @property
     def label_columns(self) -> tuple[str, ...]:
@@ -52,6 +56,8 @@ class ResolvedDataset:
             "normalize": self.normalize,
             "validation_fraction": self.validation_fraction,
             "split_seed": self.split_seed,
+            "sequence": self.sequence,
+            "labels_path": self.labels_path,
         }
 
 

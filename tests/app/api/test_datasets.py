@@ -12,12 +12,12 @@ import pytest
 from tests.helpers import Service
 
 REPO = Path(__file__).resolve().parents[3]
-CSV = '''id,city,fare,label
+CSV = """id,city,fare,label
 1,"New York, NY",10.5,a
 2,"Boston, MA",,b
 3,"Chicago, IL",7.25,a
 4,"Austin, TX",12.0,b
-'''
+"""
 BROKEN = CSV + '5,"unclosed quote,3.0,a\n6,Seattle,not-a-number,oops,extra\n'
 
 

@@ -95,6 +95,8 @@ class DataLayout:
     weight: str | None = None
     normalizer: dict[str, Any] | None = None
     """A fitted :class:`workers.data.normalize.Normalizer` as a dict, applied to the features on load."""
+    sequence: dict[str, Any] | None = None
+    """A :class:`workers.data.sequences.SequenceSpec` as a dict: rows are sequences (``_x``, ``_y``, ``_len``)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,10 @@ class TrainerConfig:
     collective_timeout_s: float = 300.0
     threads: int = 1
     metrics_every: int = 1
+    export_dir: str | None = None
+    export_mode: Literal["write", "read"] | None = None
+    """Export data path: ``write`` saves each rank's ready tensors under ``export_dir``; ``read`` trains from them
+    without touching the source data (a later job on the same data, split, normalizer and worker count)."""
     model_card: dict[str, Any] = field(default_factory=dict)
     """What ``spec.json`` of the trained model says besides the network: task, columns, class labels,
     normalizer, so the artifact is usable without sparktrain."""
@@ -178,3 +184,5 @@ class TorchPlan:
     validation_fraction: float = 0.1
     class_labels: tuple[str, ...] | None = None
     """String class labels in index order (the label column holds strings); None when labels are indices."""
+    data_path: Literal["direct", "export"] = "direct"
+    export_root: str | None = None

@@ -5,14 +5,17 @@ Executor-side: stdlib, numpy, pyarrow, torch only.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import torch
 
 from workers.data.normalize import Normalizer
+from workers.data.sequences import SequenceArrays, SequenceSpec, pad_batch
 from workers.training.torch.config import DataLayout
 
 
@@ -24,6 +27,10 @@ class Split:
     """int64 (rows,) class indices, or float32 (rows, label width)"""
     w: torch.Tensor | None = None
     """float32 (rows,) per-row loss weights, when the dataset has a weight column"""
+    lengths: torch.Tensor | None = None
+    """int64 (rows,) real steps of each sequence; its steps sit at 0..length-1 (padding after them)"""
+    mask: torch.Tensor | None = None
+    """bool (rows, steps): which per-step labels exist (per_step sequence labels)"""
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
@@ -63,6 +70,8 @@ def to_splits(batches: Iterable[pa.RecordBatch], layout: DataLayout) -> tuple[Sp
         empty = Split(torch.zeros((0, *layout.input_shape)), torch.zeros(0))
         return empty, empty
     table = table.sort_by(layout.order_column)
+    if layout.sequence is not None:
+        return _sequence_splits(table, layout)
     x = _features(table, layout)
     if layout.normalizer is not None:
         x = Normalizer.from_dict(layout.normalizer).apply(x)
@@ -79,3 +88,60 @@ def to_splits(batches: Iterable[pa.RecordBatch], layout: DataLayout) -> tuple[Sp
         )
 
     return part(~is_val), part(is_val)
+
+
+def _start_aligned(arrays: SequenceArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Move each sequence's steps to the start of the time axis (padding after them), keeping features and labels
+    in the same relative position: a recurrent layer's output at step L-1 then never depends on padding."""
+    steps = arrays.x.shape[1]
+    occupied = arrays.lengths  # ALIGN_END puts them in the last `occupied` steps, the others in the first
+    shift = steps - occupied if arrays.alignment == "ALIGN_END" else np.zeros_like(occupied)
+    index = (np.arange(steps)[None, :] + shift[:, None]) % max(steps, 1)
+    rows = np.arange(len(index))[:, None]
+    x = arrays.x[rows, index]
+    y = arrays.y[rows, index] if arrays.y.ndim == 2 else arrays.y
+    mask = arrays.label_mask[rows, index] if arrays.label_mask is not None else None
+    return x, y, mask
+
+
+def _sequence_splits(table: pa.Table, layout: DataLayout) -> tuple[Split, Split]:
+    assert layout.sequence is not None
+    spec = SequenceSpec.from_dict(layout.sequence)
+    is_val = table.column(layout.split_column).to_numpy().astype(bool)
+
+    def part(rows: np.ndarray) -> Split:
+        arrays = pad_batch(table.filter(pa.array(rows)), spec)
+        x, y, mask = _start_aligned(arrays)
+        lengths = np.minimum(arrays.lengths, x.shape[1])
+        return Split(
+            torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
+            torch.from_numpy(np.ascontiguousarray(y)),
+            lengths=torch.from_numpy(lengths.astype(np.int64)),
+            mask=torch.from_numpy(np.ascontiguousarray(mask)) if mask is not None else None,
+        )
+
+    return part(~is_val), part(is_val)
+
+
+def _shard(directory: Path, rank: int) -> Path:
+    return directory / f"rank-{rank}.npz"
+
+
+def save_splits(directory: Path, rank: int, train: Split, val: Split) -> None:
+    """DL4J's Export: this rank's ready tensors, written once (atomically) for later jobs to reuse."""
+    directory.mkdir(parents=True, exist_ok=True)
+    arrays = {"x": train.x.numpy(), "y": train.y.numpy(), "vx": val.x.numpy(), "vy": val.y.numpy()}
+    if train.w is not None:
+        arrays["w"] = train.w.numpy()
+    tmp = directory / f".rank-{rank}.tmp.npz"
+    np.savez(tmp, **arrays)  # type: ignore[arg-type]
+    os.replace(tmp, _shard(directory, rank))
+
+
+def load_splits(directory: Path, rank: int) -> tuple[Split, Split]:
+    with np.load(_shard(directory, rank), allow_pickle=False) as shard:
+        w = torch.from_numpy(shard["w"]) if "w" in shard.files else None
+        return (
+            Split(torch.from_numpy(shard["x"]), torch.from_numpy(shard["y"]), w),
+            Split(torch.from_numpy(shard["vx"]), torch.from_numpy(shard["vy"])),
+        )

@@ -8,18 +8,20 @@ checkpoints to a :class:`~workers.training.torch.monitor.Monitor` on the driver 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workers.context import JobCancelled, JobContext, JobFailure, JobOutcome, ModelArtifact
 from workers.data.clean import clean
 from workers.data.normalize import Normalizer
 from workers.data.normalize import fit as fit_normalizer
-from workers.data.spec import read_dataframe
+from workers.data.spec import ResolvedDataset, read_dataframe
 from workers.training.torch.config import DataLayout, TorchPlan, TrainerConfig
 from workers.training.torch.monitor import Monitor
 
@@ -52,9 +54,55 @@ def _index_labels(df: DataFrame, plan: TorchPlan) -> DataFrame:
     return df.withColumn(plan.train.label, (F.array_position(labels, F.col(plan.train.label)) - 1).cast("int"))
 
 
+def _sequences(ctx: JobContext, ds: ResolvedDataset, num_classes: int | None) -> tuple[DataFrame, int, int]:
+    """Sequence rows -> one row per sequence (``_x``, ``_y``, ``_len``), bad sequences failed or skipped."""
+    from workers.data.sequences import SequenceSpec, check_sequences, to_sequence_frame
+
+    assert ds.sequence is not None
+    spec = SequenceSpec.from_dict({**ds.sequence, "num_classes": num_classes})
+    labels = read_dataframe(ctx.spark, replace(ds, path=ds.labels_path)) if ds.labels_path else None
+    frame = to_sequence_frame(read_dataframe(ctx.spark, ds), spec, labels)
+    good, report = check_sequences(frame, spec, bad_rows=ds.bad_rows, source=ds.path)
+    if report.bad:
+        ctx.warn(report.describe())
+    return good, report.usable, report.bad
+
+
+def _prepare_sequences(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int], None]:
+    from pyspark.sql import functions as F
+
+    num_classes = plan.train.num_classes
+    train, rows, dropped = _sequences(ctx, plan.train, num_classes)
+    if plan.validation is not None:
+        val, val_rows, val_dropped = _sequences(ctx, plan.validation, num_classes)
+        frame = train.withColumn(SPLIT, F.lit(0)).unionByName(val.withColumn(SPLIT, F.lit(1)))
+    else:
+        fraction = plan.train.validation_fraction or plan.validation_fraction
+        frame = train.withColumn(SPLIT, (F.rand(plan.train.split_seed) < fraction).cast("int"))
+        counts = {int(r[SPLIT]): int(r["count"]) for r in frame.groupBy(SPLIT).count().collect()}
+        rows, val_rows, val_dropped = counts.get(0, 0), counts.get(1, 0), 0
+    _check_rows(plan, rows)
+    frame = (
+        frame.withColumn(ROW, F.monotonically_increasing_id()).repartition(plan.num_workers).sortWithinPartitions(ROW)
+    )
+    return frame, {"train": rows, "validation": val_rows, "bad_rows": dropped + val_dropped}, None
+
+
+def _check_rows(plan: TorchPlan, rows: int) -> None:
+    needed = plan.num_workers * plan.batch_size
+    if rows < needed:
+        raise JobFailure(
+            "EMPTY_PARTITION",
+            f"{rows} training rows cannot give {plan.num_workers} workers a batch of {plan.batch_size} each "
+            f"(needs {needed}); use fewer workers, a smaller batch_size_per_worker or more data",
+        )
+
+
 def _prepare(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int], Normalizer | None]:
     from pyspark.sql import functions as F
 
+    if plan.train.sequence is not None:
+        return _prepare_sequences(ctx, plan)
     length = math.prod(plan.input_shape) if plan.array_column else None
     train_raw = _index_labels(read_dataframe(ctx.spark, plan.train), plan)
     if plan.validation is not None:
@@ -71,13 +119,7 @@ def _prepare(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int
         rows, val_rows = counts.get(0, 0), counts.get(1, 0)
         held = f"{val_rows} of {total} rows held out ({fraction:.0%}, seed {plan.train.split_seed})"
         ctx.log(f"no validation set given: {held}")
-    needed = plan.num_workers * plan.batch_size
-    if rows < needed:
-        raise JobFailure(
-            "EMPTY_PARTITION",
-            f"{rows} training rows cannot give {plan.num_workers} workers a batch of {plan.batch_size} each "
-            f"(needs {needed}); use fewer workers, a smaller batch_size_per_worker or more data",
-        )
+    _check_rows(plan, rows)
     normalizer = None
     if plan.train.normalize is not None:
         normalizer = fit_normalizer(
@@ -137,6 +179,7 @@ def _config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> 
             order_column=ROW,
             weight=plan.train.weight,
             normalizer=normalizer.to_dict() if normalizer else None,
+            sequence={**plan.train.sequence, "num_classes": plan.train.num_classes} if plan.train.sequence else None,
         ),
         checkpoint_dir=str(ctx.work_dir / "checkpoints"),
         model_dir=str(ctx.work_dir / "model"),
@@ -147,10 +190,58 @@ def _config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> 
     )
 
 
+EXPORT_VERSION = 1
+
+
+def _files(path: str) -> list[tuple[str, int, int]] | None:
+    """(name, size, mtime) of the files behind a local dataset path; None for remote URIs."""
+    if "://" in path and not path.startswith("file:"):
+        return None
+    root = Path(path.removeprefix("file://"))
+    found = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    return [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in found]
+
+
+def export_key(plan: TorchPlan) -> str | None:
+    """What the exported tensors depend on: the data files, how they are read and split, the workers."""
+    fingerprint: list[Any] = [EXPORT_VERSION]
+    for ds in (plan.train, plan.validation):
+        if ds is None:
+            fingerprint.append(None)
+            continue
+        files = _files(ds.path)
+        if files is None:
+            return None
+        fingerprint.append([ds.to_dict(), files])
+    fingerprint.append([plan.num_workers, list(plan.input_shape), plan.array_column, plan.class_labels,
+                        plan.validation_fraction])  # fmt: skip
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def _data(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int], Normalizer | None, Path | None, Any]:
+    """The barrier stage's input: prepared rows (direct, or export-and-write), or placeholders when an export of
+    the same data already exists (read)."""
+    key = export_key(plan) if plan.data_path == "export" and plan.export_root else None
+    export_dir = Path(plan.export_root or "") / key if key else None
+    manifest = export_dir / "manifest.json" if export_dir else None
+    if manifest is not None and manifest.exists():
+        saved = json.loads(manifest.read_text())
+        ctx.log(f"training from exported tensors {key} (made by job {saved['job_id']})")
+        normalizer = Normalizer.from_dict(saved["normalizer"]) if saved["normalizer"] else None
+        placeholders = ctx.spark.range(plan.num_workers).repartition(plan.num_workers)
+        return placeholders, saved["rows"], normalizer, export_dir, "read"
+    frame, rows, normalizer = _prepare(ctx, plan)
+    return frame, rows, normalizer, export_dir, "write" if export_dir else None
+
+
 def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     ctx.progress(0.0, "preparing the data")
-    frame, rows, normalizer = _prepare(ctx, plan)
-    cfg = _config(ctx, plan, normalizer)
+    frame, rows, normalizer, export_dir, export_mode = _data(ctx, plan)
+    cfg = replace(
+        _config(ctx, plan, normalizer),
+        export_dir=str(export_dir) if export_dir else None,
+        export_mode=export_mode,
+    )
     if plan.resume:
         ctx.log(
             f"resuming from checkpoint {plan.resume.checkpoint_id} (epoch {plan.resume.epoch} of job "
@@ -168,6 +259,10 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     for r in results:
         if "error" in r:
             raise JobFailure(r["error"]["reason"], r["error"]["message"])
+    if export_mode == "write" and export_dir is not None:
+        manifest = {"rows": rows, "normalizer": normalizer.to_dict() if normalizer else None, "job_id": ctx.job_id}
+        (export_dir / "manifest.json").write_text(json.dumps(manifest))
+        ctx.log(f"exported the prepared tensors to {export_dir} for later jobs")
     if any(r.get("stopped") for r in results):
         raise JobCancelled(ctx.job_id)
     summary = summarize(results, plan, rows)

@@ -33,6 +33,7 @@ from workers.training.torch.spec import (
     MaxPool2dSpec,
     NetworkSpec,
     OutputSpec,
+    RecurrentSpec,
     ReshapeSpec,
     Shape,
 )
@@ -131,14 +132,14 @@ class _Recurrent(nn.Module):
 def _layer_module(layer: LayerSpec, incoming: Shape) -> nn.Module:
     if isinstance(layer, DenseSpec):
         return _Affine(
-            nn.Linear(incoming[0], layer.units, bias=layer.bias, dtype=torch.float32),
+            nn.Linear(incoming[-1], layer.units, bias=layer.bias, dtype=torch.float32),
             _activation(layer.activation),
         )
     if isinstance(layer, OutputSpec):
         # Logit losses fold their softmax/sigmoid into the loss; see predict_transform.
         folded = layer.loss in ("cross_entropy", "binary_cross_entropy")
         activation = nn.Identity() if folded else _activation(layer.activation)
-        return _Affine(nn.Linear(incoming[0], layer.units, dtype=torch.float32), activation)
+        return _Affine(nn.Linear(incoming[-1], layer.units, dtype=torch.float32), activation)
     if isinstance(layer, Conv2dSpec):
         return _Conv(layer, incoming[0])
     if isinstance(layer, MaxPool2dSpec):
@@ -175,10 +176,14 @@ class Network(nn.Module):
         self.layers = nn.ModuleList(
             _layer_module(layer, shape) for layer, shape in zip(spec.layers, incoming, strict=True)
         )
+        # a network that starts with lstm/gru takes sequences of any length; input_shape[0] is nominal
+        self.any_length = isinstance(spec.layers[0], RecurrentSpec)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
         shape = self.spec.input_shape
-        if tuple(x.shape[1:]) != shape:
+        if self.any_length and x.dim() == 3 and x.shape[2] == shape[-1]:
+            pass
+        elif tuple(x.shape[1:]) != shape:
             if x.dim() == 2 and x.shape[1] == math.prod(shape):
                 x = x.reshape(x.shape[0], *shape)
             else:

@@ -77,6 +77,17 @@ def _checksum(flat: torch.Tensor) -> float:
     return float(int.from_bytes(digest[:6], "big"))
 
 
+def _loss(loss_fn: Any, out: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None,
+          weight: torch.Tensor | None) -> torch.Tensor:  # fmt: skip
+    """Per-step outputs (batch, time, units) are scored step by step where a label exists (``mask``)."""
+    if out.dim() == 3:
+        steps = out.shape[1]
+        flat_mask = mask.reshape(-1) if mask is not None else None
+        flat_weight = weight.repeat_interleave(steps) if weight is not None else None
+        return loss_fn(out.reshape(-1, out.shape[2]), y.reshape(-1), mask=flat_mask, weight=flat_weight)
+    return loss_fn(out, y, mask=None, weight=weight)
+
+
 def _evaluate(
     model: torch.nn.Module,
     spec: NetworkSpec,
@@ -93,15 +104,24 @@ def _evaluate(
         for start in range(0, len(split), 1024):
             x = split.x[start : start + 1024].to(device)
             y = split.y[start : start + 1024].to(device)
-            out = model(x)
-            totals[0] += float(loss_fn(out, y)) * len(x)
-            totals[1] += len(x)
+            lengths = split.lengths[start : start + 1024] if split.lengths is not None else None
+            mask = split.mask[start : start + 1024].to(device) if split.mask is not None else None
+            out = model(x, lengths=lengths)
+            if out.dim() == 3:  # per-step outputs: score the labelled steps only
+                keep = (
+                    mask.reshape(-1) if mask is not None else torch.ones(out.shape[0] * out.shape[1], dtype=torch.bool)
+                )
+                out, y = out.reshape(-1, out.shape[2])[keep], y.reshape(-1)[keep]
+            if len(out) == 0:
+                continue
+            totals[0] += float(loss_fn(out, y)) * len(out)
+            totals[1] += len(out)
             pred = predict_transform(spec, out)
             if classification:
                 labels = (pred.reshape(-1) > 0.5).long() if pred.shape[-1] == 1 else pred.argmax(dim=1)
                 totals[2] += float((labels == y.reshape(-1)).sum())
             else:
-                totals[2] += float(((pred - y) ** 2).sum())
+                totals[2] += float(((pred - y.reshape(pred.shape)) ** 2).sum())
     model.train()
     comm.sum_(totals)
     n = float(totals[1])
@@ -280,8 +300,10 @@ def _train(
             idx = order[s * batch : (s + 1) * batch]
             x, y = train.x[idx].to(device), train.y[idx].to(device)
             weight = train.w[idx].to(device) if train.w is not None else None
+            lengths = train.lengths[idx] if train.lengths is not None else None
+            mask = train.mask[idx].to(device) if train.mask is not None else None
             optimizer.zero_grad(set_to_none=False)
-            loss = loss_fn(model(x), y, weight=weight)
+            loss = _loss(loss_fn, model(x, lengths=lengths), y, mask, weight)
             loss.backward()
             loss_value = float(loss.detach())
             stop, nan = comm.any_flags(reporter.stop_requested, not math.isfinite(loss_value))
@@ -382,7 +404,7 @@ def barrier_partition(batches: Iterator[Any], cfg_dict: dict[str, Any]) -> Itera
     import pyarrow as pa
     from pyspark import BarrierTaskContext
 
-    from workers.training.torch.data import to_splits
+    from workers.training.torch.data import load_splits, save_splits, to_splits
     from workers.training.torch.report import SocketReporter
 
     ctx = BarrierTaskContext.get()
@@ -390,7 +412,14 @@ def barrier_partition(batches: Iterator[Any], cfg_dict: dict[str, Any]) -> Itera
     infos = ctx.getTaskInfos()
     host = infos[0].address.rsplit(":", 1)[0]
     cfg = TrainerConfig.from_dict(cfg_dict)
-    train, val = to_splits(batches, cfg.data)
+    if cfg.export_mode == "read":
+        for _ in batches:  # a placeholder partition: the rows come from the export
+            pass
+        train, val = load_splits(Path(cfg.export_dir or ""), rank)
+    else:
+        train, val = to_splits(batches, cfg.data)
+        if cfg.export_mode == "write":
+            save_splits(Path(cfg.export_dir or ""), rank, train, val)
 
     def share_port(port: int) -> int:
         return int(ctx.allGather(str(port))[0])

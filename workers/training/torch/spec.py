@@ -583,16 +583,23 @@ def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
 def _infer_shapes(input_shape: Shape, layers: tuple[LayerSpec, ...]) -> tuple[Shape, ...]:
     shapes: list[Shape] = []
     shape = input_shape
+    per_step = False  # the shape is (time, features) coming out of an lstm/gru with return_sequences
     for i, layer in enumerate(layers):
         source = "the input" if i == 0 else f"layers[{i - 1}] ({layers[i - 1].type})"
-        shape = _layer_output_shape(layer, shape, f"network.layers[{i}]", source)
+        shape = _layer_output_shape(layer, shape, f"network.layers[{i}]", source, per_step)
+        if isinstance(layer, RecurrentSpec):
+            per_step = layer.return_sequences
+        elif not isinstance(layer, DenseSpec | DropoutSpec | OutputSpec):
+            per_step = False
         shapes.append(shape)
     return tuple(shapes)
 
 
-def _layer_output_shape(layer: LayerSpec, shape: Shape, path: str, source: str) -> Shape:
+def _layer_output_shape(layer: LayerSpec, shape: Shape, path: str, source: str, per_step: bool = False) -> Shape:
     got = f"got {_fmt(shape)} from {source}"
     if isinstance(layer, DenseSpec | OutputSpec):
+        if len(shape) == 2 and per_step:
+            return (shape[0], layer.units)  # applied at every step of an lstm/gru with return_sequences
         if len(shape) != 1:
             raise SpecError(path, f'{layer.type} expects input (features,), {got}; add {{"type": "flatten"}} before it')
         return (layer.units,)
@@ -655,7 +662,7 @@ def parameter_count(spec: NetworkSpec) -> int:
     for layer, shape in zip(spec.layers, spec.shapes, strict=True):
         if isinstance(layer, DenseSpec | OutputSpec):
             bias = layer.bias if isinstance(layer, DenseSpec) else True
-            total += incoming[0] * layer.units + (layer.units if bias else 0)
+            total += incoming[-1] * layer.units + (layer.units if bias else 0)
         elif isinstance(layer, Conv2dSpec):
             kh, kw = layer.kernel_size
             total += layer.filters * incoming[0] * kh * kw + (layer.filters if layer.bias else 0)
