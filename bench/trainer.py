@@ -6,8 +6,11 @@ same seed, Adam. For each: sparktrain's ``gradient_sharing`` (compact index codi
 preparation, one Spark barrier stage, the event monitor); pyspark's ``TorchDistributor`` running an equivalent
 DDP loop; and plain single-process torch.
 
-A warm-up stage runs first and is not measured (a long-lived driver starts its executors' Python workers
-once). Reported per run: final validation accuracy, wall time (for sparktrain, data preparation + stage; for
+``gradient_sharing_export`` is the same job on the Export data path, measured on a later job that finds the
+tensor shards an earlier job wrote (the Direct path prepares the rows in every job). A warm-up stage runs
+first and is not measured (a long-lived driver starts its executors' Python workers once).
+
+Reported per run: final validation accuracy, wall time (for sparktrain, data preparation + stage; for
 TorchDistributor, ``run()``), samples/s over that wall time, bytes each worker sends per step, compression vs
 dense fp32 over the full run, without epoch 1, and the share of bytes sent as bitmaps (an empty message
 counts its 16-byte header).
@@ -83,7 +86,7 @@ class BenchContext:
         return None
 
 
-def _request(network: dict[str, Any], lr: float, epochs: int, mode: str, coding: str) -> Any:
+def _request(network: dict[str, Any], lr: float, epochs: int, mode: str, coding: str, data_path: str) -> Any:
     from app.schemas.train import TrainRequest
 
     return TrainRequest.model_validate(
@@ -107,13 +110,21 @@ def _request(network: dict[str, Any], lr: float, epochs: int, mode: str, coding:
                 "optimizer": {"type": "adam", "learning_rate": lr},
                 "mode": mode,
                 "gradient_sharing": {"index_coding": coding},
+                "data_path": data_path,
             },
         }
     )
 
 
 def run_sparktrain(
-    spark: Any, settings: Any, network: dict[str, Any], lr: float, epochs: int, mode: str, coding: str = "compact"
+    spark: Any,
+    settings: Any,
+    network: dict[str, Any],
+    lr: float,
+    epochs: int,
+    mode: str,
+    coding: str = "compact",
+    data_path: str = "direct",
 ) -> dict[str, Any]:
     from app.services.training import plan_training
     from workers.training.torch.driver import train
@@ -121,7 +132,8 @@ def run_sparktrain(
     with tempfile.TemporaryDirectory() as tmp:
         ctx = BenchContext(spark, Path(tmp))
         t0 = time.perf_counter()
-        plan = plan_training(request=_request(network, lr, epochs, mode, coding), settings=settings, spark=spark)
+        request = _request(network, lr, epochs, mode, coding, data_path)
+        plan = plan_training(request=request, settings=settings, spark=spark)
         result = train(ctx, plan).result
         wall = time.perf_counter() - t0
     return {
@@ -207,6 +219,7 @@ def main() -> None:
         plan = [
             "gradient_sharing",
             "gradient_sharing_int32",
+            "gradient_sharing_export",
             "parameter_averaging",
             "allreduce",
             "torch_distributor",
@@ -220,6 +233,11 @@ def main() -> None:
                 runs[model][name] = run_torch_distributor(network, lr, epochs)
             elif name == "single_process":
                 runs[model][name] = run_single(network, lr, epochs)
+            elif name == "gradient_sharing_export":
+                # the Export data path: one job writes the tensor shards, the measured later job reads them
+                run_sparktrain(spark, settings, network, lr, 1, "gradient_sharing", data_path="export")
+                runs[model][name] = run_sparktrain(spark, settings, network, lr, epochs, "gradient_sharing",
+                                                   data_path="export")  # fmt: skip
             else:
                 mode = name.removesuffix("_int32")
                 coding = "int32" if name.endswith("_int32") else "compact"

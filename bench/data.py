@@ -1,0 +1,150 @@
+"""Rows per second from a parquet data set to ready torch tensors on the executors, against a plain
+single-process pyarrow -> numpy -> torch read of the same file, in the same run.
+
+The sparktrain path is the torch family's own data preparation (read, bad-row check with its count, seeded
+split, stable row ids, repartition to the workers) followed by one barrier stage whose tasks turn their Arrow
+batches into tensors exactly as training does (``workers.training.torch.data.to_splits``) and stop there. The
+Export path is measured too: the first job writes per-worker shards, a later job reads them.
+
+Data: the synthetic taxi generator (11 numeric features), written once to a temporary parquet file.
+Run: ``python -m bench.data [--quick] [--rows N]``; prints a table and, last, one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FEATURES = (
+    "passenger_count", "trip_distance", "pickup_longitude", "pickup_latitude", "rate_code", "dropoff_longitude",
+    "dropoff_latitude", "hour", "day_of_week", "is_weekend", "h_distance",
+)  # fmt: skip
+WORKERS = 2
+
+
+def single_process(path: Path) -> float:
+    """Seconds for pyarrow -> numpy -> torch of the whole file in one process."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    import torch
+
+    t0 = time.perf_counter()
+    table = pq.read_table(path, columns=[*FEATURES, "fare_amount"])
+    x = np.stack([table.column(c).to_numpy().astype(np.float32) for c in FEATURES], axis=1)
+    y = table.column("fare_amount").to_numpy().astype(np.float32)
+    torch.from_numpy(x), torch.from_numpy(y)
+    return time.perf_counter() - t0
+
+
+def _tensors_only(cfg: dict[str, Any]) -> Any:
+    def convert(batches: Any) -> Any:
+        import time as clock
+
+        import pyarrow as pa
+
+        from workers.training.torch.config import TrainerConfig
+        from workers.training.torch.data import load_splits, save_splits, to_splits
+
+        config = TrainerConfig.from_dict(cfg)
+        from pyspark import BarrierTaskContext
+
+        rank = BarrierTaskContext.get().partitionId()
+        t0 = clock.perf_counter()
+        if config.export_mode == "read":
+            for _ in batches:
+                pass
+            train, val = load_splits(Path(config.export_dir or ""), rank)
+        else:
+            train, val = to_splits(batches, config.data)
+            if config.export_mode == "write":
+                save_splits(Path(config.export_dir or ""), rank, train, val)
+        rows = len(train) + len(val)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([rows], pa.int64()), pa.array([clock.perf_counter() - t0], pa.float64())], names=["rows", "s"]
+        )
+
+    return convert
+
+
+def sparktrain(spark: Any, settings: Any, path: Path, data_path: str) -> tuple[float, int]:
+    """Seconds from a planned job to tensors on every worker, and the rows that arrived."""
+    from dataclasses import replace
+
+    from app.schemas.train import TrainRequest
+    from app.services.training import plan_training
+    from bench.trainer import BenchContext
+    from workers.training.torch import driver
+
+    request = TrainRequest.model_validate(
+        {
+            "name": "bench-data",
+            "framework": "torch",
+            "dataset": {"uri": str(path), "features": list(FEATURES), "label": "fare_amount", "task": "regression"},
+            "network": {"layers": [{"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]},
+            "training": {"num_workers": WORKERS, "batch_size_per_worker": 64, "data_path": data_path},
+        }
+    )
+    plan = plan_training(request=request, settings=settings, spark=spark)
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = BenchContext(spark, Path(tmp))
+        t0 = time.perf_counter()
+        frame, _rows, normalizer, export_dir, mode = driver._data(ctx, plan)
+        cfg = replace(
+            driver._config(ctx, plan, normalizer),
+            export_dir=str(export_dir) if export_dir else None,
+            export_mode=mode,
+        )
+        out = frame.mapInArrow(_tensors_only(cfg.to_dict()), "rows long, s double", barrier=True).collect()
+        if mode == "write" and export_dir is not None:
+            (export_dir / "manifest.json").write_text(json.dumps({"rows": _rows, "normalizer": None, "job_id": "b"}))
+        return time.perf_counter() - t0, sum(int(r["rows"]) for r in out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.data")
+    parser.add_argument("--quick", action="store_true", help="200,000 rows")
+    parser.add_argument("--rows", type=int, default=None)
+    args = parser.parse_args()
+    rows = args.rows or (200_000 if args.quick else 2_000_000)
+
+    from app.core.settings import Settings
+    from app.spark.session import build_spark_session
+    from datasets.taxi import generate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "taxi.parquet"
+        generate(rows, seed=11).to_parquet(path, index=False)
+        settings = Settings(
+            var_dir=Path(tmp) / "var", spark_master=f"local[{WORKERS}]", data_roots=[Path(tmp)],
+            artifact_root=Path(tmp) / "artifacts", spark_conf={"spark.ui.enabled": "false"},
+        )  # fmt: skip
+        spark = build_spark_session(settings)
+        sparktrain(spark, settings, path, "direct")  # warm-up: Python workers, JIT
+        baseline = min(single_process(path) for _ in range(3))
+        direct, got = sparktrain(spark, settings, path, "direct")
+        export_write, _ = sparktrain(spark, settings, path, "export")
+        export_read, got_read = sparktrain(spark, settings, path, "export")
+        spark.stop()
+    assert got == got_read == rows, (got, got_read, rows)
+    table = {
+        "single_process_pyarrow": baseline,
+        "sparktrain_direct": direct,
+        "sparktrain_export_first_job": export_write,
+        "sparktrain_export_later_job": export_read,
+    }
+    print(f"{rows:,} rows x {len(FEATURES)} features, {WORKERS} workers (local[{WORKERS}])")
+    print(f"{'path':<30} {'seconds':>8} {'rows/s':>12} {'vs pyarrow':>11}")
+    for name, seconds in table.items():
+        print(f"{name:<30} {seconds:>8.2f} {rows / seconds:>12,.0f} {baseline / seconds:>10.2f}x")
+    print(
+        json.dumps({"rows": rows, **{k: {"s": round(v, 3), "rows_per_s": round(rows / v)} for k, v in table.items()}})
+    )
+
+
+if __name__ == "__main__":
+    main()
