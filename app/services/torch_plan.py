@@ -6,6 +6,7 @@ Only pure spec modules are imported here: torch itself stays out of the API proc
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,15 +40,12 @@ def _fail(exc: SpecError) -> ValidationFailed:
 def _data_shape(
     request: TrainRequest, train: ResolvedDataset, schema: dict[str, str], spark: SparkSession
 ) -> tuple[tuple[int, ...], bool]:
-    """(input shape of one example as the data has it, whether it comes from one array column)."""
+    """(input shape of one example as the data has it, whether it comes from one array column). An array column's
+    length is read from its first row and checked against ``dataset.input_shape``; rows of another length are
+    bad rows of the job."""
     first = train.features[0]
     if not schema[first].startswith("array<"):
         return (len(train.features),), False
-    if request.dataset.input_shape is not None:
-        return tuple(request.dataset.input_shape), True
-    declared = (request.network or {}).get("input_shape")
-    if isinstance(declared, list) and declared and all(isinstance(d, int) and d > 0 for d in declared):
-        return tuple(declared), True
     from pyspark.sql import functions as F
 
     from workers.data.spec import read_dataframe
@@ -55,7 +53,16 @@ def _data_shape(
     row = read_dataframe(spark, train).select(F.size(first).alias("n")).where(F.col(first).isNotNull()).first()
     if row is None:
         raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
-    return (int(row["n"]),), True
+    length = int(row["n"])
+    wanted = request.dataset.input_shape
+    if wanted is not None:
+        if math.prod(wanted) != length:
+            raise ValidationFailed.at(
+                "dataset.input_shape",
+                f"{first!r} holds {length} values per row, input_shape {wanted} needs {math.prod(wanted)}",
+            )
+        return tuple(wanted), True
+    return (length,), True
 
 
 def _resume(

@@ -230,5 +230,10 @@ def test_bad_torch_requests(service: Service) -> None:
     bad_threshold = digits(MLP, gradient_sharing={"threshold_algorithm": {"type": "adaptive", "decay": 2}})
     assert "threshold_algorithm" in _problem(service, bad_threshold)["errors"][0]["loc"]
 
+    wrong_shape = digits(CNN)
+    wrong_shape["dataset"]["input_shape"] = [1, 7, 7]
+    problem = _problem(service, wrong_shape)
+    assert problem["errors"][0]["loc"] == "dataset.input_shape" and "holds 64 values" in problem["detail"]
+
     unknown_checkpoint = digits(MLP, resume_from="nope")
     assert "no checkpoint" in _problem(service, unknown_checkpoint)["detail"]
