@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.settings import Settings
+from workers.inference.cache import ModelCache
 from workers.runtime import JobRuntime
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ class ServiceRuntime:
     jobs: JobRuntime
     consumer: InProcessConsumer | None = None
     owns_spark: bool = True
+    model_cache: ModelCache = field(default_factory=lambda: ModelCache(8))
     _closed: bool = field(default=False, repr=False)
 
     def enqueue(self, task_name: str, job_id: str) -> None:

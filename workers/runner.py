@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import shutil
 import threading
 import time
 import traceback
@@ -17,8 +18,10 @@ from app.core.jobstates import ACTIVE, JobStatus
 from app.db.base import utcnow
 from app.db.models import Job
 from app.db.session import transaction
+from app.schemas.inference import EvaluateRequest, PredictRequest
 from app.schemas.train import TrainRequest
 from app.services import checkpoints, jobs, models
+from app.services.inference import plan_evaluation, plan_prediction
 from app.services.training import plan_training
 from workers.context import JobCancelled, JobFailure, JobOutcome, MetricPoint
 from workers.families import DRIVERS
@@ -72,7 +75,11 @@ class DbJobContext:
             row = checkpoints.record(
                 session=s, job_id=self.job_id, attempt=self.attempt, epoch=epoch, step=step, uri=uri, metrics=metrics
             )
-            return row.id
+            checkpoint_id = row.id
+            stale = checkpoints.prune(session=s, job_id=self.job_id, keep=self._rt.settings.checkpoint_retention)
+        for old in stale:  # the rows are gone; now their files
+            shutil.rmtree(old, ignore_errors=True)
+        return checkpoint_id
 
     @property
     def cancelled(self) -> bool:
@@ -212,12 +219,30 @@ def _ignore_delivery(rt: JobRuntime, job_id: str) -> None:
 
 
 def _execute(rt: JobRuntime, ctx: DbJobContext, job_type: str, framework: str | None, request: dict[str, Any]) -> Any:
-    if job_type != "train" or framework not in DRIVERS:
-        raise JobFailure("UNSUPPORTED", f"no runner for {job_type} jobs of framework {framework!r}")
     ctx.progress(0.0, "checking the request against the data")
-    plan = plan_training(request=TrainRequest.model_validate(request), settings=rt.settings, spark=rt.spark, db=rt.db)
-    driver = importlib.import_module(DRIVERS[framework])
-    return driver.train(ctx, plan)
+    if job_type == "train":
+        if framework not in DRIVERS:
+            raise JobFailure("UNSUPPORTED", f"no runner for training {framework!r} models")
+        plan = plan_training(
+            request=TrainRequest.model_validate(request), settings=rt.settings, spark=rt.spark, db=rt.db
+        )
+        driver = importlib.import_module(DRIVERS[framework])
+        return driver.train(ctx, plan)
+    if job_type == "evaluate":
+        from workers.evaluation.driver import evaluate
+
+        evaluation = plan_evaluation(
+            request=EvaluateRequest.model_validate(request), settings=rt.settings, spark=rt.spark, db=rt.db
+        )
+        return evaluate(ctx, evaluation)
+    if job_type == "predict":
+        from workers.inference.batch import predict
+
+        prediction = plan_prediction(
+            request=PredictRequest.model_validate(request), settings=rt.settings, spark=rt.spark, db=rt.db
+        )
+        return predict(ctx, prediction)
+    raise JobFailure("UNSUPPORTED", f"no runner for {job_type} jobs")
 
 
 class _NoLongerOurs(Exception):

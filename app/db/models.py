@@ -104,6 +104,21 @@ class ModelVersion(Base):
     model: Mapped[Model] = relationship(back_populates="versions", lazy="joined")
 
 
+class ModelAlias(Base):
+    """A movable name for one version of a model (``champion``, ``production``), as MLflow's aliases."""
+
+    __tablename__ = "model_aliases"
+    __table_args__ = (UniqueConstraint("model_id", "alias", name="uq_model_aliases_model_id_alias"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    alias: Mapped[str] = mapped_column(String(100))
+    version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id", ondelete="CASCADE"))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    version: Mapped[ModelVersion] = relationship(lazy="joined")
+
+
 class Checkpoint(Base):
     __tablename__ = "checkpoints"
     __table_args__ = (UniqueConstraint("job_id", "epoch", name="uq_checkpoints_job_id_epoch"),)

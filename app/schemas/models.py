@@ -25,6 +25,7 @@ class ModelRead(BaseModel):
     owner: str
     created_at: datetime
     latest_version: int | None
+    aliases: dict[str, int] = {}
     versions: list[ModelVersionRead]
 
 

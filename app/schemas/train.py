@@ -87,6 +87,7 @@ class DatasetRef(BaseModel):
     )
     split: Split | None = Field(None, description="Hold out a validation part when no validation set is given.")
     sequence: SequenceOptions | None = Field(None, description="torch: the rows form sequences (lstm/gru).")
+    key: str | None = Field(None, description="Batch prediction: the id column copied into every output row.")
 
 
 class ValidationRef(BaseModel):

@@ -51,3 +51,16 @@ def to_dict(c: Checkpoint) -> dict[str, Any]:
         "metrics": c.metrics,
         "created_at": c.created_at,
     }
+
+
+def prune(*, session: Session, job_id: str, keep: int) -> list[str]:
+    """Drop all but the newest ``keep`` checkpoints of a job; returns the URIs whose files can go."""
+    if keep <= 0:
+        return []
+    rows = session.scalars(
+        select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.epoch.desc())
+    ).all()
+    gone = list(rows[keep:])
+    for row in gone:
+        session.delete(row)
+    return [row.uri for row in gone]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,9 +10,9 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.core.errors import NotFound
+from app.core.errors import NotFound, ValidationFailed
 from app.db.base import utcnow
-from app.db.models import Model, ModelVersion
+from app.db.models import Model, ModelAlias, ModelVersion
 
 
 def register_version(
@@ -73,3 +74,59 @@ def get_version(*, session: Session, name: str, version: int) -> ModelVersion:
             raise NotFound(f"No model named {name!r}.")
         raise NotFound(f"Model {name!r} has no version {version}.")
     return row
+
+
+ALIAS_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,99}$")
+
+
+def resolve_version(
+    *, session: Session, name: str, version: int | None = None, alias: str | None = None
+) -> ModelVersion:
+    """A model version named by number, by alias, or the newest one."""
+    if version is not None:
+        return get_version(session=session, name=name, version=version)
+    model = session.scalar(select(Model).where(Model.name == name))
+    if model is None:
+        raise NotFound(f"No model named {name!r}.")
+    if alias is not None:
+        row = session.scalar(select(ModelAlias).where(ModelAlias.model_id == model.id, ModelAlias.alias == alias))
+        if row is None:
+            known = ", ".join(a.alias for a in aliases_of(session=session, model_id=model.id)) or "none"
+            raise NotFound(f"Model {name!r} has no alias {alias!r} (aliases: {known}).")
+        return row.version
+    if not model.versions:
+        raise NotFound(f"Model {name!r} has no versions yet.")
+    return model.versions[-1]
+
+
+def aliases_of(*, session: Session, model_id: int) -> Sequence[ModelAlias]:
+    return session.scalars(select(ModelAlias).where(ModelAlias.model_id == model_id).order_by(ModelAlias.alias)).all()
+
+
+def set_alias(*, session: Session, name: str, alias: str, version: int) -> ModelAlias:
+    if not ALIAS_PATTERN.match(alias):
+        raise ValidationFailed.at("alias", "letters, digits, '.', '_' or '-', starting with a letter (at most 100)")
+    if alias.isdigit() or alias == "latest":
+        raise ValidationFailed.at("alias", f"{alias!r} is reserved")
+    target = get_version(session=session, name=name, version=version)
+    row = session.scalar(
+        select(ModelAlias).where(ModelAlias.model_id == target.model_id, ModelAlias.alias == alias).with_for_update()
+    )
+    if row is None:
+        row = ModelAlias(model_id=target.model_id, alias=alias, version_id=target.id, updated_at=utcnow())
+        session.add(row)
+    else:
+        row.version_id, row.updated_at = target.id, utcnow()
+    session.flush()
+    session.refresh(row)
+    return row
+
+
+def delete_alias(*, session: Session, name: str, alias: str) -> None:
+    model = session.scalar(select(Model).where(Model.name == name))
+    row = None
+    if model is not None:
+        row = session.scalar(select(ModelAlias).where(ModelAlias.model_id == model.id, ModelAlias.alias == alias))
+    if row is None:
+        raise NotFound(f"Model {name!r} has no alias {alias!r}.")
+    session.delete(row)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
 
 from app.api.deps import SessionDep
-from app.services import checkpoints
+from app.services import artifacts, checkpoints
 
 router = APIRouter(tags=["checkpoints"])
 
@@ -15,3 +16,18 @@ router = APIRouter(tags=["checkpoints"])
 @router.get("/checkpoints/{checkpoint_id}", summary="One checkpoint: job, epoch, step, URI, validation metrics")
 def get_checkpoint(checkpoint_id: str, session: SessionDep) -> dict[str, Any]:
     return checkpoints.to_dict(checkpoints.get(session=session, checkpoint_id=checkpoint_id))
+
+
+@router.get(
+    "/checkpoints/{checkpoint_id}/artifact",
+    summary="Download a checkpoint (weights, every worker's optimizer and residual state) as .tar.gz",
+    response_class=StreamingResponse,
+)
+def download(checkpoint_id: str, session: SessionDep) -> StreamingResponse:
+    row = checkpoints.get(session=session, checkpoint_id=checkpoint_id)
+    filename = f"checkpoint-{row.job_id[:8]}-epoch-{row.epoch}.tar.gz"
+    return StreamingResponse(
+        artifacts.checkpoint_archive(row),
+        media_type="application/gzip",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )

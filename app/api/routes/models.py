@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
 
 from app.api.deps import SessionDep
 from app.db.models import Model, ModelVersion
 from app.schemas.models import ModelPage, ModelRead, ModelVersionRead
-from app.services import models
+from app.services import artifacts, models
 
 router = APIRouter(tags=["models"])
 
@@ -28,20 +30,25 @@ def to_version_read(v: ModelVersion) -> ModelVersionRead:
     )
 
 
-def to_model_read(m: Model) -> ModelRead:
+def to_model_read(m: Model, aliases: dict[str, int]) -> ModelRead:
     versions = [to_version_read(v) for v in m.versions]
     return ModelRead(
         name=m.name,
         owner=m.owner,
         created_at=m.created_at,
         latest_version=versions[-1].version if versions else None,
+        aliases=aliases,
         versions=versions,
     )
 
 
 @router.get("/models", response_model=ModelPage, summary="Registered models with their versions")
 def list_models(session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> ModelPage:
-    return ModelPage(items=[to_model_read(m) for m in models.list_models(session=session, limit=limit)])
+    items = []
+    for m in models.list_models(session=session, limit=limit):
+        aliases = {a.alias: a.version.version for a in models.aliases_of(session=session, model_id=m.id)}
+        items.append(to_model_read(m, aliases))
+    return ModelPage(items=items)
 
 
 @router.get(
@@ -51,3 +58,35 @@ def list_models(session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)]
 )
 def get_version(name: str, version: Annotated[int, Path(ge=1)], session: SessionDep) -> ModelVersionRead:
     return to_version_read(models.get_version(session=session, name=name, version=version))
+
+
+class AliasBody(BaseModel):
+    version: int = Field(ge=1)
+
+
+@router.put("/models/{name}/aliases/{alias}", summary="Point an alias (champion, production, ...) at a version")
+def put_alias(name: str, alias: str, body: AliasBody, session: SessionDep) -> dict[str, Any]:
+    row = models.set_alias(session=session, name=name, alias=alias, version=body.version)
+    session.commit()
+    return {"name": name, "alias": alias, "version": row.version.version}
+
+
+@router.delete("/models/{name}/aliases/{alias}", status_code=204, summary="Remove an alias")
+def delete_alias(name: str, alias: str, session: SessionDep) -> Response:
+    models.delete_alias(session=session, name=name, alias=alias)
+    session.commit()
+    return Response(status_code=204)
+
+
+@router.get(
+    "/models/{name}/versions/{version}/artifact",
+    summary="Download the model as a .tar.gz (loads without sparktrain: see sparktrain_model.py inside)",
+    response_class=StreamingResponse,
+)
+def download(name: str, version: Annotated[int, Path(ge=1)], session: SessionDep) -> StreamingResponse:
+    row = models.get_version(session=session, name=name, version=version)
+    stream = artifacts.model_archive(row)
+    filename = f"{name}-v{version}.tar.gz"
+    return StreamingResponse(
+        stream, media_type="application/gzip", headers={"Content-Disposition": f'attachment; filename="{filename}"'}
+    )

@@ -54,10 +54,12 @@ def _fit(
     label_col, labels = ds.label, None
     stages: list[Any] = []
     if spec.task == "classification" and dict(train_df.dtypes)[ds.label] == "string":
+        # The label mapping is applied to the data, not saved in the pipeline: the saved model must predict on
+        # rows that have no label. The labels are stored with the version (params.labels).
         indexer = StringIndexer(inputCol=ds.label, outputCol=LABEL_INDEX_COL, handleInvalid="error")
         indexer_model = indexer.fit(train_df)
         labels = list(indexer_model.labels)
-        stages.append(indexer_model)
+        train_df, val_df = indexer_model.transform(train_df), indexer_model.transform(val_df)
         label_col = LABEL_INDEX_COL
     raw = "_features_raw" if spec.standardize else FEATURES_COL
     stages.append(VectorAssembler(inputCols=list(ds.features), outputCol=raw, handleInvalid="error"))
@@ -105,7 +107,9 @@ def _fit(
         "features": list(ds.features),
         "label": ds.label,
         "best_params": best_params,
-        "labels": labels,
+        "labels": [ds.label],
+        "class_labels": labels,
+        "num_classes": len(labels) if labels else ds.num_classes,
         "spec": spec.to_dict(),
     }
     ctx.progress(1.0, "done")

@@ -160,6 +160,7 @@ def _save_checkpoint(
                 "optimizer": cfg.optimizer,
                 "seed": cfg.seed,
                 "job_id": cfg.job_id,
+                "model_card": cfg.model_card,
             },
         )
         ckpt.save_weights(partial, model)

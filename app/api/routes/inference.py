@@ -1,0 +1,135 @@
+"""POST /evaluate and POST /predict (inline rows answered now; a dataset queues a batch job)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
+from app.api.routes.jobs import to_job_read
+from app.core.jobstates import JobType
+from app.schemas.inference import EvaluateRequest, PredictRequest, PredictResponse
+from app.schemas.jobs import JobRead
+from app.services import inference
+
+router = APIRouter(tags=["inference"])
+
+EVALUATE_EXAMPLES: dict[str, dict[str, Any]] = {
+    "classification": {
+        "summary": "Accuracy, per-class precision/recall/F1, confusion matrix and ROC of the digits CNN, one pass",
+        "value": {
+            "model": {"name": "digits-cnn"},
+            "dataset": {"uri": "datasets/digits/test.parquet"},
+            "metrics": ["classification", "roc"],
+        },
+    },
+    "regression": {
+        "summary": "MSE, MAE, RMSE and R² of a taxi-fare model on the evaluation data",
+        "value": {
+            "model": {"name": "taxi-fare-rf", "alias": "champion"},
+            "dataset": {"uri": "datasets/taxi/eval.parquet"},
+        },
+    },
+}
+PREDICT_EXAMPLES: dict[str, dict[str, Any]] = {
+    "records": {
+        "summary": "Online, MLflow dataframe_records",
+        "value": {
+            "model": {"name": "taxi-fare-rf"},
+            "dataframe_records": [
+                {"passenger_count": 1, "trip_distance": 2.1, "pickup_longitude": -73.98, "pickup_latitude": 40.75,
+                 "rate_code": 1, "dropoff_longitude": -73.96, "dropoff_latitude": 40.77, "hour": 9,
+                 "day_of_week": 2, "is_weekend": 0, "h_distance": 2.7}
+            ],
+        },
+    },
+    "batch": {
+        "summary": "Batch: every row of a dataset, keyed, written as parquet by a job",
+        "value": {"model": {"name": "taxi-fare-rf"}, "dataset": {"uri": "datasets/taxi/eval.parquet", "key": "hour"}},
+    },
+}  # fmt: skip
+
+
+def _queued(job: Any, response: Response) -> JobRead:
+    response.status_code = status.HTTP_202_ACCEPTED
+    response.headers["Location"] = f"/jobs/{job.id}"
+    return to_job_read(job)
+
+
+@router.post(
+    "/evaluate",
+    response_model=JobRead,
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Queue an evaluation: every requested metric group in one pass over the data",
+)
+def evaluate(
+    request: Annotated[EvaluateRequest, Body(openapi_examples=EVALUATE_EXAMPLES)],
+    rt: RuntimeDep,
+    caller: CallerDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> JobRead:
+    plan = inference.plan_evaluation(request=request, settings=rt.settings, spark=rt.spark, db=rt.db)
+    job, _ = inference.submit(
+        db=rt.db,
+        enqueue=rt.enqueue,
+        job_type=JobType.EVALUATE,
+        model=plan.model,
+        body=inference.pinned(request.model_dump(mode="json", exclude_none=True), plan.model),
+        owner=caller.owner,
+        idempotency_key=idempotency_key,
+    )
+    return _queued(job, response)
+
+
+@router.post(
+    "/predict",
+    response_model=PredictResponse | JobRead,
+    summary="Predict: inline rows now (200), or a dataset as a batch job (202)",
+    responses={
+        200: {"description": "Inline rows: the predictions.", "model": PredictResponse},
+        202: {"description": "A dataset: the queued batch job.", "model": JobRead},
+        413: {"description": "Too many inline rows: use the batch form."},
+    },
+)
+async def predict(
+    request: Annotated[PredictRequest, Body(openapi_examples=PREDICT_EXAMPLES)],
+    rt: RuntimeDep,
+    caller: CallerDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    if request.dataset is not None:
+        return await run_in_threadpool(_submit_batch, request, rt, caller.owner, idempotency_key, response)
+    return await run_in_threadpool(_predict_now, request, rt)
+
+
+def _submit_batch(request: PredictRequest, rt: Any, owner: str, key: str | None, response: Response) -> JobRead:
+    plan = inference.plan_prediction(request=request, settings=rt.settings, spark=rt.spark, db=rt.db)
+    body = inference.pinned(request.model_dump(mode="json", exclude_none=True), plan.model)
+    body["output_uri"] = plan.output_path
+    job, _ = inference.submit(
+        db=rt.db, enqueue=rt.enqueue, job_type=JobType.PREDICT, model=plan.model, body=body, owner=owner,
+        idempotency_key=key,
+    )  # fmt: skip
+    return _queued(job, response)
+
+
+def _predict_now(request: PredictRequest, rt: Any) -> JSONResponse:
+    with rt.db() as session:
+        model = inference.resolve_model(session, request.model)
+    rows = inference.inline_rows(request, model)
+    inference.check_row_limit(len(rows), rt.settings)
+    x = inference.feature_matrix(rows, model, "rows")
+    out = inference.predict_rows(model=model, x=x, cache=rt.model_cache, spark=rt.spark)
+    body: dict[str, Any] = {
+        "predictions": out.get("label", out.get("prediction")),
+        "model": {"name": model.name, "version": model.version, "checkpoint": model.checkpoint_id},
+    }
+    if "probabilities" in out:
+        body["probabilities"] = out["probabilities"]
+        body["class_index"] = out["class_index"]
+    return JSONResponse(body)

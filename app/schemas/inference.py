@@ -1,0 +1,124 @@
+"""Wire models of ``POST /evaluate`` and ``POST /predict`` (API.md), and the V2 inference protocol."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.schemas.train import NAME_PATTERN, DatasetRef
+
+MetricGroup = Literal["classification", "roc", "regression"]
+
+
+class ModelSelector(BaseModel):
+    """A model version (by number, by alias, or the newest), or a training checkpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, pattern=NAME_PATTERN, examples=["taxi-fare"])
+    version: int | None = Field(None, ge=1)
+    alias: str | None = Field(None, max_length=100, examples=["champion"])
+    checkpoint: str | None = Field(None, max_length=64, description="A checkpoint id instead of a model version.")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> ModelSelector:
+        if (self.name is None) == (self.checkpoint is None):
+            raise ValueError("give a model name or a checkpoint id")
+        if self.version is not None and self.alias is not None:
+            raise ValueError("give a version or an alias, not both")
+        if self.checkpoint is not None and (self.version is not None or self.alias is not None):
+            raise ValueError("a checkpoint has no version or alias")
+        return self
+
+
+class EvaluationDataset(DatasetRef):
+    """As a training dataset; features and label default to the model's."""
+
+
+class EvaluateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelSelector
+    dataset: EvaluationDataset
+    metrics: list[MetricGroup] | None = Field(
+        None, min_length=1, description="Default: classification + roc, or regression, by the model's task."
+    )
+    batch_size: int = Field(1024, ge=1, le=1_000_000)
+    eval_workers: int | None = Field(
+        None, ge=1, le=256, description="At most this many model copies per executor at once (DL4J evalNumWorkers)."
+    )
+    roc_steps: int = Field(32, ge=2, le=100_000, description="Thresholds of the ROC curve (DL4J's default 32).")
+    exact_auc: bool = Field(False, description="Exact ROC/PR AUC from every distinct score (more memory).")
+    top_k: list[int] = Field(default_factory=lambda: [1, 5], min_length=1, max_length=10)
+
+
+class DataframeSplit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    columns: list[str]
+    data: list[list[Any]]
+    index: list[Any] | None = None
+
+
+class PredictRequest(BaseModel):
+    """Inline rows in one of MLflow's body formats (answered now), or a dataset (a batch job)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelSelector
+    dataframe_records: list[dict[str, Any]] | None = None
+    dataframe_split: DataframeSplit | None = None
+    instances: list[Any] | None = Field(None, description="Rows as lists (in the model's feature order) or objects.")
+    inputs: Any | None = Field(None, description="Column-oriented: {column: [values]} or a list of rows.")
+    dataset: DatasetRef | None = Field(None, description="Batch: predict every row of a dataset on the executors.")
+    output_uri: str | None = Field(
+        None, max_length=4096, description="Batch: where the parquet output goes (inside the data roots)."
+    )
+    batch_size: int = Field(1024, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _one_input(self) -> PredictRequest:
+        given = [
+            k
+            for k in ("dataframe_records", "dataframe_split", "instances", "inputs", "dataset")
+            if getattr(self, k) is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of dataframe_records, dataframe_split, instances, inputs (answered now) or "
+                f"dataset (a batch job); got {', '.join(given) or 'none'}"
+            )
+        if self.output_uri is not None and self.dataset is None:
+            raise ValueError("output_uri goes with dataset")
+        return self
+
+
+class PredictResponse(BaseModel):
+    predictions: list[Any]
+    probabilities: list[list[float]] | None = None
+    class_index: list[int] | None = None
+    model: dict[str, Any]
+
+
+class InferTensor(BaseModel):
+    name: str
+    shape: list[int]
+    datatype: str
+    data: list[Any]
+    parameters: dict[str, Any] | None = None
+
+
+class InferRequest(BaseModel):
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    inputs: list[InferTensor] = Field(min_length=1)
+    outputs: list[dict[str, Any]] | None = None
+
+
+class InferResponse(BaseModel):
+    model_name: str
+    model_version: str | None = None
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    outputs: list[InferTensor]

@@ -1,0 +1,296 @@
+"""``POST /evaluate`` and ``POST /predict``: resolve the model and the data, then queue a job (evaluation, batch
+prediction) or answer now from a model cached in the driver (online prediction)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.errors import PayloadTooLarge, ValidationFailed
+from app.core.jobstates import JobType
+from app.core.settings import Settings
+from app.db.models import Checkpoint, Job
+from app.db.session import transaction
+from app.schemas.inference import EvaluateRequest, ModelSelector, PredictRequest
+from app.schemas.train import DatasetRef
+from app.services import checkpoints, jobs, models
+from app.services.dataset_check import resolve_dataset
+from app.services.training import Enqueue
+from workers.families import task_name
+from workers.inference.spec import EvaluationPlan, ModelRef, PredictionPlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def card_of(framework: str, params: dict[str, Any]) -> dict[str, Any]:
+    """What feeding a model needs, from a version's stored params (torch: the model card; spark_ml: its columns)."""
+    card = dict(params)
+    if framework == "spark_ml" and "labels" not in card:
+        card["labels"] = [params.get("label")]
+    card.setdefault("array_column", False)
+    return card
+
+
+def resolve_model(session: Session, selector: ModelSelector) -> ModelRef:
+    if selector.checkpoint is not None:
+        row: Checkpoint = checkpoints.get(session=session, checkpoint_id=selector.checkpoint)
+        job = session.get(Job, row.job_id)
+        if job is None or job.framework != "torch":
+            raise ValidationFailed.at("model.checkpoint", "only torch training jobs write checkpoints")
+        meta = json.loads((Path(row.uri) / "meta.json").read_text())
+        card = {"network": meta["network"], **meta.get("model_card", {})}
+        return ModelRef(framework="torch", uri=row.uri, card=card, checkpoint_id=row.id, name=job.name)
+    assert selector.name is not None
+    version = models.resolve_version(
+        session=session, name=selector.name, version=selector.version, alias=selector.alias
+    )
+    return ModelRef(
+        framework=version.framework,
+        uri=version.artifact_uri,
+        card=card_of(version.framework, version.params),
+        name=version.model.name,
+        version=version.version,
+    )
+
+
+def _dataset_for(model: ModelRef, ref: DatasetRef, *, need_labels: bool) -> DatasetRef:
+    """The request's dataset with the model's columns and task where the request leaves them out."""
+    update: dict[str, Any] = {"task": model.task, "num_classes": model.card.get("num_classes")}
+    if ref.features is None:
+        update["features"] = list(model.features)
+    if need_labels and ref.label is None:
+        labels = list(model.labels)
+        update["label"] = labels[0] if len(labels) == 1 else labels
+    if not need_labels:
+        update["label"] = None
+    return ref.model_copy(update=update)
+
+
+def _check_features(model: ModelRef, dataset_features: tuple[str, ...]) -> None:
+    if tuple(dataset_features) != model.features:
+        raise ValidationFailed.at(
+            "dataset.features",
+            f"the model was trained on {list(model.features)}; the dataset names {list(dataset_features)}",
+        )
+
+
+def plan_evaluation(
+    *, request: EvaluateRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session]
+) -> EvaluationPlan:
+    with db() as session:
+        model = resolve_model(session, request.model)
+    groups = tuple(request.metrics or (["classification", "roc"] if model.task == "classification" else ["regression"]))
+    for group in groups:
+        if (group == "regression") != (model.task == "regression"):
+            raise ValidationFailed.at("metrics", f"{group} metrics do not fit a {model.task} model")
+    if model.framework not in ("torch", "spark_ml"):
+        raise ValidationFailed.at("model", f"evaluation of {model.framework} models is not available yet")
+    if model.card.get("sequence"):
+        raise ValidationFailed.at("model", "evaluation of sequence models is not available yet")
+    ref = _dataset_for(model, request.dataset, need_labels=True)
+    dataset, _ = resolve_dataset(ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db)
+    _check_features(model, dataset.features)
+    return EvaluationPlan(
+        model=model,
+        dataset=dataset,
+        groups=groups,
+        batch_size=request.batch_size,
+        eval_workers=request.eval_workers,
+        roc_steps=request.roc_steps,
+        exact_auc=request.exact_auc,
+        top_k=tuple(request.top_k),
+    )
+
+
+def _output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
+    """A new path inside a data root (symlinks followed for the part that exists)."""
+    if given is None:
+        home = settings.var_dir / "data"
+        root = (home if home in settings.data_roots else settings.data_roots[0]) / "predictions"
+        root.mkdir(parents=True, exist_ok=True)
+        return str(root / f"{model.name or 'checkpoint'}-{model.version or model.checkpoint_id}-{uuid.uuid4().hex[:8]}")
+    target = Path(given) if Path(given).is_absolute() else settings.data_roots[-1] / given
+    parent = Path(os.path.realpath(target.parent))
+    inside = [r for r in settings.data_roots if parent == r or r in parent.parents]
+    if not inside:
+        roots = ", ".join(str(r) for r in settings.data_roots)
+        raise ValidationFailed.at("output_uri", f"{given!r} lies outside the configured data roots ({roots})")
+    if target.exists():
+        raise ValidationFailed.at("output_uri", f"{given!r} exists already; name a new path")
+    parent.mkdir(parents=True, exist_ok=True)
+    return str(parent / target.name)
+
+
+def plan_prediction(
+    *, request: PredictRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session]
+) -> PredictionPlan:
+    assert request.dataset is not None
+    with db() as session:
+        model = resolve_model(session, request.model)
+    if model.framework not in ("torch", "spark_ml"):
+        raise ValidationFailed.at("model", f"batch prediction with {model.framework} models is not available yet")
+    if model.card.get("sequence"):
+        raise ValidationFailed.at("model", "batch prediction with sequence models is not available yet")
+    key = request.dataset.key
+    if not key:
+        raise ValidationFailed.at("dataset.key", "batch prediction needs a key column: partitions are unordered")
+    ref = _dataset_for(model, request.dataset, need_labels=False)
+    dataset, schema = resolve_dataset(
+        ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db
+    )
+    if key not in schema:
+        raise ValidationFailed.at("dataset.key", f"no column {key!r} in {request.dataset.uri}")
+    _check_features(model, dataset.features)
+    return PredictionPlan(
+        model=model,
+        dataset=dataset,
+        key=key,
+        output_path=_output_path(settings, model, request.output_uri),
+        batch_size=request.batch_size,
+    )
+
+
+def pinned(body: dict[str, Any], model: ModelRef) -> dict[str, Any]:
+    """The stored request names the exact version it resolved to: an alias may move before the job runs."""
+    if model.version is not None:
+        body = {**body, "model": {"name": model.name, "version": model.version}}
+    return body
+
+
+def submit(
+    *,
+    db: sessionmaker[Session],
+    enqueue: Enqueue,
+    job_type: JobType,
+    model: ModelRef,
+    body: dict[str, Any],
+    owner: str,
+    idempotency_key: str | None,
+) -> tuple[Job, bool]:
+    with transaction(db) as session:
+        job, created = jobs.create_job(
+            session=session,
+            job_type=job_type,
+            request=body,
+            framework=model.framework,
+            name=model.name,
+            owner=owner,
+            idempotency_key=idempotency_key,
+        )
+        if created:
+            job.model_name, job.model_version = model.name, model.version
+    if created:
+        enqueue(task_name(job_type, model.framework), job.id)
+    return job, created
+
+
+# --- online prediction ---------------------------------------------------------------------------------------
+
+
+def inline_rows(request: PredictRequest, model: ModelRef) -> list[dict[str, Any]] | list[list[Any]]:
+    """The rows of an inline request: dicts (by column name) or lists (in the model's feature order)."""
+    if request.dataframe_records is not None:
+        return request.dataframe_records
+    if request.dataframe_split is not None:
+        split = request.dataframe_split
+        return [dict(zip(split.columns, row, strict=False)) for row in split.data]
+    if request.instances is not None:
+        return list(request.instances)
+    inputs = request.inputs
+    if isinstance(inputs, dict):
+        columns = list(inputs)
+        n = len(next(iter(inputs.values()), []))
+        return [{c: inputs[c][i] for c in columns} for i in range(n)]
+    if isinstance(inputs, list):
+        return inputs
+    raise ValidationFailed.at("inputs", "an object of columns or a list of rows")
+
+
+def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
+    """(n, width) float32 in the model's feature order; 422 naming what is missing, mistyped or not finite."""
+    import numpy as np
+
+    features = model.features
+    array_column = bool(model.card.get("array_column"))
+    width = model.width
+    out = np.zeros((len(rows), width), dtype=np.float32)
+    for i, row in enumerate(rows):
+        if isinstance(row, dict):
+            missing = [f for f in features if f not in row]
+            if missing:
+                raise ValidationFailed.at(
+                    f"{loc}[{i}]", f"missing features {missing}; the model needs {list(features)}"
+                )
+            values = row[features[0]] if array_column else [row[f] for f in features]
+        else:
+            values = row
+        flat = _flatten(values)
+        if len(flat) != width:
+            raise ValidationFailed.at(f"{loc}[{i}]", f"{len(flat)} values; the model needs {width} ({list(features)})")
+        try:
+            out[i] = np.asarray(flat, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValidationFailed.at(f"{loc}[{i}]", f"features must be numbers: {exc}") from exc
+        if not np.isfinite(out[i]).all():
+            raise ValidationFailed.at(f"{loc}[{i}]", "a feature is NaN, infinite or missing; the model cannot take it")
+    return out
+
+
+def _flatten(values: Any) -> list[Any]:
+    if isinstance(values, list | tuple):
+        flat: list[Any] = []
+        for v in values:
+            flat.extend(_flatten(v))
+        return flat
+    if values is None:
+        return [math.nan]
+    if isinstance(values, bool) or not isinstance(values, int | float):
+        raise ValidationFailed.at("rows", f"features must be numbers, got {values!r}")
+    return [values]
+
+
+def check_row_limit(count: int, settings: Settings) -> None:
+    if count > settings.max_predict_rows:
+        raise PayloadTooLarge(
+            f"{count} rows; online /predict takes at most {settings.max_predict_rows}. Register the rows as a "
+            'dataset and POST /predict with "dataset" (and a key column) for a batch job on the executors.'
+        )
+
+
+def predict_rows(*, model: ModelRef, x: Any, cache: Any, spark: SparkSession) -> dict[str, Any]:
+    """Predictions for a (n, width) matrix from the driver's model cache."""
+    if model.framework == "torch":
+        from workers.inference.torch_model import TorchModel
+
+        net = cache.get(model.uri, lambda: TorchModel.load(model.uri))
+        shape = model.card.get("input_shape") or [model.width]
+        out: dict[str, Any] = net.predict(x.reshape(-1, *shape))
+        return out
+    if model.framework == "spark_ml":
+        return _spark_ml_rows(model, x, cache, spark)
+    raise ValidationFailed.at("model", f"online prediction with {model.framework} models is not available yet")
+
+
+def _spark_ml_rows(model: ModelRef, x: Any, cache: Any, spark: SparkSession) -> dict[str, Any]:
+    import pandas as pd
+    from pyspark.ml import PipelineModel
+
+    pipeline = cache.get(model.uri, lambda: PipelineModel.load(model.uri))
+    frame = spark.createDataFrame(pd.DataFrame(x.astype("float64"), columns=list(model.features)))
+    rows = pipeline.transform(frame).collect()
+    if model.task != "classification":
+        return {"prediction": [float(r["prediction"]) for r in rows]}
+    index = [int(r["prediction"]) for r in rows]
+    names = model.class_labels
+    return {
+        "class_index": index,
+        "label": [names[i] for i in index] if names else index,
+        "probabilities": [[float(p) for p in r["probability"]] for r in rows],
+    }

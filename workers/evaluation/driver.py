@@ -1,0 +1,96 @@
+"""An evaluation job (``POST /evaluate``): every requested metric group in one pass over the data.
+
+Each partition turns its rows into predictions and updates mergeable metric states (counts, confusion
+matrices, ROC tallies, regression sums); the driver merges the partitions' states exactly (DL4J's
+``doEvaluation``). For torch models the pass also counts bad rows, so the data is read once; Spark ML models
+check bad rows in a pass of their own first (their pipeline refuses null features).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from workers.context import JobContext, JobFailure, JobOutcome
+from workers.data.clean import clean
+from workers.data.spec import read_dataframe
+from workers.evaluation.remote import STATE_SCHEMA, spark_ml_states, torch_states
+from workers.inference.spec import EvaluationPlan, ModelRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def _state_options(plan: EvaluationPlan) -> dict[str, Any]:
+    model = plan.model
+    return {
+        "groups": list(plan.groups),
+        "task": model.task,
+        "num_classes": model.card.get("num_classes"),
+        "label_columns": list(model.labels),
+        "roc_steps": plan.roc_steps,
+        "exact_auc": plan.exact_auc,
+        "top_k": list(plan.top_k),
+    }
+
+
+def _bounded(df: DataFrame, eval_workers: int | None, ctx: JobContext) -> DataFrame:
+    """At most ``eval_workers`` model copies per executor at once (DL4J's evalNumWorkers): fewer partitions."""
+    if not eval_workers:
+        return df
+    from app.spark.cluster import executors
+
+    listed = executors(ctx.spark)
+    workers = [e for e in listed if e["id"] != "driver"] or listed
+    limit = eval_workers * max(1, len(workers))
+    return df.coalesce(limit) if df.rdd.getNumPartitions() > limit else df
+
+
+def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
+    model, ds = plan.model, plan.dataset
+    options = _state_options(plan)
+    ctx.progress(0.05, "evaluating")
+    source = read_dataframe(ctx.spark, ds)
+    dropped = 0
+    if model.framework == "torch":
+        frame = _bounded(source.select(*model.features, *model.labels), plan.eval_workers, ctx)
+        collected = frame.mapInArrow(torch_states(model, options, plan.batch_size), STATE_SCHEMA).collect()
+    elif model.framework == "spark_ml":
+        frame, dropped = _spark_ml_predictions(ctx, model, source, ds)
+        collected = frame.mapInArrow(spark_ml_states(model, options), STATE_SCHEMA).collect()
+    else:
+        raise JobFailure("UNSUPPORTED", f"evaluation of {model.framework} models is not available yet")
+    from workers.evaluation.metrics import merge_states, results
+
+    seen = sum(int(r["rows"]) for r in collected)
+    bad = sum(int(r["bad"]) for r in collected) + dropped
+    if bad and ds.bad_rows == "fail":
+        raise JobFailure(
+            "BAD_ROWS",
+            f"{bad} of {seen} rows of {ds.path} have a null, NaN or infinite feature or label, or a label the model "
+            'does not know; fix the data or set dataset.bad_rows to "skip"',
+        )
+    if bad:
+        ctx.warn(f"{bad} rows of {ds.path} were skipped as bad rows (bad_rows=skip)")
+    merged = merge_states([r["states"] for r in collected]) if collected else {}
+    result: dict[str, Any] = dict(results(merged)) if merged else {}
+    result["rows"] = seen - bad if model.framework == "torch" else seen
+    result["bad_rows"] = bad
+    ctx.progress(1.0, "done")
+    return JobOutcome(result=result)
+
+
+def _spark_ml_predictions(ctx: JobContext, model: ModelRef, source: DataFrame, ds: Any) -> tuple[DataFrame, int]:
+    from dataclasses import replace
+
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    checked = replace(ds, features=model.features, label=model.labels[0], task=model.task, num_classes=None)
+    cleaned, _rows, dropped = clean(ctx, source, checked)
+    predicted = PipelineModel.load(model.uri).transform(cleaned)
+    if model.task == "classification":
+        probability = vector_to_array(F.col("probability")).alias("_probability")
+        columns: list[Any] = [*model.labels, probability, "prediction"]
+        return predicted.select(*columns), dropped
+    return predicted.select(*model.labels, "prediction"), dropped

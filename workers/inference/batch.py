@@ -1,0 +1,66 @@
+"""A batch-prediction job (``POST /predict`` with a dataset): keyed predictions written as parquet.
+
+Partitions are unordered, so every output row carries the dataset's ``key`` column (DL4J's
+``feedForwardWithKey``). torch models run in ``mapInArrow`` with the model loaded once per Python worker;
+Spark ML models use their own ``transform``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from workers.context import JobContext, JobFailure, JobOutcome
+from workers.data.clean import clean
+from workers.data.spec import read_dataframe
+from workers.inference.remote import output_schema, torch_predictions
+from workers.inference.spec import PredictionPlan
+
+
+def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
+    from pyspark.sql import functions as F
+
+    model, ds = plan.model, plan.dataset
+    ctx.progress(0.05, "predicting")
+    source = read_dataframe(ctx.spark, ds)
+    missing_keys = source.where(F.col(plan.key).isNull()).limit(1).count()
+    if missing_keys:
+        raise JobFailure("BAD_ROWS", f"the key column {plan.key!r} of {ds.path} has nulls: every row needs a key")
+    checked = replace(ds, features=model.features, label=None, extra_labels=(), weight=None)
+    width = model.width if model.card.get("array_column") else None
+    rows, _usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
+    if model.framework == "torch":
+        key_type = dict(rows.dtypes)[plan.key]
+        schema = output_schema(model, plan.key, key_type)
+        out = rows.mapInArrow(torch_predictions(model, plan.key, plan.batch_size), schema)
+    elif model.framework == "spark_ml":
+        out = _spark_ml(model, rows, plan.key)
+    else:
+        raise JobFailure("UNSUPPORTED", f"batch prediction with {model.framework} models is not available yet")
+    out.write.mode("errorifexists").parquet(plan.output_path)
+    written = ctx.spark.read.parquet(plan.output_path).count()
+    ctx.progress(1.0, "done")
+    result: dict[str, Any] = {"output_uri": plan.output_path, "rows": written, "bad_rows": dropped}
+    return JobOutcome(result=result)
+
+
+def _spark_ml(model: Any, rows: Any, key: str) -> Any:
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    predicted = PipelineModel.load(model.uri).transform(rows)
+    if model.task != "classification":
+        return predicted.select(key, F.col("prediction").cast("double").alias("prediction"))
+    index = F.col("prediction").cast("long")
+    if model.class_labels:
+        names = F.array(*[F.lit(str(v)) for v in model.class_labels])
+        label = F.element_at(names, (index + 1).cast("int"))
+    else:
+        label = index
+    return predicted.select(
+        key,
+        index.alias("prediction"),
+        label.alias("label"),
+        vector_to_array(F.col("probability")).alias("probabilities"),
+    )

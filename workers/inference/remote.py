@@ -1,0 +1,60 @@
+"""What batch-prediction tasks run on the executors: rows -> ``key`` + predictions, the model loaded once per
+Python worker. Executor-side: stdlib, numpy, pyarrow, torch and this package's executor modules only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from workers.inference.spec import ModelRef
+
+
+def output_schema(model: ModelRef, key: str, key_type: str) -> str:
+    """The prediction columns: ``prediction`` (class index or value), for classification ``label`` and
+    ``probabilities``; several label columns give an array of values."""
+    if model.task == "classification":
+        label_type = "string" if model.class_labels else "bigint"
+        return f"`{key}` {key_type}, prediction bigint, label {label_type}, probabilities array<double>"
+    if len(model.labels) > 1:
+        return f"`{key}` {key_type}, prediction array<double>"
+    return f"`{key}` {key_type}, prediction double"
+
+
+def torch_predictions(model: ModelRef, key: str, batch_size: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    uri, card = model.uri, dict(model.card)
+    features, width, class_labels = model.features, model.width, model.class_labels
+    classification, several = model.task == "classification", len(model.labels) > 1
+
+    def predict_partition(batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        from workers.inference import rows
+        from workers.inference.torch_model import cached
+
+        net = cached(uri)
+        cols = rows.Columns(features, bool(card.get("array_column")), width)
+        shape = card.get("input_shape") or [width]
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            x, _ = rows.features(table, cols)  # bad rows were dropped or refused on the driver
+            out = net.outputs(x.reshape(-1, *shape), batch_size=batch_size)
+            columns = [table.column(key).combine_chunks()]
+            names = [key, "prediction"]
+            if classification:
+                probabilities = np.concatenate([1 - out, out], axis=1) if out.shape[1] == 1 else out
+                index = probabilities.argmax(axis=1)
+                label = np.asarray(class_labels, dtype=object)[index] if class_labels else index
+                columns += [
+                    pa.array(index, pa.int64()),
+                    pa.array(label.tolist(), pa.string() if class_labels else pa.int64()),
+                    pa.array(list(probabilities), pa.list_(pa.float64())),
+                ]
+                names += ["label", "probabilities"]
+            elif several:
+                columns.append(pa.array(list(out), pa.list_(pa.float64())))
+            else:
+                columns.append(pa.array(out[:, 0], pa.float64()))
+            yield pa.RecordBatch.from_arrays(columns, names=names)
+
+    return predict_partition

@@ -1,0 +1,70 @@
+"""What evaluation and batch prediction jobs run: a resolved model and a resolved dataset (plain data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.data.spec import ResolvedDataset
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model version or a checkpoint, with the card that says how to feed it."""
+
+    framework: str
+    uri: str
+    card: dict[str, Any]
+    """features, labels, task, num_classes, class_labels, array_column, input_shape"""
+    name: str | None = None
+    version: int | None = None
+    checkpoint_id: str | None = None
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return tuple(self.card.get("features") or ())
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(self.card.get("labels") or ())
+
+    @property
+    def task(self) -> str:
+        return str(self.card.get("task") or "regression")
+
+    @property
+    def class_labels(self) -> tuple[Any, ...] | None:
+        labels = self.card.get("class_labels")
+        return tuple(labels) if labels else None
+
+    @property
+    def width(self) -> int:
+        if self.card.get("array_column"):
+            shape = self.card.get("input_shape") or [0]
+            total = 1
+            for d in shape:
+                total *= int(d)
+            return total
+        return len(self.features)
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    model: ModelRef
+    dataset: ResolvedDataset
+    groups: tuple[str, ...]
+    batch_size: int = 1024
+    eval_workers: int | None = None
+    roc_steps: int = 32
+    exact_auc: bool = False
+    top_k: tuple[int, ...] = (1, 5)
+
+
+@dataclass(frozen=True)
+class PredictionPlan:
+    model: ModelRef
+    dataset: ResolvedDataset
+    key: str
+    output_path: str
+    batch_size: int = 1024
+    extra: dict[str, Any] = field(default_factory=dict)

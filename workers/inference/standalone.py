@@ -1,0 +1,385 @@
+"""Run a model trained by sparktrain with nothing but torch, numpy and safetensors (no sparktrain needed).
+
+This file ships as ``sparktrain_model.py`` in every downloaded model archive, next to ``spec.json`` (the model
+card) and ``weights.safetensors`` (the weights). The archive holds one folder, ``<model name>-v<version>``::
+
+    tar xzf model.tar.gz && cd <model name>-v<version>
+    python -c "import sparktrain_model as m; model = m.load('.'); print(model.predict([[5.1, 3.5, 1.4, 0.2]]))"
+
+or ``python sparktrain_model.py . '[[5.1, 3.5, 1.4, 0.2]]'``. From Python (Python >= 3.10, torch >= 2.0:
+``pip install torch numpy safetensors``)::
+
+    import sparktrain_model
+    model = sparktrain_model.load("path/to/unpacked/archive")
+    model.predict(rows)   # raw feature values, columns in the order of model.card["features"]
+    model.raw(x)          # the network's outputs (logits for classification) for already-normalized input
+    model.module          # the torch.nn.Module in eval mode: fine-tune it, torch.onnx.export it, ...
+
+``predict(rows, lengths=None)`` takes a numpy array, tensor or nested lists: rows ``(n, features)`` or
+``(n, *input_shape)`` (a single flat row is fine too) or, for a network that starts with lstm/gru, sequences
+``(n, time, features)`` of any length with the valid steps first and ``lengths`` (n,) giving each one's valid
+steps (a list of sequences of different lengths is padded for you). It applies the card's normalizer, runs the
+network under ``torch.no_grad()`` and returns a dict of plain lists, one entry per row:
+
+* ``cross_entropy``: ``class_index``, ``label`` (``class_labels[class_index]``, or the index itself when the
+  labels were numbers) and ``probabilities`` (softmax, one column per class)
+* ``binary_cross_entropy``: the same, ``probabilities`` being ``[P(class 0), P(class 1)]``; class 1 when
+  P(class 1) > 0.5
+* ``mse`` / ``mae`` (regression): ``prediction``, a number per row for one label column, else a list per row
+
+After an lstm/gru with ``return_sequences`` (no flatten) every row gets one result per time step (the steps past
+a sequence's length are computed on padding: ignore them).
+
+The card, ``spec.json`` (``model.card``):
+
+* ``network``: the architecture, the training request's JSON with every default spelled out: ``input_shape``,
+  ``layers``, ``weight_init``, ``l2``
+* ``input_shape``: the shape of one row of the training data
+* ``features``: the feature columns, in the order ``predict`` expects them; with ``array_column`` true there is
+  one array column holding all the values of a row
+* ``labels``: the label column(s); ``task``: ``classification`` or ``regression``
+* ``num_classes``; ``class_labels``: ``class_labels[i]`` is the label of class index ``i`` (null when the labels
+  were numbers, the class index then is the label)
+* ``normalizer``: null, or ``{"kind", "shift", "scale", "count"}``: the network was trained on
+  ``(x - shift) / scale`` per feature position (one shift and scale for every value with kind ``image``)
+
+Safe to load: nothing is unpickled. The weights are read with safetensors (plain tensors) and the card with
+json; the only code that runs is this file and torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+__all__ = ["LAYER_TYPES", "Model", "Network", "build_module", "load"]
+
+SPEC = "spec.json"
+WEIGHTS = "weights.safetensors"
+_SHAPED = ("avg_pool2d", "batch_norm", "conv2d", "dense", "gru", "lstm", "max_pool2d", "output", "reshape")
+LAYER_TYPES = tuple(sorted((*_SHAPED, "dropout", "flatten")))
+_NEWER = "the model was probably made by a newer sparktrain: use the sparktrain_model.py from the same archive"
+
+Shape = tuple[int, ...]
+
+
+def _activation(name: str) -> nn.Module:
+    modules: dict[str, Callable[[], nn.Module]] = {
+        "relu": nn.ReLU,
+        "leaky_relu": lambda: nn.LeakyReLU(0.01),
+        "elu": nn.ELU,
+        "gelu": nn.GELU,
+        "tanh": nn.Tanh,
+        "sigmoid": nn.Sigmoid,
+        "softmax": lambda: nn.Softmax(dim=-1),
+        "identity": nn.Identity,
+    }
+    if name not in modules:
+        raise ValueError(f"unknown activation {name!r}; {_NEWER}")
+    return modules[name]()
+
+
+class _Affine(nn.Module):
+    def __init__(self, linear: nn.Linear, activation: nn.Module) -> None:
+        super().__init__()
+        self.linear = linear
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.linear(x))
+
+
+class _Conv(nn.Module):
+    """``padding="same"`` is explicit zero padding; the odd pixel of an even kernel goes right/bottom."""
+
+    def __init__(self, conv: nn.Conv2d, same: bool, activation: nn.Module) -> None:
+        super().__init__()
+        kh, kw = conv.kernel_size
+        pads = ((kw - 1) // 2, kw // 2, (kh - 1) // 2, kh // 2) if same else (0, 0, 0, 0)
+        self.pad: nn.Module = nn.ZeroPad2d(pads) if any(pads) else nn.Identity()
+        self.conv = conv
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.conv(self.pad(x)))
+
+
+class _Reshape(nn.Module):
+    def __init__(self, shape: Shape) -> None:
+        super().__init__()
+        self.shape = shape
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0], *self.shape)
+
+
+class _Recurrent(nn.Module):
+    """Batch-first LSTM/GRU; without return_sequences it returns the last valid step of each sequence."""
+
+    def __init__(self, rnn: nn.LSTM | nn.GRU, return_sequences: bool) -> None:
+        super().__init__()
+        self.rnn = rnn
+        self.return_sequences = return_sequences
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        out, _ = self.rnn(x)
+        if self.return_sequences:
+            return out
+        if lengths is None:
+            return out[:, -1]
+        index = (lengths.to(device=out.device, dtype=torch.long) - 1).view(-1, 1, 1)
+        return out.gather(1, index.expand(-1, 1, out.shape[2])).squeeze(1)
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    return (int(value), int(value)) if isinstance(value, int) else (int(value[0]), int(value[1]))
+
+
+def _layer(layer: dict[str, Any], incoming: Shape, where: str) -> tuple[nn.Module, Shape]:
+    """The module of one layer of the spec and its output shape (batch excluded)."""
+    kind = layer.get("type")
+    f32 = torch.float32
+    expects = {"conv2d": 3, "max_pool2d": 3, "avg_pool2d": 3, "lstm": 2, "gru": 2}
+    if kind in expects and len(incoming) != expects[kind]:
+        raise ValueError(f"{where}: {kind} needs a {expects[kind]}-d input, gets {incoming}")
+    if kind in ("dense", "output"):
+        if kind == "output" and layer["loss"] in ("cross_entropy", "binary_cross_entropy"):
+            activation: nn.Module = nn.Identity()  # folded into the loss; predict applies softmax/sigmoid
+        else:
+            activation = _activation(layer["activation"])
+        units = int(layer["units"])
+        bias = bool(layer.get("bias", True)) if kind == "dense" else True  # the output layer always has a bias
+        return _Affine(nn.Linear(incoming[-1], units, bias=bias, dtype=f32), activation), (*incoming[:-1], units)
+    if kind in ("conv2d", "max_pool2d", "avg_pool2d"):
+        kernel = _pair(layer["kernel_size"])
+        stride = _pair(layer.get("stride", 1 if kind == "conv2d" else kernel))
+        padding = layer.get("padding", 0) if kind == "conv2d" else 0
+        same = padding == "same"
+        pad = (0, 0) if same or padding == "valid" else _pair(padding)
+        if same:
+            size = incoming[1:]
+        else:
+            size = tuple((incoming[i + 1] + 2 * pad[i] - kernel[i]) // stride[i] + 1 for i in (0, 1))
+        if min(size) < 1:
+            raise ValueError(f"{where}: {kind} kernel {kernel} does not fit the input {incoming}")
+        if kind == "max_pool2d":
+            return nn.MaxPool2d(kernel, stride=stride), (incoming[0], *size)
+        if kind == "avg_pool2d":
+            return nn.AvgPool2d(kernel, stride=stride), (incoming[0], *size)
+        filters = int(layer["filters"])
+        conv = nn.Conv2d(
+            incoming[0], filters, kernel, stride=stride, padding=pad, bias=bool(layer.get("bias", True)), dtype=f32
+        )
+        return _Conv(conv, same, _activation(layer["activation"])), (filters, *size)
+    if kind == "batch_norm":
+        if len(incoming) not in (1, 3):
+            raise ValueError(
+                f"{where}: batch_norm needs a (features,) or (channels, height, width) input, gets {incoming}"
+            )
+        norm = nn.BatchNorm1d if len(incoming) == 1 else nn.BatchNorm2d
+        return norm(incoming[0], dtype=f32), incoming
+    if kind == "dropout":
+        return nn.Dropout(float(layer["rate"])), incoming
+    if kind == "flatten":
+        return nn.Flatten(), (math.prod(incoming),)
+    if kind == "reshape":
+        shape = tuple(int(d) for d in layer["shape"])
+        if math.prod(shape) != math.prod(incoming):
+            raise ValueError(f"{where}: cannot reshape {incoming} into {shape}")
+        return _Reshape(shape), shape
+    if kind in ("lstm", "gru"):
+        units, return_sequences = int(layer["units"]), bool(layer.get("return_sequences", False))
+        rnn: nn.LSTM | nn.GRU
+        if kind == "lstm":
+            rnn = nn.LSTM(incoming[-1], units, batch_first=True, dtype=f32)
+        else:
+            rnn = nn.GRU(incoming[-1], units, batch_first=True, dtype=f32)
+        return _Recurrent(rnn, return_sequences), (incoming[0], units) if return_sequences else (units,)
+    raise ValueError(f"{where}: unknown layer type {kind!r} (known: {', '.join(LAYER_TYPES)}); {_NEWER}")
+
+
+class Network(nn.Module):
+    """``layers[i]`` implements ``network["layers"][i]``, with sparktrain's module and tensor names. Input: float32
+    ``(batch, *input_shape)`` or flat rows ``(batch, prod(input_shape))``; a network starting with lstm/gru takes
+    ``(batch, time, features)`` of any length. ``lengths`` (batch,) gives the valid steps of padded sequences."""
+
+    def __init__(self, network: dict[str, Any]) -> None:
+        super().__init__()
+        layers = network.get("layers")
+        if not isinstance(layers, list) or not layers or not all(isinstance(layer, dict) for layer in layers):
+            raise ValueError("network.layers must be a non-empty list of layer objects")
+        if layers[-1].get("type") != "output":
+            raise ValueError(f"the last layer must be the output layer, got {layers[-1].get('type')!r}")
+        self.input_shape: Shape = tuple(int(d) for d in network["input_shape"])
+        modules, shape = [], self.input_shape
+        for i, layer in enumerate(layers):
+            module, shape = _layer(layer, shape, f"network.layers[{i}]")
+            modules.append(module)
+        self.layers = nn.ModuleList(modules)
+        self.output_shape: Shape = shape
+        self.loss: str = layers[-1]["loss"]
+        self.any_length = layers[0].get("type") in ("lstm", "gru")
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        shape = self.input_shape
+        if self.any_length and x.dim() == 3 and x.shape[2] == shape[-1]:
+            pass
+        elif tuple(x.shape[1:]) != shape:
+            if x.dim() == 2 and x.shape[1] == math.prod(shape):
+                x = x.reshape(x.shape[0], *shape)
+            else:
+                raise ValueError(f"expected input of shape (batch, {', '.join(map(str, shape))}), got {tuple(x.shape)}")
+        for layer in self.layers:
+            x = layer(x, lengths) if isinstance(layer, _Recurrent) else layer(x)
+        return x
+
+
+def build_module(network: dict[str, Any]) -> Network:
+    """The CPU module for the card's ``network`` object, without weights (zeros; batch norm at identity) until you
+    ``load_state_dict(safetensors.torch.load_file("weights.safetensors"))``. Leaves torch's global RNG untouched."""
+    with torch.device("meta"):
+        module = Network(network)
+    module.to_empty(device="cpu")
+    with torch.no_grad():
+        for tensor in (*module.parameters(), *module.buffers()):
+            tensor.zero_()
+        for sub in module.modules():
+            if isinstance(sub, nn.BatchNorm1d | nn.BatchNorm2d):
+                sub.reset_parameters()
+    return module
+
+
+def _check_weights(module: nn.Module, tensors: dict[str, torch.Tensor], path: Path) -> None:
+    own = module.state_dict()
+    problems = [f"missing {name}" for name in own if name not in tensors]
+    problems += [f"unexpected {name}" for name in tensors if name not in own]
+    problems += [
+        f"{name} has shape {tuple(tensors[name].shape)}, the network needs {tuple(t.shape)}"
+        for name, t in own.items()
+        if name in tensors and tensors[name].shape != t.shape
+    ]
+    if problems:
+        more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
+        raise ValueError(f"{path} does not fit the network in {SPEC}: {'; '.join(problems[:8])}{more}")
+
+
+class Model:
+    """A loaded model: ``module`` (eval mode), ``card`` (spec.json), ``predict`` and ``raw``."""
+
+    def __init__(self, module: Network, card: dict[str, Any]) -> None:
+        self.module = module.eval()
+        self.card = card
+        self.loss = module.loss
+        labels = card.get("class_labels")
+        self.class_labels: list[Any] | None = list(labels) if labels else None
+        norm = card.get("normalizer")
+        self.shift = np.asarray(norm["shift"], dtype=np.float32) if norm else None
+        self.scale = np.asarray(norm["scale"], dtype=np.float32) if norm else None
+
+    def __repr__(self) -> str:
+        card, shape = self.card, list(self.module.input_shape)
+        return (
+            f"Model(task={card.get('task')!r}, loss={self.loss!r}, input_shape={shape}, "
+            f"features={card.get('features')!r}, labels={card.get('labels')!r}, classes={self.class_labels!r})"
+        )
+
+    def raw(self, x: Any, lengths: Any = None) -> torch.Tensor:
+        """The module's outputs for already-normalized input (logits for the cross-entropy losses)."""
+        tensor = x.detach().cpu() if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x, np.float32))
+        length = None if lengths is None else torch.as_tensor(np.asarray(lengths, dtype=np.int64))
+        with torch.no_grad():
+            out: torch.Tensor = self.module(tensor.to(torch.float32), length)
+        return out
+
+    def normalize(self, x: np.ndarray) -> np.ndarray:
+        """``(x - shift) / scale`` in float32 per flattened feature position, as in training."""
+        if self.shift is None or self.scale is None:
+            return x
+        flat = x.reshape(len(x), -1).astype(np.float32, copy=True)
+        if self.shift.size not in (1, flat.shape[1]):
+            raise ValueError(f"the normalizer was fitted on {self.shift.size} features, the rows have {flat.shape[1]}")
+        flat -= self.shift
+        flat /= self.scale
+        return flat.reshape(x.shape)
+
+    def _rows(self, rows: Any, lengths: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        if isinstance(rows, torch.Tensor):
+            rows = rows.detach().cpu().numpy()
+        try:
+            x = np.asarray(rows, dtype=np.float32)
+        except ValueError:  # rows of different lengths: sequences to pad
+            if not self.module.any_length:
+                raise ValueError("the rows have different numbers of values") from None
+            sequences = [np.asarray(s, dtype=np.float32) for s in rows]
+            if any(s.ndim != 2 or s.shape[1] != self.module.input_shape[-1] for s in sequences):
+                raise ValueError(f"each sequence must be (time, {self.module.input_shape[-1]})") from None
+            x = np.zeros((len(sequences), max(len(s) for s in sequences), sequences[0].shape[1]), np.float32)
+            for i, s in enumerate(sequences):
+                x[i, : len(s)] = s
+            lengths = [len(s) for s in sequences] if lengths is None else lengths
+        if x.ndim == 1:  # one flat row, or one value per row for a one-feature network (or no rows)
+            width = math.prod(self.module.input_shape)
+            x = x.reshape(-1, width) if width == 1 or x.size == 0 else x.reshape(1, -1)
+        if lengths is None:
+            return x, None
+        steps = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        if x.ndim != 3 or len(steps) != len(x) or (len(steps) and (steps.min() < 1 or steps.max() > x.shape[1])):
+            raise ValueError(f"lengths must give 1..time steps for each of the {len(x)} sequences (n, time, features)")
+        return x, steps
+
+    def predict(self, rows: Any, lengths: Any = None, batch_size: int = 1024) -> dict[str, list[Any]]:
+        """Predictions for raw (not normalized) rows; see the module docstring for the input and the result."""
+        x, steps = self._rows(rows, lengths)
+        x = self.normalize(x) if len(x) else x
+        parts = []
+        for start in range(0, len(x), batch_size):
+            part = None if steps is None else steps[start : start + batch_size]
+            parts.append(self.raw(np.ascontiguousarray(x[start : start + batch_size]), part))
+        out = torch.cat(parts) if parts else torch.zeros((0, *self.module.output_shape))
+        if self.loss not in ("cross_entropy", "binary_cross_entropy"):
+            values = out[:, 0] if out.dim() == 2 and out.shape[1] == 1 else out
+            return {"prediction": values.tolist()}
+        if self.loss == "cross_entropy":
+            probabilities = torch.softmax(out, dim=-1).double()
+        else:
+            p1 = torch.sigmoid(out).double()
+            probabilities = torch.cat([1 - p1, p1], dim=-1)
+        index = probabilities.argmax(dim=-1).numpy()
+        labels = np.asarray(self.class_labels, dtype=object)[index].tolist() if self.class_labels else index.tolist()
+        return {"class_index": index.tolist(), "label": labels, "probabilities": probabilities.tolist()}
+
+
+def load(directory: str | Path = ".") -> Model:
+    """The model in ``directory`` (``spec.json`` + ``weights.safetensors``), ready to ``predict``."""
+    base = Path(directory)
+    if not base.is_dir():
+        raise FileNotFoundError(f"{base} is not a directory; unpack the model archive and pass its directory")
+    missing = [name for name in (SPEC, WEIGHTS) if not (base / name).is_file()]
+    if missing:
+        nested = sorted(str(p.parent) for p in base.glob(f"*/{SPEC}"))
+        hint = f"; found one in {nested[0]}" if nested else ""
+        raise FileNotFoundError(
+            f"{base} has no {' and no '.join(missing)}: it is not a sparktrain model directory{hint}"
+        )
+    card = json.loads((base / SPEC).read_text(encoding="utf-8"))
+    if not isinstance(card, dict) or not isinstance(card.get("network"), dict):
+        raise ValueError(f"{base / SPEC} has no 'network' object: not a sparktrain model card")
+    module = build_module(card["network"])
+    tensors = load_file(str(base / WEIGHTS))
+    _check_weights(module, tensors, base / WEIGHTS)
+    module.load_state_dict(tensors, strict=True)
+    return Model(module, card)
+
+
+if __name__ == "__main__":  # python sparktrain_model.py [DIR] ['[[...rows as JSON...]]']
+    _model = load(sys.argv[1] if len(sys.argv) > 1 else ".")
+    print(json.dumps(_model.predict(json.loads(sys.argv[2]))) if len(sys.argv) > 2 else _model)

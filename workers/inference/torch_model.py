@@ -1,0 +1,106 @@
+"""A trained torch model, loaded for inference from its directory (``spec.json`` + ``weights.safetensors``).
+
+The same code serves evaluation and batch prediction on executors and online prediction in the driver, so
+the normalizer, the class labels and the output transform are applied identically everywhere. Loading reads
+JSON and safetensors only; nothing is unpickled. Executor-side: stdlib, numpy, torch, safetensors and this
+package's torch modules.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import torch
+
+from workers.data.normalize import Normalizer
+from workers.inference.cache import ModelCache
+from workers.training.torch.checkpoint import WEIGHTS, load_weights
+from workers.training.torch.network import build_network, predict_transform
+from workers.training.torch.spec import NetworkSpec, parse_network
+
+
+def local_path(uri: str) -> Path:
+    return Path(urlparse(uri).path) if uri.startswith("file:") else Path(uri)
+
+
+@dataclass
+class TorchModel:
+    directory: Path
+    card: dict[str, Any]
+    spec: NetworkSpec
+    module: torch.nn.Module
+    normalizer: Normalizer | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def load(cls, uri: str) -> TorchModel:
+        directory = local_path(uri)
+        if (directory / "spec.json").exists():
+            card = json.loads((directory / "spec.json").read_text())
+        else:  # a checkpoint: its meta.json holds the network and the model card
+            meta = json.loads((directory / "meta.json").read_text())
+            card = {"network": meta["network"], **meta.get("model_card", {})}
+        spec = parse_network(card["network"])
+        module = build_network(spec, seed=0)
+        load_weights(directory, module)
+        module.eval()
+        normalizer = Normalizer.from_dict(card["normalizer"]) if card.get("normalizer") else None
+        return cls(directory, card, spec, module, normalizer)
+
+    @property
+    def classification(self) -> bool:
+        return self.spec.loss in ("cross_entropy", "binary_cross_entropy")
+
+    @property
+    def class_labels(self) -> list[Any] | None:
+        labels = self.card.get("class_labels")
+        return list(labels) if labels else None
+
+    def outputs(self, x: np.ndarray, lengths: np.ndarray | None = None, batch_size: int = 1024) -> np.ndarray:
+        """Predictions for rows of features (``(n, features)``, ``(n, *input_shape)`` or sequences): class
+        probabilities, P(class 1) or values, as float64 numpy."""
+        x = np.asarray(x, dtype=np.float32)
+        if self.normalizer is not None:
+            x = self.normalizer.apply(x.reshape(len(x), -1)).reshape(x.shape)
+        out = []
+        with self.lock, torch.no_grad():  # a module is not re-entrant across threads of one process
+            for start in range(0, len(x), batch_size):
+                chunk = torch.from_numpy(np.ascontiguousarray(x[start : start + batch_size]))
+                part = torch.from_numpy(lengths[start : start + batch_size]) if lengths is not None else None
+                out.append(predict_transform(self.spec, self.module(chunk, lengths=part)).double().numpy())
+        if not out:
+            width = self.spec.output_units
+            return np.zeros((0, width))
+        return np.concatenate(out)
+
+    def predict(self, x: np.ndarray, lengths: np.ndarray | None = None) -> dict[str, Any]:
+        """Wire-ready predictions: ``class_index``, ``label`` and ``probabilities`` for classification, ``prediction``
+        for regression (a list per row when there are several label columns)."""
+        out = self.outputs(x, lengths)
+        if not self.classification:
+            values = out[:, 0] if out.ndim == 2 and out.shape[1] == 1 else out
+            return {"prediction": values.tolist()}
+        probabilities = np.concatenate([1 - out, out], axis=1) if out.shape[-1] == 1 else out
+        index = probabilities.argmax(axis=-1)
+        labels = self.class_labels
+        named = [labels[i] for i in index.tolist()] if labels else index.tolist()
+        return {"class_index": index.tolist(), "label": named, "probabilities": probabilities.tolist()}
+
+
+_WORKER_CACHE = ModelCache(4)
+
+
+def cached(uri: str) -> TorchModel:
+    """The model for ``uri``, loaded once per Python worker process and reused by every batch and task."""
+    model: TorchModel = _WORKER_CACHE.get(uri, lambda: TorchModel.load(uri))
+    return model
+
+
+def has_weights(uri: str) -> bool:
+    return (local_path(uri) / WEIGHTS).exists()

@@ -1,0 +1,47 @@
+"""The JSON round trip of the specs: :func:`spec_to_dict` spells out every default, and ``parse_network`` /
+``parse_optimizer`` invert it. Parse functions are the only validating constructors;
+``parse_network(spec_to_dict(s)) == s``.
+
+No third-party imports, like the whole package: the API process imports it (see :mod:`workers.training.torch.spec`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from workers.training.torch.spec.layers import LayerSpec
+from workers.training.torch.spec.network import NetworkSpec
+from workers.training.torch.spec.optimizer import _OPTIMIZER_KEYS, _SCHEDULE_KEYS, OptimizerSpec
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _layer_to_dict(layer: LayerSpec) -> dict[str, Any]:
+    return {"type": layer.type, **{f.name: _jsonable(getattr(layer, f.name)) for f in fields(layer)}}
+
+
+def spec_to_dict(spec: NetworkSpec | OptimizerSpec) -> dict[str, Any]:
+    """JSON-ready dict with every default spelled out; ``parse_network`` / ``parse_optimizer`` invert it."""
+    if isinstance(spec, NetworkSpec):
+        return {
+            "input_shape": list(spec.input_shape),
+            "layers": [_layer_to_dict(layer) for layer in spec.layers],
+            "weight_init": spec.weight_init,
+            "l2": spec.l2,
+        }
+    out: dict[str, Any] = {"type": spec.type}
+    for key in _OPTIMIZER_KEYS[spec.type]:
+        out[key] = _jsonable(getattr(spec, key))
+    out["warmup_steps"] = spec.warmup_steps
+    if spec.schedule is not None:
+        schedule = spec.schedule
+        out["schedule"] = {
+            "type": schedule.type,
+            **{k: getattr(schedule, k) for k in _SCHEDULE_KEYS[schedule.type]},
+        }
+    return out
