@@ -57,7 +57,8 @@ class RequestGuard:
                 )
                 return
             media = (_header(scope, b"content-type") or "").split(";")[0].strip().lower()
-            if has_body and not _JSON_TYPE.match(media):
+            v2 = scope.get("path", "").startswith("/v2/")  # JSON, or JSON + binary tensors (its own extension)
+            if has_body and not _JSON_TYPE.match(media) and not v2:
                 await _problem(
                     send_with_id,
                     scope,

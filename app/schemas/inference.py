@@ -105,7 +105,7 @@ class InferTensor(BaseModel):
     name: str
     shape: list[int]
     datatype: str
-    data: list[Any]
+    data: list[Any] = Field(default_factory=list, description="Row-major values (absent with binary tensor data).")
     parameters: dict[str, Any] | None = None
 
 

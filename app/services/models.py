@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.core.errors import NotFound, ValidationFailed
+from app.core.errors import Conflict, NotFound, ValidationFailed
 from app.db.base import utcnow
 from app.db.models import Model, ModelAlias, ModelVersion
 
@@ -86,6 +86,8 @@ def resolve_version(
     if version is not None:
         return get_version(session=session, name=name, version=version)
     model = session.scalar(select(Model).where(Model.name == name))
+    if model is None or not model.versions:
+        _still_training(session, name)
     if model is None:
         raise NotFound(f"No model named {name!r}.")
     if alias is not None:
@@ -97,6 +99,19 @@ def resolve_version(
     if not model.versions:
         raise NotFound(f"Model {name!r} has no versions yet.")
     return model.versions[-1]
+
+
+def _still_training(session: Session, name: str) -> None:
+    from app.core.jobstates import JobStatus
+    from app.db.models import Job
+
+    active = [JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING]
+    job = session.scalar(select(Job).where(Job.name == name, Job.type == "train", Job.status.in_(active)).limit(1))
+    if job is not None:
+        raise Conflict(
+            f"Model {name!r} has no version yet: its training job {job.id} is {job.status}. Wait for it to succeed.",
+            job_id=job.id,
+        )
 
 
 def aliases_of(*, session: Session, model_id: int) -> Sequence[ModelAlias]:

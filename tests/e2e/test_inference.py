@@ -207,3 +207,41 @@ def test_bad_inference_requests(svc: Service, digits_model: dict[str, Any]) -> N
     _problem(both, 422)
     assert svc.client.put("/models/digits-mlp/aliases/latest", json={"version": 1}).status_code == 422
     assert svc.client.delete("/models/digits-mlp/aliases/none").status_code == 404
+
+
+def test_v2_protocol_with_tritonclient(svc: Service, digits_model: dict[str, Any]) -> None:
+    """An existing V2 client (Triton's HTTP client) works unchanged against /v2."""
+    import tritonclient.http as triton
+    from tritonclient.utils import InferenceServerException
+
+    client = triton.InferenceServerClient(url=svc.url.removeprefix("http://"))
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_model_ready("digits-mlp")
+    metadata = client.get_model_metadata("digits-mlp")
+    assert metadata["versions"] == ["1"] and metadata["inputs"][0]["shape"] == [-1, 64]
+    pixels = np.stack(pd.read_parquet(REPO / "datasets/digits/test.parquet")["pixels"].head(4).to_numpy())
+    tensor = triton.InferInput("input", list(pixels.shape), "FP32")
+    tensor.set_data_from_numpy(pixels.astype(np.float32))
+    result = client.infer("digits-mlp", [tensor], model_version="1")
+    online = svc.client.post("/predict", json={"model": {"name": "digits-mlp"},
+                                               "instances": pixels.tolist()}).json()  # fmt: skip
+    assert result.as_numpy("predictions").tolist() == online["class_index"]
+    np.testing.assert_allclose(result.as_numpy("probabilities"), online["probabilities"], rtol=1e-6)
+    with pytest.raises(InferenceServerException, match="No model"):
+        client.infer("no-such-model", [tensor])
+
+
+def test_predicting_with_a_model_still_training_is_a_conflict(svc: Service) -> None:
+    body = {
+        "name": "not-yet",
+        "framework": "torch",
+        "dataset": {"uri": "digits/train.parquet", "features": ["pixels"], "label": "label",
+                    "task": "classification", "num_classes": 10},
+        "network": MLP,
+        "training": {"epochs": 200, "batch_size_per_worker": 32, "num_workers": 2},
+    }  # fmt: skip
+    job = svc.train(body)
+    response = svc.client.post("/predict", json={"model": {"name": "not-yet"}, "instances": [[0.0] * 64]})
+    assert _problem(response, 409)["job_id"] == job["id"]
+    assert svc.client.post(f"/jobs/{job['id']}/cancel").status_code == 202
+    svc.wait(job["id"], {"CANCELLED", "FAILED", "SUCCEEDED"}, timeout=120)

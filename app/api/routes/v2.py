@@ -1,0 +1,211 @@
+"""The V2 Open Inference Protocol (KServe, Triton, Seldon) on the same model cache as ``POST /predict``.
+
+Inputs: one tensor ``[n, width]`` of a model's features in order (any name), or one tensor per feature named
+after it (``[n]`` or ``[n, 1]``; an array feature ``[n, length]``). Outputs: ``predictions`` (class index or
+value), and for classification ``probabilities`` ``[n, classes]`` and ``label`` (BYTES, when classes have
+names). Errors carry the protocol's ``error`` member next to the problem+json fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from app.api.deps import RuntimeDep
+from app.api.errors import problem_response
+from app.core.errors import AppError, ValidationFailed
+from app.schemas.inference import InferRequest, InferResponse, InferTensor, ModelSelector
+from app.services import inference
+from app.spark.session import spark_alive
+from workers.inference.spec import ModelRef
+
+router = APIRouter(prefix="/v2", tags=["v2 inference protocol"])
+FLOAT_TYPES = ("FP16", "FP32", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "BOOL")
+
+
+def _v2_error(request: Request, exc: AppError) -> JSONResponse:
+    body = exc.problem()
+    body["error"] = exc.detail
+    return problem_response(body, request)
+
+
+def _model(rt: Any, name: str, version: str | None) -> ModelRef:
+    number = None
+    if version is not None:
+        if not version.isdigit():
+            raise ValidationFailed.at("version", f"versions are numbers, got {version!r}")
+        number = int(version)
+    with rt.db() as session:
+        return inference.resolve_model(session, ModelSelector(name=name, version=number))
+
+
+def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
+    width = model.width
+    if len(body.inputs) == 1 and (model.card.get("array_column") or len(model.features) != 1 or
+                                  body.inputs[0].name not in model.features):  # fmt: skip
+        tensor = body.inputs[0]
+        _check_type(tensor)
+        data = np.asarray(tensor.data, dtype=np.float64)
+        if int(np.prod(tensor.shape)) != data.size or data.size % width:
+            raise ValidationFailed.at("inputs[0].shape", f"{tensor.shape} does not hold rows of {width} features")
+        return data.reshape(-1, width)
+    by_name = {t.name: t for t in body.inputs}
+    missing = [f for f in model.features if f not in by_name]
+    if missing:
+        raise ValidationFailed.at("inputs", f"missing inputs {missing}; the model needs {list(model.features)}")
+    columns = []
+    for feature in model.features:
+        tensor = by_name[feature]
+        _check_type(tensor)
+        columns.append(np.asarray(tensor.data, dtype=np.float64).reshape(tensor.shape[0], -1))
+    return np.concatenate(columns, axis=1)
+
+
+def _check_type(tensor: InferTensor) -> None:
+    if tensor.datatype not in FLOAT_TYPES:
+        raise ValidationFailed.at(f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not a numeric tensor")
+
+
+def _infer(rt: Any, name: str, version: str | None, body: InferRequest) -> InferResponse:
+    model = _model(rt, name, version)
+    x = _rows(body, model)
+    inference.check_row_limit(len(x), rt.settings)
+    if not np.isfinite(x).all():
+        raise ValidationFailed.at("inputs", "a value is NaN or infinite; the model cannot take it")
+    out = inference.predict_rows(model=model, x=x.astype(np.float32), cache=rt.model_cache, spark=rt.spark)
+    n = len(x)
+    outputs: list[InferTensor] = []
+    if "probabilities" in out:
+        probabilities = out["probabilities"]
+        outputs.append(InferTensor(name="predictions", shape=[n], datatype="INT64", data=out["class_index"]))
+        outputs.append(
+            InferTensor(name="probabilities", shape=[n, len(probabilities[0]) if n else 0], datatype="FP64",
+                        data=[p for row in probabilities for p in row])
+        )  # fmt: skip
+        if model.class_labels:
+            outputs.append(InferTensor(name="label", shape=[n], datatype="BYTES", data=[str(v) for v in out["label"]]))
+    else:
+        values = np.asarray(out["prediction"], dtype=np.float64)
+        outputs.append(InferTensor(name="predictions", shape=list(values.shape), datatype="FP64",
+                                   data=values.reshape(-1).tolist()))  # fmt: skip
+    return InferResponse(
+        model_name=name, model_version=str(model.version) if model.version else None, id=body.id, outputs=outputs
+    )
+
+
+def _metadata(rt: Any, name: str, version: str | None) -> dict[str, Any]:
+    model = _model(rt, name, version)
+    with rt.db() as session:
+        from app.services import models
+
+        versions = [str(v.version) for v in models.resolve_version(session=session, name=name).model.versions]
+    outputs: list[dict[str, Any]] = [{"name": "predictions", "datatype": "INT64" if model.task == "classification"
+                                      else "FP64", "shape": [-1]}]  # fmt: skip
+    if model.task == "classification":
+        outputs.append({"name": "probabilities", "datatype": "FP64", "shape": [-1, model.card.get("num_classes", -1)]})
+    return {
+        "name": name,
+        "versions": versions,
+        "platform": f"sparktrain_{model.framework}",
+        "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, model.width],
+                    "parameters": {"features": list(model.features)}}],
+        "outputs": outputs,
+    }  # fmt: skip
+
+
+async def _answer(request: Request, work: Any, *args: Any) -> Any:
+    try:
+        return await run_in_threadpool(work, *args)
+    except AppError as exc:
+        return _v2_error(request, exc)
+
+
+@router.get("/health/live", summary="V2 liveness")
+def live() -> Response:
+    return Response(status_code=200)
+
+
+@router.get("/health/ready", summary="V2 readiness: the SparkSession and the database answer")
+def ready(rt: RuntimeDep) -> Response:
+    return Response(status_code=200 if spark_alive(rt.spark) else 503)
+
+
+@router.get("", summary="V2 server metadata")
+def server() -> dict[str, Any]:
+    return {"name": "sparktrain", "version": "0.1.0", "extensions": []}
+
+
+@router.get("/models/{name}", summary="V2 model metadata (newest version)")
+async def model_metadata(name: str, request: Request, rt: RuntimeDep) -> Any:
+    return await _answer(request, _metadata, rt, name, None)
+
+
+@router.get("/models/{name}/versions/{version}", summary="V2 model metadata")
+async def version_metadata(name: str, version: str, request: Request, rt: RuntimeDep) -> Any:
+    return await _answer(request, _metadata, rt, name, version)
+
+
+@router.get("/models/{name}/ready", summary="V2 model readiness")
+async def model_ready(name: str, request: Request, rt: RuntimeDep) -> Any:
+    answer = await _answer(request, _model, rt, name, None)
+    return answer if isinstance(answer, JSONResponse) else Response(status_code=200)
+
+
+_DTYPES = {"FP16": "<f2", "FP32": "<f4", "FP64": "<f8", "INT8": "i1", "INT16": "<i2", "INT32": "<i4",
+           "INT64": "<i8", "UINT8": "u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "BOOL": "?"}  # fmt: skip
+
+
+async def _request_body(request: Request) -> InferRequest:
+    """A JSON request, or JSON followed by raw tensors (the binary tensor data extension tritonclient uses)."""
+    raw = await request.body()
+    header_length = request.headers.get("inference-header-content-length")
+    try:
+        if header_length is None:
+            return InferRequest.model_validate_json(raw)
+        head = int(header_length)
+        body = InferRequest.model_validate_json(raw[:head])
+    except (ValueError, TypeError) as exc:
+        raise ValidationFailed.at("body", f"not a V2 inference request: {str(exc).splitlines()[0]}") from exc
+    offset = head
+    for tensor in body.inputs:
+        size = (tensor.parameters or {}).get("binary_data_size")
+        if size is None:
+            continue
+        if tensor.datatype not in _DTYPES:
+            raise ValidationFailed.at(f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not numeric")
+        chunk = raw[offset : offset + int(size)]
+        offset += int(size)
+        tensor.data = np.frombuffer(chunk, dtype=_DTYPES[tensor.datatype]).tolist()
+    return body
+
+
+@router.post(
+    "/models/{name}/infer",
+    response_model=InferResponse,
+    summary="V2 inference (newest version)",
+    openapi_extra={"requestBody": {"content": {"application/json": {"schema": InferRequest.model_json_schema()}}}},
+)
+async def infer(name: str, request: Request, rt: RuntimeDep) -> Any:
+    try:
+        body = await _request_body(request)
+    except AppError as exc:
+        return _v2_error(request, exc)
+    return await _answer(request, _infer, rt, name, None, body)
+
+
+@router.post(
+    "/models/{name}/versions/{version}/infer",
+    response_model=InferResponse,
+    summary="V2 inference",
+    openapi_extra={"requestBody": {"content": {"application/json": {"schema": InferRequest.model_json_schema()}}}},
+)
+async def infer_version(name: str, version: str, request: Request, rt: RuntimeDep) -> Any:
+    try:
+        body = await _request_body(request)
+    except AppError as exc:
+        return _v2_error(request, exc)
+    return await _answer(request, _infer, rt, name, version, body)
