@@ -74,6 +74,15 @@ def test_string_labels_and_image_scaling(service: Service) -> None:
     assert card["normalizer"]["kind"] == "image" and card["normalizer"]["scale"] == [16.0]
     version = service.client.get("/models/named-digits/versions/1").json()
     assert version["params"]["class_labels"] == sorted(NAMES)
+    # the mapping round-trips: predictions come back as the names the data used
+    digits = pd.read_parquet(REPO / "datasets/digits/test.parquet").head(50)
+    online = service.client.post(
+        "/predict",
+        json={"model": {"name": "named-digits"}, "instances": [list(map(float, p)) for p in digits["pixels"]]},
+    )
+    assert online.status_code == 200, online.text
+    hits = sum(name == NAMES[i] for name, i in zip(online.json()["predictions"], digits["label"], strict=True))
+    assert hits >= 40
 
 
 def test_standardized_weighted_multi_output_regression_from_many_files(service: Service) -> None:

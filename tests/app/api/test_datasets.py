@@ -28,6 +28,7 @@ def svc(make_service: Callable[..., Any], tmp_path: Path) -> Iterator[Service]:
     (data / "cities.csv").write_text(CSV)
     (data / "broken.csv").write_text(BROKEN)
     (data / "empty.csv").write_text("id,fare\n")
+    (data / "garbage.parquet").write_bytes(b"this is not parquet at all")
     with make_service(data_roots=[data, REPO / "datasets"]) as service:
         yield service
 
@@ -70,6 +71,8 @@ def test_bad_registrations(svc: Service) -> None:
     assert svc.client.post("/datasets", json={"uri": "missing.parquet"}).status_code == 422
     assert svc.client.post("/datasets", json={"uri": "cities.csv", "surprise": 1}).status_code == 422
     assert svc.client.get("/datasets/0123456789abcdef0123456789abcdef").status_code == 404
+    unreadable = svc.client.post("/datasets", json={"uri": "garbage.parquet"})
+    assert unreadable.status_code == 422 and "cannot read" in unreadable.json()["detail"]
     empty = svc.client.post("/datasets", json={"uri": "empty.csv"}).json()
     assert empty["row_count"] == 0
 
