@@ -60,6 +60,7 @@ class BenchContext:
 
     def __init__(self, spark: Any, work_dir: Path) -> None:
         self.job_id, self.attempt, self.spark, self.work_dir = uuid.uuid4().hex, 1, spark, work_dir
+        self.store: str | None = None
         self.points: list[Any] = []
         self.warnings: list[str] = []
 

@@ -15,13 +15,24 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Service, running_service
+from tests.helpers import Service, free_port, running_service
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE_SERVICES = os.environ.get("SPARKTRAIN_REQUIRE_SERVICES") == "1"
 PG_HOST = os.environ.get("SPARKTRAIN_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
 REDIS_HOST = os.environ.get("SPARKTRAIN_TEST_REDIS", "redis://127.0.0.1:6379")
 REDIS_DB = 13  # a database of its own: tests flush nothing but their own queues
+
+# An S3-compatible server (moto) for the storage tests. Its address must be in the environment before the test
+# session's SparkSession starts: Spark's Python workers inherit the JVM's environment from then.
+S3_PORT = free_port()
+for _key, _value in {
+    "AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_PORT}",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}.items():
+    os.environ.setdefault(_key, _value)
 
 
 def _missing(what: str) -> None:
@@ -77,6 +88,32 @@ def redis_url() -> str:
     if not _port_open(6379):
         _missing("Redis")
     return f"{REDIS_HOST}/{REDIS_DB}"
+
+
+@pytest.fixture(scope="session")
+def s3_bucket() -> Iterator[str]:
+    """A bucket on a real S3-compatible server (moto's server mode) listening on 127.0.0.1."""
+    import subprocess
+    import sys
+    import time
+
+    import boto3
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(S3_PORT)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _port_open(S3_PORT):
+            assert time.monotonic() < deadline, "moto's S3 server did not start"
+            time.sleep(0.1)
+        boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"]).create_bucket(Bucket="sparktrain-test")
+        yield "sparktrain-test"
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 @pytest.fixture

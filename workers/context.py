@@ -59,6 +59,8 @@ class JobContext(Protocol):
     spark: SparkSession
     work_dir: Path
     """A directory for this job's artifacts (under the artifact root)."""
+    store: str | None
+    """Where finished models and checkpoints are published (a URI), or None to keep them in ``work_dir``."""
 
     def progress(self, fraction: float, message: str | None = None) -> None: ...
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import shutil
 import threading
 import time
 import traceback
@@ -23,6 +22,7 @@ from app.schemas.train import TrainRequest
 from app.services import checkpoints, jobs, models
 from app.services.inference import plan_evaluation, plan_prediction
 from app.services.training import plan_training
+from workers import storage
 from workers.context import JobCancelled, JobFailure, JobOutcome, MetricPoint
 from workers.families import DRIVERS
 from workers.runtime import JobRuntime, RunningJob
@@ -45,6 +45,7 @@ class DbJobContext:
         self.attempt = attempt
         self.spark: SparkSession = rt.spark
         self.work_dir = work_dir
+        self.store = rt.settings.artifact_store or None
 
     def progress(self, fraction: float, message: str | None = None) -> None:
         now = time.monotonic()
@@ -78,7 +79,7 @@ class DbJobContext:
             checkpoint_id = row.id
             stale = checkpoints.prune(session=s, job_id=self.job_id, keep=self._rt.settings.checkpoint_retention)
         for old in stale:  # the rows are gone; now their files
-            shutil.rmtree(old, ignore_errors=True)
+            storage.remove_dir(old)
         return checkpoint_id
 
     @property

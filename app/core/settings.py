@@ -36,6 +36,11 @@ class Settings(BaseSettings):
         description="Comma-separated directories that dataset URIs may point into; empty = datasets/ and var/data/.",
     )
     artifact_root: Path = Field(Path("var/artifacts"), description="Where models and checkpoints are written.")
+    artifact_store: str = Field(
+        "",
+        description="A URI (s3://bucket/prefix, hdfs://...) models and checkpoints are published to; empty keeps "
+        "them under artifact_root. Credentials come from the environment (AWS_* for S3).",
+    )
     remote_uri_prefixes: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated URI prefixes (hdfs://..., s3a://bucket/...) datasets may also come from.",

@@ -9,10 +9,10 @@ import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlparse
 
 from app.core.errors import NotFound
 from app.db.models import Checkpoint, ModelVersion
+from workers.storage import fetch_dir
 
 STANDALONE = Path(__file__).resolve().parents[2] / "workers" / "inference" / "standalone.py"
 CHUNK = 1 << 20
@@ -26,10 +26,6 @@ Load it without sparktrain (needs torch, numpy, safetensors):
 
 Nothing in this archive is a pickle; sparktrain_model.py says what every field means.
 """
-
-
-def _local(uri: str) -> Path:
-    return Path(urlparse(uri).path) if uri.startswith("file:") else Path(uri)
 
 
 def _stream(members: list[tuple[str, Path | bytes]]) -> Iterator[bytes]:
@@ -61,7 +57,7 @@ def _files(directory: Path, prefix: str) -> list[tuple[str, Path | bytes]]:
 
 def model_archive(version: ModelVersion) -> Iterator[bytes]:
     prefix = f"{version.model.name}-v{version.version}"
-    members = _files(_local(version.artifact_uri), prefix)
+    members = _files(fetch_dir(version.artifact_uri), prefix)
     card = {
         "name": version.model.name,
         "version": version.version,
@@ -79,7 +75,7 @@ def model_archive(version: ModelVersion) -> Iterator[bytes]:
 
 def checkpoint_archive(row: Checkpoint) -> Iterator[bytes]:
     prefix = f"checkpoint-{row.job_id[:8]}-epoch-{row.epoch}"
-    members = _files(_local(row.uri), prefix)
+    members = _files(fetch_dir(row.uri), prefix)
     meta = {"id": row.id, "job_id": row.job_id, "epoch": row.epoch, "step": row.step, "metrics": row.metrics}
     members.append((f"{prefix}/checkpoint.json", json.dumps(meta, indent=1).encode()))
     return _stream(members)

@@ -22,6 +22,7 @@ from app.schemas.train import DatasetRef
 from app.services import checkpoints, jobs, models
 from app.services.dataset_check import resolve_dataset
 from app.services.training import Enqueue
+from workers import storage
 from workers.families import task_name
 from workers.inference.spec import EvaluationPlan, ModelRef, PredictionPlan
 
@@ -44,7 +45,7 @@ def resolve_model(session: Session, selector: ModelSelector) -> ModelRef:
         job = session.get(Job, row.job_id)
         if job is None or job.framework != "torch":
             raise ValidationFailed.at("model.checkpoint", "only torch training jobs write checkpoints")
-        meta = json.loads((Path(row.uri) / "meta.json").read_text())
+        meta = json.loads((storage.fetch_dir(row.uri) / "meta.json").read_text())
         card = {"network": meta["network"], **meta.get("model_card", {})}
         return ModelRef(framework="torch", uri=row.uri, card=card, checkpoint_id=row.id, name=job.name)
     assert selector.name is not None
@@ -282,7 +283,7 @@ def _spark_ml_rows(model: ModelRef, x: Any, cache: Any, spark: SparkSession) -> 
     import pandas as pd
     from pyspark.ml import PipelineModel
 
-    pipeline = cache.get(model.uri, lambda: PipelineModel.load(model.uri))
+    pipeline = cache.get(model.uri, lambda: PipelineModel.load(str(storage.fetch_dir(model.uri))))
     frame = spark.createDataFrame(pd.DataFrame(x.astype("float64"), columns=list(model.features)))
     rows = pipeline.transform(frame).collect()
     if model.task != "classification":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -18,6 +17,7 @@ from app.core.settings import Settings
 from app.schemas.train import TrainingOptions, TrainRequest
 from app.services import checkpoints
 from app.spark import cluster
+from workers import storage
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
 from workers.training.torch.config import ResumePoint, TorchPlan, parse_sharing
@@ -79,9 +79,9 @@ def _resume(
             row = checkpoints.get(session=session, checkpoint_id=options.resume_from)
         except Exception as exc:
             raise ValidationFailed.at("training.resume_from", f"no checkpoint with id {options.resume_from!r}") from exc
-        path, epoch, job_id = Path(row.uri), row.epoch, row.job_id
+        path, epoch, job_id = row.uri, row.epoch, row.job_id
     try:
-        meta = read_meta(path)
+        meta = read_meta(storage.fetch_dir(path))
     except (OSError, ValueError) as exc:
         raise ValidationFailed.at("training.resume_from", f"checkpoint files at {path} are unreadable: {exc}") from exc
     if meta.get("network") != network:
@@ -92,7 +92,7 @@ def _resume(
         raise ValidationFailed.at(
             "training.epochs", f"the checkpoint already has {epoch} epochs; ask for more than {epoch} to continue"
         )
-    return ResumePoint(checkpoint_id=options.resume_from, path=str(path), epoch=epoch, job_id=job_id)
+    return ResumePoint(checkpoint_id=options.resume_from, path=path, epoch=epoch, job_id=job_id)
 
 
 def plan_torch(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
@@ -88,7 +89,7 @@ def _spark_ml_predictions(ctx: JobContext, model: ModelRef, source: DataFrame, d
 
     checked = replace(ds, features=model.features, label=model.labels[0], task=model.task, num_classes=None)
     cleaned, _rows, dropped = clean(ctx, source, checked)
-    predicted = PipelineModel.load(model.uri).transform(cleaned)
+    predicted = PipelineModel.load(str(storage.fetch_dir(model.uri))).transform(cleaned)
     if model.task == "classification":
         probability = vector_to_array(F.col("probability")).alias("_probability")
         columns: list[Any] = [*model.labels, probability, "prediction"]

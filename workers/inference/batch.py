@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
@@ -49,7 +50,7 @@ def _spark_ml(model: Any, rows: Any, key: str) -> Any:
     from pyspark.ml.functions import vector_to_array
     from pyspark.sql import functions as F
 
-    predicted = PipelineModel.load(model.uri).transform(rows)
+    predicted = PipelineModel.load(str(storage.fetch_dir(model.uri))).transform(rows)
     if model.task != "classification":
         return predicted.select(key, F.col("prediction").cast("double").alias("prediction"))
     index = F.col("prediction").cast("long")

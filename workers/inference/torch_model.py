@@ -13,20 +13,16 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 import torch
 
+from workers import storage
 from workers.data.normalize import Normalizer
 from workers.inference.cache import ModelCache
 from workers.training.torch.checkpoint import WEIGHTS, load_weights
 from workers.training.torch.network import build_network, predict_transform
 from workers.training.torch.spec import NetworkSpec, parse_network
-
-
-def local_path(uri: str) -> Path:
-    return Path(urlparse(uri).path) if uri.startswith("file:") else Path(uri)
 
 
 @dataclass
@@ -40,7 +36,7 @@ class TorchModel:
 
     @classmethod
     def load(cls, uri: str) -> TorchModel:
-        directory = local_path(uri)
+        directory = storage.fetch_dir(uri)
         if (directory / "spec.json").exists():
             card = json.loads((directory / "spec.json").read_text())
         else:  # a checkpoint: its meta.json holds the network and the model card
@@ -103,4 +99,4 @@ def cached(uri: str) -> TorchModel:
 
 
 def has_weights(uri: str) -> bool:
-    return (local_path(uri) / WEIGHTS).exists()
+    return (storage.fetch_dir(uri) / WEIGHTS).exists()

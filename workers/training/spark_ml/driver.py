@@ -9,6 +9,7 @@ import importlib
 import itertools
 from typing import TYPE_CHECKING, Any
 
+from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
@@ -87,8 +88,11 @@ def _fit(
     ctx.metrics(MetricPoint(f"validation_{k}", v, step=total_steps) for k, v in val_metrics.items())
 
     ctx.progress(0.97, "saving the model")
-    uri = ctx.work_dir / "model"
-    model.write().overwrite().save(str(uri))
+    local = ctx.work_dir / "model"
+    model.write().overwrite().save(str(local))
+    uri = local.as_uri()
+    if ctx.store:
+        uri = storage.publish_dir(local, storage.join(ctx.store, "jobs", ctx.job_id, "model"))
     result: dict[str, Any] = {
         "algorithm": spec.algorithm,
         "task": spec.task,
@@ -115,7 +119,7 @@ def _fit(
     ctx.progress(1.0, "done")
     return JobOutcome(
         result=result,
-        model=ModelArtifact(framework="spark_ml", uri=uri.as_uri(), metrics=val_metrics, params=params),
+        model=ModelArtifact(framework="spark_ml", uri=uri, metrics=val_metrics, params=params),
     )
 
 

@@ -125,6 +125,8 @@ class TrainerConfig:
     collective_timeout_s: float = 300.0
     threads: int = 1
     metrics_every: int = 1
+    store: str | None = None
+    """Publish checkpoints and the model under ``<store>/jobs/<job_id>/`` (see workers.storage)."""
     export_dir: str | None = None
     export_mode: Literal["write", "read"] | None = None
     """Export data path: ``write`` saves each rank's ready tensors under ``export_dir``; ``read`` trains from them

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workers import storage
 from workers.context import JobCancelled, JobContext, JobFailure, JobOutcome, ModelArtifact
 from workers.data.clean import clean
 from workers.data.normalize import Normalizer
@@ -187,6 +188,7 @@ def _config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> 
         start_epoch=plan.resume.epoch if plan.resume else 0,
         threads=threads,
         model_card=model_card(plan, normalizer),
+        store=ctx.store,
     )
 
 
@@ -274,11 +276,19 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         result=summary,
         model=ModelArtifact(
             framework="torch",
-            uri=(ctx.work_dir / "model").as_uri(),
+            uri=storage.join(ctx.store, "jobs", ctx.job_id, "model")
+            if ctx.store
+            else (ctx.work_dir / "model").as_uri(),
             metrics=summary["validation"],
             params=params,
         ),
     )
+
+
+def _model_uri(ctx: JobContext) -> str:
+    if ctx.store:
+        return storage.join(ctx.store, "jobs", ctx.job_id, "model")
+    return (ctx.work_dir / "model").as_uri()
 
 
 def summarize(results: list[dict[str, Any]], plan: TorchPlan, rows: dict[str, int]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from workers import storage
 from workers.training.torch import checkpoint as ckpt
 from workers.training.torch.comm import Comm
 from workers.training.torch.config import TrainerConfig
@@ -177,8 +178,15 @@ def _save_checkpoint(
     target = ckpt.final_dir(cfg.checkpoint_dir, epoch)
     if rank == 0:
         ckpt.publish(cfg.checkpoint_dir, epoch)
+        if cfg.store:
+            storage.publish_dir(target, published(cfg, f"checkpoints/epoch-{epoch}"))
     comm.barrier()
     return target
+
+
+def published(cfg: TrainerConfig, what: str) -> str:
+    """Where a job's files go on the store: ``<store>/jobs/<job_id>/<what>``."""
+    return storage.join(cfg.store or "", "jobs", cfg.job_id, what)
 
 
 def _resume(
@@ -193,9 +201,10 @@ def _resume(
 ) -> int:
     """Load a checkpoint; returns the global step it was taken at."""
     assert cfg.resume_dir is not None
-    meta = ckpt.read_meta(cfg.resume_dir)
-    ckpt.load_weights(cfg.resume_dir, model)
-    state = ckpt.load_rank_state(cfg.resume_dir, rank) if meta["world_size"] == comm.world_size else None
+    directory = storage.fetch_dir(cfg.resume_dir)
+    meta = ckpt.read_meta(directory)
+    ckpt.load_weights(directory, model)
+    state = ckpt.load_rank_state(directory, rank) if meta["world_size"] == comm.world_size else None
     if state is None:
         if rank == 0:
             reporter.send(
@@ -366,7 +375,7 @@ def _train(
                     "t": "checkpoint",
                     "epoch": epoch + 1,
                     "step": global_step,
-                    "path": str(saved),
+                    "path": published(cfg, f"checkpoints/epoch-{epoch + 1}") if cfg.store else str(saved),
                     "metrics": c.last_validation,
                 }
             )
@@ -376,6 +385,8 @@ def _train(
             model,
             {"network": spec_to_dict(spec), **cfg.model_card},
         )
+        if cfg.store:
+            storage.publish_dir(Path(cfg.model_dir), published(cfg, "model"))
     sums = comm.gather_floats([_checksum(flat)])
     result = {
         **base,
