@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from sqlalchemy import Engine
@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("sparktrain")
 
 
+def _resolved_models() -> Any:
+    from app.services.inference import ResolvedModels
+
+    return ResolvedModels()
+
+
 @dataclass
 class ServiceRuntime:
     settings: Settings
@@ -34,6 +40,7 @@ class ServiceRuntime:
     consumer: InProcessConsumer | None = None
     owns_spark: bool = True
     model_cache: ModelCache = field(default_factory=lambda: ModelCache(8))
+    resolved_models: Any = field(default_factory=_resolved_models)
     _closed: bool = field(default=False, repr=False)
 
     def enqueue(self, task_name: str, job_id: str) -> None:

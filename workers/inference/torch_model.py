@@ -9,8 +9,7 @@ package's torch modules.
 from __future__ import annotations
 
 import json
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,6 @@ class TorchModel:
     spec: NetworkSpec
     module: torch.nn.Module
     normalizer: Normalizer | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def load(cls, uri: str) -> TorchModel:
@@ -65,7 +63,7 @@ class TorchModel:
         if self.normalizer is not None:
             x = self.normalizer.apply(x.reshape(len(x), -1)).reshape(x.shape)
         out = []
-        with self.lock, torch.no_grad():  # a module is not re-entrant across threads of one process
+        with torch.no_grad():  # eval mode, no grad: a forward pass only reads the module, threads may share it
             for start in range(0, len(x), batch_size):
                 chunk = torch.from_numpy(np.ascontiguousarray(x[start : start + batch_size]))
                 part = torch.from_numpy(lengths[start : start + batch_size]) if lengths is not None else None
@@ -75,17 +73,20 @@ class TorchModel:
             return np.zeros((0, width))
         return np.concatenate(out)
 
-    def predict(self, x: np.ndarray, lengths: np.ndarray | None = None) -> dict[str, Any]:
-        """Wire-ready predictions: ``class_index``, ``label`` and ``probabilities`` for classification, ``prediction``
-        for regression (a list per row when there are several label columns)."""
+    def predict(self, x: np.ndarray, lengths: np.ndarray | None = None, *, as_lists: bool = True) -> dict[str, Any]:
+        """Predictions: ``class_index``, ``label`` and ``probabilities`` for classification, ``prediction`` for
+        regression (a row of values per row when there are several label columns). ``as_lists=False`` keeps
+        numpy arrays (for a serializer that writes them directly)."""
         out = self.outputs(x, lengths)
         if not self.classification:
             values = out[:, 0] if out.ndim == 2 and out.shape[1] == 1 else out
-            return {"prediction": values.tolist()}
+            return {"prediction": values.tolist() if as_lists else values}
         probabilities = np.concatenate([1 - out, out], axis=1) if out.shape[-1] == 1 else out
         index = probabilities.argmax(axis=-1)
         labels = self.class_labels
-        named = [labels[i] for i in index.tolist()] if labels else index.tolist()
+        named = [labels[i] for i in index.tolist()] if labels else (index.tolist() if as_lists else index)
+        if not as_lists:
+            return {"class_index": index, "label": named, "probabilities": probabilities}
         return {"class_index": index.tolist(), "label": named, "probabilities": probabilities.tolist()}
 
 
