@@ -146,6 +146,7 @@ def main() -> None:
         from workers.inference.torch_model import TorchModel
 
         model = TorchModel.load(uri)
+
         class Float32(torch.nn.Module):  # MLflow hands the model float64 tensors from JSON
             def __init__(self, inner: torch.nn.Module) -> None:
                 super().__init__()

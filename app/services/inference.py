@@ -47,6 +47,16 @@ class ResolvedModels:
         self.ttl_s, self.capacity = ttl_s, capacity
         self._items: dict[tuple[Any, ...], tuple[float, ModelRef]] = {}
 
+    def peek(self, key: tuple[Any, ...]) -> ModelRef | None:
+        """The cached resolution of a selector key when it is still fresh (no database access)."""
+        import time
+
+        hit = self._items.get(key)
+        if hit is None:
+            return None
+        fixed = key[1] is not None or key[3] is not None
+        return hit[1] if fixed or time.monotonic() - hit[0] < self.ttl_s else None
+
     def get(self, db: sessionmaker[Session], selector: ModelSelector) -> ModelRef:
         import time
 
@@ -315,9 +325,7 @@ def check_row_limit(count: int, settings: Settings) -> None:
         )
 
 
-def predict_rows(
-    *, model: ModelRef, x: Any, cache: Any, spark: SparkSession, as_lists: bool = True
-) -> dict[str, Any]:
+def predict_rows(*, model: ModelRef, x: Any, cache: Any, spark: SparkSession, as_lists: bool = True) -> dict[str, Any]:
     """Predictions for a (n, width) matrix from the driver's model cache (numpy arrays with ``as_lists=False``)."""
     if model.framework == "torch":
         net = cache.get(model.uri, lambda: _load_online(model.uri))

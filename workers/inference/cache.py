@@ -30,6 +30,9 @@ class ModelCache:
                 self._items.popitem(last=False)
         return value
 
+    def __contains__(self, key: str) -> bool:
+        return key in self._items
+
     def __len__(self) -> int:
         return len(self._items)
 
