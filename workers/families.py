@@ -6,10 +6,14 @@ Plain constants: the API imports this to route jobs without importing any family
 from __future__ import annotations
 
 FRAMEWORKS = ("torch", "xgboost", "spark_ml")
-AVAILABLE_FRAMEWORKS = ("torch", "spark_ml")
-"""Families this release can train; the others are part of the contract and answer 422 until they land."""
+AVAILABLE_FRAMEWORKS = FRAMEWORKS
+"""Families this release can train."""
 
-DRIVERS = {"torch": "workers.training.torch.driver", "spark_ml": "workers.training.spark_ml.driver"}
+DRIVERS = {
+    "torch": "workers.training.torch.driver",
+    "xgboost": "workers.training.xgboost.driver",
+    "spark_ml": "workers.training.spark_ml.driver",
+}
 
 
 def task_name(job_type: str, framework: str) -> str:

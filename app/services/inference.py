@@ -23,7 +23,7 @@ from app.services import checkpoints, jobs, models
 from app.services.dataset_check import resolve_dataset
 from app.services.training import Enqueue
 from workers import storage
-from workers.families import task_name
+from workers.families import FRAMEWORKS, task_name
 from workers.inference.spec import EvaluationPlan, ModelRef, PredictionPlan
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def plan_evaluation(
     for group in groups:
         if (group == "regression") != (model.task == "regression"):
             raise ValidationFailed.at("metrics", f"{group} metrics do not fit a {model.task} model")
-    if model.framework not in ("torch", "spark_ml"):
+    if model.framework not in FRAMEWORKS:
         raise ValidationFailed.at("model", f"evaluation of {model.framework} models is not available yet")
     if model.card.get("sequence"):
         raise ValidationFailed.at("model", "evaluation of sequence models is not available yet")
@@ -170,7 +170,7 @@ def plan_prediction(
     assert request.dataset is not None
     with db() as session:
         model = resolve_model(session, request.model)
-    if model.framework not in ("torch", "spark_ml"):
+    if model.framework not in FRAMEWORKS:
         raise ValidationFailed.at("model", f"batch prediction with {model.framework} models is not available yet")
     if model.card.get("sequence"):
         raise ValidationFailed.at("model", "batch prediction with sequence models is not available yet")
@@ -332,6 +332,10 @@ def predict_rows(*, model: ModelRef, x: Any, cache: Any, spark: SparkSession, as
         shape = model.card.get("input_shape") or [model.width]
         out: dict[str, Any] = net.predict(x.reshape(-1, *shape), as_lists=as_lists)
         return out
+    if model.framework == "xgboost":
+        booster = cache.get(model.uri, lambda: _load_xgboost(model.uri))
+        answer: dict[str, Any] = booster.predict(x, as_lists=as_lists)
+        return answer
     if model.framework == "spark_ml":
         return _spark_ml_rows(model, x, cache, spark)
     raise ValidationFailed.at("model", f"online prediction with {model.framework} models is not available yet")
@@ -345,6 +349,12 @@ def _load_online(uri: str) -> Any:
 
     torch.set_num_threads(1)
     return TorchModel.load(uri)
+
+
+def _load_xgboost(uri: str) -> Any:
+    from workers.inference.xgboost_model import XGBoostModel
+
+    return XGBoostModel.load(uri, threads=1)
 
 
 def _spark_ml_rows(model: ModelRef, x: Any, cache: Any, spark: SparkSession) -> dict[str, Any]:

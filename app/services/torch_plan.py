@@ -116,7 +116,7 @@ def plan_torch(
         train, shape, array_column = _sequence_plan(request, train, spark)
     else:
         if ds.task == "classification":
-            train, class_labels = _classes(train, schema[train.label or ""], spark)
+            train, class_labels = resolve_classes(train, schema[train.label or ""], spark)
         shape, array_column = _data_shape(request, train, schema, spark)
     try:
         spec = parse_network(request.network, input_shape=shape)
@@ -139,7 +139,7 @@ def plan_torch(
             f"{options.num_workers} workers need {options.num_workers} task slots at once (a barrier stage starts all "
             f"or none), and this cluster has {slots}; lower num_workers or add executors",
         )
-    if request.device == "cuda" and not _cluster_has_gpus(spark):
+    if request.device == "cuda" and not cluster_has_gpus(spark):
         raise ValidationFailed.at(
             "device",
             "cuda was asked for, but no executor has GPUs: set spark.executor.resource.gpu.amount, "
@@ -173,7 +173,9 @@ INTEGER_TYPES = ("tinyint", "smallint", "int", "bigint")
 MAX_STRING_CLASSES = 10_000
 
 
-def _classes(train: ResolvedDataset, dtype: str, spark: SparkSession) -> tuple[ResolvedDataset, tuple[str, ...] | None]:
+def resolve_classes(
+    train: ResolvedDataset, dtype: str, spark: SparkSession
+) -> tuple[ResolvedDataset, tuple[str, ...] | None]:
     """Class labels: integer indices 0..k-1 as they are, or strings mapped to indices in sorted order (the
     mapping is stored with the model). Without ``num_classes`` one pass over the label column counts them."""
     from pyspark.sql import functions as F
@@ -260,7 +262,7 @@ def _check_sequence_output(spec: Any, labels: str) -> None:
         )
 
 
-def _cluster_has_gpus(spark: SparkSession) -> bool:
+def cluster_has_gpus(spark: SparkSession) -> bool:
     conf = spark.sparkContext.getConf()
     if float(conf.get("spark.task.resource.gpu.amount", "0") or 0) > 0:
         return True

@@ -96,6 +96,12 @@ def plan_training(
         except SpecError as exc:
             raise spec_error(exc) from exc
         return SparkMLPlan(train=train, validation=validation, spec=spec)
+    if request.framework == "xgboost":
+        from app.services.xgboost_plan import plan_xgboost
+
+        return plan_xgboost(
+            request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark
+        )
     raise AssertionError(f"no planner for {request.framework}")
 
 

@@ -14,7 +14,7 @@ from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
-from workers.evaluation.remote import STATE_SCHEMA, spark_ml_states, torch_states
+from workers.evaluation.remote import STATE_SCHEMA, model_states, spark_ml_states
 from workers.inference.spec import EvaluationPlan, ModelRef
 
 if TYPE_CHECKING:
@@ -52,9 +52,9 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     ctx.progress(0.05, "evaluating")
     source = read_dataframe(ctx.spark, ds)
     dropped = 0
-    if model.framework == "torch":
+    if model.framework in ("torch", "xgboost"):
         frame = _bounded(source.select(*model.features, *model.labels), plan.eval_workers, ctx)
-        collected = frame.mapInArrow(torch_states(model, options, plan.batch_size), STATE_SCHEMA).collect()
+        collected = frame.mapInArrow(model_states(model, options, plan.batch_size), STATE_SCHEMA).collect()
     elif model.framework == "spark_ml":
         frame, dropped = _spark_ml_predictions(ctx, model, source, ds)
         collected = frame.mapInArrow(spark_ml_states(model, options), STATE_SCHEMA).collect()
@@ -74,7 +74,7 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
         ctx.warn(f"{bad} rows of {ds.path} were skipped as bad rows (bad_rows=skip)")
     merged = merge_states([r["states"] for r in collected]) if collected else {}
     result: dict[str, Any] = dict(results(merged)) if merged else {}
-    result["rows"] = seen - bad if model.framework == "torch" else seen
+    result["rows"] = seen - bad if model.framework != "spark_ml" else seen
     result["bad_rows"] = bad
     ctx.progress(1.0, "done")
     return JobOutcome(result=result)

@@ -195,7 +195,9 @@ class RegressionState(MetricState):
                 metrics["r2"] = 1.0 - sse / sst if sst > 0 else (1.0 if sse == 0 else 0.0)
             columns[name] = metrics
         out: dict[str, Any] = {"columns": columns}
-        if len(columns) > 1:
+        if len(columns) == 1:  # API.md: {"regression": {"mse", "mae", "rmse", "r2", ...}}
+            out.update(next(iter(columns.values())))
+        elif len(columns) > 1:
             out["average"] = {
                 key: _mean_of_defined(c[key] for c in columns.values())
                 for key in ("mse", "rmse", "mae", "r2", "mean_error")

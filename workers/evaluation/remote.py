@@ -21,9 +21,9 @@ def state_row(states: str, rows: int, bad: int) -> Any:
     )
 
 
-def torch_states(model: ModelRef, options: dict[str, Any], batch_size: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The function each task runs for a torch model (closes over plain values only)."""
-    uri, card = model.uri, dict(model.card)
+def model_states(model: ModelRef, options: dict[str, Any], batch_size: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function each task runs for a torch or xgboost model (closes over plain values only)."""
+    uri, card, framework = model.uri, dict(model.card), model.framework
     features, labels, width = model.features, model.labels, model.width
     class_labels = model.class_labels
 
@@ -32,9 +32,9 @@ def torch_states(model: ModelRef, options: dict[str, Any], batch_size: int) -> C
 
         from workers.evaluation.metrics import make_states, states_to_dict, update_states
         from workers.inference import rows
-        from workers.inference.torch_model import cached
+        from workers.inference.remote import load_model
 
-        net = cached(uri)
+        net = load_model(framework, uri)
         cols = rows.Columns(features, bool(card.get("array_column")), width, labels,
                             options["task"] == "classification", card.get("num_classes"), class_labels)  # fmt: skip
         states = make_states(

@@ -14,7 +14,7 @@ from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
-from workers.inference.remote import output_schema, torch_predictions
+from workers.inference.remote import model_predictions, output_schema
 from workers.inference.spec import PredictionPlan
 
 
@@ -30,10 +30,10 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
     checked = replace(ds, features=model.features, label=None, extra_labels=(), weight=None)
     width = model.width if model.card.get("array_column") else None
     rows, _usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
-    if model.framework == "torch":
+    if model.framework in ("torch", "xgboost"):
         key_type = dict(rows.dtypes)[plan.key]
         schema = output_schema(model, plan.key, key_type)
-        out = rows.mapInArrow(torch_predictions(model, plan.key, plan.batch_size), schema)
+        out = rows.mapInArrow(model_predictions(model, plan.key, plan.batch_size), schema)
     elif model.framework == "spark_ml":
         out = _spark_ml(model, rows, plan.key)
     else:

@@ -20,8 +20,9 @@ def output_schema(model: ModelRef, key: str, key_type: str) -> str:
     return f"`{key}` {key_type}, prediction double"
 
 
-def torch_predictions(model: ModelRef, key: str, batch_size: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    uri, card = model.uri, dict(model.card)
+def model_predictions(model: ModelRef, key: str, batch_size: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function each task runs for a torch or xgboost model (closes over plain values only)."""
+    uri, card, framework = model.uri, dict(model.card), model.framework
     features, width, class_labels = model.features, model.width, model.class_labels
     classification, several = model.task == "classification", len(model.labels) > 1
 
@@ -30,9 +31,8 @@ def torch_predictions(model: ModelRef, key: str, batch_size: int) -> Callable[[I
         import pyarrow as pa
 
         from workers.inference import rows
-        from workers.inference.torch_model import cached
 
-        net = cached(uri)
+        net = load_model(framework, uri)
         cols = rows.Columns(features, bool(card.get("array_column")), width)
         shape = card.get("input_shape") or [width]
         for batch in batches:
@@ -58,3 +58,14 @@ def torch_predictions(model: ModelRef, key: str, batch_size: int) -> Callable[[I
             yield pa.RecordBatch.from_arrays(columns, names=names)
 
     return predict_partition
+
+
+def load_model(framework: str, uri: str) -> Any:
+    """The model, cached per Python worker; only the family's own library is imported."""
+    if framework == "xgboost":
+        from workers.inference.xgboost_model import cached as xgboost_cached
+
+        return xgboost_cached(uri)
+    from workers.inference.torch_model import cached as torch_cached
+
+    return torch_cached(uri)

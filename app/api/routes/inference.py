@@ -117,7 +117,7 @@ SMALL_BODY_ROWS = 256
 def _answer_in_loop(request: PredictRequest, rt: Any) -> bool:
     key = (request.model.name, request.model.version, request.model.alias, request.model.checkpoint)
     model = rt.resolved_models.peek(key)
-    if model is None or model.framework != "torch" or model.uri not in rt.model_cache:
+    if model is None or model.framework not in ("torch", "xgboost") or model.uri not in rt.model_cache:
         return False
     rows = (
         request.instances

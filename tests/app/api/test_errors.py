@@ -70,11 +70,11 @@ def test_bad_train_requests(service: Service, body: dict[str, Any], loc: str, wo
     assert _job_count(service) == before
 
 
-def test_unknown_framework_in_this_release(service: Service) -> None:
+def test_another_familys_params_are_named(service: Service) -> None:
     body = copy.deepcopy(taxi_request(**RF))
     body["framework"] = "xgboost"
     problem = _problem(service.client.post("/train", json=body), 422)
-    assert "not available" in problem["detail"]
+    assert "unknown xgboost parameter" in problem["detail"] and "'algorithm'" in problem["detail"], problem
 
 
 def test_non_json_body(service: Service) -> None:

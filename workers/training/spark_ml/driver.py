@@ -14,6 +14,7 @@ from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, Mod
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
 from workers.training.spark_ml.spec import SparkMLPlan, SparkMLSpec
+from workers.training.validation import validation_metrics
 
 if TYPE_CHECKING:
     from pyspark.ml import Estimator
@@ -81,7 +82,7 @@ def _fit(
     ctx.progress(0.92, "evaluating on the validation data")
     predictions = model.transform(val_df).cache()
     try:
-        val_metrics = _evaluate(spec, label_col, predictions)
+        val_metrics = validation_metrics(spec.task, label_col, predictions)
     finally:
         predictions.unpersist()
     total_steps = max(1, len(cv_table))
@@ -178,32 +179,6 @@ def _evaluator(spec: SparkMLSpec, label_col: str, metric: str) -> Any:
 
     cls: Any = RegressionEvaluator if spec.task == "regression" else MulticlassClassificationEvaluator
     return cls(labelCol=label_col, predictionCol="prediction", metricName=metric)
-
-
-def _evaluate(spec: SparkMLSpec, label_col: str, predictions: DataFrame) -> dict[str, float]:
-    """The validation metrics in one pass over the predictions."""
-    from pyspark.sql import functions as F
-
-    y, p = F.col(label_col).cast("double"), F.col("prediction")
-    if spec.task == "regression":
-        row = predictions.agg(
-            F.count(F.lit(1)).alias("n"),
-            F.sum((y - p) ** 2).alias("sse"),
-            F.sum(F.abs(y - p)).alias("sae"),
-            F.sum(y).alias("sy"),
-            F.sum(y * y).alias("syy"),
-        ).first()
-        assert row is not None
-        n = max(int(row["n"]), 1)
-        mse = float(row["sse"] or 0.0) / n
-        ss_tot = float(row["syy"] or 0.0) - float(row["sy"] or 0.0) ** 2 / n
-        return {
-            "rmse": mse**0.5,
-            "mae": float(row["sae"] or 0.0) / n,
-            "r2": 1.0 - float(row["sse"] or 0.0) / ss_tot if ss_tot > 0 else 0.0,
-            "mse": mse,
-        }
-    return {name: float(_evaluator(spec, label_col, name).evaluate(predictions)) for name in ("accuracy", "f1")}
 
 
 class _ProgressEvaluator:

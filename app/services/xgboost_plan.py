@@ -1,0 +1,106 @@
+"""Planning an xgboost training job: the parameters, the classes, the workers and the device, checked against the
+cluster before anything starts (a barrier stage of ``num_workers`` tasks needs all its slots at once)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from importlib import metadata
+from typing import TYPE_CHECKING, Literal
+
+from app.core.errors import ValidationFailed
+from app.core.settings import Settings
+from app.schemas.train import TrainRequest
+from app.services.torch_plan import cluster_has_gpus, resolve_classes
+from app.spark import cluster
+from workers.data.spec import ResolvedDataset
+from workers.errors import SpecError
+from workers.training.xgboost.spec import XGBoostPlan, parse_xgboost_params
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def xgboost_has_cuda() -> bool:
+    """False when the installed build is ``xgboost-cpu`` (read from package metadata: nothing is imported)."""
+    try:
+        metadata.version("xgboost-cpu")
+    except metadata.PackageNotFoundError:
+        return True
+    return False
+
+
+def plan_xgboost(
+    *,
+    request: TrainRequest,
+    train: ResolvedDataset,
+    validation: ResolvedDataset | None,
+    schema: dict[str, str],
+    settings: Settings,
+    spark: SparkSession,
+) -> XGBoostPlan:
+    if request.network is not None or request.training is not None:
+        raise ValidationFailed.at("network", "xgboost takes params (booster parameters), not network/training")
+    if train.extra_labels:
+        raise ValidationFailed.at("dataset.label", "xgboost learns one label column")
+    if train.normalize is not None:
+        raise ValidationFailed.at("dataset.normalize", "trees do not need scaled features; leave normalize out")
+    if train.sequence is not None:
+        raise ValidationFailed.at("dataset.sequence", "sequence datasets train lstm/gru networks (framework torch)")
+    class_labels = None
+    if train.task == "classification":
+        train, class_labels = resolve_classes(train, schema[train.label or ""], spark)
+    try:
+        spec = parse_xgboost_params(request.params, task=train.task, num_classes=train.num_classes)
+    except SpecError as exc:
+        raise ValidationFailed(str(exc), errors=[{"loc": exc.path, "msg": exc.message}]) from exc
+    if spec.num_round > settings.max_epochs * 100:
+        raise ValidationFailed.at("params.num_round", f"at most {settings.max_epochs * 100} rounds on this service")
+
+    warnings = list(spec.warnings)
+    device: Literal["cpu", "cuda"]
+    gpus = cluster_has_gpus(spark)
+    addresses = [a for e in cluster.executors(spark) for a in e["resources"].get("gpu", [])]
+    if request.device == "cuda":
+        if not gpus:
+            raise ValidationFailed.at(
+                "device",
+                "cuda was asked for, but no executor has GPUs: set spark.executor.resource.gpu.amount, "
+                "spark.task.resource.gpu.amount and a GPU discovery script (spark-conf/), or use device auto",
+            )
+        if not xgboost_has_cuda():
+            raise ValidationFailed.at(
+                "device",
+                "cuda was asked for, but this service has xgboost-cpu (built without CUDA): install plain xgboost "
+                "(the docker GPU image does), or use device auto",
+            )
+        device = "cuda"
+    elif request.device == "auto" and gpus and xgboost_has_cuda():
+        device = "cuda"
+    else:
+        device = "cpu"
+        if request.device == "auto" and gpus:
+            warnings.append("device auto: the executors have GPUs but xgboost is xgboost-cpu; training on CPU")
+
+    slots = cluster.task_slots(spark)
+    workers = spec.num_workers or min(slots, settings.max_workers_per_job)
+    if workers > settings.max_workers_per_job:
+        raise ValidationFailed.at("params.num_workers", f"at most {settings.max_workers_per_job} on this service")
+    if workers > slots:
+        raise ValidationFailed.at(
+            "params.num_workers",
+            f"{workers} workers need {workers} task slots at once (xgboost trains in a barrier stage that starts all "
+            f"tasks or none), and this cluster has {slots}; lower num_workers or add executors",
+        )
+    if device == "cuda" and addresses and workers > len(addresses):
+        raise ValidationFailed.at(
+            "params.num_workers", f"{workers} workers on cuda need a GPU each; the executors have {len(addresses)}"
+        )
+    return XGBoostPlan(
+        train=train,
+        validation=replace(validation, num_classes=train.num_classes) if validation else None,
+        spec=spec,
+        num_workers=workers,
+        device=device,
+        class_labels=class_labels,
+        warnings=tuple(warnings),
+    )

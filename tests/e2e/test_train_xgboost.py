@@ -1,0 +1,222 @@
+"""xgboost through the real service: train with xgboost.spark on local[2], then evaluate, batch- and online-predict
+the registered booster, and load it with plain xgboost."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.helpers import TAXI_FEATURES, Service, running_service
+
+REPO = Path(__file__).resolve().parents[2]
+RATE_NAMES = {1: "standard", 2: "jfk", 3: "newark", 5: "negotiated"}
+
+
+@pytest.fixture(scope="module")
+def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    data = tmp_path_factory.mktemp("data")
+    for part in ("train", "eval"):
+        taxi = pd.read_parquet(REPO / "datasets" / "taxi" / f"{part}.parquet")
+        taxi = taxi.assign(trip_id=np.arange(len(taxi)), rate_name=taxi["rate_code"].map(RATE_NAMES),
+                           long_trip=(taxi["trip_distance"] > 3).astype("int32"))  # fmt: skip
+        taxi.to_parquet(data / f"taxi-{part}.parquet")
+    with running_service(spark, tmp_path_factory.mktemp("svc"), data_roots=[data, REPO / "datasets"]) as service:
+        yield service
+
+
+def xgb_request(name: str, params: dict[str, Any], **dataset: Any) -> dict[str, Any]:
+    ds = {"uri": "taxi-train.parquet", "features": TAXI_FEATURES, "label": "fare_amount", "task": "regression"}
+    return {
+        "name": name,
+        "framework": "xgboost",
+        "dataset": {**ds, **dataset},
+        "validation": {"uri": "taxi-eval.parquet"},
+        "params": params,
+    }
+
+
+def finished(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
+    job = svc.wait(svc.train(body)["id"], {"SUCCEEDED", "FAILED"})
+    assert job["status"] == "SUCCEEDED", job["error"]
+    return job
+
+
+def plain_rmse(params: dict[str, Any], rounds: int) -> float:
+    import xgboost
+
+    train = pd.read_parquet(REPO / "datasets" / "taxi" / "train.parquet")
+    test = pd.read_parquet(REPO / "datasets" / "taxi" / "eval.parquet")
+    dtrain = xgboost.DMatrix(train[TAXI_FEATURES], label=train["fare_amount"])
+    booster = xgboost.train({**params, "nthread": 2, "seed": 0}, dtrain, num_boost_round=rounds)
+    predicted = booster.predict(xgboost.DMatrix(test[TAXI_FEATURES]))
+    return float(np.sqrt(np.mean((predicted - test["fare_amount"].to_numpy()) ** 2)))
+
+
+def test_regression_matches_plain_xgboost_and_serves_everywhere(svc: Service) -> None:
+    params = {"learning_rate": 0.1, "max_depth": 6, "subsample": 0.8, "gamma": 1}
+    job = finished(svc, xgb_request("taxi-xgb", {**params, "num_round": 60, "num_workers": 2}))
+    result = job["result"]
+    assert result["device"] == "cpu" and result["num_workers"] == 2
+    assert result["rounds"] == {"requested": 60, "trained": 60, "kept": 60}
+    plain = plain_rmse({**params, "objective": "reg:squarederror"}, 60)
+    assert abs(result["validation"]["rmse"] - plain) / plain < 0.05, (result["validation"], plain)
+    gain = result["feature_importance"]["gain"]
+    assert set(gain) == set(TAXI_FEATURES) and abs(sum(gain.values()) - 1) < 1e-9
+    assert max(gain, key=gain.__getitem__) in ("rate_code", "trip_distance", "h_distance")
+
+    metrics = svc.client.get(f"/jobs/{job['id']}/metrics", params={"key": "validation_rmse"}).json()["metrics"]
+    per_round = [m for m in metrics if m["step"] <= 60]
+    assert [m["step"] for m in per_round][:3] == [1, 2, 3] and len(per_round) >= 60
+    assert per_round[-1]["value"] < per_round[0]["value"]
+    logs = svc.client.get(f"/jobs/{job['id']}/logs").json()["lines"]
+    assert any("Spark stages" in (line["message"] or "") for line in logs) or job["progress"] == 1.0
+
+    # The artifact is xgboost's own JSON: plain xgboost loads it and predicts what the service predicts.
+    import xgboost
+
+    archive = svc.client.get("/models/taxi-xgb/versions/1/artifact")
+    assert archive.status_code == 200
+    with tarfile.open(fileobj=io.BytesIO(archive.content)) as tar:
+        raw = tar.extractfile("taxi-xgb-v1/model.json")
+        assert raw is not None
+        booster = xgboost.Booster(model_file=bytearray(raw.read()))
+    rows = pd.read_parquet(REPO / "datasets" / "taxi" / "eval.parquet").head(20)
+    online = svc.client.post(
+        "/predict", json={"model": {"name": "taxi-xgb"}, "dataframe_records": rows[TAXI_FEATURES].to_dict("records")}
+    )
+    assert online.status_code == 200, online.text
+    plain_pred = booster.predict(xgboost.DMatrix(rows[TAXI_FEATURES].astype("float32")))
+    np.testing.assert_allclose(online.json()["predictions"], plain_pred, rtol=1e-5, atol=1e-4)
+
+    evaluation = svc.client.post(
+        "/evaluate",
+        json={"model": {"name": "taxi-xgb"}, "dataset": {"uri": "taxi-eval.parquet"}, "metrics": ["regression"]},
+    )
+    assert evaluation.status_code == 202, evaluation.text
+    evaluated = svc.wait(evaluation.json()["id"], {"SUCCEEDED", "FAILED"})
+    assert evaluated["status"] == "SUCCEEDED", evaluated["error"]
+    assert evaluated["result"]["regression"]["rmse"] == pytest.approx(result["validation"]["rmse"], rel=1e-4)
+
+    out = str(Path(svc.runtime.settings.data_roots[0]) / "xgb-predictions")
+    batch = svc.client.post(
+        "/predict",
+        json={
+            "model": {"name": "taxi-xgb"},
+            "dataset": {"uri": "taxi-eval.parquet", "key": "trip_id"},
+            "output_uri": out,
+        },
+    )
+    assert batch.status_code == 202, batch.text
+    predicted = svc.wait(batch.json()["id"], {"SUCCEEDED", "FAILED"})
+    assert predicted["status"] == "SUCCEEDED", predicted["error"]
+    written = pd.read_parquet(out).sort_values("trip_id").head(20)
+    np.testing.assert_allclose(written["prediction"], plain_pred, rtol=1e-5, atol=1e-4)
+
+
+def test_early_stopping_keeps_the_best_rounds(svc: Service) -> None:
+    params = {"learning_rate": 0.5, "max_depth": 8, "num_round": 400, "early_stopping_rounds": 5, "num_workers": 2}
+    result = finished(svc, xgb_request("taxi-xgb-early", params))["result"]
+    rounds = result["rounds"]
+    assert rounds["trained"] < 400, "a learning rate of 0.5 overfits long before 400 rounds"
+    assert rounds["kept"] == result["best_iteration"] + 1 == rounds["trained"] - 5
+
+
+def test_multiclass_with_string_labels(svc: Service) -> None:
+    features = [f for f in TAXI_FEATURES if f != "rate_code"]
+    body = xgb_request(
+        "rate-xgb",
+        {"max_depth": 4, "num_round": 30, "eval_metric": ["mlogloss", "merror"], "num_workers": 2},
+        features=features,
+        label="rate_name",
+        task="classification",
+    )
+    job = finished(svc, body)
+    assert job["result"]["objective"] == "multi:softprob"
+    assert job["result"]["validation"]["accuracy"] > 0.95
+    version = svc.client.get("/models/rate-xgb/versions/1").json()
+    assert version["params"]["class_labels"] == ["jfk", "negotiated", "newark", "standard"]
+    rows = pd.read_parquet(REPO / "datasets" / "taxi" / "eval.parquet").head(50)
+    answer = svc.client.post(
+        "/predict", json={"model": {"name": "rate-xgb"}, "dataframe_records": rows[features].to_dict("records")}
+    ).json()
+    named = [RATE_NAMES[c] for c in rows["rate_code"]]
+    assert np.mean([a == b for a, b in zip(answer["predictions"], named, strict=True)]) > 0.9
+    assert np.allclose(np.sum(answer["probabilities"], axis=1), 1.0)
+
+    evaluation = svc.client.post(
+        "/evaluate",
+        json={"model": {"name": "rate-xgb"}, "dataset": {"uri": "taxi-eval.parquet"}, "metrics": ["classification"]},
+    )
+    evaluated = svc.wait(evaluation.json()["id"], {"SUCCEEDED", "FAILED"})
+    assert evaluated["status"] == "SUCCEEDED", evaluated["error"]
+    assert evaluated["result"]["classification"]["accuracy"] == pytest.approx(
+        job["result"]["validation"]["accuracy"], abs=1e-9
+    )
+
+
+def test_binary_classification_with_weights(svc: Service) -> None:
+    features = ["pickup_longitude", "pickup_latitude", "dropoff_longitude", "dropoff_latitude", "hour"]
+    body = xgb_request(
+        "long-xgb",
+        {"max_depth": 5, "num_round": 40, "eval_metric": "auc", "num_workers": 1},
+        features=features,
+        label="long_trip",
+        task="classification",
+        weight="passenger_count",
+    )
+    job = finished(svc, body)
+    assert job["result"]["objective"] == "binary:logistic"
+    assert job["result"]["validation"]["accuracy"] > 0.85
+    metrics = svc.client.get(f"/jobs/{job['id']}/metrics", params={"key": "validation_auc"}).json()["metrics"]
+    assert len(metrics) == 40 and metrics[-1]["value"] > 0.9
+
+
+@pytest.mark.parametrize(
+    ("params", "task", "where", "says"),
+    [
+        ({"max_dept": 8, "lerning_rate": 0.1}, "regression", "params.lerning_rate", "'lerning_rate', 'max_dept'"),
+        ({"objective": "binary:logistic"}, "regression", "params.objective", "classification objective"),
+        ({"objective": "reg:squarederror"}, "classification", "params.objective", "regression objective"),
+        ({"objective": "multi:softmax"}, "classification", "params.objective", "multi:softprob"),
+        ({"num_workers": 3}, "regression", "params.num_workers", "this cluster has 2"),
+        ({"eval_metric": "auc"}, "regression", "params.eval_metric", "not a regression metric"),
+        ({"max_depth": -1}, "regression", "params.max_depth", "between 0"),
+        ({"early_stopping_rounds": 0}, "regression", "params.early_stopping_rounds", "between 1"),
+    ],
+)
+def test_bad_parameters_are_422_before_a_job_exists(
+    svc: Service, params: dict[str, Any], task: str, where: str, says: str
+) -> None:
+    label = "fare_amount" if task == "regression" else "rate_name"
+    features = [f for f in TAXI_FEATURES if f != "rate_code"]
+    before = svc.client.get("/jobs", params={"limit": 200}).json()["items"]
+    response = svc.client.post("/train", json=xgb_request("bad", params, label=label, task=task, features=features))
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert says in problem["detail"], problem
+    assert problem["errors"][0]["loc"] == where
+    assert svc.client.get("/jobs", params={"limit": 200}).json()["items"] == before
+
+
+def test_cuda_without_gpus_is_a_clear_422(svc: Service) -> None:
+    body = {**xgb_request("cuda-xgb", {"num_round": 5}), "device": "cuda"}
+    response = svc.client.post("/train", json=body)
+    assert response.status_code == 422, response.text
+    assert "no executor has GPUs" in response.json()["detail"]
+
+
+def test_gpu_hist_from_the_article_trains_hist_on_cpu_and_says_so(svc: Service) -> None:
+    job = finished(svc, xgb_request("hist-xgb", {"tree_method": "gpu_hist", "num_round": 5, "num_workers": 1}))
+    logs = svc.client.get(f"/jobs/{job['id']}/logs").json()["lines"]
+    assert any("gpu_hist" in line["message"] and line["level"] == "WARNING" for line in logs)
+    version = svc.client.get("/models/hist-xgb/versions/1").json()
+    assert json.dumps(version["params"]["spec"]["params"]["tree_method"]) == '"hist"'

@@ -1,0 +1,105 @@
+"""xgboost parameters: the table matches xgboost itself, bad values and names are refused with the field named."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+from workers.errors import SpecError
+from workers.training.xgboost.spec import BOOSTER_PARAMS, parse_xgboost_params
+
+SAMPLE: dict[str, Any] = {
+    "grow_policy": "lossguide",
+    "tree_method": "hist",
+    "booster": "dart",
+    "sampling_method": "uniform",
+    "max_depth": 3,
+    "max_bin": 16,
+    "max_leaves": 4,
+    "num_parallel_tree": 1,
+    "max_cat_to_onehot": 2,
+    "quantile_alpha": 0.5,
+    "tweedie_variance_power": 1.5,
+}
+OBJECTIVE_FOR = {"huber_slope": "reg:pseudohubererror", "quantile_alpha": "reg:quantileerror",
+                 "tweedie_variance_power": "reg:tweedie", "scale_pos_weight": "binary:logistic"}  # fmt: skip
+NATIVE = {"learning_rate": "eta", "reg_lambda": "lambda", "reg_alpha": "alpha"}
+
+
+@pytest.mark.parametrize("name", sorted(BOOSTER_PARAMS))
+def test_every_table_entry_is_a_parameter_xgboost_uses(name: str) -> None:
+    """xgboost.train with validate_parameters warns about any parameter it does not use: a typo in the table would
+    let a user's parameter be ignored silently."""
+    import xgboost
+
+    value = SAMPLE.get(name, 0.5 if BOOSTER_PARAMS[name].kind is float else 1)
+    objective = OBJECTIVE_FOR.get(name, "reg:squarederror")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 3))
+    y = (x[:, 0] > 0).astype(float) if objective.startswith("binary") else np.abs(x[:, 0]) + 0.1
+    params = {NATIVE.get(name, name): value, "objective": objective, "validate_parameters": True, "nthread": 1}
+    if name in ("rate_drop", "skip_drop"):
+        params["booster"] = "dart"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        xgboost.train(params, xgboost.DMatrix(x, label=y), num_boost_round=1)
+    assert not [w for w in caught if "not used" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_defaults_per_task() -> None:
+    assert parse_xgboost_params({}, task="regression").objective == "reg:squarederror"
+    assert parse_xgboost_params({}, task="classification", num_classes=2).objective == "binary:logistic"
+    assert parse_xgboost_params({}, task="classification", num_classes=5).objective == "multi:softprob"
+    assert parse_xgboost_params({}, task="regression").num_round == 100
+
+
+def test_the_articles_parameters() -> None:
+    spec = parse_xgboost_params(
+        {"learning_rate": 0.05, "max_depth": 8, "subsample": 0.8, "gamma": 1, "num_round": 500,
+         "tree_method": "gpu_hist"},
+        task="regression",
+    )  # fmt: skip
+    assert spec.num_round == 500
+    assert spec.params == {"learning_rate": 0.05, "max_depth": 8, "subsample": 0.8, "gamma": 1.0, "tree_method": "hist"}
+    assert any("gpu_hist" in w for w in spec.warnings)
+
+
+def test_native_aliases_are_stored_under_one_name() -> None:
+    spec = parse_xgboost_params({"eta": 0.1, "lambda": 2, "n_estimators": 7}, task="regression")
+    assert spec.params == {"learning_rate": 0.1, "reg_lambda": 2.0} and spec.num_round == 7
+    with pytest.raises(SpecError, match="same parameter"):
+        parse_xgboost_params({"eta": 0.1, "learning_rate": 0.2}, task="regression")
+
+
+@pytest.mark.parametrize(
+    ("params", "task", "classes", "path", "words"),
+    [
+        ({"max_dept": 3}, "regression", None, "params.max_dept", "unknown xgboost parameter 'max_dept'"),
+        ({"n_jobs": 3}, "regression", None, "params.n_jobs", "unknown"),
+        ({"subsample": 0}, "regression", None, "params.subsample", "in (0, 1]"),
+        ({"learning_rate": "fast"}, "regression", None, "params.learning_rate", "must be float"),
+        ({"tree_method": "exact"}, "regression", None, "params.tree_method", "one of hist, approx"),
+        ({"num_round": 0}, "regression", None, "params.num_round", "between 1"),
+        ({"objective": "reg:nonsense"}, "regression", None, "params.objective", "unknown objective"),
+        ({"objective": "multi:softprob"}, "regression", None, "params.objective", "classification objective"),
+        ({"objective": "count:poisson"}, "classification", 2, "params.objective", "regression objective"),
+        ({"objective": "multi:softprob"}, "classification", 2, "params.objective", "binary:logistic"),
+        ({"eval_metric": "mlogloss"}, "classification", 2, "params.eval_metric", "not a binary metric"),
+        ({"eval_metric": ["rmse", 3]}, "regression", None, "params.eval_metric", "list of names"),
+        ({"max_depth": 0}, "regression", None, "params.max_depth", "lossguide"),
+        ({"validation_fraction": 1}, "regression", None, "params.validation_fraction", "(0, 1)"),
+        ({}, None, None, "dataset.task", "required"),
+    ],
+)
+def test_bad_params(params: dict[str, Any], task: Any, classes: int | None, path: str, words: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_xgboost_params(params, task=task, num_classes=classes)
+    assert info.value.path == path and words in info.value.message, info.value
+
+
+def test_metric_thresholds_and_lists() -> None:
+    spec = parse_xgboost_params({"eval_metric": ["error@0.7", "auc"]}, task="classification", num_classes=2)
+    assert spec.eval_metric == ("error@0.7", "auc")

@@ -1,0 +1,237 @@
+"""XGBoost training: ``xgboost.spark`` estimators with ``num_workers`` barrier tasks, on CPU or CUDA executors.
+
+Runs on the driver; xgboost.spark ships its own training function to the executors. The fitted booster is
+saved in xgboost's JSON format (loadable with plain xgboost) next to a card with the columns, the task and
+the class labels; evaluation and prediction load that pair (workers/inference/xgboost_model.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from workers import storage
+from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
+from workers.data.clean import clean
+from workers.data.spec import read_dataframe
+from workers.inference.xgboost_model import CARD_FILE, MODEL_FILE
+from workers.spark_progress import StageProgress
+from workers.training.validation import validation_metrics
+from workers.training.xgboost.spec import XGBoostPlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+LABEL_INDEX_COL = "_label_index"
+VALIDATION_COL = "_is_validation"
+FEATURES_COL = "_features"
+IMPORTANCE_TYPES = ("gain", "weight", "cover")
+
+
+def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
+    spec, ds = plan.spec, plan.train
+    for warning in plan.warnings:
+        ctx.warn(warning)
+    ctx.progress(0.0, "reading data")
+    # String classes are checked by their mapping (below), not as numbers 0..k-1.
+    checked = replace(ds, num_classes=None) if plan.class_labels else ds
+    train_df, rows, dropped = clean(ctx, read_dataframe(ctx.spark, ds), checked)
+    if rows == 0:
+        raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
+    if plan.validation is not None:
+        val_checked = replace(plan.validation, num_classes=None) if plan.class_labels else plan.validation
+        val_df, val_rows, val_dropped = clean(ctx, read_dataframe(ctx.spark, plan.validation), val_checked)
+        dropped += val_dropped
+    else:
+        fraction = ds.validation_fraction or spec.validation_fraction
+        train_df, val_df = train_df.randomSplit([1 - fraction, fraction], ds.split_seed)
+        val_rows = -1
+        ctx.log(f"no validation set given: holding out {fraction:.0%} of the training data")
+    label_col = ds.label
+    assert label_col is not None
+    if plan.class_labels:
+        train_df, val_df = (
+            _index_labels(train_df, label_col, plan.class_labels),
+            _index_labels(val_df, label_col, plan.class_labels),
+        )
+        label_col = LABEL_INDEX_COL
+    ctx.log(
+        f"xgboost {spec.objective}: {spec.num_round} rounds on {plan.num_workers} workers ({plan.device}), "
+        f"{rows} rows, {len(ds.features)} features"
+    )
+    if ds.weight and ds.weight not in val_df.columns:  # weights concern training; validation rows count once
+        val_df = val_df.withColumn(ds.weight, _lit(1.0).cast(dict(train_df.dtypes)[ds.weight]))
+    train_df, val_df = _with_features(train_df, ds.features), _with_features(val_df, ds.features)
+    data = train_df.withColumn(VALIDATION_COL, _lit(False)).unionByName(val_df.withColumn(VALIDATION_COL, _lit(True)))
+    estimator = _estimator(plan, label_col)
+    with StageProgress(ctx, low=0.05, high=0.85, label="training"):
+        model = estimator.fit(data)
+    ctx.check_cancelled()
+
+    booster = model.get_booster()
+    best = _best_iteration(booster)
+    rounds = booster.num_boosted_rounds()
+    if best is not None and best + 1 < rounds:
+        ctx.log(f"early stopping: best round {best + 1} of {rounds}; keeping {best + 1} rounds")
+        booster = booster[: best + 1]
+    importance = _importance(booster, ds.features)
+    points = _round_metrics(model)
+    ctx.metrics(points)
+
+    ctx.progress(0.88, "evaluating on the validation data")
+    predictions = model.transform(val_df.select(FEATURES_COL, label_col))
+    val_metrics = validation_metrics(spec.task, label_col, predictions)
+    kept = booster.num_boosted_rounds()
+    ctx.metrics(MetricPoint(f"validation_{k}", v, step=kept) for k, v in val_metrics.items())
+
+    ctx.progress(0.95, "saving the model")
+    card = _card(plan)
+    local = ctx.work_dir / "model"
+    local.mkdir(parents=True, exist_ok=True)
+    booster.feature_names = list(ds.features)  # plain xgboost users then see names (and DMatrix checks them)
+    booster.save_model(str(local / MODEL_FILE))
+    (local / CARD_FILE).write_text(json.dumps(card, indent=1))
+    uri = local.as_uri()
+    if ctx.store:
+        uri = storage.publish_dir(local, storage.join(ctx.store, "jobs", ctx.job_id, "model"))
+    result: dict[str, Any] = {
+        "task": spec.task,
+        "objective": spec.objective,
+        "device": plan.device,
+        "num_workers": plan.num_workers,
+        "rows": {"train": rows, **({"validation": val_rows} if val_rows >= 0 else {})},
+        "rounds": {"requested": spec.num_round, "trained": rounds, "kept": kept},
+        "best_iteration": best,
+        "validation": val_metrics,
+        "feature_importance": importance,
+        "history": {key: values[-1] for key, values in _histories(model).items()},
+    }
+    if dropped or ds.bad_rows == "skip":
+        result["bad_rows"] = dropped
+    ctx.progress(1.0, "done")
+    return JobOutcome(
+        result=result,
+        model=ModelArtifact(framework="xgboost", uri=uri, metrics=val_metrics, params=card),
+    )
+
+
+def _lit(value: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.lit(value)
+
+
+def _with_features(df: DataFrame, features: tuple[str, ...]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return df.withColumn(FEATURES_COL, F.array(*[F.col(c).cast("float") for c in features]))
+
+
+def _index_labels(df: DataFrame, label: str, names: tuple[str, ...]) -> DataFrame:
+    """String classes -> their index in the (sorted) names; unknown names are rows to refuse, not class 0."""
+    from pyspark.sql import functions as F
+
+    index = F.array_position(F.array(*[F.lit(n) for n in names]), F.col(label).cast("string")) - 1
+    indexed = df.withColumn(LABEL_INDEX_COL, index.cast("double"))
+    unknown = indexed.where(F.col(LABEL_INDEX_COL) < 0).select(label).limit(3).collect()
+    if unknown:
+        raise JobFailure(
+            "BAD_ROWS",
+            f"labels {[r[label] for r in unknown]} are not among the training data's classes {list(names)}",
+        )
+    return indexed
+
+
+def _estimator(plan: XGBoostPlan, label_col: str) -> Any:
+    from xgboost.spark import SparkXGBClassifier, SparkXGBRegressor
+
+    spec, ds = plan.spec, plan.train
+    kwargs: dict[str, Any] = {
+        # One array column, not xgboost.spark's features_cols list: with the list, a pandas batch that holds only
+        # training or only validation rows fails in xgboost.spark's data.append_m (KeyError 'values').
+        "features_col": FEATURES_COL,
+        "label_col": label_col,
+        "num_workers": plan.num_workers,
+        "device": plan.device,
+        "validation_indicator_col": VALIDATION_COL,
+        "n_estimators": spec.num_round,
+        "random_state": spec.seed,
+        # A union of training and validation rows may have exactly num_workers partitions, which xgboost.spark
+        # then trains on as they are, and a barrier stage refuses a union (SPARK-24820): always shuffle.
+        "force_repartition": True,
+        "verbose": False,  # no per-round lines on the executors' stderr: they are stored as job metrics
+        **spec.params,
+    }
+    if ds.weight:
+        kwargs["weight_col"] = ds.weight
+    if spec.eval_metric:
+        kwargs["eval_metric"] = list(spec.eval_metric) if len(spec.eval_metric) > 1 else spec.eval_metric[0]
+    if spec.early_stopping_rounds is not None:
+        kwargs["early_stopping_rounds"] = spec.early_stopping_rounds
+    if spec.task == "regression":
+        return SparkXGBRegressor(objective=spec.objective, **kwargs)
+    return SparkXGBClassifier(**kwargs)
+
+
+def _best_iteration(booster: Any) -> int | None:
+    value = booster.attr("best_iteration")
+    return int(value) if value is not None else None
+
+
+def _histories(model: Any) -> dict[str, list[float]]:
+    """Per-round metrics xgboost recorded: ``train_<metric>`` and ``validation_<metric>``."""
+    summary = getattr(model, "training_summary", None)
+    if summary is None:
+        return {}
+    out: dict[str, list[float]] = {}
+    for prefix, history in (("train", summary.train_objective_history),
+                            ("validation", summary.validation_objective_history)):  # fmt: skip
+        for metric, values in (history or {}).items():
+            out[f"{prefix}_{metric}"] = [float(v) for v in values]
+    return out
+
+
+def _round_metrics(model: Any) -> list[MetricPoint]:
+    return [
+        MetricPoint(key, value, step=round_ + 1)
+        for key, values in _histories(model).items()
+        for round_, value in enumerate(values)
+    ]
+
+
+def _importance(booster: Any, features: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Per feature, for each importance type, normalised to sum to 1 (features never split on are 0)."""
+    out: dict[str, dict[str, float]] = {}
+    for kind in IMPORTANCE_TYPES:
+        scores = booster.get_score(importance_type=kind)
+        by_name = {_feature_name(key, features): float(value) for key, value in scores.items()}
+        total = sum(by_name.values()) or 1.0
+        ranked = sorted(features, key=lambda f: -by_name.get(f, 0.0))
+        out[kind] = {name: by_name.get(name, 0.0) / total for name in ranked}
+    return out
+
+
+def _feature_name(key: str, features: tuple[str, ...]) -> str:
+    if key in features:
+        return key
+    if key.startswith("f") and key[1:].isdigit() and int(key[1:]) < len(features):
+        return features[int(key[1:])]
+    return key
+
+
+def _card(plan: XGBoostPlan) -> dict[str, Any]:
+    """What feeding the model needs (stored with the version as its params, and next to the booster)."""
+    ds, spec = plan.train, plan.spec
+    num_classes = len(plan.class_labels) if plan.class_labels else ds.num_classes
+    return {
+        "task": spec.task,
+        "features": list(ds.features),
+        "label": ds.label,
+        "labels": [ds.label],
+        "num_classes": num_classes if spec.task == "classification" else None,
+        "class_labels": list(plan.class_labels) if plan.class_labels else None,
+        "objective": spec.objective,
+        "array_column": False,
+        "spec": spec.to_dict(),
+    }

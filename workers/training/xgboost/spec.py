@@ -1,0 +1,255 @@
+"""``framework: "xgboost"`` parameters: booster parameters passed through to ``xgboost.spark``, checked first.
+
+Pure Python (the API validates requests with it before a job exists). Every name is checked against a table of
+the booster parameters that ``xgboost.spark`` estimators take, with types and bounds, so a typo is a 422 that
+names it instead of a parameter xgboost silently ignores; a test checks the table against xgboost's own
+estimator so it cannot drift.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from workers.data.spec import ResolvedDataset
+from workers.errors import SpecError
+from workers.training.spark_ml.spec import ParamRule, Scalar, _check_value
+
+Task = Literal["classification", "regression"]
+Device = Literal["auto", "cpu", "cuda"]
+
+
+def _positive(v: Any) -> bool:
+    return bool(v >= 1)
+
+
+def _non_negative(v: Any) -> bool:
+    return bool(v >= 0)
+
+
+def _fraction(v: Any) -> bool:
+    return bool(0 < v <= 1)
+
+
+BOOSTER_PARAMS: dict[str, ParamRule] = {
+    "learning_rate": ParamRule(float, lambda v: 0 < v <= 1, "in (0, 1]"),
+    "max_depth": ParamRule(int, lambda v: 0 <= v <= 64, "between 0 (no limit, lossguide only) and 64"),
+    "min_child_weight": ParamRule(float, _non_negative, ">= 0"),
+    "gamma": ParamRule(float, _non_negative, ">= 0"),
+    "subsample": ParamRule(float, _fraction, "in (0, 1]"),
+    "colsample_bytree": ParamRule(float, _fraction, "in (0, 1]"),
+    "colsample_bylevel": ParamRule(float, _fraction, "in (0, 1]"),
+    "colsample_bynode": ParamRule(float, _fraction, "in (0, 1]"),
+    "reg_lambda": ParamRule(float, _non_negative, ">= 0"),
+    "reg_alpha": ParamRule(float, _non_negative, ">= 0"),
+    "max_delta_step": ParamRule(float, _non_negative, ">= 0"),
+    "max_bin": ParamRule(int, lambda v: v >= 2, ">= 2"),
+    "max_leaves": ParamRule(int, _non_negative, ">= 0"),
+    "grow_policy": ParamRule(str, choices=("depthwise", "lossguide")),
+    "tree_method": ParamRule(str, choices=("hist", "approx", "gpu_hist")),
+    "booster": ParamRule(str, choices=("gbtree", "dart")),
+    "scale_pos_weight": ParamRule(float, lambda v: v > 0, "> 0"),
+    "base_score": ParamRule(float),
+    "num_parallel_tree": ParamRule(int, _positive, ">= 1"),
+    "sampling_method": ParamRule(str, choices=("uniform", "gradient_based")),
+    "huber_slope": ParamRule(float, lambda v: v > 0, "> 0"),
+    "quantile_alpha": ParamRule(float, lambda v: 0 < v < 1, "in (0, 1)"),
+    "tweedie_variance_power": ParamRule(float, lambda v: 1 <= v < 2, "in [1, 2)"),
+    "rate_drop": ParamRule(float, lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "skip_drop": ParamRule(float, lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "max_cat_to_onehot": ParamRule(int, _positive, ">= 1"),
+}
+"""Booster parameters by their ``xgboost.spark`` (scikit-learn) names."""
+
+ALIASES = {
+    "eta": "learning_rate",
+    "lambda": "reg_lambda",
+    "alpha": "reg_alpha",
+    "min_split_loss": "gamma",
+    "n_estimators": "num_round",
+    "num_boost_round": "num_round",
+    "random_state": "seed",
+}
+"""xgboost's native names, accepted and stored under the names on the left of BOOSTER_PARAMS."""
+
+REGRESSION_OBJECTIVES = (
+    "reg:squarederror",
+    "reg:squaredlogerror",
+    "reg:pseudohubererror",
+    "reg:absoluteerror",
+    "reg:quantileerror",
+    "reg:logistic",
+    "reg:gamma",
+    "reg:tweedie",
+    "count:poisson",
+)
+CLASSIFICATION_OBJECTIVES = ("binary:logistic", "multi:softprob")
+"""``xgboost.spark``'s classifier always learns probabilities; it picks one of these from the number of classes."""
+
+REGRESSION_METRICS = ("rmse", "rmsle", "mae", "mape", "mphe", "poisson-nloglik", "gamma-nloglik", "gamma-deviance",
+                      "tweedie-nloglik", "quantile")  # fmt: skip
+BINARY_METRICS = ("logloss", "error", "auc", "aucpr")
+MULTI_METRICS = ("mlogloss", "merror", "auc", "aucpr")
+CONTROL_KEYS = ("objective", "eval_metric", "num_round", "early_stopping_rounds", "num_workers", "seed",
+                "validation_fraction")  # fmt: skip
+MAX_ROUNDS = 100_000
+
+
+@dataclass(frozen=True)
+class XGBoostSpec:
+    task: Task
+    objective: str
+    num_round: int = 100
+    params: dict[str, Scalar] = field(default_factory=dict)
+    eval_metric: tuple[str, ...] = ()
+    early_stopping_rounds: int | None = None
+    num_workers: int | None = None
+    """None: one task per slot of the cluster."""
+    seed: int = 0
+    validation_fraction: float = 0.2
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "objective": self.objective,
+            "num_round": self.num_round,
+            "params": dict(self.params),
+            "eval_metric": list(self.eval_metric),
+            "early_stopping_rounds": self.early_stopping_rounds,
+            "num_workers": self.num_workers,
+            "seed": self.seed,
+            "validation_fraction": self.validation_fraction,
+        }
+
+
+@dataclass(frozen=True)
+class XGBoostPlan:
+    """What an xgboost job runs: checked datasets, parameters, workers and device."""
+
+    train: ResolvedDataset
+    validation: ResolvedDataset | None
+    spec: XGBoostSpec
+    num_workers: int
+    device: Literal["cpu", "cuda"]
+    class_labels: tuple[str, ...] | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def _int(path: str, value: Any, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise SpecError(path, f"must be an integer between {low} and {high}, got {value!r}")
+    return value
+
+
+def _canonical(params: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        canon = ALIASES.get(name, name)
+        if canon in out:
+            raise SpecError(f"params.{name}", f"{name} and {canon} are the same parameter; give one")
+        out[canon] = value
+    return out
+
+
+def _objective(task: Task, num_classes: int | None, given: Any) -> str:
+    default = "reg:squarederror" if task == "regression" else _classifier_objective(num_classes)
+    if given is None:
+        return default
+    if not isinstance(given, str):
+        raise SpecError("params.objective", f"must be a string, got {given!r}")
+    if task == "regression":
+        if given in REGRESSION_OBJECTIVES:
+            return given
+        if given in (*CLASSIFICATION_OBJECTIVES, "multi:softmax", "binary:hinge", "binary:logitraw"):
+            raise SpecError("params.objective", f"{given} is a classification objective but dataset.task is regression")
+        raise SpecError(
+            "params.objective", f"unknown objective {given!r}; for regression one of {', '.join(REGRESSION_OBJECTIVES)}"
+        )
+    if given in REGRESSION_OBJECTIVES:
+        raise SpecError("params.objective", f"{given} is a regression objective but dataset.task is classification")
+    if given != default:
+        raise SpecError(
+            "params.objective",
+            f"xgboost.spark's classifier learns probabilities with {default} for "
+            f"{num_classes or 'these'} classes; leave objective out or set it to {default}, not {given!r}",
+        )
+    return given
+
+
+def _classifier_objective(num_classes: int | None) -> str:
+    return "binary:logistic" if (num_classes or 2) <= 2 else "multi:softprob"
+
+
+def _eval_metrics(task: Task, num_classes: int | None, given: Any) -> tuple[str, ...]:
+    if given is None:
+        return ()
+    names = [given] if isinstance(given, str) else given
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise SpecError("params.eval_metric", f"must be a metric name or a non-empty list of names, got {given!r}")
+    allowed: tuple[str, ...]
+    if task == "regression":
+        allowed = REGRESSION_METRICS
+    else:
+        allowed = BINARY_METRICS if (num_classes or 2) <= 2 else MULTI_METRICS
+    for name in names:
+        base = name.split("@", 1)[0]
+        if base not in allowed:
+            kind = task if task == "regression" else ("binary" if (num_classes or 2) <= 2 else "multi-class")
+            raise SpecError("params.eval_metric", f"{name!r} is not a {kind} metric; one of {', '.join(allowed)}")
+    return tuple(names)
+
+
+def parse_xgboost_params(
+    params: Mapping[str, Any] | None, *, task: Task | None, num_classes: int | None = None
+) -> XGBoostSpec:
+    """Validate ``params`` of an xgboost training request (paths in errors start at ``params``)."""
+    if task is None:
+        raise SpecError("dataset.task", "required for xgboost: classification or regression")
+    raw = _canonical(params or {})
+    unknown = sorted(name for name in raw if name not in BOOSTER_PARAMS and name not in CONTROL_KEYS)
+    if unknown:
+        known = ", ".join(sorted((*BOOSTER_PARAMS, *CONTROL_KEYS)))
+        names = ", ".join(repr(n) for n in unknown)
+        plural = "s" if len(unknown) > 1 else ""
+        raise SpecError(f"params.{unknown[0]}", f"unknown xgboost parameter{plural} {names}; known: {known}")
+    warnings: list[str] = []
+    booster: dict[str, Scalar] = {}
+    for name, value in raw.items():
+        if name in BOOSTER_PARAMS:
+            booster[name] = _check_value(f"params.{name}", name, BOOSTER_PARAMS[name], value)
+    if booster.get("tree_method") == "gpu_hist":
+        booster["tree_method"] = "hist"
+        warnings.append('tree_method "gpu_hist" was removed in xgboost 2.0: training with "hist" on the job\'s device')
+    if booster.get("max_depth") == 0 and booster.get("grow_policy") != "lossguide":
+        raise SpecError("params.max_depth", 'max_depth 0 (no limit) needs grow_policy "lossguide"')
+    num_round = _int("params.num_round", raw["num_round"], 1, MAX_ROUNDS) if "num_round" in raw else 100
+    early = raw.get("early_stopping_rounds")
+    if early is not None:
+        early = _int("params.early_stopping_rounds", early, 1, MAX_ROUNDS)
+    workers = raw.get("num_workers")
+    if workers is not None:
+        workers = _int("params.num_workers", workers, 1, 10_000)
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise SpecError("params.seed", f"must be an integer, got {seed!r}")
+    fraction = raw.get("validation_fraction", 0.2)
+    if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
+        raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {fraction!r}")
+    for name, value in booster.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"params.{name}", f"must be finite, got {value!r}")
+    return XGBoostSpec(
+        task=task,
+        objective=_objective(task, num_classes, raw.get("objective")),
+        num_round=num_round,
+        params=booster,
+        eval_metric=_eval_metrics(task, num_classes, raw.get("eval_metric")),
+        early_stopping_rounds=early,
+        num_workers=workers,
+        seed=seed,
+        validation_fraction=float(fraction),
+        warnings=tuple(warnings),
+    )
