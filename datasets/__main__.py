@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from datasets import digits, sequences, taxi
+from datasets import digits, linear, sequences, taxi
 
 
 def main() -> None:
@@ -19,9 +19,17 @@ def main() -> None:
     d.add_argument("--out", default="datasets/digits")
     q = sub.add_parser("sequences", help="variable-length sequences, last-step class labels (train, test)")
     q.add_argument("--out", default="datasets/sequences")
+    r = sub.add_parser("linear", help="y = Xw + b + noise with known w and b (train, eval, truth.json)")
+    r.add_argument("--out", default="datasets/linear")
+    r.add_argument("--train-rows", type=int, default=4000)
+    r.add_argument("--eval-rows", type=int, default=1000)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--noise-std", type=float, default=linear.NOISE_STD)
     args = parser.parse_args()
     if args.what == "taxi":
         taxi.write(args.out, args.train_rows, args.eval_rows, args.seed)
+    elif args.what == "linear":
+        linear.write(args.out, args.train_rows, args.eval_rows, args.seed, args.noise_std)
     elif args.what == "sequences":
         sequences.write(args.out)
     else:

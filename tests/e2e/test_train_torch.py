@@ -134,6 +134,7 @@ def test_digits_mlp_and_taxi_regression(service: Service) -> None:
     fares = pd.read_parquet("datasets/taxi/eval.parquet")["fare_amount"]
     mean_rmse = float(((fares - fares.mean()) ** 2).mean() ** 0.5)
     assert taxi["result"]["validation"]["rmse"] < 0.35 * mean_rmse, (taxi["result"]["validation"], mean_rmse)
+    assert "linear_model" not in taxi["result"]  # an MLP is not a linear model
 
 
 @pytest.mark.slow

@@ -44,7 +44,9 @@ def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> Sh
     if unknown:
         raise SpecError(f"{path}.{unknown[0]}", f"unknown setting; known: {', '.join(sorted(_SHARING_KEYS))}")
     defaults = SharingConfig()
-    algorithm = {"type": "adaptive", "initial_threshold": 1e-2, **dict(obj.get("threshold_algorithm") or {})}
+    algorithm = {"type": "adaptive", **dict(obj.get("threshold_algorithm") or {})}
+    if algorithm["type"] != "fixed":  # fixed takes only "threshold"
+        algorithm.setdefault("initial_threshold", 1e-2)
     try:
         make_threshold_algorithm(algorithm)
     except (ValueError, TypeError) as exc:

@@ -270,19 +270,35 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     summary = summarize(results, plan, rows)
     if not summary["replicas_identical"]:
         ctx.warn("the workers' final parameters differ: the replicas drifted apart (please report this)")
+    linear = _linear_model(ctx, plan, cfg.model_card)
+    if linear is not None:
+        summary["linear_model"] = linear
     ctx.progress(1.0, "done")
     params = {"network": plan.network, **cfg.model_card, "mode": plan.mode, "epochs": plan.epochs}
     return JobOutcome(
         result=summary,
-        model=ModelArtifact(
-            framework="torch",
-            uri=storage.join(ctx.store, "jobs", ctx.job_id, "model")
-            if ctx.store
-            else (ctx.work_dir / "model").as_uri(),
-            metrics=summary["validation"],
-            params=params,
-        ),
+        model=ModelArtifact(framework="torch", uri=_model_uri(ctx), metrics=summary["validation"], params=params),
     )
+
+
+def _linear_model(ctx: JobContext, plan: TorchPlan, card: dict[str, Any]) -> dict[str, Any] | None:
+    """A linear regression's weights and bias in raw feature units (and their error against a shipped truth)."""
+    from workers.training.torch import linear
+
+    if not linear.is_linear(plan.network, card):
+        return None
+    try:
+        found = linear.report(plan.network, card, linear.load_tensors(_model_uri(ctx)), plan.train.path)
+    except (OSError, ValueError) as exc:
+        ctx.warn(f"no linear-model report: {exc}")
+        return None
+    if found is not None and "error" in found:
+        err = found["error"]
+        ctx.log(
+            f"linear model vs {linear.TRUTH_FILE}: weights off by at most {err['weights_max_abs']:.4g} "
+            f"(rmse {err['weights_rmse']:.4g}), bias by {err['bias_abs']:.4g}"
+        )
+    return found
 
 
 def _model_uri(ctx: JobContext) -> str:

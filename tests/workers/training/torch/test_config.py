@@ -1,0 +1,24 @@
+"""The ``training.gradient_sharing`` block as a request spells it."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.errors import SpecError
+from workers.training.torch.config import parse_sharing
+from workers.training.torch.spec import parse_optimizer
+
+ADAM = parse_optimizer({"type": "adam", "learning_rate": 0.01})
+
+
+def test_threshold_algorithm_defaults_per_type() -> None:
+    assert parse_sharing(None, ADAM).threshold_algorithm == {"type": "adaptive", "initial_threshold": 1e-2}
+    fixed = {"type": "fixed", "threshold": 1e-3}
+    assert parse_sharing({"threshold_algorithm": fixed}, ADAM).threshold_algorithm == fixed
+    target = parse_sharing({"threshold_algorithm": {"type": "target_sparsity", "target_sparsity": 1e-3}}, ADAM)
+    assert target.threshold_algorithm["initial_threshold"] == 1e-2
+
+
+def test_fixed_threshold_needs_its_threshold() -> None:
+    with pytest.raises(SpecError, match="needs 'threshold'"):
+        parse_sharing({"threshold_algorithm": {"type": "fixed"}}, ADAM)
