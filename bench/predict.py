@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.common import free_port, stop, wait_ready
+
 REPO = Path(__file__).resolve().parents[1]
 MLFLOW_VENV = REPO / ".bench" / "mlflow-venv"
 NETWORK = {
@@ -40,36 +41,6 @@ NETWORK = {
         {"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"},
     ],
 }
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: the server exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def ensure_mlflow() -> Path:
@@ -116,7 +87,7 @@ def main() -> None:
         raise SystemExit("bench.predict needs wrk on the PATH (apt-get install wrk)")
     concurrencies, seconds, batch_rows = ([1, 8], 5, 100_000) if args.quick else ([1, 4, 16, 64], 10, 1_000_000)
     work = Path(tempfile.mkdtemp(prefix="bench-predict-"))
-    ours_port, theirs_port = _free_port(), _free_port()
+    ours_port, theirs_port = free_port(), free_port()
     env = {**os.environ, "SPARKTRAIN_VAR_DIR": str(work / "var"), "SPARKTRAIN_SPARK_MASTER": "local[2]",
            "SPARKTRAIN_SPARK_CONF": '{"spark.ui.enabled":"false"}', "SPARKTRAIN_LOG_LEVEL": "WARNING"}  # fmt: skip
     ours = subprocess.Popen([sys.executable, "-m", "app", "--port", str(ours_port)], cwd=REPO, env=env,
@@ -124,7 +95,7 @@ def main() -> None:
     theirs: subprocess.Popen[bytes] | None = None
     base = f"http://127.0.0.1:{ours_port}"
     try:
-        _wait(f"{base}/readyz", ours)
+        wait_ready(f"{base}/readyz", ours)
         client = httpx.Client(base_url=base, timeout=600)
         train = {
             "name": "bench-mlp",
@@ -170,7 +141,7 @@ def main() -> None:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env={**os.environ, "PATH": f"{MLFLOW_VENV / 'bin'}:{os.environ.get('PATH', '')}"},
         )  # fmt: skip
-        _wait(f"http://127.0.0.1:{theirs_port}/ping", theirs)
+        wait_ready(f"http://127.0.0.1:{theirs_port}/ping", theirs)
 
         rng = np.random.default_rng(0)
         rows = rng.uniform(0, 16, (64, 64)).round(2).tolist()
@@ -215,8 +186,8 @@ def main() -> None:
         }
     finally:
         if theirs is not None:
-            _stop(theirs)
-        _stop(ours)
+            stop(theirs)
+        stop(ours)
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"{'body':<8} {'clients':>7} {'server':<11} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>9}")

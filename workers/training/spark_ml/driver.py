@@ -13,6 +13,7 @@ from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
+from workers.spark_progress import StageProgress
 from workers.training.spark_ml.spec import SparkMLPlan, SparkMLSpec
 from workers.training.validation import validation_metrics
 
@@ -76,7 +77,8 @@ def _fit(
         model, cv_table, best_params = _cross_validate(ctx, spec, pipeline, estimator, label_col, train_df)
     else:
         ctx.progress(0.1, "fitting")
-        model = pipeline.fit(train_df)
+        with StageProgress(ctx, low=0.1, high=0.9, label="fitting"):
+            model = pipeline.fit(train_df)
     ctx.check_cancelled()
 
     ctx.progress(0.92, "evaluating on the validation data")

@@ -8,6 +8,7 @@ the class labels; evaluation and prediction load that pair (workers/inference/xg
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     for warning in plan.warnings:
         ctx.warn(warning)
     ctx.progress(0.0, "reading data")
+    started = time.perf_counter()
     # String classes are checked by their mapping (below), not as numbers 0..k-1.
     checked = replace(ds, num_classes=None) if plan.class_labels else ds
     train_df, rows, dropped = clean(ctx, read_dataframe(ctx.spark, ds), checked)
@@ -58,8 +60,9 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         label_col = LABEL_INDEX_COL
     ctx.log(
         f"xgboost {spec.objective}: {spec.num_round} rounds on {plan.num_workers} workers ({plan.device}), "
-        f"{rows} rows, {len(ds.features)} features"
+        f"{rows} rows, {len(ds.features)} features; data read and checked in {time.perf_counter() - started:.1f} s"
     )
+    fit_started = time.perf_counter()
     if ds.weight and ds.weight not in val_df.columns:  # weights concern training; validation rows count once
         val_df = val_df.withColumn(ds.weight, _lit(1.0).cast(dict(train_df.dtypes)[ds.weight]))
     train_df, val_df = _with_features(train_df, ds.features), _with_features(val_df, ds.features)
@@ -68,6 +71,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     with StageProgress(ctx, low=0.05, high=0.85, label="training"):
         model = estimator.fit(data)
     ctx.check_cancelled()
+    ctx.log(f"trained in {time.perf_counter() - fit_started:.1f} s")
 
     booster = model.get_booster()
     best = _best_iteration(booster)
