@@ -15,6 +15,9 @@ DRIVERS = {
     "spark_ml": "workers.training.spark_ml.driver",
 }
 
+RECIPES = {"gpu-smoke": "workers.recipes.gpu_smoke"}
+"""Recipe jobs (type ``recipe``, the recipe's name in the job's ``name``): each module has ``run(ctx, request)``."""
+
 
 def task_name(job_type: str, framework: str) -> str:
     """Explicit Celery task names (DESIGN.md §3): ``train.spark_ml``, ``train.torch``, ``evaluate.run``, ..."""

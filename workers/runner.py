@@ -24,7 +24,7 @@ from app.services.inference import plan_evaluation, plan_prediction
 from app.services.training import plan_training
 from workers import storage
 from workers.context import JobCancelled, JobFailure, JobOutcome, MetricPoint
-from workers.families import DRIVERS
+from workers.families import DRIVERS, RECIPES
 from workers.runtime import JobRuntime, RunningJob
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def run_job(rt: JobRuntime, job_id: str) -> None:
         return
     with transaction(rt.db) as s:
         job = jobs.get_job(session=s, job_id=job_id)
-        job_type, framework, request, attempt = job.type, job.framework, job.request, job.attempt
+        job_type, framework, name, request, attempt = job.type, job.framework, job.name, job.request, job.attempt
     running = rt.running.add(job_id)
     watcher = _Watcher(rt, running)
     sc = rt.spark.sparkContext
@@ -148,7 +148,7 @@ def run_job(rt: JobRuntime, job_id: str) -> None:
         with transaction(rt.db) as s:
             jobs.transition(session=s, job_id=job_id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
         ctx.check_cancelled()
-        outcome = _execute(rt, ctx, job_type, framework, request)
+        outcome = _execute(rt, ctx, job_type, framework, request, name=name)
     except BaseException as exc:
         _drain_job_group(rt, job_id)
         _settle(rt, ctx, exc)
@@ -219,7 +219,20 @@ def _ignore_delivery(rt: JobRuntime, job_id: str) -> None:
     log.info("job %s is %s: duplicate delivery ignored", job_id, status)
 
 
-def _execute(rt: JobRuntime, ctx: DbJobContext, job_type: str, framework: str | None, request: dict[str, Any]) -> Any:
+def _execute(
+    rt: JobRuntime,
+    ctx: DbJobContext,
+    job_type: str,
+    framework: str | None,
+    request: dict[str, Any],
+    *,
+    name: str | None = None,
+) -> Any:
+    if job_type == "recipe":
+        if name not in RECIPES:
+            raise JobFailure("UNSUPPORTED", f"no recipe named {name!r}")
+        ctx.progress(0.0, f"starting the {name} recipe")
+        return importlib.import_module(RECIPES[name]).run(ctx, request)
     ctx.progress(0.0, "checking the request against the data")
     if job_type == "train":
         if framework not in DRIVERS:

@@ -19,6 +19,8 @@ class JobType(StrEnum):
     TRAIN = "train"
     EVALUATE = "evaluate"
     PREDICT = "predict"
+    RECIPE = "recipe"
+    """A named, self-contained Spark job that checks the cluster (``POST /recipes/gpu-smoke``)."""
 
 
 TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})

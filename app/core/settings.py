@@ -53,6 +53,17 @@ class Settings(BaseSettings):
     spark_conf: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="Extra Spark settings as a JSON object (overrides spark-conf/)."
     )
+    spark_profile: str = Field(
+        "",
+        pattern=r"^[A-Za-z0-9_-]*$",
+        description="A profile spark-conf/<name>.conf applied over spark-defaults.conf, e.g. gpu (the RAPIDS "
+        "Accelerator and GPU scheduling, app/spark/profile.py); empty = none.",
+    )
+    rapids_jar: Path | None = Field(
+        None,
+        description="The RAPIDS Accelerator jar the gpu profile loads; unset = $SPARK_RAPIDS_JAR, else the newest "
+        "/opt/sparkRapidsPlugin/rapids-4-spark_*.jar. Without a jar the plugin stays off.",
+    )
 
     # --- jobs ----------------------------------------------------------------------------------------------
     in_process_consumer: bool = Field(True, description="Run a Celery consumer (threads pool) inside the driver.")
@@ -106,6 +117,11 @@ class Settings(BaseSettings):
         updates["data_roots"] = [Path(r).resolve() for r in roots]
         updates["artifact_root"] = self.artifact_root.resolve()
         updates["spark_conf_dir"] = self.spark_conf_dir.resolve()
+        if self.spark_profile and not (updates["spark_conf_dir"] / f"{self.spark_profile}.conf").is_file():
+            raise ValueError(
+                f"spark_profile {self.spark_profile!r}: there is no {updates['spark_conf_dir']}/"
+                f"{self.spark_profile}.conf (profiles are files in the Spark conf directory)"
+            )
         for key, value in updates.items():
             object.__setattr__(self, key, value)
         return self

@@ -64,3 +64,59 @@ def task_slots(spark: SparkSession) -> int:
     infos = executors(spark)
     workers = [e for e in infos if e["id"] != "driver"] or infos
     return sum(e["cores"] // task_cpus for e in workers)
+
+
+def gpu_addresses(spark: SparkSession) -> dict[str, list[str]]:
+    """GPU addresses Spark knows of, by holder: ``driver`` (local masters run tasks there) and executor ids."""
+    out: dict[str, list[str]] = {}
+    driver = spark.sparkContext.resources.get("gpu")
+    if driver is not None and driver.addresses:
+        out["driver"] = [str(a) for a in driver.addresses]
+    for info in executors(spark):
+        gpus = info["resources"].get("gpu")
+        if gpus and info["id"] != "driver":
+            out[info["id"]] = gpus
+    return out
+
+
+def _class_loads(spark: SparkSession, name: str) -> bool:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    try:
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        jvm.java.lang.Class.forName(name, False, loader)
+        return True
+    except Exception:
+        return False
+
+
+def rapids_status(spark: SparkSession) -> dict[str, Any]:
+    """Whether the RAPIDS Accelerator is active in this session, read from the live session: ``spark.plugins``
+    lists it, ``spark.rapids.sql.enabled`` is true and the JVM loads its class; ``reason`` says why not."""
+    from app.spark.profile import PROFILE_KEY, RAPIDS_JAR_KEY, RAPIDS_OFF_KEY, RAPIDS_PLUGIN
+
+    conf = spark.sparkContext.getConf()
+    plugins = [p.strip() for p in (conf.get("spark.plugins") or "").split(",")]
+    configured = RAPIDS_PLUGIN in plugins
+    sql_enabled = str(spark.conf.get("spark.rapids.sql.enabled", "true")).lower() == "true"
+    loads = configured and _class_loads(spark, RAPIDS_PLUGIN)
+    reason: str | None = None
+    if not configured:
+        reason = conf.get(RAPIDS_OFF_KEY) or f"the RAPIDS plugin is not configured: spark.plugins lacks {RAPIDS_PLUGIN}"
+    elif not loads:
+        reason = (
+            f"spark.plugins lists {RAPIDS_PLUGIN} but the driver's JVM cannot load it: put the RAPIDS jar on "
+            "spark.jars and spark.driver.extraClassPath"
+        )
+    elif not sql_enabled:
+        reason = "the RAPIDS plugin is loaded but spark.rapids.sql.enabled is false"
+    return {
+        "jar": conf.get(RAPIDS_JAR_KEY) or None,
+        "profile": conf.get(PROFILE_KEY) or None,
+        "plugin": RAPIDS_PLUGIN,
+        "configured": configured,
+        "class_loaded": loads,
+        "sql_enabled": sql_enabled,
+        "active": configured and loads and sql_enabled,
+        "reason": reason,
+    }

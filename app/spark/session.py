@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from app.core.settings import Settings
+from app.spark.profile import merge_conf, recorded_keys, resolve_profile
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,10 +25,12 @@ def prepare_spark_environment(settings: Settings) -> None:
 
 
 def build_spark_session(settings: Settings) -> SparkSession:
-    """Start (or join) this process's SparkSession with ``spark-conf/`` plus ``settings.spark_conf``."""
+    """Start (or join) this process's SparkSession with ``spark-defaults.conf``, then the selected profile
+    (``spark-conf/<profile>.conf``, see :mod:`app.spark.profile`), then ``settings.spark_conf``."""
     from pyspark.sql import SparkSession
 
     prepare_spark_environment(settings)
+    profile = resolve_profile(settings)
     scratch = settings.var_dir / "spark"
     scratch.mkdir(parents=True, exist_ok=True)
     builder = (
@@ -36,11 +39,18 @@ def build_spark_session(settings: Settings) -> SparkSession:
         .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch}")
     )
-    for key, value in settings.spark_conf.items():
+    conf = merge_conf(profile.conf, settings.spark_conf) | recorded_keys(profile)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    log.info("SparkSession ready: master=%s app=%s", spark.sparkContext.master, spark.sparkContext.applicationId)
+    log.info(
+        "SparkSession ready: master=%s app=%s profile=%s RAPIDS plugin %s",
+        spark.sparkContext.master,
+        spark.sparkContext.applicationId,
+        profile.name or "-",
+        "on" if profile.plugin else "off",
+    )
     return spark
 
 

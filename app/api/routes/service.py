@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from app.api.deps import RuntimeDep
 from app.core.errors import PROBLEM_BASE
-from app.schemas.service import ClusterRead, ExecutorInfo, Health, Readiness
+from app.schemas.service import ClusterRead, ExecutorInfo, Health, RapidsStatus, Readiness
 from app.spark import cluster
 from app.spark.session import spark_alive
 
@@ -61,7 +61,9 @@ def readyz(rt: RuntimeDep) -> Readiness | JSONResponse:
     return Readiness(status="ready", checks=checks)
 
 
-@router.get("/cluster", response_model=ClusterRead, summary="Spark master, application, executors, versions")
+@router.get(
+    "/cluster", response_model=ClusterRead, summary="Spark master, application, executors, GPUs, RAPIDS, versions"
+)
 def get_cluster(rt: RuntimeDep) -> ClusterRead:
     sc = rt.spark.sparkContext
     return ClusterRead(
@@ -82,4 +84,6 @@ def get_cluster(rt: RuntimeDep) -> ClusterRead:
             "database": rt.settings.redacted_url(rt.settings.database_url),
             "broker": rt.settings.redacted_url(rt.settings.broker_url),
         },
+        gpu_addresses=cluster.gpu_addresses(rt.spark),
+        rapids=RapidsStatus(**cluster.rapids_status(rt.spark)),
     )

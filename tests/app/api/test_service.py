@@ -22,6 +22,18 @@ def test_cluster(service: Service) -> None:
     assert cluster["executors"][0]["max_memory_bytes"] > 0
     assert cluster["versions"]["pyspark"] == "4.3.0"
     assert cluster["driver"]["in_process_consumer"] is True
+    assert cluster["gpu_addresses"] == {}
+
+
+def test_cluster_reports_rapids(service: Service) -> None:
+    rapids = service.client.get("/cluster").json()["rapids"]
+    assert rapids["plugin"] == "com.nvidia.spark.SQLPlugin"
+    assert rapids["configured"] is False and rapids["active"] is False and rapids["class_loaded"] is False
+    assert rapids["sql_enabled"] is True  # RAPIDS' default; it matters once the plugin is loaded
+    assert rapids["profile"] is None
+    # the test session has no profile and no jar: the reason says both, and how to enable the plugin
+    assert rapids["reason"].startswith("the RAPIDS plugin is not configured: no jar found at ")
+    assert "SPARKTRAIN_SPARK_PROFILE=gpu" in rapids["reason"]
 
 
 def test_openapi_documents_examples(service: Service) -> None:
