@@ -23,6 +23,7 @@ from workers.data.clean import clean
 from workers.data.normalize import Normalizer
 from workers.data.normalize import fit as fit_normalizer
 from workers.data.spec import ResolvedDataset, read_dataframe
+from workers.environment.driver import check_executors
 from workers.training.torch.config import DataLayout, TorchPlan, TrainerConfig
 from workers.training.torch.monitor import Monitor
 
@@ -237,6 +238,8 @@ def _data(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int], 
 
 
 def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
+    ctx.progress(0.0, "checking the executors")
+    check_executors(ctx, ("torch", "numpy", "pyarrow"), plan.num_workers, cuda=plan.device != "cpu")
     ctx.progress(0.0, "preparing the data")
     frame, rows, normalizer, export_dir, export_mode = _data(ctx, plan)
     cfg = replace(

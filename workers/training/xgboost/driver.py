@@ -16,6 +16,7 @@ from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
+from workers.environment.driver import check_executors
 from workers.inference.xgboost_model import CARD_FILE, MODEL_FILE
 from workers.spark_progress import StageProgress
 from workers.training.validation import validation_metrics
@@ -34,6 +35,8 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     spec, ds = plan.spec, plan.train
     for warning in plan.warnings:
         ctx.warn(warning)
+    ctx.progress(0.0, "checking the executors")
+    check_executors(ctx, ("xgboost", "numpy", "pyarrow"), plan.num_workers)
     ctx.progress(0.0, "reading data")
     started = time.perf_counter()
     # String classes are checked by their mapping (below), not as numbers 0..k-1.

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A real Spark standalone cluster on this machine, from the pip-installed pyspark (which has no start-master.sh):
+# one master and N workers, bound to 127.0.0.1 only, each worker with its own cores, memory and work directory,
+# stopped by PID.
+#
+#   scripts/cluster.sh start [--workers N] [--cores C] [--memory 2g] [--port 7077] [--dir var/cluster] [--fake-gpus N]
+#   (the master's web UI, with its JSON at /json/, listens on port + 1)
+#   scripts/cluster.sh stop  [--dir var/cluster]
+#   scripts/cluster.sh status [--dir var/cluster]
+#
+# Then: SPARKTRAIN_SPARK_MASTER=spark://127.0.0.1:7077 python -m app
+#
+# --fake-gpus N puts a stand-in nvidia-smi that reports N GPUs on the workers' PATH and gives each worker one GPU
+# through spark-conf/getGpusResources.sh (how the GPU scheduling path is tested on machines without GPUs; the
+# executors then get GPU addresses but no CUDA).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
+cmd="${1:-}"; shift || true
+workers=2 cores=1 memory=2g port=7077 dir="$REPO/var/cluster" fake_gpus=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) workers="$2"; shift 2 ;;
+    --cores) cores="$2"; shift 2 ;;
+    --memory) memory="$2"; shift 2 ;;
+    --port) port="$2"; shift 2 ;;
+    --dir) dir="$2"; shift 2 ;;
+    --fake-gpus) fake_gpus="$2"; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+spark_home() { "$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))'; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# Workers the master counts as alive, from its web UI's JSON (port + 1); the daemons log only warnings.
+alive_workers() {
+  "$PYTHON" - "$((port + 1))" <<'PY' 2>/dev/null || echo 0
+import json, sys, urllib.request
+print(json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/json/", timeout=2))["aliveworkers"])
+PY
+}
+
+start() {
+  mkdir -p "$dir"
+  if alive "$dir/master.pid"; then echo "a cluster already runs from $dir (stop it first)" >&2; exit 1; fi
+  local home; home="$(spark_home)"
+  export SPARK_HOME="$home" SPARK_CONF_DIR="$REPO/spark-conf" SPARK_LOCAL_IP=127.0.0.1
+  export PYSPARK_PYTHON="$PYTHON" SPARK_LOG_DIR="$dir/logs" SPARK_PID_DIR="$dir"
+  mkdir -p "$SPARK_LOG_DIR"
+  SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false" \
+    nohup "$home/bin/spark-class" org.apache.spark.deploy.master.Master \
+      --host 127.0.0.1 --port "$port" --webui-port "$((port + 1))" >"$dir/logs/master.out" 2>&1 &
+  echo $! >"$dir/master.pid"
+  for _ in $(seq 1 60); do port_open "$port" && break; sleep 0.5; done
+  port_open "$port" || { echo "the master did not open port $port; see $dir/logs/master.out" >&2; exit 1; }
+
+  local worker_opts="" path="$PATH"
+  if [ "$fake_gpus" -gt 0 ]; then
+    mkdir -p "$dir/bin"
+    # A stand-in for nvidia-smi --query-gpu=index --format=csv,noheader: the indexes 0..N-1.
+    printf '#!/usr/bin/env bash\nseq 0 %d\n' "$((fake_gpus - 1))" >"$dir/bin/nvidia-smi"
+    chmod +x "$dir/bin/nvidia-smi"
+    path="$dir/bin:$PATH"
+    worker_opts="-Dspark.worker.resource.gpu.amount=1 -Dspark.worker.resource.gpu.discoveryScript=$REPO/spark-conf/getGpusResources.sh"
+  fi
+  for i in $(seq 1 "$workers"); do
+    mkdir -p "$dir/worker-$i"
+    PATH="$path" SPARK_WORKER_OPTS="$worker_opts" \
+      nohup "$home/bin/spark-class" org.apache.spark.deploy.worker.Worker \
+        --host 127.0.0.1 --cores "$cores" --memory "$memory" --work-dir "$dir/worker-$i" --webui-port 0 \
+        "spark://127.0.0.1:$port" >"$dir/logs/worker-$i.out" 2>&1 &
+    echo $! >"$dir/worker-$i.pid"
+  done
+  local registered=0
+  for _ in $(seq 1 120); do
+    registered="$(alive_workers)"
+    [ "$registered" -ge "$workers" ] && break
+    sleep 0.5
+  done
+  if [ "$registered" -lt "$workers" ]; then
+    echo "$registered of $workers workers registered; see $dir/logs/" >&2; stop; exit 1
+  fi
+  echo "spark://127.0.0.1:$port ($workers workers x $cores cores, $memory; state in $dir)"
+}
+
+stop() {
+  for pid_file in "$dir"/worker-*.pid "$dir"/master.pid; do
+    [ -f "$pid_file" ] || continue
+    local pid; pid="$(cat "$pid_file")"
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$pid_file"
+  done
+}
+
+status() {
+  for pid_file in "$dir"/master.pid "$dir"/worker-*.pid; do
+    [ -f "$pid_file" ] || continue
+    if alive "$pid_file"; then echo "$(basename "$pid_file" .pid): running ($(cat "$pid_file"))"
+    else echo "$(basename "$pid_file" .pid): gone"; fi
+  done
+}
+
+case "$cmd" in
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

@@ -1,0 +1,95 @@
+"""A real Spark standalone cluster (scripts/cluster.sh: one master, two 1-core workers, each with one stand-in GPU)
+and sparktrain drivers started against it as separate processes, as operators run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.helpers import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_SCRIPT = REPO / "scripts" / "cluster.sh"
+
+
+@pytest.fixture(scope="session")
+def standalone_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    state = tmp_path_factory.mktemp("cluster")
+    port = free_port()
+    start = [str(CLUSTER_SCRIPT), "start", "--port", str(port), "--dir", str(state), "--memory", "1g",
+             "--fake-gpus", "2"]  # fmt: skip
+    env = {**os.environ, "PYTHON": sys.executable}
+    subprocess.run(start, check=True, timeout=240, env=env)
+    try:
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(CLUSTER_SCRIPT), "stop", "--dir", str(state)], check=False, timeout=120, env=env)
+
+
+@contextmanager
+def cluster_driver(master: str, work: Path, **env: str) -> Iterator[httpx.Client]:
+    """``python -m app`` as its own process with the cluster as its master; its executors run in the workers'
+    directories, so nothing can lean on the driver's working directory."""
+    port = free_port()
+    data = work / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    spark_conf = {"spark.ui.enabled": "false", "spark.executor.cores": "1", "spark.executor.memory": "1g",
+                  "spark.cores.max": "2"}  # fmt: skip
+    values = {
+        **os.environ,
+        "SPARKTRAIN_VAR_DIR": str(work / "var"),
+        "SPARKTRAIN_SPARK_MASTER": master,
+        "SPARKTRAIN_SPARK_CONF": json.dumps(spark_conf),
+        "SPARKTRAIN_DATA_ROOTS": f"{REPO / 'datasets'},{data}",
+        "SPARKTRAIN_ARTIFACT_STORE": (work / "store").as_uri(),
+        **env,
+    }
+    log = (work / "driver.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "app", "--port", str(port)], cwd=REPO, env=values, stdout=log,
+                            stderr=subprocess.STDOUT)  # fmt: skip
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, (work / "driver.log").read_text()[-3000:]
+            try:
+                if client.get("/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the driver did not become ready"
+            time.sleep(0.5)
+        # Executors register a moment after the application starts.
+        while len([e for e in client.get("/cluster").json()["executors"] if e["id"] != "driver"]) < 2:
+            assert time.monotonic() < deadline, client.get("/cluster").json()
+            time.sleep(0.5)
+        yield client
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        client.close()
+        log.close()
+
+
+def finish(client: httpx.Client, path: str, body: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
+    response = client.post(path, json=body)
+    assert response.status_code == 202, response.text
+    job_id = response.json()["id"]
+    deadline = time.monotonic() + timeout
+    while (job := client.get(f"/jobs/{job_id}").json())["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.5)
+    return dict(job)

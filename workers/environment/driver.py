@@ -1,0 +1,83 @@
+"""Before a job's barrier stage: the executors' Python environment, compared with the driver's.
+
+The Python counterpart of the seed article's Scala-suffix and shading errors: a driver and executors with
+different pyspark, torch or xgboost versions fail late and obscurely (pickled functions that do not load,
+NCCL or rabit protocol errors). One barrier stage of the job's width asks every task for its versions
+(allGather); a mismatch fails the job before any data moves, naming the executor and both versions. A set of
+executors that passed is not asked again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from workers.context import JobContext, JobFailure
+from workers.environment.remote import describe, gather
+
+_checked: set[tuple[Any, ...]] = set()
+_lock = threading.Lock()
+
+
+def _base(version: str) -> str:
+    """2.13.0+cu121 and 2.13.0+cpu are the same torch for pickles and protocols."""
+    try:
+        return Version(version).base_version
+    except InvalidVersion:
+        return version
+
+
+def mismatches(driver: dict[str, Any], executors: list[dict[str, Any]]) -> list[str]:
+    """Plain sentences, one per executor and difference."""
+    problems: list[str] = []
+    py = ".".join(driver["python"].split(".")[:2])
+    for env in executors:
+        where = f"executor at {env.get('executor') or '?'}"
+        theirs = ".".join(str(env.get("python", "?")).split(".")[:2])
+        if theirs != py:
+            problems.append(f"{where} runs Python {env.get('python')}, the driver {driver['python']}")
+        for name, mine in driver["libraries"].items():
+            other = env.get("libraries", {}).get(name)
+            if mine is None:
+                continue
+            if other is None:
+                problems.append(f"{where} has no {name} (the driver has {mine})")
+            elif _base(other) != _base(mine):
+                problems.append(f"{where} has {name} {other}, the driver {mine}")
+    return problems
+
+
+def check_executors(ctx: JobContext, libraries: tuple[str, ...], tasks: int, *, cuda: bool = False) -> None:
+    """Fail the job with ENVIRONMENT_MISMATCH unless the executors that run ``tasks`` barrier tasks match."""
+    from app.spark.cluster import executors
+
+    ids = tuple(sorted(e["id"] for e in executors(ctx.spark)))
+    key = (ids, libraries, tasks, cuda)
+    with _lock:
+        if key in _checked:
+            return
+    mine = describe(libraries, cuda=False)
+    rdd = ctx.spark.sparkContext.parallelize(range(tasks), tasks).barrier().mapPartitions(gather(libraries, cuda))
+    found = [json.loads(line) for line in rdd.collect()]
+    problems = mismatches(mine, found)
+    if problems:
+        raise JobFailure(
+            "ENVIRONMENT_MISMATCH",
+            "the executors' Python environment differs from the driver's: "
+            + "; ".join(problems)
+            + ". Install the same versions on both (the docker images build the driver and the executors from one "
+            "requirements set).",
+        )
+    versions = ", ".join(f"{k} {v}" for k, v in mine["libraries"].items() if v)
+    hosts = sorted({str(e.get("executor")) for e in found})
+    message = (
+        f"executor environment matches the driver on {len(hosts)} executor(s): Python {mine['python']}, {versions}"
+    )
+    if cuda:
+        message += "; CUDA " + ", ".join(f"{e.get('executor')}: {'yes' if e.get('cuda') else 'no'}" for e in found)
+    ctx.log(message)
+    with _lock:
+        _checked.add(key)
