@@ -4,6 +4,7 @@ database engine (migrated), SparkSession, Celery app and, by default, the in-pro
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,11 @@ class ServiceRuntime:
             retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5},
         )
 
+    reconciler: Reconciler | None = None
+
     def close(self) -> None:
+        if self.reconciler is not None:
+            self.reconciler.stop()
         if self._closed:
             return
         self._closed = True
@@ -63,6 +68,43 @@ class ServiceRuntime:
         if self.owns_spark:
             self.spark.stop()
         self.engine.dispose()
+
+
+class Reconciler:
+    """Fails (and where possible retries) jobs whose driver died: once at start-up, then every
+    ``reconcile_interval_s`` (app/services/reconcile.py)."""
+
+    def __init__(self, rt: ServiceRuntime) -> None:
+        self._rt = rt
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
+
+    def start(self) -> None:
+        self.run_once()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def run_once(self) -> list[dict[str, Any]]:
+        from app.services.reconcile import reconcile
+
+        try:
+            actions = reconcile(
+                db=self._rt.db, enqueue=self._rt.enqueue, stale_after_s=self._rt.settings.heartbeat_stale_s
+            )
+        except Exception:
+            log.exception("the reconciler's pass failed")
+            return []
+        for action in actions:
+            log.warning("reconciler: job %s %s", action["job_id"], action["action"])
+        return actions
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._rt.settings.reconcile_interval_s):
+            self.run_once()
 
 
 def start_runtime(settings: Settings, *, spark: SparkSession | None = None) -> ServiceRuntime:
@@ -106,6 +148,8 @@ def start_runtime(settings: Settings, *, spark: SparkSession | None = None) -> S
         except Exception:
             rt.close()
             raise
+    rt.reconciler = Reconciler(rt)
+    rt.reconciler.start()
     log.info(
         "driver %s ready: database %s, broker %s, Spark %s (%s), in-process consumer %s",
         job_runtime.worker_id,

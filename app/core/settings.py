@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     )
     broker_poll_interval_s: float = Field(0.05, gt=0, description="Polling period of server-less brokers.")
     heartbeat_interval_s: float = Field(1.0, gt=0, description="Job watcher period: heartbeat and cancel check.")
+    heartbeat_stale_s: float = Field(
+        30.0, gt=0, description="A running job whose heartbeat is older than this lost its driver (the reconciler)."
+    )
+    reconcile_interval_s: float = Field(15.0, gt=0, description="How often the reconciler looks for lost jobs.")
     data_path: Literal["direct", "export"] = Field(
         "direct",
         description="torch jobs: stream prepared rows into the barrier stage each job (direct), or export them once "

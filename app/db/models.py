@@ -30,6 +30,8 @@ class Job(Base):
     request: Mapped[dict[str, Any]] = mapped_column(JSON)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
+    attempts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=list)
+    """Earlier attempts: attempt, worker_id, started_at, ended_at, status, error_reason, error_message."""
     error_reason: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
     # The model a job produced (train) or used (evaluate, predict); plain values, not a foreign key.

@@ -39,6 +39,10 @@ class JobRead(BaseModel):
     error: JobError | None
     model: ModelRef | None
     warnings: list[str]
+    attempts: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Earlier attempts that ended without finishing the job (e.g. DRIVER_LOST before a retry).",
+    )
     owner: str
     worker_id: str | None = Field(description="The driver process that runs (or ran) the job.")
     spark_app_id: str | None

@@ -37,6 +37,7 @@ def to_job_read(job: Job) -> JobRead:
         if job.model_name and job.model_version
         else None,
         warnings=list(job.warnings or []),
+        attempts=list(job.attempts or []),
         owner=job.owner,
         worker_id=job.worker_id,
         spark_app_id=job.spark_app_id,
