@@ -82,7 +82,9 @@ def plan_xgboost(
             warnings.append("device auto: the executors have GPUs but xgboost is xgboost-cpu; training on CPU")
 
     slots = cluster.task_slots(spark)
-    workers = spec.num_workers or min(slots, settings.max_workers_per_job)
+    local = str(spark.sparkContext.master).startswith("local")
+    # One machine: one worker with every core (as plain xgboost); a cluster: one single-threaded worker per slot.
+    workers = spec.num_workers or (1 if local else min(slots, settings.max_workers_per_job))
     if workers > settings.max_workers_per_job:
         raise ValidationFailed.at("params.num_workers", f"at most {settings.max_workers_per_job} on this service")
     if workers > slots:
@@ -95,7 +97,15 @@ def plan_xgboost(
         raise ValidationFailed.at(
             "params.num_workers", f"{workers} workers on cuda need a GPU each; the executors have {len(addresses)}"
         )
+    threads = spec.threads_per_worker
+    if threads is None and local:
+        threads = max(1, slots // workers)
+    if local and threads is not None and threads * workers > slots:
+        raise ValidationFailed.at(
+            "params.threads_per_worker", f"{workers} workers x {threads} threads exceed this machine's {slots} cores"
+        )
     return XGBoostPlan(
+        threads=threads,
         train=train,
         validation=replace(validation, num_classes=train.num_classes) if validation else None,
         spec=spec,

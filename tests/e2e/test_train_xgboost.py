@@ -190,6 +190,7 @@ def test_binary_classification_with_weights(svc: Service) -> None:
         ({"eval_metric": "auc"}, "regression", "params.eval_metric", "not a regression metric"),
         ({"max_depth": -1}, "regression", "params.max_depth", "between 0"),
         ({"early_stopping_rounds": 0}, "regression", "params.early_stopping_rounds", "between 1"),
+        ({"num_workers": 2, "threads_per_worker": 2}, "regression", "params.threads_per_worker", "2 cores"),
     ],
 )
 def test_bad_parameters_are_422_before_a_job_exists(
@@ -215,8 +216,11 @@ def test_cuda_without_gpus_is_a_clear_422(svc: Service) -> None:
 
 
 def test_gpu_hist_from_the_article_trains_hist_on_cpu_and_says_so(svc: Service) -> None:
-    job = finished(svc, xgb_request("hist-xgb", {"tree_method": "gpu_hist", "num_round": 5, "num_workers": 1}))
+    """Also the local-master default: one worker with every core, as plain xgboost would run."""
+    job = finished(svc, xgb_request("hist-xgb", {"tree_method": "gpu_hist", "num_round": 5}))
+    assert job["result"]["num_workers"] == 1
     logs = svc.client.get(f"/jobs/{job['id']}/logs").json()["lines"]
     assert any("gpu_hist" in line["message"] and line["level"] == "WARNING" for line in logs)
+    assert any("1 workers (cpu, 2 threads each)" in line["message"] for line in logs), logs
     version = svc.client.get("/models/hist-xgb/versions/1").json()
     assert json.dumps(version["params"]["spec"]["params"]["tree_method"]) == '"hist"'

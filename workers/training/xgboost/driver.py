@@ -23,7 +23,7 @@ from workers.training.validation import validation_metrics
 from workers.training.xgboost.spec import XGBoostPlan
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 LABEL_INDEX_COL = "_label_index"
 VALIDATION_COL = "_is_validation"
@@ -41,12 +41,13 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     started = time.perf_counter()
     # String classes are checked by their mapping (below), not as numbers 0..k-1.
     checked = replace(ds, num_classes=None) if plan.class_labels else ds
-    train_df, rows, dropped = clean(ctx, read_dataframe(ctx.spark, ds), checked)
+    session = _training_session(ctx)
+    train_df, rows, dropped = clean(ctx, read_dataframe(session, ds), checked)
     if rows == 0:
         raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
     if plan.validation is not None:
         val_checked = replace(plan.validation, num_classes=None) if plan.class_labels else plan.validation
-        val_df, val_rows, val_dropped = clean(ctx, read_dataframe(ctx.spark, plan.validation), val_checked)
+        val_df, val_rows, val_dropped = clean(ctx, read_dataframe(session, plan.validation), val_checked)
         dropped += val_dropped
     else:
         fraction = ds.validation_fraction or spec.validation_fraction
@@ -62,15 +63,19 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         )
         label_col = LABEL_INDEX_COL
     ctx.log(
-        f"xgboost {spec.objective}: {spec.num_round} rounds on {plan.num_workers} workers ({plan.device}), "
+        f"xgboost {spec.objective}: {spec.num_round} rounds on {plan.num_workers} workers ({plan.device}"
+        f"{f', {plan.threads} threads each' if plan.threads else ''}), "
         f"{rows} rows, {len(ds.features)} features; data read and checked in {time.perf_counter() - started:.1f} s"
     )
     fit_started = time.perf_counter()
     if ds.weight and ds.weight not in val_df.columns:  # weights concern training; validation rows count once
         val_df = val_df.withColumn(ds.weight, _lit(1.0).cast(dict(train_df.dtypes)[ds.weight]))
-    train_df, val_df = _with_features(train_df, ds.features), _with_features(val_df, ds.features)
+    expected_val = val_rows if val_rows >= 0 else int(rows * (ds.validation_fraction or spec.validation_fraction))
+    columnar = _columnar_fits(rows + max(val_rows, 0), expected_val, plan.num_workers)
+    if not columnar:
+        train_df, val_df = _with_features(train_df, ds.features), _with_features(val_df, ds.features)
     data = train_df.withColumn(VALIDATION_COL, _lit(False)).unionByName(val_df.withColumn(VALIDATION_COL, _lit(True)))
-    estimator = _estimator(plan, label_col)
+    estimator = _estimator(plan, label_col, columnar)
     with StageProgress(ctx, low=0.05, high=0.85, label="training"):
         model = estimator.fit(data)
     ctx.check_cancelled()
@@ -87,7 +92,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     ctx.metrics(points)
 
     ctx.progress(0.88, "evaluating on the validation data")
-    predictions = model.transform(val_df.select(FEATURES_COL, label_col))
+    predictions = model.transform(val_df.select(*(ds.features if columnar else [FEATURES_COL]), label_col))
     val_metrics = validation_metrics(spec.task, label_col, predictions)
     kept = booster.num_boosted_rounds()
     ctx.metrics(MetricPoint(f"validation_{k}", v, step=kept) for k, v in val_metrics.items())
@@ -150,14 +155,32 @@ def _index_labels(df: DataFrame, label: str, names: tuple[str, ...]) -> DataFram
     return indexed
 
 
-def _estimator(plan: XGBoostPlan, label_col: str) -> Any:
+BATCH_ROWS = 10_000_000
+"""Arrow batch rows in an xgboost job's own session: a partition up to this size is one pandas batch."""
+
+
+def _training_session(ctx: JobContext) -> SparkSession:
+    """A session of the driver's SparkContext for this job, whose Arrow batches hold whole partitions.
+
+    Feature columns are xgboost.spark's fast, columnar input, but with them it fails on a pandas batch that has
+    no training or no validation rows (KeyError 'values' in xgboost/spark/data.py append_m). A partition in one
+    batch has both after the shuffle. The setting stays in this job's session; other jobs keep theirs."""
+    session = ctx.spark.newSession()
+    session.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(BATCH_ROWS))
+    return session
+
+
+def _columnar_fits(total_rows: int, validation_rows: int, workers: int) -> bool:
+    """Feature columns when every partition is one batch holding validation rows; else one array column."""
+    return total_rows / workers <= BATCH_ROWS / 2 and validation_rows >= 100 * workers
+
+
+def _estimator(plan: XGBoostPlan, label_col: str, columnar: bool) -> Any:
     from xgboost.spark import SparkXGBClassifier, SparkXGBRegressor
 
     spec, ds = plan.spec, plan.train
     kwargs: dict[str, Any] = {
-        # One array column, not xgboost.spark's features_cols list: with the list, a pandas batch that holds only
-        # training or only validation rows fails in xgboost.spark's data.append_m (KeyError 'values').
-        "features_col": FEATURES_COL,
+        "features_col": list(ds.features) if columnar else FEATURES_COL,
         "label_col": label_col,
         "num_workers": plan.num_workers,
         "device": plan.device,
@@ -176,9 +199,27 @@ def _estimator(plan: XGBoostPlan, label_col: str) -> Any:
         kwargs["eval_metric"] = list(spec.eval_metric) if len(spec.eval_metric) > 1 else spec.eval_metric[0]
     if spec.early_stopping_rounds is not None:
         kwargs["early_stopping_rounds"] = spec.early_stopping_rounds
+    cls: Any = SparkXGBRegressor if spec.task == "regression" else SparkXGBClassifier
     if spec.task == "regression":
-        return SparkXGBRegressor(objective=spec.objective, **kwargs)
-    return SparkXGBClassifier(**kwargs)
+        kwargs["objective"] = spec.objective
+    if plan.threads is not None:
+        cls = _threaded(cls, plan.threads)
+    return cls(**kwargs)
+
+
+def _threaded(cls: Any, threads: int) -> Any:
+    """The estimator with ``threads`` xgboost threads per worker. xgboost.spark ties them to spark.task.cpus, which
+    a long-lived driver cannot change per job; on one machine one worker with every core beats several
+    single-threaded workers that synchronise each tree level over sockets (bench.xgboost)."""
+
+    class Threaded(cls):
+        def _get_xgb_parameters(self, dataset: Any) -> Any:
+            booster, train_kwargs, dmatrix = super()._get_xgb_parameters(dataset)
+            booster["nthread"] = dmatrix["nthread"] = threads
+            return booster, train_kwargs, dmatrix
+
+    Threaded.__name__ = f"Threaded{cls.__name__}"
+    return Threaded
 
 
 def _best_iteration(booster: Any) -> int | None:

@@ -92,8 +92,8 @@ REGRESSION_METRICS = ("rmse", "rmsle", "mae", "mape", "mphe", "poisson-nloglik",
                       "tweedie-nloglik", "quantile")  # fmt: skip
 BINARY_METRICS = ("logloss", "error", "auc", "aucpr")
 MULTI_METRICS = ("mlogloss", "merror", "auc", "aucpr")
-CONTROL_KEYS = ("objective", "eval_metric", "num_round", "early_stopping_rounds", "num_workers", "seed",
-                "validation_fraction")  # fmt: skip
+CONTROL_KEYS = ("objective", "eval_metric", "num_round", "early_stopping_rounds", "num_workers",
+                "threads_per_worker", "seed", "validation_fraction")  # fmt: skip
 MAX_ROUNDS = 100_000
 
 
@@ -106,7 +106,9 @@ class XGBoostSpec:
     eval_metric: tuple[str, ...] = ()
     early_stopping_rounds: int | None = None
     num_workers: int | None = None
-    """None: one task per slot of the cluster."""
+    """None: one task per slot of the cluster (one task with every core on a local master)."""
+    threads_per_worker: int | None = None
+    """None: spark.task.cpus (xgboost.spark's rule) on a cluster, the local master's cores / num_workers."""
     seed: int = 0
     validation_fraction: float = 0.2
     warnings: tuple[str, ...] = ()
@@ -120,6 +122,7 @@ class XGBoostSpec:
             "eval_metric": list(self.eval_metric),
             "early_stopping_rounds": self.early_stopping_rounds,
             "num_workers": self.num_workers,
+            "threads_per_worker": self.threads_per_worker,
             "seed": self.seed,
             "validation_fraction": self.validation_fraction,
         }
@@ -134,6 +137,8 @@ class XGBoostPlan:
     spec: XGBoostSpec
     num_workers: int
     device: Literal["cpu", "cuda"]
+    threads: int | None = None
+    """xgboost threads per worker when not spark.task.cpus."""
     class_labels: tuple[str, ...] | None = None
     warnings: tuple[str, ...] = ()
 
@@ -232,6 +237,9 @@ def parse_xgboost_params(
     workers = raw.get("num_workers")
     if workers is not None:
         workers = _int("params.num_workers", workers, 1, 10_000)
+    threads = raw.get("threads_per_worker")
+    if threads is not None:
+        threads = _int("params.threads_per_worker", threads, 1, 1024)
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise SpecError("params.seed", f"must be an integer, got {seed!r}")
@@ -249,6 +257,7 @@ def parse_xgboost_params(
         eval_metric=_eval_metrics(task, num_classes, raw.get("eval_metric")),
         early_stopping_rounds=early,
         num_workers=workers,
+        threads_per_worker=threads,
         seed=seed,
         validation_fraction=float(fraction),
         warnings=tuple(warnings),
