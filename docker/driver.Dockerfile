@@ -1,5 +1,10 @@
-# The sparktrain driver (API + in-process job consumer) on CPU. The CUDA worker images come with the
-# cluster work (docker/README.md).
+# The sparktrain driver (API + in-process Celery consumer + SparkSession) on CPU: the default docker-compose service
+# (Spark local[*] inside it). The same image runs the CPU Spark standalone master and workers of the compose profile
+# "cluster" (commands sparktrain-master and sparktrain-worker), so that driver and executors there are one
+# environment. The CUDA images are base-cuda.Dockerfile, driver-cuda.Dockerfile and spark-worker.Dockerfile
+# (docker/README.md).
+#
+#   docker build -f docker/driver.Dockerfile -t sparktrain-driver .
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
@@ -12,14 +17,25 @@ WORKDIR /srv/sparktrain
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY workers ./workers
+# torch from PyTorch's CPU index (torch==X+cpu) and xgboost-cpu, as pyproject.toml pins them.
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu . \
- && mkdir -p var && chown sparktrain var
+ && mkdir -p var/data var/artifacts && chown -R sparktrain var
 
 COPY spark-conf ./spark-conf
 COPY datasets ./datasets
+# Entrypoint (SPARK_LOCAL_IP=auto for cluster processes), master/worker launchers and the health check.
+COPY docker/container-net.sh docker/entrypoint.sh docker/master-entrypoint.sh docker/worker-entrypoint.sh \
+     docker/healthcheck.sh /usr/local/lib/sparktrain/
+RUN chmod 0755 /usr/local/lib/sparktrain/*.sh \
+ && ln -s /usr/local/lib/sparktrain/entrypoint.sh /usr/local/bin/sparktrain-entrypoint \
+ && ln -s /usr/local/lib/sparktrain/master-entrypoint.sh /usr/local/bin/sparktrain-master \
+ && ln -s /usr/local/lib/sparktrain/worker-entrypoint.sh /usr/local/bin/sparktrain-worker \
+ && ln -s /usr/local/lib/sparktrain/healthcheck.sh /usr/local/bin/sparktrain-healthcheck
 
 USER sparktrain
+# Spark on loopback for local[*]; cluster processes set SPARK_LOCAL_IP=auto (docker-compose.yml, profile cluster).
 ENV SPARKTRAIN_HOST=0.0.0.0 SPARK_LOCAL_IP=127.0.0.1
 EXPOSE 8000
-HEALTHCHECK --interval=15s --timeout=5s --start-period=60s CMD curl -fsS http://127.0.0.1:8000/readyz || exit 1
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s CMD ["sparktrain-healthcheck", "driver"]
+ENTRYPOINT ["sparktrain-entrypoint"]
 CMD ["python", "-m", "app"]
