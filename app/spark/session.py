@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.core.settings import Settings
@@ -44,6 +45,8 @@ def build_spark_session(settings: Settings) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if not str(spark.sparkContext.master).startswith("local"):
+        ship_executor_code(spark, scratch)
     log.info(
         "SparkSession ready: master=%s app=%s profile=%s RAPIDS plugin %s",
         spark.sparkContext.master,
@@ -52,6 +55,27 @@ def build_spark_session(settings: Settings) -> SparkSession:
         "on" if profile.plugin else "off",
     )
     return spark
+
+
+EXECUTOR_PACKAGES = ("workers",)
+"""What executors import of ours (DESIGN.md §2: executor-side code lives in ``workers`` and imports no ``app``)."""
+
+
+def ship_executor_code(spark: SparkSession, scratch: Path) -> Path:
+    """Zip the executor-side packages and add them to every executor's Python path (``SparkContext.addPyFile``):
+    executors need nothing of sparktrain installed, only its third-party libraries (which the environment
+    check compares with the driver's). The zip is rebuilt at every start, so executors run the driver's code."""
+    import zipfile
+
+    root = Path(__file__).resolve().parents[2]
+    target = scratch / "sparktrain-executor.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in EXECUTOR_PACKAGES:
+            for path in sorted((root / package).rglob("*.py")):
+                archive.write(path, path.relative_to(root).as_posix())
+    spark.sparkContext.addPyFile(str(target))
+    log.info("executor code shipped: %s (%s)", target, ", ".join(EXECUTOR_PACKAGES))
+    return target
 
 
 def spark_alive(spark: SparkSession) -> bool:

@@ -36,15 +36,34 @@ def standalone_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         subprocess.run([str(CLUSTER_SCRIPT), "stop", "--dir", str(state)], check=False, timeout=120, env=env)
 
 
+@pytest.fixture(scope="session")
+def executor_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Python for the executors with the project's third-party libraries but not sparktrain: a venv whose one
+    .pth file adds this environment's site-packages as a plain path (the editable install's own .pth files are
+    not processed there), so executors can only run sparktrain code the driver ships them."""
+    import sysconfig
+
+    venv = tmp_path_factory.mktemp("executor-venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    Path(site, "sparktrain-libraries.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run([str(python), "-c", "import torch, xgboost, pyspark; import workers"], cwd=venv,
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    assert "No module named 'workers'" in probe.stderr, probe.stderr
+    return str(python)
+
+
 @contextmanager
-def cluster_driver(master: str, work: Path, **env: str) -> Iterator[httpx.Client]:
+def cluster_driver(master: str, work: Path, executor_python: str, **env: str) -> Iterator[httpx.Client]:
     """``python -m app`` as its own process with the cluster as its master; its executors run in the workers'
     directories, so nothing can lean on the driver's working directory."""
     port = free_port()
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
     spark_conf = {"spark.ui.enabled": "false", "spark.executor.cores": "1", "spark.executor.memory": "1g",
-                  "spark.cores.max": "2"}  # fmt: skip
+                  "spark.cores.max": "2", **json.loads(env.pop("SPARK_CONF", "{}"))}  # fmt: skip
     values = {
         **os.environ,
         "SPARKTRAIN_VAR_DIR": str(work / "var"),
@@ -52,6 +71,7 @@ def cluster_driver(master: str, work: Path, **env: str) -> Iterator[httpx.Client
         "SPARKTRAIN_SPARK_CONF": json.dumps(spark_conf),
         "SPARKTRAIN_DATA_ROOTS": f"{REPO / 'datasets'},{data}",
         "SPARKTRAIN_ARTIFACT_STORE": (work / "store").as_uri(),
+        "PYSPARK_PYTHON": executor_python,
         **env,
     }
     log = (work / "driver.log").open("wb")

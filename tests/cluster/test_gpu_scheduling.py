@@ -19,9 +19,12 @@ MLP = {"layers": [{"type": "dense", "units": 16, "activation": "relu"},
 
 
 @pytest.fixture(scope="module")
-def gpu_driver(standalone_master: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    with cluster_driver(standalone_master, tmp_path_factory.mktemp("gpu-driver"), SPARKTRAIN_SPARK_PROFILE="gpu") as c:
-        yield c
+def gpu_driver(
+    standalone_master: str, executor_python: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[httpx.Client]:
+    work = tmp_path_factory.mktemp("gpu-driver")
+    with cluster_driver(standalone_master, work, executor_python, SPARKTRAIN_SPARK_PROFILE="gpu") as client:
+        yield client
 
 
 def torch_body(device: str) -> dict[str, object]:

@@ -31,8 +31,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def driver(standalone_master: str, work: Path) -> Iterator[httpx.Client]:
-    with cluster_driver(standalone_master, work) as client:
+def driver(standalone_master: str, work: Path, executor_python: str) -> Iterator[httpx.Client]:
+    with cluster_driver(standalone_master, work, executor_python) as client:
         yield client
 
 
@@ -58,6 +58,9 @@ def test_torch_gradient_sharing_then_evaluate_and_batch_predict(driver: httpx.Cl
     job = finish(driver, "/train", body)
     assert job["status"] == "SUCCEEDED", job["error"]
     assert job["result"]["validation"]["accuracy"] > 0.85
+    lines = [line["message"] for line in driver.get(f"/jobs/{job['id']}/logs").json()["lines"]]
+    shipped = [line for line in lines if "executor environment matches the driver on 2 executor(s)" in line]
+    assert shipped and "sparktrain-executor.zip/workers" in shipped[0], lines
     version = driver.get("/models/cluster-cnn/versions/1").json()
     assert version["artifact_uri"].startswith("file://") and "/store/" in version["artifact_uri"]
 

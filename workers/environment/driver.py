@@ -73,8 +73,10 @@ def check_executors(ctx: JobContext, libraries: tuple[str, ...], tasks: int, *, 
         )
     versions = ", ".join(f"{k} {v}" for k, v in mine["libraries"].items() if v)
     hosts = sorted({str(e.get("executor")) for e in found})
+    codes = ", ".join(sorted({str(e.get("code")) for e in found}))
     message = (
-        f"executor environment matches the driver on {len(hosts)} executor(s): Python {mine['python']}, {versions}"
+        f"executor environment matches the driver on {len(hosts)} executor(s): Python {mine['python']}, {versions}; "
+        f"sparktrain code from {codes}"
     )
     if cuda:
         message += "; CUDA " + ", ".join(f"{e.get('executor')}: {'yes' if e.get('cuda') else 'no'}" for e in found)

@@ -18,7 +18,9 @@ DISTRIBUTIONS = {"pyspark": ("pyspark",), "torch": ("torch",), "xgboost": ("xgbo
 
 def describe(libraries: tuple[str, ...], *, cuda: bool) -> dict[str, Any]:
     """This process's python, the libraries' versions (None when missing) and, with ``cuda``, torch's CUDA."""
-    env: dict[str, Any] = {"python": platform.python_version(), "libraries": {}}
+    import workers
+
+    env: dict[str, Any] = {"python": platform.python_version(), "libraries": {}, "code": workers.__path__[0]}
     for name in ("pyspark", *libraries):
         env["libraries"][name] = None
         for dist in DISTRIBUTIONS.get(name, (name,)):
