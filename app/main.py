@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
+from app.api.openapi import install_openapi
 from app.api.routes import checkpoints, datasets, inference, jobs, models, recipes, service, train, v2
 from app.core.settings import Settings, load_settings
 
@@ -57,6 +58,7 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
     )
     app.add_middleware(RequestGuard, max_body_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
+    install_openapi(app)
     for module in (train, inference, recipes, jobs, checkpoints, models, datasets, service, v2):
         app.include_router(module.router)
     return app

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import socket
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import Service, free_port, running_service
+from tests.helpers import Service, free_port, pg_database, running_service
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE_SERVICES = os.environ.get("SPARKTRAIN_REQUIRE_SERVICES") == "1"
@@ -61,15 +60,8 @@ def pg_server() -> str:
 @pytest.fixture
 def pg_url(pg_server: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
-    import psycopg
-
-    name = f"sparktrain_t_{uuid.uuid4().hex[:12]}"
-    admin = pg_server.replace("postgresql+psycopg", "postgresql") + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield f"{pg_server}/{name}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with pg_database(pg_server) as url:
+        yield url
 
 
 @pytest.fixture

@@ -21,6 +21,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextmanager
+def pg_database(server: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database on ``server`` (a SQLAlchemy URL without a database), dropped afterwards."""
+    import psycopg
+
+    name = f"sparktrain_t_{uuid.uuid4().hex[:12]}"
+    admin = server.replace("postgresql+psycopg", "postgresql") + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{server}/{name}"
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @dataclass
 class Service:
     url: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -81,14 +82,35 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(body, request)
 
 
+_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+def _allowed_methods(request: Request, given: str | None) -> str:
+    """Every method the API documents at this path. Starlette's own ``Allow`` names only the methods of the first
+    route whose path matches (``GET /datasets`` and ``POST /datasets`` are two routes)."""
+    methods = {m.strip().upper() for m in (given or "").split(",") if m.strip()}
+    for template, item in request.app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            methods |= {m.upper() for m in item if m in _METHODS}
+    if "GET" in methods:
+        methods.add("HEAD")  # Starlette answers HEAD wherever it answers GET
+    return ", ".join(sorted(methods))
+
+
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     kind, title = _HTTP_TITLES.get(exc.status_code, ("http-error", "HTTP error"))
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    headers = getattr(exc, "headers", None)
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"No endpoint at {request.method} {request.url.path}; see /docs for the API."
+    if exc.status_code == 405:
+        allowed = _allowed_methods(request, (headers or {}).get("Allow"))
+        headers = {**(headers or {}), "Allow": allowed}
+        detail = f"{request.url.path} answers {allowed}, not {request.method}."
     body = {"type": PROBLEM_BASE + kind, "title": title, "status": exc.status_code, "detail": detail}
-    return problem_response(body, request, headers=getattr(exc, "headers", None))
+    return problem_response(body, request, headers=headers)
 
 
 async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

@@ -1,4 +1,5 @@
-"""Pure ASGI middleware: request ids, JSON-only bodies, and a body size limit (checked before parsing)."""
+"""Pure ASGI middleware: request ids, no NUL bytes in URLs, JSON-only bodies, and a body size limit (checked before
+parsing)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ class RequestGuard:
                 message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
             await send(message)
 
+        if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
+            # No path or query parameter of this API takes one, and PostgreSQL refuses them in text.
+            await _problem(send_with_id, scope, 400, "bad-request", "Bad request", "The URL holds a NUL byte (%00).")
+            return
         if scope["method"] in ("POST", "PUT", "PATCH"):
             length = _header(scope, b"content-length")
             chunked = _header(scope, b"transfer-encoding") is not None

@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.schemas.train import NAME_PATTERN, DatasetRef
+from app.schemas.models import ALIAS_PATTERN, VERSION_MAX
+from app.schemas.train import ID_PATTERN, NAME_PATTERN, DatasetRef
 
 MetricGroup = Literal["classification", "roc", "regression"]
 
@@ -17,9 +18,9 @@ class ModelSelector(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, pattern=NAME_PATTERN, examples=["taxi-fare"])
-    version: int | None = Field(None, ge=1)
-    alias: str | None = Field(None, max_length=100, examples=["champion"])
-    checkpoint: str | None = Field(None, max_length=64, description="A checkpoint id instead of a model version.")
+    version: int | None = Field(None, ge=1, le=VERSION_MAX)
+    alias: str | None = Field(None, pattern=ALIAS_PATTERN, examples=["champion"])
+    checkpoint: str | None = Field(None, pattern=ID_PATTERN, description="A checkpoint id instead of a model version.")
 
     @model_validator(mode="after")
     def _one_target(self) -> ModelSelector:

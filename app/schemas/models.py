@@ -7,6 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+VERSION_MAX = 2**31 - 1  # model_versions.version is a 32-bit integer column
+ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9._-]{0,99}$"
+
 
 class ModelVersionRead(BaseModel):
     name: str

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 Framework = Literal["torch", "xgboost", "spark_ml"]
 Task = Literal["classification", "regression"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # job, checkpoint and dataset ids (hex uuids)
 
 
 class Split(BaseModel):
@@ -115,7 +116,7 @@ class TrainingOptions(BaseModel):
         None, description="threshold_algorithm, residual_clipping, aggregation, index_coding, encoding_debug"
     )
     averaging_frequency: int = Field(5, ge=1, le=100_000, description="parameter_averaging: minibatches per average")
-    resume_from: str | None = Field(None, max_length=64, description="A checkpoint id to continue from.")
+    resume_from: str | None = Field(None, pattern=ID_PATTERN, description="A checkpoint id to continue from.")
     data_path: Literal["direct", "export"] | None = Field(
         None, description="Override the service's data path setting for this job (DL4J's Direct / Export)."
     )

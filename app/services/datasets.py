@@ -66,8 +66,11 @@ def resolve_uri(uri: str, *, roots: Sequence[Path], remote_prefixes: Sequence[st
         if not any(_inside(real, root) for root in roots):
             continue
         inside_any = True
-        if real.exists():
-            return str(real)
+        try:
+            if real.exists():
+                return str(real)
+        except OSError as exc:  # a name longer than the file system allows (ENAMETOOLONG), ...
+            raise ValidationFailed.at(loc, f"{uri[:200]!r} is not a usable path: {exc.strerror}") from exc
     roots_text = ", ".join(str(r) for r in roots)
     if not inside_any:
         raise ValidationFailed.at(loc, f"{uri!r} lies outside the configured data roots ({roots_text})")

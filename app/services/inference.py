@@ -152,15 +152,20 @@ def _output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
         root = (home if home in settings.data_roots else settings.data_roots[0]) / "predictions"
         root.mkdir(parents=True, exist_ok=True)
         return str(root / f"{model.name or 'checkpoint'}-{model.version or model.checkpoint_id}-{uuid.uuid4().hex[:8]}")
+    if "\x00" in given:
+        raise ValidationFailed.at("output_uri", "the path contains a NUL byte")
     target = Path(given) if Path(given).is_absolute() else settings.data_roots[-1] / given
     parent = Path(os.path.realpath(target.parent))
     inside = [r for r in settings.data_roots if parent == r or r in parent.parents]
     if not inside:
         roots = ", ".join(str(r) for r in settings.data_roots)
         raise ValidationFailed.at("output_uri", f"{given!r} lies outside the configured data roots ({roots})")
-    if target.exists():
-        raise ValidationFailed.at("output_uri", f"{given!r} exists already; name a new path")
-    parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if target.exists():
+            raise ValidationFailed.at("output_uri", f"{given!r} exists already; name a new path")
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a name longer than the file system allows, a file where a directory should be, ...
+        raise ValidationFailed.at("output_uri", f"{given[:200]!r} is not a usable path: {exc.strerror}") from exc
     return str(parent / target.name)
 
 
@@ -242,11 +247,17 @@ def inline_rows(request: PredictRequest, model: ModelRef) -> list[dict[str, Any]
     inputs = request.inputs
     if isinstance(inputs, dict):
         columns = list(inputs)
-        n = len(next(iter(inputs.values()), []))
+        values = list(inputs.values())
+        if not all(isinstance(v, list) for v in values) or len({len(v) for v in values}) > 1:
+            raise ValidationFailed.at("inputs", "an object of columns maps each column to a list, all of one length")
+        n = len(values[0]) if values else 0
         return [{c: inputs[c][i] for c in columns} for i in range(n)]
     if isinstance(inputs, list):
         return inputs
     raise ValidationFailed.at("inputs", "an object of columns or a list of rows")
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # models take float32 features: anything larger would become infinite
 
 
 def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
@@ -275,11 +286,14 @@ def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
         if len(flat) != width:
             raise ValidationFailed.at(f"{loc}[{i}]", f"{len(flat)} values; the model needs {width} ({list(features)})")
         try:
-            out[i] = np.asarray(flat, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
+            row64 = np.asarray(flat, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise ValidationFailed.at(f"{loc}[{i}]", f"features must be numbers: {exc}") from exc
-        if not np.isfinite(out[i]).all():
-            raise ValidationFailed.at(f"{loc}[{i}]", "a feature is NaN, infinite or missing; the model cannot take it")
+        if not (np.abs(row64) <= FLOAT32_MAX).all():  # NaN compares false
+            raise ValidationFailed.at(
+                f"{loc}[{i}]", "a feature is NaN, infinite, missing or beyond float32; the model cannot take it"
+            )
+        out[i] = row64
     return out
 
 
@@ -297,9 +311,9 @@ def _fast_matrix(rows: list[Any], model: ModelRef) -> Any:
         else:
             values = rows
         matrix = np.asarray(values, dtype=np.float64).reshape(len(rows), -1)
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
-    if matrix.shape[1] != model.width or not np.isfinite(matrix).all():
+    if matrix.shape[1] != model.width or not (np.abs(matrix) <= FLOAT32_MAX).all():  # NaN compares false
         return None
     return matrix.astype(np.float32)
 
@@ -318,6 +332,8 @@ def _flatten(values: Any) -> list[Any]:
 
 
 def check_row_limit(count: int, settings: Settings) -> None:
+    if count == 0:
+        raise ValidationFailed.at("rows", "no rows to predict; send at least one")
     if count > settings.max_predict_rows:
         raise PayloadTooLarge(
             f"{count} rows; online /predict takes at most {settings.max_predict_rows}. Register the rows as a "

@@ -104,6 +104,8 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         created, job_id = raw.split("|", 1)
+        if len(job_id) != 32 or any(c not in "0123456789abcdef" for c in job_id):
+            raise ValueError("not a job id")  # e.g. a NUL byte, which PostgreSQL refuses in a query
         return datetime.fromisoformat(created), job_id
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise BadRequest("The cursor is not one this service issued; start without it.") from exc

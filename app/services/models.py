@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from app.core.errors import Conflict, NotFound, ValidationFailed
 from app.db.base import utcnow
 from app.db.models import Model, ModelAlias, ModelVersion
+from app.schemas.models import ALIAS_PATTERN
 
 
 def register_version(
@@ -76,7 +77,7 @@ def get_version(*, session: Session, name: str, version: int) -> ModelVersion:
     return row
 
 
-ALIAS_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9._-]{0,99}$")
+_ALIAS = re.compile(ALIAS_PATTERN)
 
 
 def resolve_version(
@@ -119,13 +120,16 @@ def aliases_of(*, session: Session, model_id: int) -> Sequence[ModelAlias]:
 
 
 def set_alias(*, session: Session, name: str, alias: str, version: int) -> ModelAlias:
-    if not ALIAS_PATTERN.match(alias):
+    if not _ALIAS.match(alias):
         raise ValidationFailed.at("alias", "letters, digits, '.', '_' or '-', starting with a letter (at most 100)")
     if alias.isdigit() or alias == "latest":
         raise ValidationFailed.at("alias", f"{alias!r} is reserved")
     target = get_version(session=session, name=name, version=version)
+    # Lock the alias row only: PostgreSQL refuses FOR UPDATE on the outer join that loads its version.
     row = session.scalar(
-        select(ModelAlias).where(ModelAlias.model_id == target.model_id, ModelAlias.alias == alias).with_for_update()
+        select(ModelAlias)
+        .where(ModelAlias.model_id == target.model_id, ModelAlias.alias == alias)
+        .with_for_update(of=ModelAlias)
     )
     if row is None:
         row = ModelAlias(model_id=target.model_id, alias=alias, version_id=target.id, updated_at=utcnow())

@@ -13,6 +13,7 @@ from app.schemas.jobs import JobError, JobPage, JobRead, LogLine, LogsRead, Metr
 from app.services import checkpoints, jobs
 
 router = APIRouter(tags=["jobs"])
+INT32 = 2**31 - 1  # job_metrics.step and job_logs.id are 32-bit integer columns
 
 
 def to_job_read(job: Job) -> JobRead:
@@ -66,7 +67,7 @@ def get_metrics(
     job_id: str,
     session: SessionDep,
     key: Annotated[str | None, Query(max_length=100)] = None,
-    since_step: Annotated[int | None, Query(description="Only steps after this one.")] = None,
+    since_step: Annotated[int | None, Query(ge=-INT32, le=INT32, description="Only steps after this one.")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> MetricsRead:
     jobs.get_job(session=session, job_id=job_id)
@@ -83,7 +84,7 @@ def get_metrics(
 def get_logs(
     job_id: str,
     session: SessionDep,
-    after: Annotated[int | None, Query(description="Only lines after this id (to follow the log).")] = None,
+    after: Annotated[int | None, Query(ge=0, le=INT32, description="Only lines after this id (to follow it).")] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ) -> LogsRead:
     jobs.get_job(session=session, job_id=job_id)

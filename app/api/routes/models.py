@@ -10,10 +10,11 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import SessionDep
 from app.db.models import Model, ModelVersion
-from app.schemas.models import ModelPage, ModelRead, ModelVersionRead
+from app.schemas.models import VERSION_MAX, ModelPage, ModelRead, ModelVersionRead
 from app.services import artifacts, models
 
 router = APIRouter(tags=["models"])
+VersionPath = Annotated[int, Path(ge=1, le=VERSION_MAX)]
 
 
 def to_version_read(v: ModelVersion) -> ModelVersionRead:
@@ -56,12 +57,12 @@ def list_models(session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)]
     response_model=ModelVersionRead,
     summary="One version: framework, metrics, artifact URI, training job",
 )
-def get_version(name: str, version: Annotated[int, Path(ge=1)], session: SessionDep) -> ModelVersionRead:
+def get_version(name: str, version: VersionPath, session: SessionDep) -> ModelVersionRead:
     return to_version_read(models.get_version(session=session, name=name, version=version))
 
 
 class AliasBody(BaseModel):
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=VERSION_MAX)
 
 
 @router.put("/models/{name}/aliases/{alias}", summary="Point an alias (champion, production, ...) at a version")
@@ -83,7 +84,7 @@ def delete_alias(name: str, alias: str, session: SessionDep) -> Response:
     summary="Download the model as a .tar.gz (loads without sparktrain: see sparktrain_model.py inside)",
     response_class=StreamingResponse,
 )
-def download(name: str, version: Annotated[int, Path(ge=1)], session: SessionDep) -> StreamingResponse:
+def download(name: str, version: VersionPath, session: SessionDep) -> StreamingResponse:
     row = models.get_version(session=session, name=name, version=version)
     stream = artifacts.model_archive(row)
     filename = f"{name}-v{version}.tar.gz"

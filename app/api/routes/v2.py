@@ -8,16 +8,18 @@ names). Errors carry the protocol's ``error`` member next to the problem+json fi
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from app.api.deps import RuntimeDep
 from app.api.errors import problem_response
-from app.core.errors import AppError, ValidationFailed
+from app.core.errors import AppError, NotFound, ServiceUnavailable, ValidationFailed
 from app.schemas.inference import InferRequest, InferResponse, InferTensor, ModelSelector
 from app.services import inference
 from app.spark.session import spark_alive
@@ -36,11 +38,16 @@ def _v2_error(request: Request, exc: AppError) -> JSONResponse:
 def _model(rt: Any, name: str, version: str | None) -> ModelRef:
     number = None
     if version is not None:
-        if not version.isdigit():
+        if not (version.isascii() and version.isdigit()):
             raise ValidationFailed.at("version", f"versions are numbers, got {version!r}")
         number = int(version)
+    try:
+        selector = ModelSelector(name=name, version=number)
+    except ValidationError as exc:  # a name or number no registered model can have
+        which = f"{name!r}" if version is None else f"{name!r} version {version}"
+        raise NotFound(f"No model {which}.") from exc
     with rt.db() as session:
-        return inference.resolve_model(session, ModelSelector(name=name, version=number))
+        return inference.resolve_model(session, selector)
 
 
 def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
@@ -48,21 +55,37 @@ def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
     if len(body.inputs) == 1 and (model.card.get("array_column") or len(model.features) != 1 or
                                   body.inputs[0].name not in model.features):  # fmt: skip
         tensor = body.inputs[0]
-        _check_type(tensor)
-        data = np.asarray(tensor.data, dtype=np.float64)
-        if int(np.prod(tensor.shape)) != data.size or data.size % width:
+        data = _values(tensor)
+        if data.size % width:
             raise ValidationFailed.at("inputs[0].shape", f"{tensor.shape} does not hold rows of {width} features")
         return data.reshape(-1, width)
     by_name = {t.name: t for t in body.inputs}
     missing = [f for f in model.features if f not in by_name]
     if missing:
         raise ValidationFailed.at("inputs", f"missing inputs {missing}; the model needs {list(model.features)}")
-    columns = []
-    for feature in model.features:
-        tensor = by_name[feature]
-        _check_type(tensor)
-        columns.append(np.asarray(tensor.data, dtype=np.float64).reshape(tensor.shape[0], -1))
-    return np.concatenate(columns, axis=1)
+    values = {f: _values(by_name[f]) for f in model.features}
+    counts = {f: by_name[f].shape[0] for f in model.features}
+    if len(set(counts.values())) != 1:
+        raise ValidationFailed.at("inputs", f"the inputs hold different numbers of rows: {counts}")
+    n = counts[model.features[0]]
+    if n == 0:
+        raise ValidationFailed.at("inputs", "no rows to predict; send at least one")
+    x = np.concatenate([v.reshape(n, -1) for v in values.values()], axis=1)
+    if x.shape[1] != width:
+        raise ValidationFailed.at("inputs", f"{x.shape[1]} values per row; the model takes {width}")
+    return x
+
+
+def _values(tensor: InferTensor) -> np.ndarray:
+    """A tensor's values, flat, checked against its type and shape."""
+    _check_type(tensor)
+    try:
+        data = np.asarray(tensor.data, dtype=np.float64).reshape(-1)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ValidationFailed.at(f"inputs.{tensor.name}.data", "a flat, row-major list of numbers") from exc
+    if not tensor.shape or math.prod(tensor.shape) != data.size:
+        raise ValidationFailed.at(f"inputs.{tensor.name}.shape", f"{tensor.shape} does not hold its {data.size} values")
+    return data
 
 
 def _check_type(tensor: InferTensor) -> None:
@@ -74,8 +97,8 @@ def _infer(rt: Any, name: str, version: str | None, body: InferRequest) -> Infer
     model = _model(rt, name, version)
     x = _rows(body, model)
     inference.check_row_limit(len(x), rt.settings)
-    if not np.isfinite(x).all():
-        raise ValidationFailed.at("inputs", "a value is NaN or infinite; the model cannot take it")
+    if not (np.abs(x) <= inference.FLOAT32_MAX).all():  # NaN compares false
+        raise ValidationFailed.at("inputs", "a value is NaN, infinite or beyond float32; the model cannot take it")
     out = inference.predict_rows(model=model, x=x.astype(np.float32), cache=rt.model_cache, spark=rt.spark)
     n = len(x)
     outputs: list[InferTensor] = []
@@ -124,14 +147,24 @@ async def _answer(request: Request, work: Any, *args: Any) -> Any:
         return _v2_error(request, exc)
 
 
-@router.get("/health/live", summary="V2 liveness")
+_EMPTY_200: dict[int | str, dict[str, Any]] = {200: {"description": "Yes (an empty body)."}}
+
+
+@router.get("/health/live", summary="V2 liveness", response_class=Response, responses=_EMPTY_200)
 def live() -> Response:
     return Response(status_code=200)
 
 
-@router.get("/health/ready", summary="V2 readiness: the SparkSession and the database answer")
+@router.get(
+    "/health/ready",
+    summary="V2 readiness: the SparkSession answers",
+    response_class=Response,
+    responses=_EMPTY_200,
+)
 def ready(rt: RuntimeDep) -> Response:
-    return Response(status_code=200 if spark_alive(rt.spark) else 503)
+    if not spark_alive(rt.spark):
+        raise ServiceUnavailable("The SparkSession does not answer (SparkContext stopped or JVM gone).")
+    return Response(status_code=200)
 
 
 @router.get("", summary="V2 server metadata")
@@ -149,7 +182,7 @@ async def version_metadata(name: str, version: str, request: Request, rt: Runtim
     return await _answer(request, _metadata, rt, name, version)
 
 
-@router.get("/models/{name}/ready", summary="V2 model readiness")
+@router.get("/models/{name}/ready", summary="V2 model readiness", response_class=Response, responses=_EMPTY_200)
 async def model_ready(name: str, request: Request, rt: RuntimeDep) -> Any:
     answer = await _answer(request, _model, rt, name, None)
     return answer if isinstance(answer, JSONResponse) else Response(status_code=200)
@@ -157,6 +190,17 @@ async def model_ready(name: str, request: Request, rt: RuntimeDep) -> Any:
 
 _DTYPES = {"FP16": "<f2", "FP32": "<f4", "FP64": "<f8", "INT8": "i1", "INT16": "<i2", "INT32": "<i4",
            "INT64": "<i8", "UINT8": "u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "BOOL": "?"}  # fmt: skip
+
+
+def _infer_body() -> dict[str, Any]:
+    """The request body as the OpenAPI document describes it: the body is read by hand (JSON, or JSON followed by
+    binary tensors), so FastAPI does not see it. ``InferTensor`` is a component already (``InferResponse``)."""
+    schema = InferRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+_INFER_BODY = _infer_body()
 
 
 async def _request_body(request: Request) -> InferRequest:
@@ -167,6 +211,8 @@ async def _request_body(request: Request) -> InferRequest:
         if header_length is None:
             return InferRequest.model_validate_json(raw)
         head = int(header_length)
+        if not 0 <= head <= len(raw):
+            raise ValueError(f"Inference-Header-Content-Length {head} is outside the body's {len(raw)} bytes")
         body = InferRequest.model_validate_json(raw[:head])
     except (ValueError, TypeError) as exc:
         raise ValidationFailed.at("body", f"not a V2 inference request: {str(exc).splitlines()[0]}") from exc
@@ -177,9 +223,17 @@ async def _request_body(request: Request) -> InferRequest:
             continue
         if tensor.datatype not in _DTYPES:
             raise ValidationFailed.at(f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not numeric")
-        chunk = raw[offset : offset + int(size)]
-        offset += int(size)
-        tensor.data = np.frombuffer(chunk, dtype=_DTYPES[tensor.datatype]).tolist()
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(raw):
+            raise ValidationFailed.at(
+                f"inputs.{tensor.name}.parameters.binary_data_size",
+                f"{size!r} is not a byte count within the {len(raw) - offset} bytes left in the body",
+            )
+        chunk = raw[offset : offset + size]
+        offset += size
+        try:
+            tensor.data = np.frombuffer(chunk, dtype=_DTYPES[tensor.datatype]).tolist()
+        except ValueError as exc:  # a size that is not a whole number of elements
+            raise ValidationFailed.at(f"inputs.{tensor.name}", f"binary data: {exc}") from exc
     return body
 
 
@@ -187,7 +241,7 @@ async def _request_body(request: Request) -> InferRequest:
     "/models/{name}/infer",
     response_model=InferResponse,
     summary="V2 inference (newest version)",
-    openapi_extra={"requestBody": {"content": {"application/json": {"schema": InferRequest.model_json_schema()}}}},
+    openapi_extra=_INFER_BODY,
 )
 async def infer(name: str, request: Request, rt: RuntimeDep) -> Any:
     try:
@@ -201,7 +255,7 @@ async def infer(name: str, request: Request, rt: RuntimeDep) -> Any:
     "/models/{name}/versions/{version}/infer",
     response_model=InferResponse,
     summary="V2 inference",
-    openapi_extra={"requestBody": {"content": {"application/json": {"schema": InferRequest.model_json_schema()}}}},
+    openapi_extra=_INFER_BODY,
 )
 async def infer_version(name: str, version: str, request: Request, rt: RuntimeDep) -> Any:
     try:

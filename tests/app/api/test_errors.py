@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -106,6 +108,8 @@ def test_not_found_everywhere(service: Service) -> None:
     _problem(service.client.delete("/train"), 405)
     _problem(service.client.get("/jobs", params={"limit": 0}), 422)
     _problem(service.client.get("/jobs", params={"cursor": "garbage!"}), 400)
+    crafted = base64.urlsafe_b64encode(b"2026-01-01T00:00:00+00:00|abc\x00def").decode()
+    _problem(service.client.get("/jobs", params={"cursor": crafted}), 400)  # a NUL reaching PostgreSQL was a 500
     _problem(service.client.get("/models/x/versions/0"), 422)
 
 
@@ -113,3 +117,78 @@ def test_request_id_is_echoed(service: Service) -> None:
     response = service.client.get("/jobs/nope", headers={"x-request-id": "abc-123"})
     assert response.headers["x-request-id"] == "abc-123"
     assert response.json()["request_id"] == "abc-123"
+
+
+# --- found by the fuzzer (tests/e2e/test_fuzz.py): each of these was a 500 or an answer off the schema ---------
+
+
+def test_nul_bytes_in_the_url(service: Service) -> None:
+    # PostgreSQL refuses NUL in text: a path or query parameter holding one used to be a 500 there.
+    for url in ["/jobs/%00", "/jobs/a%00b/logs", "/models/%00/versions/1", "/datasets/%00", "/jobs?cursor=%00"]:
+        assert "NUL" in _problem(service.client.get(url), 400)["detail"], url
+    _problem(service.client.put("/models/m/aliases/a%00", json={"version": 1}), 400)
+
+
+def test_method_not_allowed_names_every_method_of_the_path(service: Service) -> None:
+    # GET and POST /datasets are two routes: Starlette's 405 named only the first one's methods.
+    response = service.client.request("OPTIONS", "/datasets")
+    _problem(response, 405)
+    assert {m.strip() for m in response.headers["allow"].split(",")} >= {"GET", "POST"}
+    response = service.client.request("PATCH", "/models/m/aliases/a")
+    _problem(response, 405)
+    assert {m.strip() for m in response.headers["allow"].split(",")} == {"PUT", "DELETE"}
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "body"),
+    [
+        ("GET", f"/models/m/versions/{2**31}", None),  # versions are a 32-bit column: an overflow in the database
+        ("GET", f"/models/m/versions/{2**31}/artifact", None),
+        ("PUT", "/models/m/aliases/champion", {"version": 2**31}),
+        ("POST", "/predict", {"model": {"name": "m", "version": 2**31}, "instances": [[1]]}),
+        ("GET", f"/jobs/nope/logs?after={2**31}", None),  # log ids and metric steps too
+        ("GET", "/jobs/nope/logs?after=-1", None),
+        ("GET", f"/jobs/nope/metrics?since_step={-(2**80)}", None),
+    ],
+)
+def test_numbers_beyond_the_database_columns(service: Service, method: str, url: str, body: Any) -> None:
+    _problem(service.client.request(method, url, json=body), 422)
+
+
+def test_v2_model_names_and_versions_no_model_can_have(service: Service) -> None:
+    # ModelSelector refused them with a pydantic error that escaped as a 500.
+    urls = ["/v2/models/bad name", "/v2/models/m/versions/0", f"/v2/models/m/versions/{2**31}", "/v2/models/-x/ready"]
+    for url in urls:
+        body = _problem(service.client.get(url), 404)
+        assert body["error"] == body["detail"]  # the V2 protocol's member
+    _problem(service.client.get("/v2/models/m/versions/\u00b2"), 422)  # a digit to str.isdigit, not to int()
+
+
+def test_v2_health_answers_have_no_body(service: Service) -> None:
+    for url in ["/v2/health/live", "/v2/health/ready"]:
+        response = service.client.get(url)
+        assert response.status_code == 200 and response.content == b""
+    paths = service.client.get("/openapi.json").json()["paths"]
+    assert "content" not in paths["/v2/health/live"]["get"]["responses"]["200"]
+
+
+@pytest.mark.parametrize(
+    ("header_length", "parameters", "tail"),
+    [
+        ("-3", None, b""),
+        ("100000", None, b""),
+        (None, {"binary_data_size": "8"}, b"\x00" * 8),
+        (None, {"binary_data_size": 9}, b"\x00" * 8),  # beyond the body
+        (None, {"binary_data_size": 7}, b"\x00" * 8),  # not a whole number of FP32 values
+        (None, {"binary_data_size": -1}, b"\x00" * 8),
+    ],
+)
+def test_v2_binary_tensors_that_do_not_fit(
+    service: Service, header_length: str | None, parameters: dict[str, Any] | None, tail: bytes
+) -> None:
+    head = json.dumps(
+        {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "parameters": parameters or {}}]}
+    ).encode()
+    headers = {"inference-header-content-length": header_length or str(len(head))}
+    response = service.client.post("/v2/models/m/infer", content=head + tail, headers=headers)
+    _problem(response, 422)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 from tests.helpers import Service
 
 
@@ -57,3 +60,22 @@ def test_openapi_documents_examples(service: Service) -> None:
     assert "random_forest_cv" in examples
     docs = service.client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+def test_openapi_documents_errors_as_problem_json(service: Service) -> None:
+    # FastAPI documents a 422 with its own HTTPValidationError under application/json; we send problem+json.
+    schema = service.client.get("/openapi.json").json()
+    definitions = schema["components"]["schemas"]
+    assert {"type", "title", "status", "detail"} <= set(definitions["Problem"]["required"])
+    assert "HTTPValidationError" not in definitions and "ValidationError" not in definitions
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert {"4XX", "5XX"} <= set(responses), (method, path)
+            for code, response in responses.items():
+                if code[0] in "45":
+                    assert response["content"] == {
+                        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+                    }, (method, path, code)
+    refs = re.findall(r'"\$ref": ?"([^"]+)"', json.dumps(schema))
+    assert {r.removeprefix("#/components/schemas/") for r in refs} <= set(definitions), "unresolvable references"

@@ -60,6 +60,13 @@ def test_missing_file_inside_a_root(roots: list[Path]) -> None:
     assert info.value.errors == [{"loc": "dataset.uri", "msg": info.value.errors[0]["msg"]}]
 
 
+@pytest.mark.parametrize("uri", ["a" * 300 + ".parquet", "taxi/" + "b" * 256, "x\x00.parquet"])
+def test_unusable_paths_are_refused(roots: list[Path], uri: str) -> None:
+    # A name longer than the file system allows used to escape as OSError (a 500).
+    with pytest.raises(ValidationFailed, match=r"not a usable path|NUL byte"):
+        resolve_uri(uri, roots=roots, loc="dataset.uri")
+
+
 def test_remote_uris_need_an_allowed_prefix(roots: list[Path]) -> None:
     with pytest.raises(ValidationFailed, match="allowed prefix"):
         resolve_uri("s3a://bucket/data.parquet", roots=roots, loc="d")

@@ -65,3 +65,23 @@ def test_concurrent_registrations_get_distinct_versions(db: Any) -> None:
     for t in threads:
         t.join()
     assert sorted(out) == [1, 2, 3, 4, 5]
+
+
+def test_aliases_are_set_moved_and_removed(db: Any) -> None:
+    # Setting an alias twice locks its row: PostgreSQL once refused the lock on the join that loads the version.
+    _register(db, "m", None)
+    _register(db, "m", None)
+    with transaction(db) as s:
+        assert models.set_alias(session=s, name="m", alias="champion", version=1).version.version == 1
+    with transaction(db) as s:
+        assert models.set_alias(session=s, name="m", alias="champion", version=2).version.version == 2
+    with db() as s:
+        model_id = models.get_version(session=s, name="m", version=1).model_id
+        assert [(a.alias, a.version.version) for a in models.aliases_of(session=s, model_id=model_id)] == [
+            ("champion", 2)
+        ]
+        assert models.resolve_version(session=s, name="m", alias="champion").version == 2
+    with transaction(db) as s:
+        models.delete_alias(session=s, name="m", alias="champion")
+    with db() as s, pytest.raises(NotFound):
+        models.delete_alias(session=s, name="m", alias="champion")

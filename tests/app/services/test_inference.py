@@ -1,0 +1,69 @@
+"""Online prediction input: odd bodies get a 422 that names the problem (each of these was a 500 under the fuzzer
+of tests/e2e/test_fuzz.py), and batch output paths are checked before a job is queued."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from app.core.errors import ValidationFailed
+from app.core.settings import Settings
+from app.schemas.inference import PredictRequest
+from app.services.inference import _output_path, check_row_limit, feature_matrix, inline_rows
+from workers.inference.spec import ModelRef
+
+MODEL = ModelRef(framework="spark_ml", uri="file:///m", card={"features": ["x1", "x2"]}, name="m", version=1)
+
+
+def _rows(**body: Any) -> Any:
+    return inline_rows(PredictRequest.model_validate({"model": {"name": "m"}, **body}), MODEL)
+
+
+def test_columns_of_inputs_are_lists_of_one_length() -> None:
+    assert _rows(inputs={"x1": [1, 2], "x2": [3, 4]}) == [{"x1": 1, "x2": 3}, {"x1": 2, "x2": 4}]
+    for inputs in ({"x1": [1, 2], "x2": [3]}, {"x1": 1, "x2": 2}, {"x1": [1], "x2": None}):
+        with pytest.raises(ValidationFailed, match="one length"):
+            _rows(inputs=inputs)
+
+
+def test_no_rows_is_a_422() -> None:
+    settings = Settings()
+    for body in ({"instances": []}, {"inputs": {}}, {"dataframe_records": []}):
+        with pytest.raises(ValidationFailed, match="no rows"):
+            check_row_limit(len(_rows(**body)), settings)
+
+
+@pytest.mark.parametrize(
+    ("rows", "words"),
+    [
+        ([[10**400, 1]], "must be numbers"),  # beyond float64
+        ([{"x1": 10**400, "x2": 1}], "must be numbers"),
+        ([[1e39, 1]], "beyond float32"),  # finite as float64, infinite as the model's float32
+        ([[float("nan"), 1]], "NaN"),
+        ([[None, 1]], "missing"),
+    ],
+)
+def test_features_a_model_cannot_take(rows: list[Any], words: str) -> None:
+    with pytest.raises(ValidationFailed, match=words):
+        feature_matrix(rows, MODEL, "rows")
+
+
+def test_features_at_the_float32_limit() -> None:
+    biggest = float(np.finfo(np.float32).max)
+    x = feature_matrix([[biggest, -biggest]], MODEL, "rows")
+    assert x.dtype == np.float32 and np.isfinite(x).all()
+
+
+@pytest.mark.parametrize("given", ["out\x00.parquet", "o" * 300, "sub/" + "d" * 300 + "/out.parquet"])
+def test_unusable_output_paths(tmp_path: Path, given: str) -> None:
+    settings = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path])
+    with pytest.raises(ValidationFailed, match=r"NUL byte|not a usable path"):
+        _output_path(settings, MODEL, given)
+
+
+def test_a_new_output_path_inside_the_roots(tmp_path: Path) -> None:
+    settings = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path])
+    assert _output_path(settings, MODEL, "preds/out.parquet") == str(tmp_path / "preds" / "out.parquet")
