@@ -121,19 +121,23 @@ def test_regression_matches_plain_xgboost_and_serves_everywhere(svc: Service) ->
     np.testing.assert_allclose(written["prediction"], plain_pred, rtol=1e-5, atol=1e-4)
 
 
-def test_early_stopping_keeps_the_best_rounds(svc: Service) -> None:
-    params = {"learning_rate": 0.5, "max_depth": 8, "num_round": 400, "early_stopping_rounds": 5, "num_workers": 2}
-    result = finished(svc, xgb_request("taxi-xgb-early", params))["result"]
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-task", "xgboost-spark"])
+def test_early_stopping_keeps_the_best_rounds(svc: Service, workers: int) -> None:
+    params = {"learning_rate": 0.5, "max_depth": 8, "num_round": 400, "early_stopping_rounds": 5,
+              "num_workers": workers}  # fmt: skip
+    result = finished(svc, xgb_request(f"taxi-xgb-early-{workers}", params))["result"]
     rounds = result["rounds"]
     assert rounds["trained"] < 400, "a learning rate of 0.5 overfits long before 400 rounds"
     assert rounds["kept"] == result["best_iteration"] + 1 == rounds["trained"] - 5
 
 
-def test_multiclass_with_string_labels(svc: Service) -> None:
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-task", "xgboost-spark"])
+def test_multiclass_with_string_labels(svc: Service, workers: int) -> None:
     features = [f for f in TAXI_FEATURES if f != "rate_code"]
+    name = f"rate-xgb-{workers}"
     body = xgb_request(
-        "rate-xgb",
-        {"max_depth": 4, "num_round": 30, "eval_metric": ["mlogloss", "merror"], "num_workers": 2},
+        name,
+        {"max_depth": 4, "num_round": 30, "eval_metric": ["mlogloss", "merror"], "num_workers": workers},
         features=features,
         label="rate_name",
         task="classification",
@@ -141,11 +145,11 @@ def test_multiclass_with_string_labels(svc: Service) -> None:
     job = finished(svc, body)
     assert job["result"]["objective"] == "multi:softprob"
     assert job["result"]["validation"]["accuracy"] > 0.95
-    version = svc.client.get("/models/rate-xgb/versions/1").json()
+    version = svc.client.get(f"/models/{name}/versions/1").json()
     assert version["params"]["class_labels"] == ["jfk", "negotiated", "newark", "standard"]
     rows = pd.read_parquet(REPO / "datasets" / "taxi" / "eval.parquet").head(50)
     answer = svc.client.post(
-        "/predict", json={"model": {"name": "rate-xgb"}, "dataframe_records": rows[features].to_dict("records")}
+        "/predict", json={"model": {"name": name}, "dataframe_records": rows[features].to_dict("records")}
     ).json()
     named = [RATE_NAMES[c] for c in rows["rate_code"]]
     assert np.mean([a == b for a, b in zip(answer["predictions"], named, strict=True)]) > 0.9
@@ -153,7 +157,7 @@ def test_multiclass_with_string_labels(svc: Service) -> None:
 
     evaluation = svc.client.post(
         "/evaluate",
-        json={"model": {"name": "rate-xgb"}, "dataset": {"uri": "taxi-eval.parquet"}, "metrics": ["classification"]},
+        json={"model": {"name": name}, "dataset": {"uri": "taxi-eval.parquet"}, "metrics": ["classification"]},
     )
     evaluated = svc.wait(evaluation.json()["id"], {"SUCCEEDED", "FAILED"})
     assert evaluated["status"] == "SUCCEEDED", evaluated["error"]

@@ -1,4 +1,5 @@
-"""XGBoost training: ``xgboost.spark`` estimators with ``num_workers`` barrier tasks, on CPU or CUDA executors.
+"""XGBoost training: ``xgboost.spark`` estimators with ``num_workers`` barrier tasks, on CPU or CUDA executors;
+a one-worker CPU job trains in one Spark task with xgboost's own API (remote.py), which is much faster.
 
 Runs on the driver; xgboost.spark ships its own training function to the executors. The fitted booster is
 saved in xgboost's JSON format (loadable with plain xgboost) next to a card with the columns, the task and
@@ -75,25 +76,22 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     if not columnar:
         train_df, val_df = _with_features(train_df, ds.features), _with_features(val_df, ds.features)
     data = train_df.withColumn(VALIDATION_COL, _lit(False)).unionByName(val_df.withColumn(VALIDATION_COL, _lit(True)))
-    estimator = _estimator(plan, label_col, columnar)
+    single = plan.num_workers == 1 and plan.device == "cpu"
     with StageProgress(ctx, low=0.05, high=0.85, label="training"):
-        model = estimator.fit(data)
+        if single:
+            booster, histories, val_metrics = _fit_single(plan, data, label_col)
+        else:
+            booster, histories, val_metrics = _fit_distributed(plan, data, val_df, label_col, columnar)
     ctx.check_cancelled()
-    ctx.log(f"trained in {time.perf_counter() - fit_started:.1f} s")
+    ctx.log(f"trained in {time.perf_counter() - fit_started:.1f} s ({'one task' if single else 'xgboost.spark'})")
 
-    booster = model.get_booster()
     best = _best_iteration(booster)
     rounds = booster.num_boosted_rounds()
     if best is not None and best + 1 < rounds:
         ctx.log(f"early stopping: best round {best + 1} of {rounds}; keeping {best + 1} rounds")
         booster = booster[: best + 1]
     importance = _importance(booster, ds.features)
-    points = _round_metrics(model)
-    ctx.metrics(points)
-
-    ctx.progress(0.88, "evaluating on the validation data")
-    predictions = model.transform(val_df.select(*(ds.features if columnar else [FEATURES_COL]), label_col))
-    val_metrics = validation_metrics(spec.task, label_col, predictions)
+    ctx.metrics(_round_metrics(histories))
     kept = booster.num_boosted_rounds()
     ctx.metrics(MetricPoint(f"validation_{k}", v, step=kept) for k, v in val_metrics.items())
 
@@ -117,7 +115,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         "best_iteration": best,
         "validation": val_metrics,
         "feature_importance": importance,
-        "history": {key: values[-1] for key, values in _histories(model).items()},
+        "history": {key: values[-1] for key, values in histories.items()},
     }
     if dropped or ds.bad_rows == "skip":
         result["bad_rows"] = dropped
@@ -227,6 +225,44 @@ def _best_iteration(booster: Any) -> int | None:
     return int(value) if value is not None else None
 
 
+def _fit_distributed(
+    plan: XGBoostPlan, data: DataFrame, val_df: DataFrame, label_col: str, columnar: bool
+) -> tuple[Any, dict[str, list[float]], dict[str, float]]:
+    """xgboost.spark: ``num_workers`` barrier tasks (CUDA ones included)."""
+    model = _estimator(plan, label_col, columnar).fit(data)
+    features = list(plan.train.features) if columnar else [FEATURES_COL]
+    predictions = model.transform(val_df.select(*features, label_col))
+    return model.get_booster(), _histories(model), validation_metrics(plan.spec.task, label_col, predictions)
+
+
+def _fit_single(
+    plan: XGBoostPlan, data: DataFrame, label_col: str
+) -> tuple[Any, dict[str, list[float]], dict[str, float]]:
+    """One worker: every row to one task, trained with xgboost's own API (workers/training/xgboost/remote.py)."""
+    import xgboost
+
+    from workers.training.xgboost.remote import TRAIN_SCHEMA, single_worker
+
+    spec, ds = plan.spec, plan.train
+    params: dict[str, Any] = {**spec.params, "objective": spec.objective, "seed": spec.seed}
+    if spec.objective == "multi:softprob":
+        params["num_class"] = plan.train.num_classes
+    if spec.eval_metric:
+        params["eval_metric"] = list(spec.eval_metric)
+    threads = plan.threads or 1
+    train = single_worker(list(ds.features), label_col, ds.weight, VALIDATION_COL, spec.task, params, spec.num_round,
+                          spec.early_stopping_rounds, threads)  # fmt: skip
+    columns = [*ds.features, label_col, *([ds.weight] if ds.weight else []), VALIDATION_COL]
+    rows = data.select(*columns).coalesce(1).mapInArrow(train, TRAIN_SCHEMA).collect()
+    if not rows:
+        raise JobFailure("EMPTY_DATASET", "no rows reached the training task")
+    booster = xgboost.Booster(model_file=bytearray(rows[0]["model"]))
+    history = json.loads(rows[0]["history"])
+    histories = {f"validation_{metric}": [float(v) for v in values]
+                 for metric, values in history.get("validation", {}).items()}  # fmt: skip
+    return booster, histories, json.loads(rows[0]["validation"])
+
+
 def _histories(model: Any) -> dict[str, list[float]]:
     """Per-round metrics xgboost recorded: ``train_<metric>`` and ``validation_<metric>``."""
     summary = getattr(model, "training_summary", None)
@@ -240,10 +276,10 @@ def _histories(model: Any) -> dict[str, list[float]]:
     return out
 
 
-def _round_metrics(model: Any) -> list[MetricPoint]:
+def _round_metrics(histories: dict[str, list[float]]) -> list[MetricPoint]:
     return [
         MetricPoint(key, value, step=round_ + 1)
-        for key, values in _histories(model).items()
+        for key, values in histories.items()
         for round_, value in enumerate(values)
     ]
 
