@@ -24,20 +24,14 @@ from typing import Any
 
 import httpx
 
+from bench.common import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 FEATURES = [
     "passenger_count", "trip_distance", "pickup_longitude", "pickup_latitude", "rate_code", "dropoff_longitude",
     "dropoff_latitude", "hour", "day_of_week", "is_weekend", "h_distance",
 ]  # fmt: skip
 NUM_TREES, MAX_DEPTH = 20, 8
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _body() -> dict[str, Any]:
@@ -77,7 +71,7 @@ def _timed_job(client: httpx.Client) -> dict[str, float]:
 
 
 def run_service(jobs: int, tmp: Path) -> tuple[float, list[dict[str, float]]]:
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "SPARKTRAIN_VAR_DIR": str(tmp / "var"),

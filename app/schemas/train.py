@@ -141,6 +141,12 @@ class TrainRequest(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
+TAXI_FEATURES = (
+    "passenger_count", "trip_distance", "pickup_longitude", "pickup_latitude", "rate_code", "dropoff_longitude",
+    "dropoff_latitude", "hour", "day_of_week", "is_weekend", "h_distance",
+)  # fmt: skip
+"""The seed article's feature columns of the taxi data (datasets/taxi.py)."""
+
 TRAIN_EXAMPLES: dict[str, dict[str, Any]] = {
     "digits_cnn_gradient_sharing": {
         "summary": "torch CNN on the digits images, threshold-encoded gradient sharing on 2 workers",
@@ -186,19 +192,7 @@ TRAIN_EXAMPLES: dict[str, dict[str, Any]] = {
             "framework": "xgboost",
             "dataset": {
                 "uri": "datasets/taxi/train.parquet",
-                "features": [
-                    "passenger_count",
-                    "trip_distance",
-                    "pickup_longitude",
-                    "pickup_latitude",
-                    "rate_code",
-                    "dropoff_longitude",
-                    "dropoff_latitude",
-                    "hour",
-                    "day_of_week",
-                    "is_weekend",
-                    "h_distance",
-                ],
+                "features": list(TAXI_FEATURES),
                 "label": "fare_amount",
                 "task": "regression",
             },
@@ -246,19 +240,7 @@ TRAIN_EXAMPLES: dict[str, dict[str, Any]] = {
             "framework": "spark_ml",
             "dataset": {
                 "uri": "datasets/taxi/train.parquet",
-                "features": [
-                    "passenger_count",
-                    "trip_distance",
-                    "pickup_longitude",
-                    "pickup_latitude",
-                    "rate_code",
-                    "dropoff_longitude",
-                    "dropoff_latitude",
-                    "hour",
-                    "day_of_week",
-                    "is_weekend",
-                    "h_distance",
-                ],
+                "features": list(TAXI_FEATURES),
                 "label": "fare_amount",
                 "task": "regression",
             },

@@ -228,7 +228,7 @@ def submit(
         if created:
             job.model_name, job.model_version = model.name, model.version
     if created:
-        enqueue(task_name(job_type, model.framework), job.id)
+        jobs.enqueue_new(db=db, enqueue=enqueue, task=task_name(job_type, model.framework), job_id=job.id)
     return job, created
 
 

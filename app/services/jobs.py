@@ -7,18 +7,19 @@ import binascii
 import hashlib
 import json
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.errors import BadRequest, Conflict, NotFound
+from app.core.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from app.core.jobstates import EDGES, JobStatus
 from app.db.base import utcnow
 from app.db.models import Job, JobLog, JobMetric
+from app.db.session import transaction
 
 
 def new_id() -> str:
@@ -86,6 +87,27 @@ def _same_request_or_conflict(job: Job, fingerprint: str) -> Job:
             job_id=job.id,
         )
     return job
+
+
+def enqueue_new(*, db: sessionmaker[Session], enqueue: Callable[[str, str], None], task: str, job_id: str) -> None:
+    """Queue a job committed as QUEUED. When the broker refuses it, the job becomes FAILED (ENQUEUE_FAILED) and the
+    caller gets a 503: nothing stays queued that no consumer will ever see."""
+    try:
+        enqueue(task, job_id)
+    except Exception as exc:
+        with transaction(db) as session:
+            transition(
+                session=session,
+                job_id=job_id,
+                sources=[JobStatus.QUEUED],
+                target=JobStatus.FAILED,
+                finished_at=utcnow(),
+                error_reason="ENQUEUE_FAILED",
+                error_message=f"the job broker did not accept the job: {exc}",
+            )
+        raise ServiceUnavailable(
+            f"The job broker is unreachable ({type(exc).__name__}); nothing was queued, try again later."
+        ) from exc
 
 
 def get_job(*, session: Session, job_id: str) -> Job:

@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.errors import ServiceUnavailable, ValidationFailed
-from app.core.jobstates import JobStatus, JobType
-from app.db.base import utcnow
+from app.core.errors import ValidationFailed
+from app.core.jobstates import JobType
 from app.db.models import Job
 from app.db.session import transaction
 from app.schemas.recipes import GPU_SMOKE, GpuSmokeRequest
@@ -82,20 +81,5 @@ def _submit(
             max_attempts=1,
         )
     if created:
-        try:
-            enqueue(task_name(JobType.RECIPE, ""), job.id)
-        except Exception as exc:
-            with transaction(db) as session:
-                jobs.transition(
-                    session=session,
-                    job_id=job.id,
-                    sources=[JobStatus.QUEUED],
-                    target=JobStatus.FAILED,
-                    finished_at=utcnow(),
-                    error_reason="ENQUEUE_FAILED",
-                    error_message=f"the job broker did not accept the job: {exc}",
-                )
-            raise ServiceUnavailable(
-                f"The job broker is unreachable ({type(exc).__name__}); nothing was queued, try again later."
-            ) from exc
+        jobs.enqueue_new(db=db, enqueue=enqueue, task=task_name(JobType.RECIPE, ""), job_id=job.id)
     return job, created

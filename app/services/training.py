@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.errors import ServiceUnavailable, ValidationFailed
-from app.core.jobstates import JobStatus, JobType
+from app.core.errors import ValidationFailed
+from app.core.jobstates import JobType
 from app.core.settings import Settings
-from app.db.base import utcnow
 from app.db.models import Job
 from app.db.session import transaction
 from app.schemas.train import DatasetRef, TrainRequest, ValidationRef
@@ -40,6 +39,18 @@ def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:
     if train.sequence is not None:  # validation sequences carry their labels in their own rows
         update["sequence"] = train.sequence.model_copy(update={"labels_uri": None})
     return train.model_copy(update=update)
+
+
+def check_tabular(request: TrainRequest, train: Any, *, family: str, normalize_hint: str) -> None:
+    """What the tabular families (spark_ml, xgboost) refuse: a network, several labels, normalizers, sequences."""
+    if request.network is not None or request.training is not None:
+        raise ValidationFailed.at("network", f"{family} takes params, not network/training")
+    if train.extra_labels:
+        raise ValidationFailed.at("dataset.label", f"{family} learns one label column")
+    if train.normalize is not None:
+        raise ValidationFailed.at("dataset.normalize", normalize_hint)
+    if train.sequence is not None:
+        raise ValidationFailed.at("dataset.sequence", "sequence datasets train lstm/gru networks (framework torch)")
 
 
 def plan_training(
@@ -83,14 +94,9 @@ def plan_training(
     if request.framework == "spark_ml":
         from workers.training.spark_ml.spec import SparkMLPlan, parse_spark_ml_params
 
-        if request.network is not None or request.training is not None:
-            raise ValidationFailed.at("network", "spark_ml takes params, not network/training")
-        if train.extra_labels:
-            raise ValidationFailed.at("dataset.label", "spark_ml learns one label column")
-        if train.normalize is not None:
-            raise ValidationFailed.at("dataset.normalize", "spark_ml scales features itself (params.standardize)")
-        if train.sequence is not None:
-            raise ValidationFailed.at("dataset.sequence", "sequence datasets train lstm/gru networks (framework torch)")
+        check_tabular(
+            request, train, family="spark_ml", normalize_hint="spark_ml scales features itself (params.standardize)"
+        )
         try:
             spec = parse_spark_ml_params(request.params, task=request.dataset.task)
         except SpecError as exc:
@@ -129,20 +135,5 @@ def submit_training(
             idempotency_key=idempotency_key,
         )
     if created:
-        try:
-            enqueue(task_name(JobType.TRAIN, request.framework), job.id)
-        except Exception as exc:
-            with transaction(db) as session:
-                jobs.transition(
-                    session=session,
-                    job_id=job.id,
-                    sources=[JobStatus.QUEUED],
-                    target=JobStatus.FAILED,
-                    finished_at=utcnow(),
-                    error_reason="ENQUEUE_FAILED",
-                    error_message=f"the job broker did not accept the job: {exc}",
-                )
-            raise ServiceUnavailable(
-                f"The job broker is unreachable ({type(exc).__name__}); nothing was queued, try again later."
-            ) from exc
+        jobs.enqueue_new(db=db, enqueue=enqueue, task=task_name(JobType.TRAIN, request.framework), job_id=job.id)
     return job, created

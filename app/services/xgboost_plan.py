@@ -38,28 +38,25 @@ def plan_xgboost(
     settings: Settings,
     spark: SparkSession,
 ) -> XGBoostPlan:
-    if request.network is not None or request.training is not None:
-        raise ValidationFailed.at("network", "xgboost takes params (booster parameters), not network/training")
-    if train.extra_labels:
-        raise ValidationFailed.at("dataset.label", "xgboost learns one label column")
-    if train.normalize is not None:
-        raise ValidationFailed.at("dataset.normalize", "trees do not need scaled features; leave normalize out")
-    if train.sequence is not None:
-        raise ValidationFailed.at("dataset.sequence", "sequence datasets train lstm/gru networks (framework torch)")
+    from app.services.training import check_tabular, spec_error
+
+    check_tabular(
+        request, train, family="xgboost", normalize_hint="trees do not need scaled features; leave normalize out"
+    )
     class_labels = None
     if train.task == "classification":
         train, class_labels = resolve_classes(train, schema[train.label or ""], spark)
     try:
         spec = parse_xgboost_params(request.params, task=train.task, num_classes=train.num_classes)
     except SpecError as exc:
-        raise ValidationFailed(str(exc), errors=[{"loc": exc.path, "msg": exc.message}]) from exc
+        raise spec_error(exc) from exc
     if spec.num_round > settings.max_epochs * 100:
         raise ValidationFailed.at("params.num_round", f"at most {settings.max_epochs * 100} rounds on this service")
 
     warnings = list(spec.warnings)
     device: Literal["cpu", "cuda"]
     gpus = cluster_has_gpus(spark)
-    addresses = [a for e in cluster.executors(spark) for a in e["resources"].get("gpu", [])]
+    addresses = [a for holder, found in cluster.gpu_addresses(spark).items() if holder != "driver" for a in found]
     if request.device == "cuda":
         if not gpus:
             raise ValidationFailed.at(

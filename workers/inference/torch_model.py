@@ -18,6 +18,7 @@ import torch
 
 from workers import storage
 from workers.data.normalize import Normalizer
+from workers.inference.answer import prediction_answer
 from workers.inference.cache import ModelCache
 from workers.training.torch.checkpoint import WEIGHTS, load_weights
 from workers.training.torch.network import build_network, predict_transform
@@ -78,16 +79,7 @@ class TorchModel:
         regression (a row of values per row when there are several label columns). ``as_lists=False`` keeps
         numpy arrays (for a serializer that writes them directly)."""
         out = self.outputs(x, lengths)
-        if not self.classification:
-            values = out[:, 0] if out.ndim == 2 and out.shape[1] == 1 else out
-            return {"prediction": values.tolist() if as_lists else values}
-        probabilities = np.concatenate([1 - out, out], axis=1) if out.shape[-1] == 1 else out
-        index = probabilities.argmax(axis=-1)
-        labels = self.class_labels
-        named = [labels[i] for i in index.tolist()] if labels else (index.tolist() if as_lists else index)
-        if not as_lists:
-            return {"class_index": index, "label": named, "probabilities": probabilities}
-        return {"class_index": index.tolist(), "label": named, "probabilities": probabilities.tolist()}
+        return prediction_answer(out, classification=self.classification, labels=self.class_labels, as_lists=as_lists)
 
 
 _WORKER_CACHE = ModelCache(4)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from workers import storage
+from workers.inference.answer import prediction_answer
 from workers.inference.cache import ModelCache
 
 MODEL_FILE = "model.json"
@@ -59,16 +60,7 @@ class XGBoostModel:
     def predict(self, x: np.ndarray, *, as_lists: bool = True) -> dict[str, Any]:
         """The same answer shape as :meth:`TorchModel.predict`."""
         out = self.outputs(x)
-        if not self.classification:
-            values = out[:, 0]
-            return {"prediction": values.tolist() if as_lists else values}
-        probabilities = np.concatenate([1 - out, out], axis=1) if out.shape[1] == 1 else out
-        index = probabilities.argmax(axis=1)
-        labels = self.class_labels
-        named = [labels[i] for i in index.tolist()] if labels else (index.tolist() if as_lists else index)
-        if not as_lists:
-            return {"class_index": index, "label": named, "probabilities": probabilities}
-        return {"class_index": index.tolist(), "label": named, "probabilities": probabilities.tolist()}
+        return prediction_answer(out, classification=self.classification, labels=self.class_labels, as_lists=as_lists)
 
 
 _WORKER_CACHE = ModelCache(4)
