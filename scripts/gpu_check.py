@@ -6,7 +6,8 @@ task would get them from Spark). Writes one JSON file of results; prints a table
 
 - codec: encode/decode times for N in {1e6, 1e7} at several sparsities on CPU and CUDA, and that decoding a
   CUDA-encoded message gives bitwise the CPU result;
-- trainer: digits CNN and the 1.1M-parameter MLP, gradient_sharing and allreduce, 2 processes:
+- trainer: digits CNN, the 1.1M-parameter MLP and an LSTM on the shipped sequences (variable lengths: cuDNN's
+  recurrent kernels with masks), gradient_sharing and allreduce, 2 processes:
   on CPU (gloo), on the GPU with NCCL when there are 2 GPUs, else computing on the one GPU with collectives
   over gloo (NCCL refuses two ranks on one device), plus 1 process with NCCL to exercise that backend.
 
@@ -93,6 +94,44 @@ def digits_splits(world: int, shape: tuple[int, ...]) -> list[tuple[Split, Split
     return [(Split(x[r::world], y[r::world]), Split(xv[r::world], yv[r::world])) for r in range(world)]
 
 
+LSTM = {
+    "input_shape": [20, 3],
+    "layers": [
+        {"type": "lstm", "units": 32},
+        {"type": "output", "units": 3, "activation": "softmax", "loss": "cross_entropy"},
+    ],
+}
+SEQUENCE = {"features": ["f0", "f1", "f2"], "label": "label", "layout": "rows", "labels": "last_step",
+            "task": "classification", "num_classes": 3, "alignment": "ALIGN_END"}  # fmt: skip
+
+
+def _padded(path: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One row per step -> (n, T, 3) with each sequence at the start, its last step's label, its length."""
+    import pandas as pd
+
+    steps = pd.read_parquet(path).sort_values(["sequence_id", "step"])
+    groups = [g for _, g in steps.groupby("sequence_id")]
+    longest = max(len(g) for g in groups)
+    x = np.zeros((len(groups), longest, 3), dtype=np.float32)
+    for i, g in enumerate(groups):
+        x[i, : len(g)] = g[["f0", "f1", "f2"]].to_numpy(np.float32)
+    y = np.array([int(g["label"].iloc[-1]) for g in groups], dtype=np.int64)
+    lengths = np.array([len(g) for g in groups], dtype=np.int64)
+    return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(lengths)
+
+
+def sequence_splits(world: int) -> list[tuple[Split, Split]]:
+    x, y, n = _padded(REPO / "datasets/sequences/train.parquet")
+    xv, yv, nv = _padded(REPO / "datasets/sequences/test.parquet")
+    return [
+        (
+            Split(x[r::world], y[r::world], lengths=n[r::world]),
+            Split(xv[r::world], yv[r::world], lengths=nv[r::world]),
+        )
+        for r in range(world)
+    ]
+
+
 def trainer_run(
     network: dict[str, Any],
     lr: float,
@@ -104,6 +143,15 @@ def trainer_run(
     comm_device: str | None,
 ) -> dict[str, Any]:
     shape = tuple(network["input_shape"])
+    recurrent = network["layers"][0]["type"] in ("lstm", "gru")
+    if recurrent:
+        layout = DataLayout(features=tuple(SEQUENCE["features"]), array_column=False, labels=("label",),
+                            task="classification", num_classes=3, input_shape=shape, sequence=SEQUENCE)  # fmt: skip
+        splits = sequence_splits(world)
+    else:
+        layout = DataLayout(features=("pixels",), array_column=True, labels=("label",), task="classification",
+                            num_classes=10, input_shape=shape)  # fmt: skip
+        splits = digits_splits(world, shape)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TrainerConfig(
             job_id="gpu-check",
@@ -117,20 +165,13 @@ def trainer_run(
             num_workers=world,
             seed=7,
             device=device,  # type: ignore[arg-type]
-            data=DataLayout(
-                features=("pixels",),
-                array_column=True,
-                labels=("label",),
-                task="classification",
-                num_classes=10,
-                input_shape=shape,
-            ),
+            data=layout,
             checkpoint_dir=f"{tmp}/checkpoints",
             model_dir=f"{tmp}/model",
             collective_timeout_s=300,
         )
         t0 = time.perf_counter()
-        results = run_local(cfg, digits_splits(world, shape), gpus=gpus, comm_device=comm_device)
+        results = run_local(cfg, splits, gpus=gpus, comm_device=comm_device)
         wall = time.perf_counter() - t0
     failed = [r for r in results if "exception" in r or "error" in r]
     if failed:
@@ -152,6 +193,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "bench/results"))
     parser.add_argument("--cpu-only", action="store_true", help="dry run of the script on a machine without CUDA")
     parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--models", default="cnn,wide_mlp,lstm", help="comma-separated: cnn, wide_mlp, lstm")
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu_only
     gpus = torch.cuda.device_count() if cuda else 0
@@ -164,7 +206,10 @@ def main() -> None:
     devices = ["cpu"] + (["cuda:0"] if cuda else [])
     report["codec"] = codec(devices)
     runs = []
-    for model, (network, lr) in {"cnn": (CNN, 3e-3), "wide_mlp": (WIDE, 1e-3)}.items():
+    models = {"cnn": (CNN, 3e-3), "wide_mlp": (WIDE, 1e-3), "lstm": (LSTM, 1e-2)}
+    for model, (network, lr) in models.items():
+        if model not in args.models.split(","):
+            continue
         for mode in ("gradient_sharing", "allreduce"):
             setups: list[tuple[str, int, str, list[list[str]] | None, str | None]] = [
                 ("cpu-gloo-2", 2, "cpu", None, None)
