@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
+from app.api.auth import install_keyring
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
 from app.api.openapi import install_openapi
 from app.api.routes import checkpoints, datasets, inference, jobs, models, recipes, service, train, v2
+from app.core.auth import KeyRing
 from app.core.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -25,6 +27,9 @@ sparktrain is a Spark driver with a REST API: it trains, evaluates and serves mo
 executors. Jobs are queued (`202` + `Location`) and tracked in the database; poll `GET /jobs/{id}`.
 
 Errors are [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) `application/problem+json`.
+
+When the service runs with API keys (`SPARKTRAIN_API_KEYS`), every endpoint but the health checks needs
+`Authorization: Bearer <key>` (**Authorize** above), and a key sees only its owner's jobs, models and datasets.
 """
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -40,6 +45,7 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
 
         resolved = settings or load_settings()
         logging.getLogger("sparktrain").setLevel(resolved.log_level)
+        install_keyring(app, KeyRing(resolved.api_keys))
         app.state.runtime = await run_in_threadpool(start_runtime, resolved, spark=spark)
         # Everything built so far (pyspark, torch, SQLAlchemy, ... hundreds of thousands of objects) lives as long
         # as the process: keep it out of the collector's full passes, which otherwise stall requests for

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
+from app.core.auth import Caller
+from app.core.errors import Unauthorized
 from app.core.settings import Settings
 from app.runtime import ServiceRuntime
 
@@ -36,16 +37,15 @@ def get_spark(rt: RuntimeDep) -> Any:
     return rt.spark
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who is asking. Without configured API keys every caller is the anonymous admin."""
-
-    owner: str = "anonymous"
-    admin: bool = True
-
-
-def get_caller() -> Caller:
-    return Caller()
+async def get_caller(request: Request) -> Caller:
+    """The caller ``RequestGuard`` identified from the API key (the anonymous admin without configured keys)."""
+    caller = getattr(request.state, "caller", None)
+    if not isinstance(caller, Caller):  # a public path, or an app without the guard: refuse rather than guess
+        raise Unauthorized(
+            "This endpoint needs an API key: send the header 'Authorization: Bearer <key>'.",
+            headers={"WWW-Authenticate": 'Bearer realm="sparktrain"'},
+        )
+    return caller
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -36,7 +36,7 @@ def problem_response(body: dict[str, Any], request: Request, headers: dict[str, 
 
 async def _app_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AppError)
-    return problem_response(exc.problem(), request)
+    return problem_response(exc.problem(), request, headers=exc.headers or None)
 
 
 def _loc(parts: tuple[Any, ...] | list[Any]) -> str:

@@ -1,5 +1,5 @@
-"""Pure ASGI middleware: request ids, no NUL bytes in URLs, JSON-only bodies, and a body size limit (checked before
-parsing)."""
+"""Pure ASGI middleware, in this order: a request id, no NUL bytes in URLs, the API key (``app/api/auth.py``), JSON-only
+bodies, a body size limit and a nesting limit (both checked before the body is parsed)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.core.errors import PROBLEM_BASE
+from app.api.auth import identify
+from app.core.errors import PROBLEM_BASE, AppError
 
 _JSON_TYPE = re.compile(r"^application/([a-z0-9.+-]*\+)?json$")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -47,6 +48,13 @@ class RequestGuard:
             # No path or query parameter of this API takes one, and PostgreSQL refuses them in text.
             await _problem(send_with_id, scope, 400, "bad-request", "Bad request", "The URL holds a NUL byte (%00).")
             return
+        try:
+            caller = identify(scope, _header(scope, b"authorization"))
+        except AppError as exc:
+            await _problem(send_with_id, scope, exc.status, exc.type, exc.title, exc.detail, exc.headers)
+            return
+        if caller is not None:
+            scope["state"]["caller"] = caller
         if scope["method"] in ("POST", "PUT", "PATCH"):
             length = _header(scope, b"content-length")
             chunked = _header(scope, b"transfer-encoding") is not None
@@ -73,8 +81,89 @@ class RequestGuard:
                     f"Send the body as application/json (got {media or 'no Content-Type'}).",
                 )
                 return
-            receive = _limited(receive, self.max_body_bytes)
+            if v2 or not has_body:
+                receive = _limited(receive, self.max_body_bytes)
+            else:
+                body = await _read_body(receive, self.max_body_bytes)
+                if body is None:
+                    await _problem(
+                        send_with_id,
+                        scope,
+                        413,
+                        "payload-too-large",
+                        "Payload too large",
+                        f"The body is larger than {self.max_body_bytes} bytes.",
+                    )
+                    return
+                depth = json_depth(body)
+                if depth > MAX_JSON_DEPTH:
+                    await _problem(
+                        send_with_id,
+                        scope,
+                        400,
+                        "nested-json",
+                        "JSON nested too deeply",
+                        f"The JSON body nests {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted (no request "
+                        "of this API needs more): flatten it.",
+                    )
+                    return
+                receive = _replay(body, receive)
         await self.app(scope, receive, send_with_id)
+
+
+MAX_JSON_DEPTH = 64
+"""Arrays and objects inside each other. Parsers, validators and encoders recurse per level: past about a thousand
+levels the JSON parser itself fails (RecursionError), and fewer still reach code that walks the request. No request of
+this API needs more than a handful, so deeper bodies are refused before parsing, with an answer that says why."""
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
+
+
+def json_depth(body: bytes) -> int:
+    """How deep arrays and objects nest in a JSON text (brackets inside strings do not count); 0 when it cannot
+    exceed MAX_JSON_DEPTH. Linear and vectorized: about 1.5 ms for half a megabyte of records."""
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
+        return 0
+    import numpy as np
+
+    if b"\\" in body:  # escaped quotes: drop whole strings; otherwise every quote opens or closes one
+        body = _JSON_STRING.sub(b"", body)
+    structure = np.frombuffer(body.translate(None, _NOT_STRUCTURE), dtype=np.uint8)
+    step = (structure == ord("[")).astype(np.int8) + (structure == ord("{")) - (structure == ord("]"))
+    step -= structure == ord("}")
+    step[(np.cumsum(structure == ord('"'), dtype=np.int32) & 1).astype(bool)] = 0
+    return int(np.cumsum(step, dtype=np.int32).max()) if step.size else 0
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None when it passes ``limit`` bytes (or the client left)."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body read already, as one message; afterwards whatever the server sends (a disconnect)."""
+    done = False
+
+    async def replayed() -> Message:
+        nonlocal done
+        if not done:
+            done = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
 
 
 class _BodyTooLarge(HTTPException):
@@ -99,7 +188,9 @@ def _limited(receive: Receive, limit: int) -> Receive:
     return wrapped
 
 
-async def _problem(send: Send, scope: Scope, status: int, kind: str, title: str, detail: str) -> None:
+async def _problem(
+    send: Send, scope: Scope, status: int, kind: str, title: str, detail: str, headers: dict[str, str] | None = None
+) -> None:
     body: dict[str, Any] = {
         "type": PROBLEM_BASE + kind,
         "title": title,
@@ -108,6 +199,8 @@ async def _problem(send: Send, scope: Scope, status: int, kind: str, title: str,
         "instance": scope.get("path", ""),
         "request_id": scope.get("state", {}).get("request_id"),
     }
+    if scope.get("path", "").startswith("/v2/"):
+        body["error"] = detail  # the V2 inference protocol's error member, as app/api/errors.py adds it
     payload = json.dumps(body).encode()
     await send(
         {
@@ -116,6 +209,7 @@ async def _problem(send: Send, scope: Scope, status: int, kind: str, title: str,
             "headers": [
                 (b"content-type", b"application/problem+json"),
                 (b"content-length", str(len(payload)).encode()),
+                *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()),
             ],
         }
     )

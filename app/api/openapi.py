@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from app.api.auth import document_security, public_paths
 from app.api.errors import PROBLEM_JSON
 from app.schemas.problems import Problem
 
@@ -42,12 +43,16 @@ def document_problems(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def install_openapi(app: FastAPI) -> None:
-    """Serve the document with problem+json errors (built once, on the first request for it)."""
+    """Serve the document with problem+json errors and the API key scheme (built once, on the first request for
+    it; before start-up, when no keys are loaded yet, keys are documented as required)."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = document_problems(generate())
+            keyring = getattr(app.state, "keyring", None)
+            required = keyring is None or keyring.enabled
+            schema = document_security(generate(), public=public_paths(app), required=required)
+            app.openapi_schema = document_problems(schema)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -14,10 +14,19 @@ class AppError(Exception):
     type: str = "internal"
     title: str = "Internal error"
 
-    def __init__(self, detail: str, *, errors: list[dict[str, Any]] | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        errors: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.errors = errors
+        self.headers = headers or {}
+        """HTTP headers the answer carries (``WWW-Authenticate`` of a 401, ...)."""
         self.extra = extra
 
     def problem(self) -> dict[str, Any]:

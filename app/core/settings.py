@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.core.auth import ApiKey, parse_api_keys
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout (or install) root: ``spark-conf/`` and ``datasets/`` live here."""
 
@@ -25,7 +27,8 @@ def _split_csv(value: Any) -> Any:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPARKTRAIN_", extra="ignore", frozen=True)
+    # Errors never repeat the value they refuse: it may be an API key or a URL with a password.
+    model_config = SettingsConfigDict(env_prefix="SPARKTRAIN_", extra="ignore", frozen=True, hide_input_in_errors=True)
 
     # --- where things live -------------------------------------------------------------------------------
     var_dir: Path = Field(Path("var"), description="Working state of the embedded default (database, broker).")
@@ -92,13 +95,24 @@ class Settings(BaseSettings):
     # --- HTTP ----------------------------------------------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    api_keys: Annotated[list[str], NoDecode] = Field(default_factory=list, repr=False)
+    api_keys: Annotated[list[ApiKey], NoDecode] = Field(
+        default_factory=list,
+        repr=False,
+        description="Empty: no authentication (every caller is the anonymous admin). Else comma-separated "
+        "key:owner or key:owner:admin; requests send 'Authorization: Bearer <key>'.",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
-    @field_validator("data_roots", "api_keys", "remote_uri_prefixes", mode="before")
+    @field_validator("data_roots", "remote_uri_prefixes", mode="before")
     @classmethod
     def _csv(cls, value: Any) -> Any:
         return _split_csv(value)
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _api_keys(cls, value: Any) -> Any:
+        value = _split_csv(value)
+        return parse_api_keys(value) if isinstance(value, list | tuple) else value
 
     @field_validator("spark_conf", mode="before")
     @classmethod

@@ -12,6 +12,7 @@ from app.core.settings import Settings
 from app.schemas.train import DatasetRef
 from app.services import datasets
 from workers.data.spec import ResolvedDataset
+from workers.inference.sequences import PLACEHOLDER_LABEL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,10 +81,12 @@ def resolve_dataset(
     loc: str = "dataset",
     allow_array: bool = False,
     db: sessionmaker[Session] | None = None,
+    labelled: bool = True,
 ) -> tuple[ResolvedDataset, dict[str, str]]:
     """Resolve the URI (or registered dataset id), read the schema with Spark and check the columns the request
     names. Returns the dataset and its schema (column -> Spark type). ``allow_array`` accepts one numeric array
-    column as the only feature (images, embeddings)."""
+    column as the only feature (images, embeddings); ``labelled=False``: a sequence dataset without labels (for
+    prediction)."""
     path, fmt, options = _locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc=f"{loc}.uri")
     schema = datasets.read_schema(spark, path, fmt, options, loc=f"{loc}.uri")
     available = ", ".join(f"{c} ({t})" for c, t in schema.items())
@@ -104,7 +107,9 @@ def resolve_dataset(
             raise ValidationFailed.at(f"{loc}.weight", f"no column {ref.weight!r} in {ref.uri}; columns: {available}")
         if schema[ref.weight] not in datasets.NUMERIC_TYPES:
             raise ValidationFailed.at(f"{loc}.weight", f"{ref.weight!r} is {schema[ref.weight]}; weights are numbers")
-    sequence, labels_path = _sequence(ref, schema, labels, settings=settings, spark=spark, db=db, loc=loc)
+    sequence, labels_path = _sequence(
+        ref, schema, labels, settings=settings, spark=spark, db=db, loc=loc, labelled=labelled
+    )
     features = _features(ref, schema, labels, loc, allow_array)
     if sequence is not None:
         sequence["features"] = features
@@ -137,13 +142,16 @@ def _sequence(
     spark: SparkSession,
     db: sessionmaker[Session] | None,
     loc: str,
+    labelled: bool = True,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The SequenceSpec (as a dict, features filled in by the caller) and the separate label data's path."""
     seq = ref.sequence
     if seq is None:
         return None, None
-    if len(labels) != 1:
+    if labelled and len(labels) != 1:
         raise ValidationFailed.at(f"{loc}.label", "a sequence dataset has one label column")
+    if not labelled:
+        labels, seq = [PLACEHOLDER_LABEL], seq.model_copy(update={"labels_uri": None})
     keys = [seq.sequence_id] + ([seq.step] if seq.layout == "rows" else [])
     for column in keys:
         if column not in schema:

@@ -41,15 +41,61 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def _missing(uri: str, roots: Sequence[Path], loc: str) -> ValidationFailed:
+    roots_text = ", ".join(str(r) for r in roots)
+    return ValidationFailed.at(loc, f"{uri!r} does not exist in the data roots ({roots_text})")
+
+
+_DOT_SEGMENT = re.compile(r"(^|/)\.{1,2}(/|$)")
+
+
+def _remote(uri: str, scheme: str, remote_prefixes: Sequence[str], loc: str) -> str:
+    """A remote URI under an allowed prefix. The prefix must end at a path boundary, and no '.' or '..' segment
+    (also percent-encoded) may climb out of it: Hadoop normalizes them away before it reads."""
+    decoded = unquote(uri)
+    if _DOT_SEGMENT.search(urlparse(decoded).path) or "\x00" in decoded:
+        raise ValidationFailed.at(loc, f"{uri[:200]!r}: '.' and '..' segments are not allowed in remote URIs")
+    for prefix in remote_prefixes:
+        if uri.startswith(prefix) and (prefix.endswith("/") or uri[len(prefix) : len(prefix) + 1] in ("", "/")):
+            return uri
+    allowed = ", ".join(remote_prefixes) or "none are configured (SPARKTRAIN_REMOTE_URI_PREFIXES)"
+    raise ValidationFailed.at(loc, f"{scheme}:// URIs must start with an allowed prefix; {allowed}")
+
+
+MAX_ENTRIES = 100_000
+"""Files a dataset directory may hold; each one is checked to stay inside the data roots."""
+
+
+def _check_tree(path: Path, roots: Sequence[Path], uri: str, loc: str) -> None:
+    """Every file and directory below a dataset directory must resolve inside a data root: Spark follows links, so
+    one link in a parquet directory would otherwise read a file from anywhere."""
+    seen: set[str] = set()
+    count = 0
+    for top, dirs, files in os.walk(path, followlinks=True):
+        real_top = os.path.realpath(top)
+        if real_top in seen:  # a link back up the tree
+            dirs[:] = []
+            continue
+        seen.add(real_top)
+        for name in (*dirs, *files):
+            count += 1
+            if count > MAX_ENTRIES:
+                raise ValidationFailed.at(loc, f"{uri!r} holds more than {MAX_ENTRIES} files; split the dataset")
+            real = Path(os.path.realpath(os.path.join(top, name)))
+            if not any(_inside(real, root) for root in roots):
+                inner = os.path.relpath(os.path.join(top, name), path)
+                raise ValidationFailed.at(
+                    loc, f"{uri!r} holds {inner!r}, a link that leads outside the configured data roots"
+                )
+
+
 def resolve_uri(uri: str, *, roots: Sequence[Path], remote_prefixes: Sequence[str] = (), loc: str) -> str:
-    """Turn a request's dataset URI into an absolute path inside a data root (symlinks followed), or an allowed
-    remote URI. Relative paths are tried against the working directory and each root."""
+    """Turn a request's dataset URI into an absolute path inside a data root (symlinks followed, also those inside a
+    dataset directory), or an allowed remote URI. Relative paths are tried against the working directory and each
+    root."""
     parsed = urlparse(uri)
     if parsed.scheme and parsed.scheme != "file" and len(parsed.scheme) > 1:
-        if any(uri.startswith(p) for p in remote_prefixes):
-            return uri
-        allowed = ", ".join(remote_prefixes) or "none are configured (SPARKTRAIN_REMOTE_URI_PREFIXES)"
-        raise ValidationFailed.at(loc, f"{parsed.scheme}:// URIs must start with an allowed prefix; {allowed}")
+        return _remote(uri, parsed.scheme, remote_prefixes, loc)
     raw = unquote(parsed.path) if parsed.scheme == "file" else uri
     if "\x00" in raw:
         raise ValidationFailed.at(loc, "the path contains a NUL byte")
@@ -68,13 +114,29 @@ def resolve_uri(uri: str, *, roots: Sequence[Path], remote_prefixes: Sequence[st
         inside_any = True
         try:
             if real.exists():
+                if real.is_dir():
+                    _check_tree(real, roots, uri, loc)
                 return str(real)
         except OSError as exc:  # a name longer than the file system allows (ENAMETOOLONG), ...
             raise ValidationFailed.at(loc, f"{uri[:200]!r} is not a usable path: {exc.strerror}") from exc
-    roots_text = ", ".join(str(r) for r in roots)
     if not inside_any:
+        roots_text = ", ".join(str(r) for r in roots)
         raise ValidationFailed.at(loc, f"{uri!r} lies outside the configured data roots ({roots_text})")
-    raise ValidationFailed.at(loc, f"{uri!r} does not exist in the data roots ({roots_text})")
+    raise _missing(uri, roots, loc)
+
+
+def check_output_target(given: str, *, roots: Sequence[Path], loc: str = "output_uri") -> None:
+    """A batch prediction's new output path must not be a symbolic link: a dangling one inside a root would have
+    Spark write wherever it points. (The rest of the path's checks: ``inference._output_path``.)"""
+    if "\x00" in given or not roots:
+        return
+    target = Path(given) if Path(given).is_absolute() else roots[-1] / given
+    try:
+        link = target.is_symlink()
+    except OSError:
+        return
+    if link:
+        raise ValidationFailed.at(loc, f"{given[:200]!r} is a symbolic link; name a new path inside the data roots")
 
 
 def detect_format(path: str, given: Format | None, *, loc: str) -> Format:
@@ -199,17 +261,27 @@ def register_dataset(
     return row
 
 
-def get_dataset(*, session: Session, dataset_id: str) -> Dataset:
+def get_dataset(*, session: Session, dataset_id: str, owner: str | None = None) -> Dataset:
+    """One dataset (of ``owner``'s; None: anyone's). Another owner's answers as an unknown one does."""
     row = session.get(Dataset, dataset_id)
-    if row is None:
+    if row is None or (owner is not None and row.owner != owner):
         raise NotFound(f"No dataset with id {dataset_id!r}.")
     return row
 
 
-def list_datasets(*, session: Session, limit: int = 100) -> Sequence[Dataset]:
-    return session.scalars(select(Dataset).order_by(Dataset.created_at.desc()).limit(limit)).all()
+def list_datasets(*, session: Session, limit: int = 100, owner: str | None = None) -> Sequence[Dataset]:
+    stmt = select(Dataset) if owner is None else select(Dataset).where(Dataset.owner == owner)
+    return session.scalars(stmt.order_by(Dataset.created_at.desc()).limit(limit)).all()
 
 
 def registered(session: Session, uri: str) -> Dataset | None:
     """The registered dataset a request's ``uri`` names by id, if it does."""
     return session.get(Dataset, uri) if _ID.match(uri) else None
+
+
+def check_reference(*, session: Session, uri: str, owner: str | None, roots: Sequence[Path], loc: str) -> None:
+    """A request may name a registered dataset by id only when it is ``owner``'s (None: anyone's); another owner's
+    id answers as an id that names nothing does (422, not in the data roots)."""
+    row = registered(session, uri) if owner is not None else None
+    if row is not None and row.owner != owner:
+        raise _missing(uri, roots, loc)

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +19,8 @@ from app.core.settings import Settings
 from app.db.models import Checkpoint, Job
 from app.db.session import transaction
 from app.schemas.inference import EvaluateRequest, ModelSelector, PredictRequest
-from app.schemas.train import DatasetRef
-from app.services import checkpoints, jobs, models
+from app.schemas.train import DatasetRef, SequenceOptions
+from app.services import checkpoints, datasets, jobs, models
 from app.services.dataset_check import resolve_dataset
 from app.services.training import Enqueue
 from workers import storage
@@ -41,59 +42,73 @@ def card_of(framework: str, params: dict[str, Any]) -> dict[str, Any]:
 
 class ResolvedModels:
     """Model selectors already resolved, so an online request does not query the database: an explicit version
-    or checkpoint never changes; the newest version or an alias is looked up again after ``ttl_s``."""
+    or checkpoint never changes; the newest version or an alias is looked up again after ``ttl_s``. Each entry
+    remembers its owner, so a hit serves only a caller who may see it."""
 
     def __init__(self, ttl_s: float = 2.0, capacity: int = 256) -> None:
         self.ttl_s, self.capacity = ttl_s, capacity
-        self._items: dict[tuple[Any, ...], tuple[float, ModelRef]] = {}
+        self._items: dict[tuple[Any, ...], tuple[float, ModelRef, str]] = {}
 
-    def peek(self, key: tuple[Any, ...]) -> ModelRef | None:
-        """The cached resolution of a selector key when it is still fresh (no database access)."""
+    def peek(self, key: tuple[Any, ...], *, owner: str | None = None) -> ModelRef | None:
+        """The cached resolution of a selector key when it is still fresh and ``owner``'s (no database access)."""
         import time
 
         hit = self._items.get(key)
-        if hit is None:
+        if hit is None or owner not in (None, hit[2]):
             return None
         fixed = key[1] is not None or key[3] is not None
         return hit[1] if fixed or time.monotonic() - hit[0] < self.ttl_s else None
 
-    def get(self, db: sessionmaker[Session], selector: ModelSelector) -> ModelRef:
+    def get(self, db: sessionmaker[Session], selector: ModelSelector, *, owner: str | None = None) -> ModelRef:
+        """As :func:`resolve_model`: ``owner`` (None: any) sees only its own models and checkpoints."""
         import time
 
         key = (selector.name, selector.version, selector.alias, selector.checkpoint)
         fixed = selector.version is not None or selector.checkpoint is not None
         hit = self._items.get(key)
         now = time.monotonic()
-        if hit is not None and (fixed or now - hit[0] < self.ttl_s):
+        if hit is not None and (fixed or now - hit[0] < self.ttl_s) and owner in (None, hit[2]):
             return hit[1]
         with db() as session:
-            model = resolve_model(session, selector)
+            model, model_owner = _resolve(session, selector, owner)
         if len(self._items) >= self.capacity:
             self._items.clear()
-        self._items[key] = (now, model)
+        self._items[key] = (now, model, model_owner)
         return model
 
 
-def resolve_model(session: Session, selector: ModelSelector) -> ModelRef:
+def resolve_model(session: Session, selector: ModelSelector, *, owner: str | None = None) -> ModelRef:
+    """The model version or checkpoint a selector names. With ``owner`` (None: any, an admin) another owner's
+    model or checkpoint answers 404 exactly as an unknown one does."""
+    return _resolve(session, selector, owner)[0]
+
+
+def _resolve(session: Session, selector: ModelSelector, owner: str | None) -> tuple[ModelRef, str]:
+    """The model and its owner."""
     if selector.checkpoint is not None:
+        from app.core.errors import NotFound
+
         row: Checkpoint = checkpoints.get(session=session, checkpoint_id=selector.checkpoint)
         job = session.get(Job, row.job_id)
+        if job is not None and owner is not None and job.owner != owner:
+            raise NotFound(f"No checkpoint with id {selector.checkpoint!r}.")
         if job is None or job.framework != "torch":
             raise ValidationFailed.at("model.checkpoint", "only torch training jobs write checkpoints")
         meta = json.loads((storage.fetch_dir(row.uri) / "meta.json").read_text())
         card = {"network": meta["network"], **meta.get("model_card", {})}
-        return ModelRef(framework="torch", uri=row.uri, card=card, checkpoint_id=row.id, name=job.name)
+        return ModelRef(framework="torch", uri=row.uri, card=card, checkpoint_id=row.id, name=job.name), job.owner
     assert selector.name is not None
     version = models.resolve_version(
-        session=session, name=selector.name, version=selector.version, alias=selector.alias
+        session=session, name=selector.name, version=selector.version, alias=selector.alias, owner=owner
     )
-    return ModelRef(
+    ref = ModelRef(
         framework=version.framework,
         uri=version.artifact_uri,
         card=card_of(version.framework, version.params),
         name=version.model.name,
         version=version.version,
     )
+    return ref, version.model.owner
 
 
 def _dataset_for(model: ModelRef, ref: DatasetRef, *, need_labels: bool) -> DatasetRef:
@@ -106,7 +121,24 @@ def _dataset_for(model: ModelRef, ref: DatasetRef, *, need_labels: bool) -> Data
         update["label"] = labels[0] if len(labels) == 1 else labels
     if not need_labels:
         update["label"] = None
+    sequence = model.card.get("sequence")
+    if sequence and ref.sequence is None:  # read the data as the model was trained on it
+        update["sequence"] = SequenceOptions(
+            **{k: sequence[k] for k in ("layout", "sequence_id", "step", "labels", "alignment", "max_length")}
+        )
     return ref.model_copy(update=update)
+
+
+def _check_sequence_options(model: ModelRef, ref: DatasetRef) -> None:
+    """A sequence model reads sequences with the labels (last_step / per_step) it was trained on; other data is
+    not sequences at all."""
+    sequence = model.card.get("sequence")
+    if not sequence:
+        if ref.sequence is not None:
+            raise ValidationFailed.at("dataset.sequence", "the model was not trained on sequences")
+        return
+    if ref.sequence is not None and ref.sequence.labels != sequence["labels"]:
+        raise ValidationFailed.at("dataset.sequence.labels", f"the model was trained with {sequence['labels']} labels")
 
 
 def _check_features(model: ModelRef, dataset_features: tuple[str, ...]) -> None:
@@ -128,10 +160,11 @@ def plan_evaluation(
             raise ValidationFailed.at("metrics", f"{group} metrics do not fit a {model.task} model")
     if model.framework not in FRAMEWORKS:
         raise ValidationFailed.at("model", f"evaluation of {model.framework} models is not available yet")
-    if model.card.get("sequence"):
-        raise ValidationFailed.at("model", "evaluation of sequence models is not available yet")
+    _check_sequence_options(model, request.dataset)
     ref = _dataset_for(model, request.dataset, need_labels=True)
     dataset, _ = resolve_dataset(ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db)
+    if dataset.sequence is not None:
+        dataset = replace(dataset, sequence={**dataset.sequence, "num_classes": model.card.get("num_classes")})
     _check_features(model, dataset.features)
     return EvaluationPlan(
         model=model,
@@ -154,6 +187,7 @@ def _output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
         return str(root / f"{model.name or 'checkpoint'}-{model.version or model.checkpoint_id}-{uuid.uuid4().hex[:8]}")
     if "\x00" in given:
         raise ValidationFailed.at("output_uri", "the path contains a NUL byte")
+    datasets.check_output_target(given, roots=settings.data_roots)  # a dangling link would send Spark elsewhere
     target = Path(given) if Path(given).is_absolute() else settings.data_roots[-1] / given
     parent = Path(os.path.realpath(target.parent))
     inside = [r for r in settings.data_roots if parent == r or r in parent.parents]
@@ -177,15 +211,24 @@ def plan_prediction(
         model = resolve_model(session, request.model)
     if model.framework not in FRAMEWORKS:
         raise ValidationFailed.at("model", f"batch prediction with {model.framework} models is not available yet")
-    if model.card.get("sequence"):
-        raise ValidationFailed.at("model", "batch prediction with sequence models is not available yet")
+    _check_sequence_options(model, request.dataset)
+    ref = _dataset_for(model, request.dataset, need_labels=False)
     key = request.dataset.key
+    if ref.sequence is not None:  # one prediction row per sequence, keyed by its id
+        if key is not None and key != ref.sequence.sequence_id:
+            raise ValidationFailed.at(
+                "dataset.key",
+                f"a sequence model predicts per sequence: the key is the sequence id column "
+                f"{ref.sequence.sequence_id!r} (leave key out, or name it)",
+            )
+        key = ref.sequence.sequence_id
     if not key:
         raise ValidationFailed.at("dataset.key", "batch prediction needs a key column: partitions are unordered")
-    ref = _dataset_for(model, request.dataset, need_labels=False)
     dataset, schema = resolve_dataset(
-        ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db
+        ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db, labelled=False
     )
+    if dataset.sequence is not None:
+        dataset = replace(dataset, sequence={**dataset.sequence, "num_classes": model.card.get("num_classes")})
     if key not in schema:
         raise ValidationFailed.at("dataset.key", f"no column {key!r} in {request.dataset.uri}")
     _check_features(model, dataset.features)
@@ -355,6 +398,48 @@ def predict_rows(*, model: ModelRef, x: Any, cache: Any, spark: SparkSession, as
     if model.framework == "spark_ml":
         return _spark_ml_rows(model, x, cache, spark)
     raise ValidationFailed.at("model", f"online prediction with {model.framework} models is not available yet")
+
+
+def predict_sequences(*, model: ModelRef, rows: list[Any], cache: Any) -> dict[str, Any]:
+    """Online prediction with a sequence model. A row is one sequence: a list of steps (each a list of the
+    features' values, or a number with one feature), or an object mapping each feature to its per-step values.
+    A last_step model answers one prediction per sequence, a per_step model a list per sequence (its steps)."""
+    import numpy as np
+
+    from workers.inference.answer import prediction_answer
+    from workers.inference.sequences import pad_inline, per_step_lists
+
+    features = model.features
+    sequences: list[Any] = []
+    for i, row in enumerate(rows):
+        if isinstance(row, dict):
+            missing = [f for f in features if f not in row]
+            if missing:
+                raise ValidationFailed.at(f"rows[{i}]", f"missing features {missing}; the model needs {list(features)}")
+            columns = [row[f] for f in features]
+            if not all(isinstance(c, list) for c in columns) or len({len(c) for c in columns}) != 1:
+                raise ValidationFailed.at(f"rows[{i}]", "map each feature to a list of per-step values, all one length")
+            sequences.append([list(step) for step in zip(*columns, strict=True)])
+        else:
+            sequences.append(row)
+    width = int((model.card.get("input_shape") or [0, len(features)])[-1])
+    try:
+        x, lengths = pad_inline(sequences, width)
+    except ValueError as exc:
+        raise ValidationFailed.at("rows", f"{exc} (one row is one sequence: a list of steps)") from exc
+    net = cache.get(model.uri, lambda: _load_online(model.uri))
+    out = net.outputs(x, lengths)
+    classification = model.task == "classification"
+    labels = list(model.class_labels) if model.class_labels else None
+    if out.ndim == 2:  # last_step: one per sequence
+        answer: dict[str, Any] = prediction_answer(out, classification=classification, labels=labels, as_lists=True)
+        return answer
+    flat = prediction_answer(
+        out.reshape(-1, out.shape[-1]), classification=classification, labels=labels, as_lists=False
+    )
+    shaped = {k: np.asarray(v, dtype=object if k == "label" else None).reshape(*out.shape[:2], *np.shape(v)[1:])
+              for k, v in flat.items()}  # fmt: skip
+    return {k: per_step_lists(v, lengths) for k, v in shaped.items()}
 
 
 def _load_online(uri: str) -> Any:

@@ -1,4 +1,8 @@
-"""The model registry: names, integer versions, and the artifacts behind them."""
+"""The model registry: names, integer versions, and the artifacts behind them.
+
+A model name belongs to the owner whose job registered its first version. Lookups take ``owner`` (None: any, for
+an admin); another owner's model answers exactly as an unknown one does (404), so its existence does not leak.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.core.errors import Conflict, NotFound, ValidationFailed
 from app.db.base import utcnow
-from app.db.models import Model, ModelAlias, ModelVersion
+from app.db.models import Job, Model, ModelAlias, ModelVersion
 from app.schemas.models import ALIAS_PATTERN
 
 
@@ -28,7 +32,11 @@ def register_version(
     owner: str = "anonymous",
 ) -> ModelVersion:
     """Add the next version of ``name`` (creating the model on first use). Unique keys (model, version) and
-    (job) make a replayed job unable to register twice; the caller's transaction decides what lands."""
+    (job) make a replayed job unable to register twice; the caller's transaction decides what lands.
+
+    A job of another owner cannot add a version to a model created after it was queued (two owners training a new
+    name at once: the first to finish owns it): a Conflict. ``POST /train`` vetted a job queued after the model
+    existed (its owner's, or an admin's)."""
     model = session.scalar(select(Model).where(Model.name == name).with_for_update())
     if model is None:
         try:
@@ -39,6 +47,12 @@ def register_version(
             model = session.scalar(select(Model).where(Model.name == name).with_for_update())
             if model is None:
                 raise
+    if model.owner != owner and job_id is not None:
+        queued_at = session.scalar(select(Job.created_at).where(Job.id == job_id))
+        if queued_at is not None and queued_at < model.created_at:
+            raise Conflict(
+                f"Model name {name!r} was taken by another owner while this job ran; train again under another name."
+            )
     for _ in range(5):
         latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.model_id == model.id))
         version = ModelVersion(
@@ -63,14 +77,34 @@ def register_version(
     raise RuntimeError(f"could not allocate a version number for model {name!r}")
 
 
-def list_models(*, session: Session, limit: int = 100) -> Sequence[Model]:
-    return session.scalars(select(Model).order_by(Model.name).limit(limit)).all()
+def check_name(*, session: Session, name: str, owner: str | None) -> None:
+    """Whether ``owner`` may train into ``name``: a name another owner registered first is a 409 (None: an admin,
+    who may train into any name)."""
+    if owner is None:
+        return
+    taken_by = session.scalar(select(Model.owner).where(Model.name == name))
+    if taken_by is not None and taken_by != owner:
+        raise Conflict(
+            f"The model name {name!r} belongs to another owner; a new version can only come from its owner. "
+            "Choose another name."
+        )
 
 
-def get_version(*, session: Session, name: str, version: int) -> ModelVersion:
-    row = session.scalar(select(ModelVersion).join(Model).where(Model.name == name, ModelVersion.version == version))
+def _model_named(name: str, owner: str | None) -> Any:
+    stmt = select(Model).where(Model.name == name)
+    return stmt if owner is None else stmt.where(Model.owner == owner)
+
+
+def list_models(*, session: Session, limit: int = 100, owner: str | None = None) -> Sequence[Model]:
+    stmt = select(Model) if owner is None else select(Model).where(Model.owner == owner)
+    return session.scalars(stmt.order_by(Model.name).limit(limit)).all()
+
+
+def get_version(*, session: Session, name: str, version: int, owner: str | None = None) -> ModelVersion:
+    stmt = select(ModelVersion).join(Model).where(Model.name == name, ModelVersion.version == version)
+    row = session.scalar(stmt if owner is None else stmt.where(Model.owner == owner))
     if row is None:
-        exists = session.scalar(select(Model.id).where(Model.name == name))
+        exists = session.scalar(_model_named(name, owner).with_only_columns(Model.id))
         if exists is None:
             raise NotFound(f"No model named {name!r}.")
         raise NotFound(f"Model {name!r} has no version {version}.")
@@ -81,14 +115,19 @@ _ALIAS = re.compile(ALIAS_PATTERN)
 
 
 def resolve_version(
-    *, session: Session, name: str, version: int | None = None, alias: str | None = None
+    *,
+    session: Session,
+    name: str,
+    version: int | None = None,
+    alias: str | None = None,
+    owner: str | None = None,
 ) -> ModelVersion:
-    """A model version named by number, by alias, or the newest one."""
+    """A model version named by number, by alias, or the newest one (of ``owner``'s models; None: anyone's)."""
     if version is not None:
-        return get_version(session=session, name=name, version=version)
-    model = session.scalar(select(Model).where(Model.name == name))
+        return get_version(session=session, name=name, version=version, owner=owner)
+    model = session.scalar(_model_named(name, owner))
     if model is None or not model.versions:
-        _still_training(session, name)
+        _still_training(session, name, owner)
     if model is None:
         raise NotFound(f"No model named {name!r}.")
     if alias is not None:
@@ -102,12 +141,12 @@ def resolve_version(
     return model.versions[-1]
 
 
-def _still_training(session: Session, name: str) -> None:
+def _still_training(session: Session, name: str, owner: str | None) -> None:
     from app.core.jobstates import JobStatus
-    from app.db.models import Job
 
     active = [JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING]
-    job = session.scalar(select(Job).where(Job.name == name, Job.type == "train", Job.status.in_(active)).limit(1))
+    stmt = select(Job).where(Job.name == name, Job.type == "train", Job.status.in_(active))
+    job = session.scalar((stmt if owner is None else stmt.where(Job.owner == owner)).limit(1))
     if job is not None:
         raise Conflict(
             f"Model {name!r} has no version yet: its training job {job.id} is {job.status}. Wait for it to succeed.",
@@ -119,12 +158,12 @@ def aliases_of(*, session: Session, model_id: int) -> Sequence[ModelAlias]:
     return session.scalars(select(ModelAlias).where(ModelAlias.model_id == model_id).order_by(ModelAlias.alias)).all()
 
 
-def set_alias(*, session: Session, name: str, alias: str, version: int) -> ModelAlias:
+def set_alias(*, session: Session, name: str, alias: str, version: int, owner: str | None = None) -> ModelAlias:
     if not _ALIAS.match(alias):
         raise ValidationFailed.at("alias", "letters, digits, '.', '_' or '-', starting with a letter (at most 100)")
     if alias.isdigit() or alias == "latest":
         raise ValidationFailed.at("alias", f"{alias!r} is reserved")
-    target = get_version(session=session, name=name, version=version)
+    target = get_version(session=session, name=name, version=version, owner=owner)
     # Lock the alias row only: PostgreSQL refuses FOR UPDATE on the outer join that loads its version.
     row = session.scalar(
         select(ModelAlias)
@@ -141,8 +180,8 @@ def set_alias(*, session: Session, name: str, alias: str, version: int) -> Model
     return row
 
 
-def delete_alias(*, session: Session, name: str, alias: str) -> None:
-    model = session.scalar(select(Model).where(Model.name == name))
+def delete_alias(*, session: Session, name: str, alias: str, owner: str | None = None) -> None:
+    model = session.scalar(_model_named(name, owner))
     row = None
     if model is not None:
         row = session.scalar(select(ModelAlias).where(ModelAlias.model_id == model.id, ModelAlias.alias == alias))

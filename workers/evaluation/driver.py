@@ -14,7 +14,7 @@ from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
-from workers.evaluation.remote import STATE_SCHEMA, model_states, spark_ml_states
+from workers.evaluation.remote import STATE_SCHEMA, model_states, sequence_states, spark_ml_states
 from workers.inference.spec import EvaluationPlan, ModelRef
 
 if TYPE_CHECKING:
@@ -52,7 +52,14 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     ctx.progress(0.05, "evaluating")
     source = read_dataframe(ctx.spark, ds)
     dropped = 0
-    if model.framework in ("torch", "xgboost"):
+    if ds.sequence is not None:
+        from workers.inference.sequences import sequence_frame, spec_of
+
+        sequences, dropped = sequence_frame(ctx, ds, spec_of(ds.sequence, labelled=True), labelled=True)
+        frame = _bounded(sequences, plan.eval_workers, ctx)
+        states = sequence_states(model, ds.sequence, options, plan.batch_size)
+        collected = frame.mapInArrow(states, STATE_SCHEMA).collect()
+    elif model.framework in ("torch", "xgboost"):
         frame = _bounded(source.select(*model.features, *model.labels), plan.eval_workers, ctx)
         collected = frame.mapInArrow(model_states(model, options, plan.batch_size), STATE_SCHEMA).collect()
     elif model.framework == "spark_ml":
@@ -70,11 +77,11 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
             f"{bad} of {seen} rows of {ds.path} have a null, NaN or infinite feature or label, or a label the model "
             'does not know; fix the data or set dataset.bad_rows to "skip"',
         )
-    if bad:
+    if bad and ds.sequence is None:  # bad sequences were reported as they were dropped
         ctx.warn(f"{bad} rows of {ds.path} were skipped as bad rows (bad_rows=skip)")
     merged = merge_states([r["states"] for r in collected]) if collected else {}
     result: dict[str, Any] = dict(results(merged)) if merged else {}
-    result["rows"] = seen - bad if model.framework != "spark_ml" else seen
+    result["rows"] = seen if model.framework == "spark_ml" or ds.sequence is not None else seen - bad
     result["bad_rows"] = bad
     ctx.progress(1.0, "done")
     return JobOutcome(result=result)

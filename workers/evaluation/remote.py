@@ -73,6 +73,47 @@ def model_states(model: ModelRef, options: dict[str, Any], batch_size: int) -> C
     return evaluate_partition
 
 
+def sequence_states(
+    model: ModelRef, sequence: dict[str, Any], options: dict[str, Any], batch_size: int
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function each task runs for a sequence model: one row per sequence in, metric states out. A last_step
+    model is scored once per sequence; a per_step model on every labelled step (padding never counts)."""
+    uri = model.uri
+
+    def evaluate_partition(batches: Iterator[Any]) -> Iterator[Any]:
+        from workers.evaluation.metrics import make_states, states_to_dict, update_states
+        from workers.inference.remote import load_model
+        from workers.inference.sequences import run_batch, spec_of
+
+        net = load_model("torch", uri)
+        spec = spec_of(sequence, labelled=True)
+        states = make_states(
+            options["groups"],
+            task=options["task"],
+            num_classes=options["num_classes"],
+            label_columns=options["label_columns"],
+            roc_steps=options["roc_steps"],
+            exact_auc=options["exact_auc"],
+            top_k=tuple(options["top_k"]),
+        )
+        seen = 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            done = run_batch(net, batch, spec, batch_size)
+            seen += batch.num_rows
+            out, y = done.outputs, done.labels
+            if done.mask is not None:  # per step: the labelled steps only
+                out, y = out[done.mask], y[done.mask]
+            if options["task"] == "classification":
+                update_states(states, y, probabilities=out)
+            else:
+                update_states(states, y.reshape(len(y), -1), predictions=out.reshape(len(out), -1))
+        yield state_row(json.dumps(states_to_dict(states)), seen, 0)
+
+    return evaluate_partition
+
+
 def spark_ml_states(model: ModelRef, options: dict[str, Any]) -> Callable[[Iterator[Any]], Iterator[Any]]:
     labels, class_labels = model.labels, model.class_labels
 

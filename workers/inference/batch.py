@@ -14,7 +14,12 @@ from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
-from workers.inference.remote import model_predictions, output_schema
+from workers.inference.remote import (
+    model_predictions,
+    output_schema,
+    sequence_output_schema,
+    sequence_predictions,
+)
 from workers.inference.spec import PredictionPlan
 
 
@@ -23,6 +28,8 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
 
     model, ds = plan.model, plan.dataset
     ctx.progress(0.05, "predicting")
+    if ds.sequence is not None:
+        return _predict_sequences(ctx, plan)
     source = read_dataframe(ctx.spark, ds)
     missing_keys = source.where(F.col(plan.key).isNull()).limit(1).count()
     if missing_keys:
@@ -38,11 +45,30 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
         out = _spark_ml(model, rows, plan.key)
     else:
         raise JobFailure("UNSUPPORTED", f"batch prediction with {model.framework} models is not available yet")
+    return _write(ctx, plan, out, dropped)
+
+
+def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> JobOutcome:
     out.write.mode("errorifexists").parquet(plan.output_path)
     written = ctx.spark.read.parquet(plan.output_path).count()
     ctx.progress(1.0, "done")
     result: dict[str, Any] = {"output_uri": plan.output_path, "rows": written, "bad_rows": dropped}
     return JobOutcome(result=result)
+
+
+def _predict_sequences(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
+    """One output row per sequence, keyed by the sequence id (the plan's key); bad sequences fail the job or are
+    skipped and counted, as in training."""
+    from workers.data.sequences import SEQUENCE_ID
+    from workers.inference.sequences import sequence_frame, spec_of
+
+    ds = plan.dataset
+    assert ds.sequence is not None
+    frame, dropped = sequence_frame(ctx, ds, spec_of(ds.sequence, labelled=False), labelled=False)
+    key_type = dict(frame.dtypes)[SEQUENCE_ID]
+    schema = sequence_output_schema(plan.model, ds.sequence, plan.key, key_type)
+    out = frame.mapInArrow(sequence_predictions(plan.model, ds.sequence, plan.key, plan.batch_size), schema)
+    return _write(ctx, plan, out, dropped)
 
 
 def _spark_ml(model: Any, rows: Any, key: str) -> Any:

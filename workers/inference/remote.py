@@ -60,6 +60,71 @@ def model_predictions(model: ModelRef, key: str, batch_size: int) -> Callable[[I
     return predict_partition
 
 
+def sequence_output_schema(model: ModelRef, sequence: dict[str, Any], key: str, key_type: str) -> str:
+    """A last_step model's columns are a tabular model's; a per_step model's are arrays with one element per
+    step of the sequence."""
+    if sequence["labels"] == "last_step":
+        return output_schema(model, key, key_type)
+    if model.task == "classification":
+        label_type = "string" if model.class_labels else "bigint"
+        return (
+            f"`{key}` {key_type}, prediction array<bigint>, label array<{label_type}>, "
+            "probabilities array<array<double>>"
+        )
+    return f"`{key}` {key_type}, prediction array<double>"
+
+
+def sequence_predictions(
+    model: ModelRef, sequence: dict[str, Any], key: str, batch_size: int
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function each task runs for a sequence model: one row per sequence (``sequence_id``, ``_x``, ``_y``,
+    ``_len``) in, ``key`` + predictions out."""
+    uri, class_labels = model.uri, model.class_labels
+    classification, per_step = model.task == "classification", sequence["labels"] == "per_step"
+
+    def predict_partition(batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        from workers.data.sequences import SEQUENCE_ID
+        from workers.inference.sequences import per_step_lists, run_batch, spec_of
+
+        net = load_model("torch", uri)
+        spec = spec_of(sequence, labelled=False)
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            done = run_batch(net, batch, spec, batch_size)
+            out = done.outputs
+            columns = [batch.column(SEQUENCE_ID)]
+            names = [key, "prediction"]
+            if classification:
+                probabilities = np.concatenate([1 - out, out], axis=-1) if out.shape[-1] == 1 else out
+                index = probabilities.argmax(axis=-1)
+                label = np.asarray(class_labels, dtype=object)[index] if class_labels else index
+                label_type = pa.string() if class_labels else pa.int64()
+                if per_step:
+                    columns += [
+                        pa.array(per_step_lists(index, done.lengths), pa.list_(pa.int64())),
+                        pa.array(per_step_lists(label, done.lengths), pa.list_(label_type)),
+                        pa.array(per_step_lists(probabilities, done.lengths), pa.list_(pa.list_(pa.float64()))),
+                    ]
+                else:
+                    columns += [
+                        pa.array(index, pa.int64()),
+                        pa.array(label.tolist(), label_type),
+                        pa.array(list(probabilities), pa.list_(pa.float64())),
+                    ]
+                names += ["label", "probabilities"]
+            elif per_step:
+                columns.append(pa.array(per_step_lists(out[..., 0], done.lengths), pa.list_(pa.float64())))
+            else:
+                columns.append(pa.array(out[:, 0], pa.float64()))
+            yield pa.RecordBatch.from_arrays(columns, names=names)
+
+    return predict_partition
+
+
 def load_model(framework: str, uri: str) -> Any:
     """The model, cached per Python worker; only the family's own library is imported."""
     if framework == "xgboost":

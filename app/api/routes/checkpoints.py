@@ -7,15 +7,16 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import SessionDep
+from app.api.access import checkpoint_of
+from app.api.deps import CallerDep, SessionDep
 from app.services import artifacts, checkpoints
 
 router = APIRouter(tags=["checkpoints"])
 
 
 @router.get("/checkpoints/{checkpoint_id}", summary="One checkpoint: job, epoch, step, URI, validation metrics")
-def get_checkpoint(checkpoint_id: str, session: SessionDep) -> dict[str, Any]:
-    return checkpoints.to_dict(checkpoints.get(session=session, checkpoint_id=checkpoint_id))
+def get_checkpoint(checkpoint_id: str, session: SessionDep, caller: CallerDep) -> dict[str, Any]:
+    return checkpoints.to_dict(checkpoint_of(session=session, checkpoint_id=checkpoint_id, caller=caller))
 
 
 @router.get(
@@ -23,8 +24,8 @@ def get_checkpoint(checkpoint_id: str, session: SessionDep) -> dict[str, Any]:
     summary="Download a checkpoint (weights, every worker's optimizer and residual state) as .tar.gz",
     response_class=StreamingResponse,
 )
-def download(checkpoint_id: str, session: SessionDep) -> StreamingResponse:
-    row = checkpoints.get(session=session, checkpoint_id=checkpoint_id)
+def download(checkpoint_id: str, session: SessionDep, caller: CallerDep) -> StreamingResponse:
+    row = checkpoint_of(session=session, checkpoint_id=checkpoint_id, caller=caller)
     filename = f"checkpoint-{row.job_id[:8]}-epoch-{row.epoch}.tar.gz"
     return StreamingResponse(
         artifacts.checkpoint_archive(row),

@@ -53,10 +53,13 @@ def register(
 
 
 @router.get("/datasets", response_model=DatasetPage, summary="Registered datasets, newest first")
-def list_datasets(session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> DatasetPage:
-    return DatasetPage(items=[to_dataset_read(r) for r in datasets.list_datasets(session=session, limit=limit)])
+def list_datasets(
+    session: SessionDep, caller: CallerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> DatasetPage:
+    rows = datasets.list_datasets(session=session, limit=limit, owner=caller.scope)
+    return DatasetPage(items=[to_dataset_read(r) for r in rows])
 
 
 @router.get("/datasets/{dataset_id}", response_model=DatasetRead, summary="One dataset: schema, rows, samples")
-def get_dataset(dataset_id: str, session: SessionDep) -> DatasetRead:
-    return to_dataset_read(datasets.get_dataset(session=session, dataset_id=dataset_id))
+def get_dataset(dataset_id: str, session: SessionDep, caller: CallerDep) -> DatasetRead:
+    return to_dataset_read(datasets.get_dataset(session=session, dataset_id=dataset_id, owner=caller.scope))

@@ -8,8 +8,10 @@ import orjson
 from fastapi import APIRouter, Body, Response, status
 from fastapi.concurrency import run_in_threadpool
 
+from app.api.access import check_inference
 from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
 from app.api.routes.jobs import to_job_read
+from app.core.auth import Caller
 from app.core.jobstates import JobType
 from app.schemas.inference import EvaluateRequest, PredictRequest, PredictResponse
 from app.schemas.jobs import JobRead
@@ -72,6 +74,7 @@ def evaluate(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
+    check_inference(rt=rt, model=request.model, dataset=request.dataset, caller=caller, settings=rt.settings)
     plan = inference.plan_evaluation(request=request, settings=rt.settings, spark=rt.spark, db=rt.db)
     job, _ = inference.submit(
         db=rt.db,
@@ -103,20 +106,20 @@ async def predict(
     idempotency_key: IdempotencyKey = None,
 ) -> Any:
     if request.dataset is not None:
-        return await run_in_threadpool(_submit_batch, request, rt, caller.owner, idempotency_key, response)
-    if _answer_in_loop(request, rt):
+        return await run_in_threadpool(_submit_batch, request, rt, caller, idempotency_key, response)
+    if _answer_in_loop(request, rt, caller):
         # A loaded torch model answers a small body in well under a millisecond of CPU: a hop to the thread
         # pool would cost more than it saves. Anything that may wait (a first load, Spark ML) goes to the pool.
-        return _predict_now(request, rt)
-    return await run_in_threadpool(_predict_now, request, rt)
+        return _predict_now(request, rt, caller)
+    return await run_in_threadpool(_predict_now, request, rt, caller)
 
 
 SMALL_BODY_ROWS = 256
 
 
-def _answer_in_loop(request: PredictRequest, rt: Any) -> bool:
+def _answer_in_loop(request: PredictRequest, rt: Any, caller: Caller) -> bool:
     key = (request.model.name, request.model.version, request.model.alias, request.model.checkpoint)
-    model = rt.resolved_models.peek(key)
+    model = rt.resolved_models.peek(key, owner=caller.scope)
     if model is None or model.framework not in ("torch", "xgboost") or model.uri not in rt.model_cache:
         return False
     rows = (
@@ -127,23 +130,27 @@ def _answer_in_loop(request: PredictRequest, rt: Any) -> bool:
     return rows is not None and len(rows) <= SMALL_BODY_ROWS
 
 
-def _submit_batch(request: PredictRequest, rt: Any, owner: str, key: str | None, response: Response) -> JobRead:
+def _submit_batch(request: PredictRequest, rt: Any, caller: Caller, key: str | None, response: Response) -> JobRead:
+    check_inference(rt=rt, model=request.model, dataset=request.dataset, caller=caller, settings=rt.settings)
     plan = inference.plan_prediction(request=request, settings=rt.settings, spark=rt.spark, db=rt.db)
     body = inference.pinned(request.model_dump(mode="json", exclude_none=True), plan.model)
     body["output_uri"] = plan.output_path
     job, _ = inference.submit(
-        db=rt.db, enqueue=rt.enqueue, job_type=JobType.PREDICT, model=plan.model, body=body, owner=owner,
+        db=rt.db, enqueue=rt.enqueue, job_type=JobType.PREDICT, model=plan.model, body=body, owner=caller.owner,
         idempotency_key=key,
     )  # fmt: skip
     return _queued(job, response)
 
 
-def _predict_now(request: PredictRequest, rt: Any) -> Response:
-    model = rt.resolved_models.get(rt.db, request.model)
+def _predict_now(request: PredictRequest, rt: Any, caller: Caller) -> Response:
+    model = rt.resolved_models.get(rt.db, request.model, owner=caller.scope)
     rows = inference.inline_rows(request, model)
     inference.check_row_limit(len(rows), rt.settings)
-    x = inference.feature_matrix(rows, model, "rows")
-    out = inference.predict_rows(model=model, x=x, cache=rt.model_cache, spark=rt.spark, as_lists=False)
+    if model.card.get("sequence"):
+        out = inference.predict_sequences(model=model, rows=rows, cache=rt.model_cache)
+    else:
+        x = inference.feature_matrix(rows, model, "rows")
+        out = inference.predict_rows(model=model, x=x, cache=rt.model_cache, spark=rt.spark, as_lists=False)
     body: dict[str, Any] = {
         "predictions": out.get("label", out.get("prediction")),
         "model": {"name": model.name, "version": model.version, "checkpoint": model.checkpoint_id},

@@ -6,7 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from app.api.deps import RuntimeDep, SessionDep
+from app.api.access import job_of
+from app.api.deps import CallerDep, RuntimeDep, SessionDep
 from app.core.jobstates import JobStatus, JobType
 from app.db.models import Job
 from app.schemas.jobs import JobError, JobPage, JobRead, LogLine, LogsRead, MetricPoint, MetricsRead, ModelRef
@@ -48,29 +49,33 @@ def to_job_read(job: Job) -> JobRead:
 @router.get("/jobs", response_model=JobPage, summary="List jobs, newest first")
 def list_jobs(
     session: SessionDep,
+    caller: CallerDep,
     status_: Annotated[JobStatus | None, Query(alias="status")] = None,
     type_: Annotated[JobType | None, Query(alias="type")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> JobPage:
-    page, next_cursor = jobs.list_jobs(session=session, status=status_, job_type=type_, limit=limit, cursor=cursor)
+    page, next_cursor = jobs.list_jobs(
+        session=session, status=status_, job_type=type_, limit=limit, cursor=cursor, owner=caller.scope
+    )
     return JobPage(items=[to_job_read(j) for j in page], next_cursor=next_cursor)
 
 
 @router.get("/jobs/{job_id}", response_model=JobRead, summary="One job")
-def get_job(job_id: str, session: SessionDep) -> JobRead:
-    return to_job_read(jobs.get_job(session=session, job_id=job_id))
+def get_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobRead:
+    return to_job_read(job_of(session=session, job_id=job_id, caller=caller))
 
 
 @router.get("/jobs/{job_id}/metrics", response_model=MetricsRead, summary="Step metrics, readable while it runs")
 def get_metrics(
     job_id: str,
     session: SessionDep,
+    caller: CallerDep,
     key: Annotated[str | None, Query(max_length=100)] = None,
     since_step: Annotated[int | None, Query(ge=-INT32, le=INT32, description="Only steps after this one.")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> MetricsRead:
-    jobs.get_job(session=session, job_id=job_id)
+    job_of(session=session, job_id=job_id, caller=caller)
     rows = jobs.list_metrics(session=session, job_id=job_id, key=key, since_step=since_step, limit=limit)
     return MetricsRead(
         metrics=[
@@ -84,10 +89,11 @@ def get_metrics(
 def get_logs(
     job_id: str,
     session: SessionDep,
+    caller: CallerDep,
     after: Annotated[int | None, Query(ge=0, le=INT32, description="Only lines after this id (to follow it).")] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ) -> LogsRead:
-    jobs.get_job(session=session, job_id=job_id)
+    job_of(session=session, job_id=job_id, caller=caller)
     rows = jobs.list_logs(session=session, job_id=job_id, after_id=after, limit=limit)
     lines = [LogLine(id=r.id, time=r.time, level=r.level, message=r.message) for r in rows]
     return LogsRead(lines=lines, next_after=lines[-1].id if lines else after)
@@ -99,7 +105,8 @@ def get_logs(
     status_code=status.HTTP_202_ACCEPTED,
     summary="Cancel a job (repeat is harmless; 409 once it finished)",
 )
-def cancel_job(job_id: str, session: SessionDep, rt: RuntimeDep) -> JobRead:
+def cancel_job(job_id: str, session: SessionDep, rt: RuntimeDep, caller: CallerDep) -> JobRead:
+    job_of(session=session, job_id=job_id, caller=caller)
     job, stopping = jobs.request_cancel(session=session, job_id=job_id)
     session.commit()
     if stopping:
@@ -108,6 +115,6 @@ def cancel_job(job_id: str, session: SessionDep, rt: RuntimeDep) -> JobRead:
 
 
 @router.get("/jobs/{job_id}/checkpoints", summary="Checkpoints written by a training job")
-def list_checkpoints(job_id: str, session: SessionDep) -> dict[str, list[dict[str, object]]]:
-    jobs.get_job(session=session, job_id=job_id)
+def list_checkpoints(job_id: str, session: SessionDep, caller: CallerDep) -> dict[str, list[dict[str, object]]]:
+    job_of(session=session, job_id=job_id, caller=caller)
     return {"checkpoints": [checkpoints.to_dict(c) for c in checkpoints.list_for_job(session=session, job_id=job_id)]}

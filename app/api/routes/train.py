@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Response, status
 
+from app.api.access import check_train
 from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
 from app.api.routes.jobs import to_job_read
 from app.schemas.jobs import JobRead
@@ -24,6 +25,7 @@ router = APIRouter(tags=["train"])
     "job and queues it. Poll `Location` (`GET /jobs/{id}`) for progress and the result.",
     responses={
         202: {"description": "Queued; `Location` names the job."},
+        409: {"description": "The model name belongs to another owner (with API keys)."},
         422: {"description": "The request cannot work (the problem names the field)."},
         503: {"description": "The job broker is unreachable; nothing was queued."},
     },
@@ -35,6 +37,7 @@ def train(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
+    check_train(db=rt.db, request=request, caller=caller, settings=rt.settings)
     job, _created = submit_training(
         db=rt.db,
         settings=rt.settings,

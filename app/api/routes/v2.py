@@ -3,7 +3,8 @@
 Inputs: one tensor ``[n, width]`` of a model's features in order (any name), or one tensor per feature named
 after it (``[n]`` or ``[n, 1]``; an array feature ``[n, length]``). Outputs: ``predictions`` (class index or
 value), and for classification ``probabilities`` ``[n, classes]`` and ``label`` (BYTES, when classes have
-names). Errors carry the protocol's ``error`` member next to the problem+json fields.
+names). Errors carry the protocol's ``error`` member next to the problem+json fields, a missing or unknown API key
+(401, answered before any route) included. A key sees only its owner's models (another owner's answer 404).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from app.api.deps import RuntimeDep
+from app.api.deps import CallerDep, RuntimeDep
 from app.api.errors import problem_response
 from app.core.errors import AppError, NotFound, ServiceUnavailable, ValidationFailed
 from app.schemas.inference import InferRequest, InferResponse, InferTensor, ModelSelector
@@ -35,7 +36,7 @@ def _v2_error(request: Request, exc: AppError) -> JSONResponse:
     return problem_response(body, request)
 
 
-def _model(rt: Any, name: str, version: str | None) -> ModelRef:
+def _model(rt: Any, name: str, version: str | None, owner: str | None) -> ModelRef:
     number = None
     if version is not None:
         if not (version.isascii() and version.isdigit()):
@@ -47,7 +48,7 @@ def _model(rt: Any, name: str, version: str | None) -> ModelRef:
         which = f"{name!r}" if version is None else f"{name!r} version {version}"
         raise NotFound(f"No model {which}.") from exc
     with rt.db() as session:
-        return inference.resolve_model(session, selector)
+        return inference.resolve_model(session, selector, owner=owner)
 
 
 def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
@@ -93,8 +94,10 @@ def _check_type(tensor: InferTensor) -> None:
         raise ValidationFailed.at(f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not a numeric tensor")
 
 
-def _infer(rt: Any, name: str, version: str | None, body: InferRequest) -> InferResponse:
-    model = _model(rt, name, version)
+def _infer(rt: Any, name: str, version: str | None, owner: str | None, body: InferRequest) -> InferResponse:
+    model = _model(rt, name, version, owner)
+    if model.card.get("sequence"):
+        return _infer_sequences(rt, name, model, body)
     x = _rows(body, model)
     inference.check_row_limit(len(x), rt.settings)
     if not (np.abs(x) <= inference.FLOAT32_MAX).all():  # NaN compares false
@@ -120,21 +123,58 @@ def _infer(rt: Any, name: str, version: str | None, body: InferRequest) -> Infer
     )
 
 
-def _metadata(rt: Any, name: str, version: str | None) -> dict[str, Any]:
-    model = _model(rt, name, version)
+def _infer_sequences(rt: Any, name: str, model: ModelRef, body: InferRequest) -> InferResponse:
+    """A sequence model takes one FP tensor ``[batch, steps, features]`` (V2 tensors are rectangular: every
+    sequence of a request has ``steps`` real steps). A last_step model answers ``[batch]`` predictions, a per_step
+    model ``[batch, steps]``; probabilities add the classes as the last dimension."""
+    width = int((model.card.get("input_shape") or [0, len(model.features)])[-1])
+    tensor = body.inputs[0]
+    data = _values(tensor)
+    if len(body.inputs) != 1 or len(tensor.shape) != 3 or tensor.shape[2] != width or 0 in tensor.shape:
+        raise ValidationFailed.at(
+            "inputs", f"a sequence model takes one tensor of shape [batch, steps, {width}] (got {tensor.shape})"
+        )
+    inference.check_row_limit(tensor.shape[0], rt.settings)
+    rows = data.reshape(tensor.shape).tolist()
+    out = inference.predict_sequences(model=model, rows=rows, cache=rt.model_cache)
+    lead = [tensor.shape[0]] if model.card["sequence"]["labels"] == "last_step" else tensor.shape[:2]
+    outputs: list[InferTensor] = []
+    if "probabilities" in out:
+        probabilities = np.asarray(out["probabilities"], dtype=np.float64)
+        index = np.asarray(out["class_index"], dtype=np.int64)
+        outputs.append(InferTensor(name="predictions", shape=lead, datatype="INT64", data=index.reshape(-1).tolist()))
+        outputs.append(InferTensor(name="probabilities", shape=list(probabilities.shape), datatype="FP64",
+                                   data=probabilities.reshape(-1).tolist()))  # fmt: skip
+    else:
+        values = np.asarray(out["prediction"], dtype=np.float64)
+        outputs.append(InferTensor(name="predictions", shape=list(values.shape), datatype="FP64",
+                                   data=values.reshape(-1).tolist()))  # fmt: skip
+    return InferResponse(
+        model_name=name, model_version=str(model.version) if model.version else None, id=body.id, outputs=outputs
+    )
+
+
+def _metadata(rt: Any, name: str, version: str | None, owner: str | None) -> dict[str, Any]:
+    model = _model(rt, name, version, owner)
     with rt.db() as session:
         from app.services import models
 
-        versions = [str(v.version) for v in models.resolve_version(session=session, name=name).model.versions]
+        latest = models.resolve_version(session=session, name=name, owner=owner)
+        versions = [str(v.version) for v in latest.model.versions]
+    sequence = model.card.get("sequence")
+    per_step = sequence is not None and sequence["labels"] == "per_step"
+    lead = [-1, -1] if per_step else [-1]
+    input_shape = [-1, -1, len(model.features)] if sequence else [-1, model.width]
     outputs: list[dict[str, Any]] = [{"name": "predictions", "datatype": "INT64" if model.task == "classification"
-                                      else "FP64", "shape": [-1]}]  # fmt: skip
+                                      else "FP64", "shape": lead}]  # fmt: skip
     if model.task == "classification":
-        outputs.append({"name": "probabilities", "datatype": "FP64", "shape": [-1, model.card.get("num_classes", -1)]})
+        classes = model.card.get("num_classes", -1)
+        outputs.append({"name": "probabilities", "datatype": "FP64", "shape": [*lead, classes]})
     return {
         "name": name,
         "versions": versions,
         "platform": f"sparktrain_{model.framework}",
-        "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, model.width],
+        "inputs": [{"name": "input", "datatype": "FP32", "shape": input_shape,
                     "parameters": {"features": list(model.features)}}],
         "outputs": outputs,
     }  # fmt: skip
@@ -173,18 +213,18 @@ def server() -> dict[str, Any]:
 
 
 @router.get("/models/{name}", summary="V2 model metadata (newest version)")
-async def model_metadata(name: str, request: Request, rt: RuntimeDep) -> Any:
-    return await _answer(request, _metadata, rt, name, None)
+async def model_metadata(name: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
+    return await _answer(request, _metadata, rt, name, None, caller.scope)
 
 
 @router.get("/models/{name}/versions/{version}", summary="V2 model metadata")
-async def version_metadata(name: str, version: str, request: Request, rt: RuntimeDep) -> Any:
-    return await _answer(request, _metadata, rt, name, version)
+async def version_metadata(name: str, version: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
+    return await _answer(request, _metadata, rt, name, version, caller.scope)
 
 
 @router.get("/models/{name}/ready", summary="V2 model readiness", response_class=Response, responses=_EMPTY_200)
-async def model_ready(name: str, request: Request, rt: RuntimeDep) -> Any:
-    answer = await _answer(request, _model, rt, name, None)
+async def model_ready(name: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
+    answer = await _answer(request, _model, rt, name, None, caller.scope)
     return answer if isinstance(answer, JSONResponse) else Response(status_code=200)
 
 
@@ -243,12 +283,12 @@ async def _request_body(request: Request) -> InferRequest:
     summary="V2 inference (newest version)",
     openapi_extra=_INFER_BODY,
 )
-async def infer(name: str, request: Request, rt: RuntimeDep) -> Any:
+async def infer(name: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
     try:
         body = await _request_body(request)
     except AppError as exc:
         return _v2_error(request, exc)
-    return await _answer(request, _infer, rt, name, None, body)
+    return await _answer(request, _infer, rt, name, None, caller.scope, body)
 
 
 @router.post(
@@ -257,9 +297,9 @@ async def infer(name: str, request: Request, rt: RuntimeDep) -> Any:
     summary="V2 inference",
     openapi_extra=_INFER_BODY,
 )
-async def infer_version(name: str, version: str, request: Request, rt: RuntimeDep) -> Any:
+async def infer_version(name: str, version: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
     try:
         body = await _request_body(request)
     except AppError as exc:
         return _v2_error(request, exc)
-    return await _answer(request, _infer, rt, name, version, body)
+    return await _answer(request, _infer, rt, name, version, caller.scope, body)

@@ -90,7 +90,7 @@ def to_splits(batches: Iterable[pa.RecordBatch], layout: DataLayout) -> tuple[Sp
     return part(~is_val), part(is_val)
 
 
-def _start_aligned(arrays: SequenceArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def start_aligned(arrays: SequenceArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Move each sequence's steps to the start of the time axis (padding after them), keeping features and labels
     in the same relative position: a recurrent layer's output at step L-1 then never depends on padding."""
     steps = arrays.x.shape[1]
@@ -111,7 +111,7 @@ def _sequence_splits(table: pa.Table, layout: DataLayout) -> tuple[Split, Split]
 
     def part(rows: np.ndarray) -> Split:
         arrays = pad_batch(table.filter(pa.array(rows)), spec)
-        x, y, mask = _start_aligned(arrays)
+        x, y, mask = start_aligned(arrays)
         lengths = np.minimum(arrays.lengths, x.shape[1])
         return Split(
             torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),

@@ -153,6 +153,8 @@ def model_card(plan: TorchPlan, normalizer: Normalizer | None) -> dict[str, Any]
         "num_classes": plan.train.num_classes,
         "class_labels": list(plan.class_labels) if plan.class_labels else None,
         "normalizer": normalizer.to_dict() if normalizer else None,
+        # How the rows form sequences (a SequenceSpec as a dict): evaluation and prediction read data the same way.
+        "sequence": {**plan.train.sequence, "num_classes": plan.train.num_classes} if plan.train.sequence else None,
     }
 
 

@@ -1,0 +1,82 @@
+"""What a caller may see: jobs, checkpoints, models and datasets belong to an owner, and a key that is not an admin's
+reaches only its owner's. Another owner's object answers exactly as one that does not exist (404, or the 422 an
+unknown reference in a body gets), so ids and names do not leak. The one exception is a model name: names are
+global, and training into a name another owner registered is a 409.
+
+The checks of references inside request bodies (a dataset id, a checkpoint to resume from, a model to evaluate)
+run here, before the request is planned, because planning (``app/services/training.py``, ``inference.py``) does not
+know the caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.auth import Caller
+from app.core.errors import NotFound, ValidationFailed
+from app.core.settings import Settings
+from app.db.models import Checkpoint, Job
+from app.schemas.inference import ModelSelector
+from app.schemas.train import DatasetRef, TrainRequest
+from app.services import checkpoints, datasets, inference, jobs, models
+
+
+def job_of(*, session: Session, job_id: str, caller: Caller) -> Job:
+    job = jobs.get_job(session=session, job_id=job_id)
+    if not caller.sees(job.owner):
+        raise NotFound(f"No job with id {job_id!r}.")
+    return job
+
+
+def checkpoint_of(*, session: Session, checkpoint_id: str, caller: Caller) -> Checkpoint:
+    row = checkpoints.get(session=session, checkpoint_id=checkpoint_id)
+    if not caller.admin:
+        job = session.get(Job, row.job_id)
+        if job is None or not caller.sees(job.owner):
+            raise NotFound(f"No checkpoint with id {checkpoint_id!r}.")
+    return row
+
+
+def _dataset_uris(ref: DatasetRef, loc: str) -> list[tuple[str, str]]:
+    uris = [(ref.uri, f"{loc}.uri")]
+    if ref.sequence is not None and ref.sequence.labels_uri is not None:
+        uris.append((ref.sequence.labels_uri, f"{loc}.sequence"))
+    return uris
+
+
+def _check_datasets(session: Session, refs: list[tuple[str, str]], caller: Caller, settings: Settings) -> None:
+    for uri, loc in refs:
+        datasets.check_reference(session=session, uri=uri, owner=caller.scope, roots=settings.data_roots, loc=loc)
+
+
+def check_train(*, db: sessionmaker[Session], request: TrainRequest, caller: Caller, settings: Settings) -> None:
+    """The model name is free or the caller's (409 otherwise); datasets and the checkpoint to resume from are the
+    caller's (as unknown ones otherwise)."""
+    if caller.admin:
+        return
+    with db() as session:
+        models.check_name(session=session, name=request.name, owner=caller.owner)
+        refs = _dataset_uris(request.dataset, "dataset")
+        if request.validation is not None:
+            refs.append((request.validation.uri, "validation.uri"))
+        _check_datasets(session, refs, caller, settings)
+        resume = request.training.resume_from if request.training is not None else None
+        if resume is not None:
+            try:
+                checkpoint_of(session=session, checkpoint_id=resume, caller=caller)
+            except NotFound:
+                raise ValidationFailed.at("training.resume_from", f"no checkpoint with id {resume!r}") from None
+
+
+def check_inference(
+    *, rt: Any, model: ModelSelector, dataset: DatasetRef | None, caller: Caller, settings: Settings
+) -> None:
+    """The model (or checkpoint) and the dataset of an evaluation or a batch prediction are the caller's."""
+    if caller.admin:
+        return
+    with rt.db() as session:
+        inference.resolve_model(session, model, owner=caller.owner)
+        if dataset is not None:
+            _check_datasets(session, _dataset_uris(dataset, "dataset"), caller, settings)

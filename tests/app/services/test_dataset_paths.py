@@ -1,0 +1,73 @@
+"""Paths that would leave the data roots once Spark reads them: links inside dataset directories, and remote URIs
+that climb out of their allowed prefix."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from app.core.errors import ValidationFailed
+from app.services.datasets import check_output_target, resolve_uri
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    (data / "parts").mkdir(parents=True)
+    (data / "parts" / "part-0.parquet").write_bytes(b"x")
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "secret.parquet").write_bytes(b"x")
+    return data
+
+
+def test_a_directory_with_a_link_out_is_refused(root: Path, tmp_path: Path) -> None:
+    assert resolve_uri("parts", roots=[root], loc="d") == str(root / "parts")
+    os.symlink(tmp_path / "private" / "secret.parquet", root / "parts" / "part-1.parquet")
+    with pytest.raises(ValidationFailed, match=r"'part-1\.parquet', a link that leads outside"):
+        resolve_uri("parts", roots=[root], loc="d")
+
+
+def test_a_nested_directory_link_out_is_refused(root: Path, tmp_path: Path) -> None:
+    (root / "parts" / "deeper").mkdir()
+    os.symlink(tmp_path / "private", root / "parts" / "deeper" / "more")
+    with pytest.raises(ValidationFailed, match="a link that leads outside"):
+        resolve_uri("parts", roots=[root], loc="d")
+
+
+def test_links_inside_the_roots_and_cycles_are_fine(root: Path) -> None:
+    os.symlink(root / "parts", root / "parts" / "again")  # a cycle
+    os.symlink(root / "parts" / "part-0.parquet", root / "parts" / "part-2.parquet")
+    assert resolve_uri("parts", roots=[root], loc="d") == str(root / "parts")
+
+
+@pytest.mark.parametrize(
+    ("uri", "words"),
+    [
+        ("s3a://bucket/data/../other/x.parquet", "segments are not allowed"),
+        ("s3a://bucket/data/%2e%2e/other/x.parquet", "segments are not allowed"),
+        ("s3a://bucket/data/%2E%2E%2Fother/x.parquet", "segments are not allowed"),
+        ("s3a://bucket/data/./x.parquet", "segments are not allowed"),
+        ("s3a://bucket/database/x.parquet", "allowed prefix"),
+        ("hdfs://nn/data/x.parquet", "allowed prefix"),
+    ],
+)
+def test_remote_uris_stay_under_their_prefix(root: Path, uri: str, words: str) -> None:
+    with pytest.raises(ValidationFailed, match=words):
+        resolve_uri(uri, roots=[root], remote_prefixes=["s3a://bucket/data"], loc="d")
+
+
+@pytest.mark.parametrize("prefix", ["s3a://bucket/data", "s3a://bucket/data/"])
+def test_remote_uris_under_their_prefix(root: Path, prefix: str) -> None:
+    for uri in ("s3a://bucket/data/x.parquet", "s3a://bucket/data/a..b/x.parquet"):
+        assert resolve_uri(uri, roots=[root], remote_prefixes=[prefix], loc="d") == uri
+
+
+def test_an_output_path_that_is_a_link_is_refused(root: Path, tmp_path: Path) -> None:
+    check_output_target("preds/new.parquet", roots=[root])
+    os.symlink(tmp_path / "private" / "planted", root / "dangling")
+    with pytest.raises(ValidationFailed, match="symbolic link"):
+        check_output_target("dangling", roots=[root])
+    with pytest.raises(ValidationFailed, match="symbolic link"):
+        check_output_target(str(root / "dangling"), roots=[root])
