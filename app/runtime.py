@@ -45,14 +45,15 @@ class ServiceRuntime:
     _closed: bool = field(default=False, repr=False)
 
     def enqueue(self, task_name: str, job_id: str) -> None:
-        """Send a job message; raises if the broker does not take it within a few seconds."""
-        self.celery.send_task(
-            task_name,
-            args=[job_id],
-            queue=self.settings.queue,
-            retry=True,
-            retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5},
-        )
+        """Send a new job's message on this driver's queue; raises if the broker does not take it within a few
+        seconds."""
+        self.send(task_name, job_id, self.settings.queue)
+
+    def send(self, task_name: str, job_id: str, queue: str) -> None:
+        """Send a job's message on ``queue`` (a retry goes where its job was first sent)."""
+        from workers.celery_app import send_job
+
+        send_job(self.celery, task_name, job_id, queue)
 
     reconciler: Reconciler | None = None
 
@@ -93,7 +94,10 @@ class Reconciler:
 
         try:
             actions = reconcile(
-                db=self._rt.db, enqueue=self._rt.enqueue, stale_after_s=self._rt.settings.heartbeat_stale_s
+                db=self._rt.db,
+                send=self._rt.send,
+                stale_after_s=self._rt.settings.heartbeat_stale_s,
+                default_queue=self._rt.settings.queue,
             )
         except Exception:
             log.exception("the reconciler's pass failed")

@@ -97,11 +97,29 @@ def create_celery(settings: Settings) -> Celery:
     return app
 
 
+def send_job(app: Celery, task: str, job_id: str, queue: str) -> None:
+    """Send a job's message (the job id) by task name on ``queue``; raises if the broker does not take it within
+    a few seconds."""
+    app.send_task(
+        task,
+        args=[job_id],
+        queue=queue,
+        retry=True,
+        retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5},
+    )
+
+
 def register_tasks(app: Celery) -> None:
     def run(self: Task, job_id: str) -> None:
         from workers.runner import run_job
 
-        run_job(runtime_of(app), job_id)
+        rt = runtime_of(app)
+        routing = (self.request.delivery_info or {}).get("routing_key")
+
+        def send(task: str, retried: str, queue: str) -> None:
+            send_job(app, task, retried, queue)
+
+        run_job(rt, job_id, queue=str(routing or rt.settings.queue), send=send)
 
     options = {"bind": True, "shared": False, "acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
     for framework in FRAMEWORKS:

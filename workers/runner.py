@@ -1,14 +1,27 @@
 """Runs one job for a Celery task: the guarded start, the Spark job group, heartbeats, the family's work, and
-exactly one final state (DESIGN.md §3)."""
+exactly one final state (DESIGN.md §3).
+
+A runner owns its job while the row names its driver (``worker_id``) and its attempt. Everything it records
+after the start (checkpoints, progress, the final state, the model version) is conditional on that, so a runner
+whose job was given up by the reconciler (its heartbeats stalled; another driver may run the next attempt now)
+stops and records nothing: one job never has two writers.
+
+When Spark loses a worker of a torch training job's barrier stage (a Python worker or an executor died: the
+stage fails at once, and Spark does not retry a failed barrier result stage), the attempt ends as WORKER_LOST and
+the job is queued again from its newest checkpoint, like a job whose driver died (app/services/reconcile.py).
+"""
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
+import shutil
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +32,7 @@ from app.db.models import Job
 from app.db.session import transaction
 from app.schemas.inference import EvaluateRequest, PredictRequest
 from app.schemas.train import TrainRequest
-from app.services import checkpoints, jobs, models
+from app.services import checkpoints, jobs, models, reconcile
 from app.services.inference import plan_evaluation, plan_prediction
 from app.services.training import plan_training
 from workers import storage
@@ -32,6 +45,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sparktrain.jobs")
 _MAX_MESSAGE = 4000
+Send = Callable[[str, str, str], None]
+"""``send(task_name, job_id, queue)``: put a job's message on a queue (for retries)."""
+# What Spark says when a task's Python worker or executor died (and what gloo says on the surviving ranks)
+_WORKER_LOST = (
+    "Python worker exited unexpectedly",
+    "ExecutorLostFailure",
+    "Executor lost",
+    "Connection closed by peer",
+    "Connection reset by peer",
+)
 
 
 class DbJobContext:
@@ -43,6 +66,7 @@ class DbJobContext:
         self._last_progress = 0.0
         self.job_id = job_id
         self.attempt = attempt
+        self.owner = {"worker_id": rt.worker_id, "attempt": attempt}
         self.spark: SparkSession = rt.spark
         self.work_dir = work_dir
         self.store = rt.settings.artifact_store or None
@@ -53,7 +77,9 @@ class DbJobContext:
             return
         self._last_progress = now
         with transaction(self._rt.db) as s:
-            jobs.set_progress(session=s, job_id=self.job_id, fraction=fraction, message=message)
+            jobs.set_progress(
+                session=s, job_id=self.job_id, fraction=fraction, message=message, worker_id=self._rt.worker_id
+            )
 
     def metrics(self, points: Iterable[MetricPoint]) -> None:
         rows = [{"key": p.key, "value": p.value, "step": p.step, "epoch": p.epoch, "worker": p.worker} for p in points]
@@ -73,14 +99,27 @@ class DbJobContext:
 
     def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any]) -> str:
         with transaction(self._rt.db) as s:
+            if not self._owned(s):
+                self._running.cancel.set()
+                raise JobCancelled(f"{self.job_id}: no longer this runner's; checkpoint of epoch {epoch} dropped")
             row = checkpoints.record(
                 session=s, job_id=self.job_id, attempt=self.attempt, epoch=epoch, step=step, uri=uri, metrics=metrics
             )
             checkpoint_id = row.id
             stale = checkpoints.prune(session=s, job_id=self.job_id, keep=self._rt.settings.checkpoint_retention)
         for old in stale:  # the rows are gone; now their files
-            storage.remove_dir(old)
+            _remove_checkpoint(old)
         return checkpoint_id
+
+    def _owned(self, session: Any) -> bool:
+        """Whether the job still runs here (the row locked until the end of ``session``'s transaction)."""
+        job = session.get(Job, self.job_id, with_for_update=True, populate_existing=True)
+        return bool(
+            job is not None
+            and job.status in ACTIVE
+            and job.worker_id == self._rt.worker_id
+            and job.attempt == self.attempt
+        )
 
     @property
     def cancelled(self) -> bool:
@@ -91,18 +130,38 @@ class DbJobContext:
             raise JobCancelled(self.job_id)
 
 
+def _remove_checkpoint(uri: str) -> None:
+    """A local directory is renamed aside before it is deleted, so that a kill in the middle never leaves a
+    half-deleted directory under a checkpoint's name (as workers/training/torch/checkpoint.py promises)."""
+    if storage.is_remote(uri):
+        storage.remove_dir(uri)
+        return
+    path = storage.local_path(uri)
+    aside = path.with_name(f"{path.name}.old-{uuid.uuid4().hex[:8]}")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
 class _Watcher(threading.Thread):
     """Heartbeat + cancel detection for one job: the cancel may have been requested on another driver."""
 
-    def __init__(self, rt: JobRuntime, running: RunningJob) -> None:
+    def __init__(self, rt: JobRuntime, running: RunningJob, attempt: int) -> None:
         super().__init__(name=f"job-watch-{running.job_id[:8]}", daemon=True)
-        self._rt, self._running, self._halt = rt, running, threading.Event()
+        self._rt, self._running, self._attempt, self._halt = rt, running, attempt, threading.Event()
 
     def run(self) -> None:
+        job_id = self._running.job_id
         while True:
             try:
                 with transaction(self._rt.db) as s:
-                    status = jobs.heartbeat(session=s, job_id=self._running.job_id, worker_id=self._rt.worker_id)
+                    status = jobs.heartbeat(
+                        session=s, job_id=job_id, worker_id=self._rt.worker_id, attempt=self._attempt
+                    )
+                if status is None and not self._running.cancel.is_set():
+                    log.warning("job %s attempt %d is no longer this driver's: stopping it", job_id, self._attempt)
                 if status is None or status not in ACTIVE or status == JobStatus.CANCELLING:
                     self._running.cancel.set()
                     self._rt.spark.sparkContext.cancelJobGroup(self._running.job_id)
@@ -116,8 +175,9 @@ class _Watcher(threading.Thread):
         self.join(timeout=5)
 
 
-def run_job(rt: JobRuntime, job_id: str) -> None:
-    """Entry point of every job task. A delivery that does not win QUEUED -> STARTING does nothing."""
+def run_job(rt: JobRuntime, job_id: str, *, queue: str | None = None, send: Send | None = None) -> None:
+    """Entry point of every job task. A delivery that does not win QUEUED -> STARTING does nothing. ``queue`` is
+    the queue the message came from (recorded on the job, where its retries go); ``send`` queues a retry."""
     with transaction(rt.db) as s:
         won = jobs.transition(
             session=s,
@@ -129,14 +189,15 @@ def run_job(rt: JobRuntime, job_id: str) -> None:
             heartbeat_at=utcnow(),
             spark_app_id=rt.spark.sparkContext.applicationId,
         )
+        if won:
+            job = jobs.get_job(session=s, job_id=job_id)
+            job.attempts = jobs.update_attempt(job, job.attempt, queue=queue or rt.settings.queue)
+            job_type, framework, name, request, attempt = job.type, job.framework, job.name, job.request, job.attempt
     if not won:
         _ignore_delivery(rt, job_id)
         return
-    with transaction(rt.db) as s:
-        job = jobs.get_job(session=s, job_id=job_id)
-        job_type, framework, name, request, attempt = job.type, job.framework, job.name, job.request, job.attempt
     running = rt.running.add(job_id)
-    watcher = _Watcher(rt, running)
+    watcher = _Watcher(rt, running, attempt)
     sc = rt.spark.sparkContext
     sc.setJobGroup(job_id, f"sparktrain {job_type} job {job_id}", interruptOnCancel=True)
     work_dir = rt.settings.artifact_root / "jobs" / job_id
@@ -146,16 +207,17 @@ def run_job(rt: JobRuntime, job_id: str) -> None:
     try:
         ctx.log(f"attempt {attempt} started on {rt.worker_id} (Spark application {sc.applicationId})")
         with transaction(rt.db) as s:
-            jobs.transition(session=s, job_id=job_id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
+            jobs.transition(session=s, job_id=job_id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING,
+                            only_if=ctx.owner)  # fmt: skip
         ctx.check_cancelled()
         outcome = _execute(rt, ctx, job_type, framework, request, name=name)
     except BaseException as exc:
         _drain_job_group(rt, job_id)
-        _settle(rt, ctx, exc)
+        _settle(rt, ctx, exc, send)
         if not isinstance(exc, Exception):
             raise
     else:
-        _settle(rt, ctx, outcome)
+        _settle(rt, ctx, outcome, send)
     finally:
         watcher.stop()
         rt.running.remove(job_id)
@@ -180,15 +242,16 @@ def _drain_job_group(rt: JobRuntime, job_id: str, quiet_s: float = 2.0, limit_s:
     log.warning("job %s: its Spark job group was still busy after %.0f s", job_id, limit_s)
 
 
-def _settle(rt: JobRuntime, ctx: DbJobContext, ended: JobOutcome | BaseException) -> None:
-    """Write the one final state. A bug in writing it must not leave the job looking alive."""
+def _settle(rt: JobRuntime, ctx: DbJobContext, ended: JobOutcome | BaseException, send: Send | None) -> None:
+    """Write the one final state (if the job is still this runner's). A bug in writing it must not leave the job
+    looking alive."""
     try:
         if isinstance(ended, JobOutcome):
             _finish_succeeded(rt, ctx, ended)
         elif ctx.cancelled:
             _finish_cancelled(rt, ctx, ended)
         else:
-            _finish_failed(rt, ctx, ended)
+            _finish_failed(rt, ctx, ended, send)
     except Exception as exc:
         log.exception("could not record the end of job %s", ctx.job_id)
         with transaction(rt.db) as s:
@@ -197,6 +260,7 @@ def _settle(rt: JobRuntime, ctx: DbJobContext, ended: JobOutcome | BaseException
                 job_id=ctx.job_id,
                 sources=[JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING],
                 target=JobStatus.FAILED,
+                only_if=ctx.owner,
                 finished_at=utcnow(),
                 error_reason="INTERNAL",
                 error_message=f"recording the result failed: {type(exc).__name__}: {exc}"[:_MAX_MESSAGE],
@@ -271,33 +335,41 @@ def _finish_succeeded(rt: JobRuntime, ctx: DbJobContext, outcome: JobOutcome) ->
 
 
 def _commit_success(rt: JobRuntime, ctx: DbJobContext, outcome: JobOutcome) -> None:
+    """SUCCEEDED (from CANCELLING with a warning: the cancel came too late) and the model version, in one
+    transaction. The guarded transition comes first, so a runner that no longer owns the job writes nothing."""
     with transaction(rt.db) as s:
         job = jobs.get_job(session=s, job_id=ctx.job_id)
+        name, owner, warnings = job.name, job.owner, list(job.warnings or [])
         values: dict[str, Any] = {"result": outcome.result, "finished_at": utcnow(), "progress": 1.0}
+        late = [*warnings, "the cancel arrived after the work had finished"]
+        won = any(
+            jobs.transition(
+                session=s,
+                job_id=ctx.job_id,
+                sources=[source],
+                target=JobStatus.SUCCEEDED,
+                only_if=ctx.owner,
+                **values,
+                **extra,
+            )
+            for source, extra in ((JobStatus.CANCELLING, {"warnings": late}), (JobStatus.RUNNING, {}))
+        )
+        if not won:
+            raise _NoLongerOurs(ctx.job_id)
         if outcome.model is not None:
-            assert job.name is not None
+            assert name is not None
             version = models.register_version(
                 session=s,
-                name=job.name,
+                name=name,
                 framework=outcome.model.framework,
                 artifact_uri=outcome.model.uri,
                 metrics=outcome.model.metrics,
                 params=outcome.model.params,
-                job_id=job.id,
-                owner=job.owner,
+                job_id=ctx.job_id,
+                owner=owner,
             )
-            values.update(model_name=job.name, model_version=version.version)
-        if job.status == JobStatus.CANCELLING:
-            values["warnings"] = [*job.warnings, "the cancel arrived after the work had finished"]
-        won = jobs.transition(
-            session=s,
-            job_id=ctx.job_id,
-            sources=[JobStatus.RUNNING, JobStatus.CANCELLING],
-            target=JobStatus.SUCCEEDED,
-            **values,
-        )
-        if not won:
-            raise _NoLongerOurs(ctx.job_id)
+            jobs.set_model(session=s, job_id=ctx.job_id, name=name, version=version.version)
+            values.update(model_name=name, model_version=version.version)
         jobs.add_log(session=s, job_id=ctx.job_id, message=_summary(values))
 
 
@@ -314,6 +386,7 @@ def _finish_cancelled(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> 
             job_id=ctx.job_id,
             sources=[JobStatus.CANCELLING],
             target=JobStatus.CANCELLED,
+            only_if=ctx.owner,
             finished_at=utcnow(),
             error_reason="CANCELLED",
             error_message="cancelled on request",
@@ -322,15 +395,18 @@ def _finish_cancelled(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> 
             jobs.add_log(session=s, job_id=ctx.job_id, message=f"cancelled ({type(exc).__name__})")
 
 
-def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> None:
+def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: Send | None) -> None:
     reason, message = describe_failure(exc)
     log.warning("job %s failed: %s: %s", ctx.job_id, reason, message, exc_info=reason == "INTERNAL")
+    if reason == "WORKER_LOST" and _retry_lost_worker(rt, ctx, message, send):
+        return
     with transaction(rt.db) as s:
         won = jobs.transition(
             session=s,
             job_id=ctx.job_id,
             sources=[JobStatus.STARTING, JobStatus.RUNNING],
             target=JobStatus.FAILED,
+            only_if=ctx.owner,
             finished_at=utcnow(),
             error_reason=reason,
             error_message=message,
@@ -342,6 +418,31 @@ def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> Non
                 jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR", message=tb[-_MAX_MESSAGE:])
 
 
+def _retry_lost_worker(rt: JobRuntime, ctx: DbJobContext, message: str, send: Send | None) -> bool:
+    """WORKER_LOST of a torch training job: end the attempt (FAILED, recorded in ``attempts``) and queue the job
+    again from its newest checkpoint when it has one and attempts left. Returns False when the job is not such a
+    job, or no longer this runner's, for the ordinary failure path."""
+    if send is None:
+        return False
+    now = utcnow()
+    with transaction(rt.db) as s:
+        job = s.get(Job, ctx.job_id, with_for_update=True)
+        if job is None or job.type != "train" or job.framework != "torch":
+            return False
+        if not reconcile.end_attempt(session=s, job=job, sources=[JobStatus.STARTING, JobStatus.RUNNING],
+                                     reason="WORKER_LOST", message=message, now=now, only_if=ctx.owner):  # fmt: skip
+            return False
+        s.refresh(job)
+        retried = reconcile.retry_from_checkpoint(session=s, job=job, now=now)
+        if isinstance(retried, str):
+            return True  # FAILED with WORKER_LOST, which is what it is
+        queue = jobs.queue_of(job) or rt.settings.queue
+        attempt = job.attempt + 1
+    log.warning("job %s: a Spark worker was lost; attempt %d resumes from epoch %d", ctx.job_id, attempt, retried.epoch)
+    reconcile.send_retry(db=rt.db, send=send, job_id=ctx.job_id, attempt=attempt, queue=queue)
+    return True
+
+
 def describe_failure(exc: BaseException) -> tuple[str, str]:
     """(reason, message) for the job's ``error``: a readable line, never a Java object that does not pickle."""
     if isinstance(exc, JobFailure):
@@ -350,7 +451,10 @@ def describe_failure(exc: BaseException) -> tuple[str, str]:
         return "INVALID_REQUEST", exc.detail[:_MAX_MESSAGE]
     java = getattr(exc, "java_exception", None)
     if java is not None:
-        return "SPARK_ERROR", _java_message(java)
+        message = _java_message(java)
+        if any(sign in str(java) or sign in message for sign in _WORKER_LOST):
+            return "WORKER_LOST", message
+        return "SPARK_ERROR", message
     if type(exc).__module__.startswith("pyspark"):
         return "SPARK_ERROR", f"{type(exc).__name__}: {exc}"[:_MAX_MESSAGE]
     return "INTERNAL", f"{type(exc).__name__}: {exc}"[:_MAX_MESSAGE]

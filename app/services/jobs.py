@@ -7,7 +7,7 @@ import binascii
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -165,35 +165,109 @@ def transition(
     job_id: str,
     sources: Collection[JobStatus],
     target: JobStatus,
+    only_if: Mapping[str, Any] | None = None,
     **values: Any,
 ) -> bool:
-    """Move the job to ``target`` iff its status is one of ``sources``: one conditional UPDATE, so of two racing
-    callers (or two deliveries of one message) exactly one wins. Returns whether this call won."""
+    """Move the job to ``target`` iff its status is one of ``sources`` (and its columns equal ``only_if``, e.g.
+    the runner's ``worker_id`` and ``attempt``): one conditional UPDATE, so of two racing callers (or two
+    deliveries of one message) exactly one wins. Returns whether this call won."""
     for source in sources:
         if target not in EDGES[source]:
             raise ValueError(f"{source} -> {target} is not an edge of the job state machine")
+    conditions = [getattr(Job, column) == value for column, value in (only_if or {}).items()]
     stmt = (
         update(Job)
-        .where(Job.id == job_id, Job.status.in_([s.value for s in sources]))
+        .where(Job.id == job_id, Job.status.in_([s.value for s in sources]), *conditions)
         .values(status=target.value, **values)
         .execution_options(synchronize_session=False)
     )
     return session.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
 
 
-def set_progress(*, session: Session, job_id: str, fraction: float, message: str | None) -> None:
+def set_progress(
+    *, session: Session, job_id: str, fraction: float, message: str | None, worker_id: str | None = None
+) -> None:
+    """Progress of a running job; with ``worker_id``, only while that driver still owns the job."""
     fraction = min(1.0, max(0.0, float(fraction)))
     values: dict[str, Any] = {"progress": fraction, "heartbeat_at": utcnow()}
     if message is not None:
         values["progress_message"] = message
-    session.execute(update(Job).where(Job.id == job_id).values(**values))
+    stmt = update(Job).where(Job.id == job_id)
+    if worker_id is not None:
+        stmt = stmt.where(Job.worker_id == worker_id)
+    session.execute(stmt.values(**values))
 
 
-def heartbeat(*, session: Session, job_id: str, worker_id: str) -> JobStatus | None:
-    """Record that ``worker_id`` still runs the job; returns the job's current status (None if gone)."""
-    session.execute(update(Job).where(Job.id == job_id, Job.worker_id == worker_id).values(heartbeat_at=utcnow()))
-    status = session.scalar(select(Job.status).where(Job.id == job_id))
+def set_model(*, session: Session, job_id: str, name: str, version: int) -> None:
+    """The model version a job registered."""
+    session.execute(update(Job).where(Job.id == job_id).values(model_name=name, model_version=version))
+
+
+def heartbeat(*, session: Session, job_id: str, worker_id: str, attempt: int | None = None) -> JobStatus | None:
+    """Record that ``worker_id`` still runs the job (its attempt ``attempt``); returns the job's current status,
+    or None when the job is gone or no longer this runner's: the reconciler gave it up and another driver may
+    run it now. A runner that gets None must stop without recording anything."""
+    owned = [Job.id == job_id, Job.worker_id == worker_id]
+    if attempt is not None:
+        owned.append(Job.attempt == attempt)
+    session.execute(update(Job).where(*owned).values(heartbeat_at=utcnow()))
+    status = session.scalar(select(Job.status).where(*owned))
     return JobStatus(status) if status is not None else None
+
+
+# --- where a job's messages go ---------------------------------------------------------------------------
+# A job is retried (reconciler, lost workers) on the queue its attempt was taken from, not on whatever queue
+# the retrying driver consumes: drivers with different queues can share one database. The queue is kept in
+# the job's ``attempts`` list (no column of its own yet), one entry per attempt that started or was queued as a
+# retry: ``{"attempt": n, "queue": q, ...}``; the runner that takes an attempt writes the queue its message came
+# from, and an attempt that ended early also says how (``status``, ``error_reason``, ...). An attempt queued by
+# a retry says whether its message went out (``sent``), so a retry whose message the broker refused is sent
+# again by the next reconciler pass instead of staying QUEUED for ever.
+
+
+def _entry(history: list[dict[str, Any]], attempt: int) -> dict[str, Any] | None:
+    return next((e for e in reversed(history) if e.get("attempt") == attempt), None)
+
+
+def queue_of(job: Job) -> str | None:
+    """The queue of the job's current attempt, else the newest one recorded (None: never recorded)."""
+    history = list(job.attempts or [])
+    current = _entry(history, job.attempt)
+    if current is not None and current.get("queue"):
+        return str(current["queue"])
+    return next((str(e["queue"]) for e in reversed(history) if e.get("queue")), None)
+
+
+def update_attempt(job: Job, attempt: int, **values: Any) -> list[dict[str, Any]]:
+    """The job's ``attempts`` with the entry of ``attempt`` updated by ``values`` (appended when missing)."""
+    history = [dict(e) for e in (job.attempts or [])]
+    entry = _entry(history, attempt)
+    if entry is None:
+        history.append({"attempt": attempt, **values})
+    else:
+        entry.update(values)
+    return history
+
+
+def mark_sent(*, session: Session, job_id: str, attempt: int) -> None:
+    job = session.get(Job, job_id, with_for_update=True)
+    if job is not None and job.attempt == attempt:
+        job.attempts = update_attempt(job, attempt, sent=True)
+
+
+def unsent_retries(*, session: Session, older_than: datetime) -> list[tuple[str, int, str | None]]:
+    """(job id, attempt, queue) of retries still QUEUED whose message never went out, queued before
+    ``older_than``."""
+    rows = session.scalars(select(Job).where(Job.status == JobStatus.QUEUED.value, Job.attempt > 1)).all()
+    out: list[tuple[str, int, str | None]] = []
+    for job in rows:
+        entry = _entry(list(job.attempts or []), job.attempt)
+        if entry is None or entry.get("sent", True):
+            continue
+        queued_at = entry.get("queued_at")
+        if queued_at is None or datetime.fromisoformat(queued_at) < older_than:
+            out.append((job.id, job.attempt, queue_of(job)))
+    return out
 
 
 def add_warning(*, session: Session, job_id: str, message: str) -> None:

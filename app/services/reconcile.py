@@ -7,14 +7,20 @@ never both act):
 
 - CANCELLING: CANCELLED (the user asked for it; the driver is gone);
 - otherwise FAILED with reason DRIVER_LOST; then a torch training job with a checkpoint and attempts left goes
-  back to QUEUED as attempt + 1 with ``training.resume_from`` = its newest checkpoint, and is queued again.
+  back to QUEUED as attempt + 1 with ``training.resume_from`` = its newest checkpoint (before the last epoch,
+  see :func:`_resume_point`), and is queued again on the queue its lost attempt was taken from (drivers with
+  different queues may share the database).
 
-The job keeps its id; ``attempts`` records every attempt that ended this way.
+The runner retries the same way when Spark loses a worker of a training job's barrier stage (WORKER_LOST, see
+:func:`retry_from_checkpoint`). The job keeps its id; ``attempts`` has one entry per attempt, and an attempt that
+ended this way says how. A retry whose message the broker refused stays QUEUED with ``sent: false``; a later
+pass sends it again (a second copy of a message is harmless: only one delivery wins QUEUED -> STARTING).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,24 +31,39 @@ from app.core.jobstates import ACTIVE, JobStatus, JobType
 from app.db.base import utcnow
 from app.db.models import Checkpoint, Job
 from app.db.session import transaction
+from app.schemas.train import TrainingOptions
 from app.services import jobs
-from app.services.training import Enqueue
 from workers.families import task_name
 
 log = logging.getLogger(__name__)
+
+Send = Callable[[str, str, str], None]
+"""``send(task_name, job_id, queue)``: put a job's message on a queue; raises when the broker refuses it."""
 
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def _newest_checkpoint(session: Session, job_id: str) -> Checkpoint | None:
-    stmt = select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.epoch.desc()).limit(1)
+def _resume_point(session: Session, job: Job) -> Checkpoint | None:
+    """The job's newest checkpoint before its last epoch. A checkpoint of the last epoch (the driver died while it
+    saved the model or recorded the result) has nothing left to train, and a resume must train at least one
+    epoch: the attempt redoes the last epoch from the one before, which gives the same model (resuming is exact)."""
+    epochs = (job.request.get("training") or {}).get("epochs") or TrainingOptions.model_fields["epochs"].default
+    stmt = (
+        select(Checkpoint)
+        .where(Checkpoint.job_id == job.id, Checkpoint.epoch < int(epochs))
+        .order_by(Checkpoint.epoch.desc())
+        .limit(1)
+    )
     return session.execute(stmt).scalar_one_or_none()
 
 
-def reconcile(*, db: sessionmaker[Session], enqueue: Enqueue, stale_after_s: float) -> list[dict[str, Any]]:
-    """One pass; returns what was done to each lost job (for logs and tests)."""
+def reconcile(
+    *, db: sessionmaker[Session], send: Send, stale_after_s: float, default_queue: str
+) -> list[dict[str, Any]]:
+    """One pass; returns what was done to each lost job (for logs and tests). ``default_queue`` is for jobs
+    whose queue was never recorded (started before queues were recorded)."""
     now = utcnow()
     cutoff = now - timedelta(seconds=stale_after_s)
     with db() as session:
@@ -51,12 +72,16 @@ def reconcile(*, db: sessionmaker[Session], enqueue: Enqueue, stale_after_s: flo
             (Job.heartbeat_at.is_(None)) | (Job.heartbeat_at < cutoff),
         )
         lost = list(session.execute(stmt).scalars())
-    actions = [a for job_id in lost if (a := _reconcile_one(db, enqueue, job_id, now, cutoff)) is not None]
+        unsent = jobs.unsent_retries(session=session, older_than=cutoff)
+    actions = [a for job_id in lost if (a := _reconcile_one(db, send, job_id, now, cutoff, default_queue))]
+    for job_id, attempt, queue in unsent:
+        if send_retry(db=db, send=send, job_id=job_id, attempt=attempt, queue=queue or default_queue):
+            actions.append({"job_id": job_id, "action": "sent again", "attempt": attempt})
     return actions
 
 
 def _reconcile_one(
-    db: sessionmaker[Session], enqueue: Enqueue, job_id: str, now: datetime, cutoff: datetime
+    db: sessionmaker[Session], send: Send, job_id: str, now: datetime, cutoff: datetime, default_queue: str
 ) -> dict[str, Any] | None:
     with transaction(db) as session:
         job = session.get(Job, job_id)
@@ -70,71 +95,120 @@ def _reconcile_one(
             f"driver {job.worker_id or '?'} stopped sending heartbeats "
             f"(last at {_iso(beat) or 'never'}); the job's driver process is gone"
         )
-        record = {
-            "attempt": job.attempt,
-            "worker_id": job.worker_id,
-            "started_at": _iso(job.started_at),
-            "ended_at": _iso(now),
-            "error_reason": "DRIVER_LOST",
-            "error_message": message,
-        }
-        history = [*(job.attempts or [])]
         if status == JobStatus.CANCELLING:
+            record = _ended(job, now, "CANCELLED", "DRIVER_LOST", message)
             won = jobs.transition(session=session, job_id=job.id, sources=[status], target=JobStatus.CANCELLED,
-                                  finished_at=now, attempts=[*history, {**record, "status": "CANCELLED"}])  # fmt: skip
+                                  finished_at=now, attempts=record)  # fmt: skip
             return {"job_id": job.id, "action": "cancelled"} if won else None
-        won = jobs.transition(
-            session=session,
-            job_id=job.id,
-            sources=[status],
-            target=JobStatus.FAILED,
-            finished_at=now,
-            error_reason="DRIVER_LOST",
-            error_message=message,
-            attempts=[*history, {**record, "status": "FAILED"}],
-        )
+        won = end_attempt(session=session, job=job, sources=[status], reason="DRIVER_LOST", message=message, now=now)
         if not won:
             return None
+        session.refresh(job)
+        retried = retry_from_checkpoint(session=session, job=job, now=now)
+        if isinstance(retried, str):
+            return {"job_id": job.id, "action": "failed", "why": retried}
+        queue = jobs.queue_of(job) or default_queue
+        attempt = job.attempt + 1
+    send_retry(db=db, send=send, job_id=job_id, attempt=attempt, queue=queue)
+    return {"job_id": job_id, "action": "retried", "checkpoint": retried.id, "epoch": retried.epoch, "queue": queue}
+
+
+def _ended(job: Job, now: datetime, status: str, reason: str, message: str) -> list[dict[str, Any]]:
+    """The job's ``attempts`` with its current attempt marked as ended."""
+    return jobs.update_attempt(
+        job,
+        job.attempt,
+        worker_id=job.worker_id,
+        started_at=_iso(job.started_at),
+        ended_at=_iso(now),
+        status=status,
+        error_reason=reason,
+        error_message=message,
+    )
+
+
+def end_attempt(
+    *,
+    session: Session,
+    job: Job,
+    sources: list[JobStatus],
+    reason: str,
+    message: str,
+    now: datetime,
+    only_if: dict[str, Any] | None = None,
+) -> bool:
+    """FAILED with ``reason``, the attempt recorded in ``attempts`` and the job's log: one guarded transition."""
+    won = jobs.transition(
+        session=session,
+        job_id=job.id,
+        sources=sources,
+        target=JobStatus.FAILED,
+        only_if=only_if,
+        finished_at=now,
+        error_reason=reason,
+        error_message=message,
+        attempts=_ended(job, now, "FAILED", reason, message),
+    )
+    if won:
         jobs.add_log(session=session, job_id=job.id, level="WARNING", message=f"attempt {job.attempt}: {message}")
-        checkpoint = _newest_checkpoint(session, job.id)
-        resumable = (
-            job.type == JobType.TRAIN and job.framework == "torch" and checkpoint is not None
-            and job.attempt < job.max_attempts
-        )  # fmt: skip
-        if not resumable:
-            why = "no checkpoint to resume from" if checkpoint is None else "no attempts left"
-            if job.type != JobType.TRAIN or job.framework != "torch":
-                why = "only torch training resumes from checkpoints"
-            return {"job_id": job.id, "action": "failed", "why": why}
-        assert checkpoint is not None
-        request = dict(job.request)
-        request["training"] = {**dict(request.get("training") or {}), "resume_from": checkpoint.id}
-        jobs.transition(
-            session=session,
-            job_id=job.id,
-            sources=[JobStatus.FAILED],
-            target=JobStatus.QUEUED,
-            attempt=job.attempt + 1,
-            request=request,
-            progress=0.0,
-            progress_message=None,
-            error_reason=None,
-            error_message=None,
-            started_at=None,
-            finished_at=None,
-            worker_id=None,
-            heartbeat_at=None,
-        )
-        jobs.add_log(
-            session=session,
-            job_id=job.id,
-            level="WARNING",
-            message=f"attempt {job.attempt + 1} queued: resumes from checkpoint {checkpoint.id} "
-            f"(epoch {checkpoint.epoch})",
-        )
-        name = task_name(JobType.TRAIN, "torch")
+    return won
+
+
+def retry_from_checkpoint(*, session: Session, job: Job, now: datetime) -> Checkpoint | str:
+    """A FAILED torch training job with a checkpoint and attempts left goes back to QUEUED as attempt + 1 that
+    resumes from its newest checkpoint; returns that checkpoint, or why the job stays FAILED. The caller sends
+    the message after the commit (:func:`send_retry`)."""
+    checkpoint = _resume_point(session, job)
+    if job.type != JobType.TRAIN or job.framework != "torch":
+        return "only torch training resumes from checkpoints"
+    if checkpoint is None:
+        return "no checkpoint to resume from"
+    if job.attempt >= job.max_attempts:
+        return "no attempts left"
+    request = dict(job.request)
+    request["training"] = {**dict(request.get("training") or {}), "resume_from": checkpoint.id}
+    attempt = job.attempt + 1
+    queue = jobs.queue_of(job)
+    entry: dict[str, Any] = {"queued_at": _iso(now), "sent": False}
+    if queue is not None:
+        entry["queue"] = queue
+    won = jobs.transition(
+        session=session,
+        job_id=job.id,
+        sources=[JobStatus.FAILED],
+        target=JobStatus.QUEUED,
+        attempt=attempt,
+        attempts=jobs.update_attempt(job, attempt, **entry),
+        request=request,
+        progress=0.0,
+        progress_message=None,
+        error_reason=None,
+        error_message=None,
+        started_at=None,
+        finished_at=None,
+        worker_id=None,
+        heartbeat_at=None,
+    )
+    if not won:
+        return "it left FAILED meanwhile"
+    jobs.add_log(
+        session=session,
+        job_id=job.id,
+        level="WARNING",
+        message=f"attempt {attempt} queued: resumes from checkpoint {checkpoint.id} (epoch {checkpoint.epoch})",
+    )
+    return checkpoint
+
+
+def send_retry(*, db: sessionmaker[Session], send: Send, job_id: str, attempt: int, queue: str) -> bool:
+    """Send the message of a queued retry and note that it went out. When the broker refuses it, the retry stays
+    QUEUED with ``sent: false`` and the next reconciler pass tries again; returns whether it went out."""
     try:
-        enqueue(name, job_id)
-    except Exception:  # the message is lost, not the job: the next start-up or pass finds it QUEUED too old
-        log.exception("could not queue the retry of job %s", job_id)
-    return {"job_id": job_id, "action": "retried", "checkpoint": checkpoint.id, "epoch": checkpoint.epoch}
+        send(task_name(JobType.TRAIN, "torch"), job_id, queue)
+    except Exception:
+        log.exception("could not queue attempt %d of job %s on %s; the reconciler will try again", attempt, job_id,
+                      queue)  # fmt: skip
+        return False
+    with transaction(db) as session:
+        jobs.mark_sent(session=session, job_id=job_id, attempt=attempt)
+    return True

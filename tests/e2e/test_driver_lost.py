@@ -1,93 +1,158 @@
-"""A driver killed with SIGKILL in the middle of a training job: the next driver's reconciler fails the job's
-attempt with DRIVER_LOST and runs attempt 2 from the newest checkpoint, under the same job id."""
+"""The driver process killed with SIGKILL in the middle of training, twice: once in epoch 2, once while a
+checkpoint is being written. Each time the next driver's reconciler fails the lost attempt with DRIVER_LOST and
+runs the next one from the newest registered checkpoint, under the same job id, and the job ends with exactly
+the weights (and so the accuracy) of an uninterrupted run of the same job: resuming is exact, because the
+checkpoint holds the model, each rank's optimizer and residual state and the step, and the data order of every
+epoch depends on the seed and the epoch only. A checkpoint caught half-written is never registered nor used, and
+the resumed run's publishing of that epoch clears what the dead one left.
+"""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import signal
-import subprocess
-import sys
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.helpers import free_port
+from bench.chaos import Driver, alive, descendants, digits_job, driver_env, python_workers
+from tests.e2e.chaos_support import (
+    checkpoint_epochs,
+    log_lines,
+    model_weights,
+    same_weights,
+    wait_final,
+    wait_for_epoch,
+)
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 
 
-def start_driver(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], httpx.Client]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "app", "--port", str(port)], cwd=REPO, env=env,
-                            stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-    deadline = time.monotonic() + 180
-    while True:
-        assert proc.poll() is None, log.read_text()[-3000:]
+def _catch_a_checkpoint_being_written(driver: Driver, directory: Path, epochs: int, deadline_s: float = 300) -> Path:
+    """Watch ``directory`` until a checkpoint after the first is being written (an ``epoch-<n>.partial-*``
+    directory whose epoch has no final directory yet), freeze the Spark Python workers (SIGSTOP), and if the write
+    is still unfinished SIGKILL the driver and every process under it at once; else let them go on and wait for
+    the next epoch. Returns the unfinished directory."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
         try:
-            if client.get("/readyz").status_code == 200:
-                return proc, client
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline
-        time.sleep(0.3)
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            names = []
+        partial = [n for n in names if ".partial" in n and n.split(".")[0] not in names and "epoch-1" in names]
+        assert f"epoch-{epochs}" not in names, "training ended before a checkpoint was caught being written"
+        if not partial:
+            time.sleep(0.0005)
+            continue
+        workers = python_workers(driver.pid)
+        _signal(workers, signal.SIGSTOP)
+        while any(_state(pid) not in ("T", "Z", "") for pid in workers):  # stopped (or gone) before we look
+            time.sleep(0.0005)
+        caught = directory / partial[0]
+        if caught.exists() and not (directory / partial[0].split(".")[0]).exists():
+            tree = [driver.pid, *descendants(driver.pid)]
+            _signal(tree, signal.SIGKILL)
+            assert driver.proc is not None
+            driver.proc.wait(30)
+            while [p for p in tree if alive(p)]:
+                time.sleep(0.1)
+            return caught
+        _signal(workers, signal.SIGCONT)
+        while caught.exists():  # this one was published meanwhile: wait for the next epoch
+            time.sleep(0.001)
+    raise AssertionError("no checkpoint was caught while being written")
 
 
-def test_killed_driver_job_resumes_from_its_checkpoint_on_the_next_driver(tmp_path: Path) -> None:
-    env = {**os.environ, "SPARKTRAIN_VAR_DIR": str(tmp_path / "var"), "SPARKTRAIN_SPARK_MASTER": "local[2]",
-           "SPARKTRAIN_SPARK_CONF": json.dumps({"spark.ui.enabled": "false"}),
-           "SPARKTRAIN_HEARTBEAT_STALE_S": "3", "SPARKTRAIN_RECONCILE_INTERVAL_S": "1"}  # fmt: skip
-    body: dict[str, Any] = {
-        "name": "survivor",
-        "framework": "torch",
-        "dataset": {"uri": "datasets/digits/train.parquet", "features": ["pixels"], "label": "label",
-                    "task": "classification", "num_classes": 10},
-        "network": {"layers": [{"type": "dense", "units": 256, "activation": "relu"},
-                               {"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"}]},
-        "training": {"epochs": 40, "batch_size_per_worker": 16, "num_workers": 2, "seed": 7},
-    }  # fmt: skip
-    first, client = start_driver(env, tmp_path / "first.log")
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (``T``: stopped), or "" once it is gone."""
     try:
-        response = client.post("/train", json=body)
-        assert response.status_code == 202, response.text
-        job_id = response.json()["id"]
-        deadline = time.monotonic() + 240
-        while not client.get(f"/jobs/{job_id}/checkpoints").json()["checkpoints"]:
-            assert client.get(f"/jobs/{job_id}").json()["status"] in ("QUEUED", "STARTING", "RUNNING")
-            assert time.monotonic() < deadline, "no checkpoint was written"
-            time.sleep(0.3)
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the driver and its Spark JVM, mid-training, no goodbye
-        first.wait(30)
-        client.close()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2]
 
-    second, client = start_driver(env, tmp_path / "second.log")
+
+def _registered(var: Path, job_id: str) -> dict[int, str]:
+    """epoch -> id of the job's checkpoints in the (SQLite) database, read while no driver runs."""
+    with sqlite3.connect(var / "sparktrain.db") as db:
+        return dict(db.execute("SELECT epoch, id FROM checkpoints WHERE job_id = ?", (job_id,)).fetchall())
+
+
+def _resumed_as_attempt_2(driver: Driver, job_id: str, before: dict[int, str]) -> dict[str, Any]:
+    """The job finished SUCCEEDED in attempt 2, resumed from the newest of the checkpoints ``before`` (those
+    registered when its driver was killed)."""
+    job = wait_final(driver.client, job_id)
+    assert job["status"] == "SUCCEEDED", (job["error"], driver.tail())
+    assert job["attempt"] == 2
+    lost = job["attempts"][0]
+    assert (lost["attempt"], lost["error_reason"]) == (1, "DRIVER_LOST")
+    assert "stopped sending heartbeats" in lost["error_message"]
+    assert job["request"]["training"]["resume_from"] == before[max(before)]
+    checkpoints = driver.client.get(f"/jobs/{job_id}/checkpoints").json()["checkpoints"]
+    epochs = [c["epoch"] for c in checkpoints]
+    assert len(epochs) == len(set(epochs)), "no epoch is registered twice"
+    assert all(c["attempt"] == 2 for c in checkpoints if c["epoch"] > max(before))
+    lines = log_lines(driver.client, job_id)
+    assert [line.split(" on ")[0] for line in lines if " started on " in line] == ["attempt 1 started",
+                                                                                 "attempt 2 started"]  # fmt: skip
+    assert any(line.startswith(f"resuming from checkpoint {before[max(before)]}") for line in lines), lines
+    return job
+
+
+def test_a_killed_driver_resumes_its_job_from_the_checkpoint_like_an_uninterrupted_run(tmp_path: Path) -> None:
+    env = driver_env(tmp_path, heartbeat_stale_s="3", reconcile_interval_s="1", checkpoint_retention="3")
+    survivor = digits_job("survivor", epochs=4, units=256, batch=16)
+    # ~2.5 million parameters: each rank writes ~30 MB per checkpoint, long enough to be caught at it
+    big = digits_job("big", epochs=4, units=1536, batch=32)
+    big["network"]["layers"].insert(1, {"type": "dense", "units": 1536, "activation": "relu"})
+
+    first = Driver(env, tmp_path / "first.log").start()
+    a = first.client.post("/train", json=survivor).json()["id"]
+    wait_for_epoch(first.client, a, 2)
+    first.kill()  # SIGKILL of the driver process alone; its JVM and Python workers follow it (kill() waits)
+    before_a = _registered(tmp_path / "var", a)
+    assert 1 <= max(before_a) < 4
+
+    second = Driver(env, tmp_path / "second.log").start()
+    job_a = _resumed_as_attempt_2(second, a, before_a)
+
+    b = second.client.post("/train", json=big).json()["id"]
+    checkpoints = tmp_path / "artifacts" / "jobs" / b / "checkpoints"
+    caught = _catch_a_checkpoint_being_written(second, checkpoints, epochs=4)
+    interrupted = int(caught.name.split(".")[0].removeprefix("epoch-"))
+    before_b = _registered(tmp_path / "var", b)
+    assert max(before_b) == interrupted - 1, "the half-written epoch was not registered"
+
+    third = Driver(env, tmp_path / "third.log").start()
     try:
-        deadline = time.monotonic() + 300
-        while (job := client.get(f"/jobs/{job_id}").json())["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            assert time.monotonic() < deadline, job
-            time.sleep(0.5)
-        assert job["status"] == "SUCCEEDED", (job["error"], (tmp_path / "second.log").read_text()[-3000:])
-        assert job["attempt"] == 2
-        assert [a["error_reason"] for a in job["attempts"]] == ["DRIVER_LOST"]
-        assert (
-            job["attempts"][0]["attempt"] == 1 and "stopped sending heartbeats" in job["attempts"][0]["error_message"]
-        )
-        resumed = job["request"]["training"]["resume_from"]
-        checkpoints = client.get(f"/jobs/{job_id}/checkpoints").json()["checkpoints"]
-        assert resumed in [c["id"] for c in checkpoints]
-        epochs = sorted(c["epoch"] for c in checkpoints)
-        assert epochs == sorted(set(epochs)), "no epoch is registered twice"
-        assert epochs[-1] == 40
-        lines = [line["message"] for line in client.get(f"/jobs/{job_id}/logs").json()["lines"]]
-        assert any("attempt 2 queued: resumes from checkpoint" in line for line in lines), lines
-        assert any("resuming from checkpoint" in line for line in lines), lines
+        job_b = _resumed_as_attempt_2(third, b, before_b)
+        kept = third.client.get(f"/jobs/{b}/checkpoints").json()["checkpoints"]
+        assert [c["epoch"] for c in kept] == [2, 3, 4]
+        assert next(c for c in kept if c["epoch"] == 4)["attempt"] == 2
+        for c in kept:
+            files = sorted(p.name for p in Path(c["uri"]).iterdir())
+            assert files == ["meta.json", "rank-0.json", "rank-0.safetensors", "rank-1.json", "rank-1.safetensors",
+                             "weights.safetensors"], files  # fmt: skip
+        assert not caught.exists(), "publishing the epoch again removed the dead run's partial directory"
+        assert sorted(os.listdir(checkpoints)) == ["epoch-2", "epoch-3", "epoch-4"]
+
+        # the same jobs, never interrupted
+        straight_a = wait_final(third.client, third.client.post("/train", json=survivor).json()["id"])
+        straight_b = wait_final(third.client, third.client.post("/train", json=big).json()["id"])
+        for resumed, straight in ((job_a, straight_a), (job_b, straight_b)):
+            assert straight["status"] == "SUCCEEDED", straight["error"]
+            assert resumed["result"]["validation"] == straight["result"]["validation"]
+            assert same_weights(model_weights(third.client, resumed), model_weights(third.client, straight))
+        assert checkpoint_epochs(third.client, a) == [2, 3, 4]
     finally:
-        os.killpg(second.pid, signal.SIGTERM)
-        second.wait(60)
-        client.close()
+        third.stop()

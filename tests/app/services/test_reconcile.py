@@ -1,5 +1,6 @@
 """The reconciler's rules on a real database (SQLite and PostgreSQL): which lost jobs fail, which are cancelled,
-which stay, and that two reconcilers never both act on one job."""
+which stay, that two reconcilers never both act on one job, and that a retry goes to the queue its job came
+from (drivers with different queues share one database)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,30 @@ from app.db.base import utcnow
 from app.db.models import Checkpoint, Job
 from app.db.session import transaction
 from app.services import jobs
-from app.services.reconcile import reconcile
+from app.services.reconcile import reconcile as reconcile_pass
 
 
-def never(name: str, job_id: str) -> None:
-    raise AssertionError(f"nothing should be queued, got {name} {job_id}")
+def reconcile(*, db: Any, send: Any, stale_after_s: float, default_queue: str = "default") -> list[dict[str, Any]]:
+    return reconcile_pass(db=db, send=send, stale_after_s=stale_after_s, default_queue=default_queue)
 
 
-def running_job(db: Any, *, status: JobStatus, beat_age_s: float, framework: str = "spark_ml") -> str:
+def never(name: str, job_id: str, queue: str) -> None:
+    raise AssertionError(f"nothing should be queued, got {name} {job_id} on {queue}")
+
+
+def running_job(
+    db: Any, *, status: JobStatus, beat_age_s: float, framework: str = "spark_ml", queue: str | None = None
+) -> str:
+    """A job some driver took (from ``queue``, recorded as the runner does; None: a job from before queues were
+    recorded) and whose heartbeat is ``beat_age_s`` old."""
     with transaction(db) as session:
         job, _ = jobs.create_job(session=session, job_type="train", request={"name": "x"}, framework=framework)
         jobs.transition(session=session, job_id=job.id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING,
                         worker_id="host:1:dead", started_at=utcnow(),
                         heartbeat_at=utcnow() - timedelta(seconds=beat_age_s))  # fmt: skip
+        if queue is not None:
+            session.refresh(job)
+            job.attempts = jobs.update_attempt(job, job.attempt, queue=queue)
         if status != JobStatus.STARTING:
             jobs.transition(session=session, job_id=job.id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
         if status == JobStatus.CANCELLING:
@@ -33,25 +45,25 @@ def running_job(db: Any, *, status: JobStatus, beat_age_s: float, framework: str
 
 def test_a_fresh_heartbeat_is_left_alone(db: Any) -> None:
     job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=1)
-    assert reconcile(db=db, enqueue=never, stale_after_s=30) == []
+    assert reconcile(db=db, send=never, stale_after_s=30) == []
     with db() as session:
         assert session.get(Job, job_id).status == "RUNNING"
 
 
 def test_a_lost_job_without_checkpoint_fails_with_driver_lost(db: Any) -> None:
     job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60)
-    actions = reconcile(db=db, enqueue=never, stale_after_s=30)
+    actions = reconcile(db=db, send=never, stale_after_s=30)
     assert actions == [{"job_id": job_id, "action": "failed", "why": "only torch training resumes from checkpoints"}]
     with db() as session:
         job = session.get(Job, job_id)
         assert job.status == "FAILED" and job.error_reason == "DRIVER_LOST" and "host:1:dead" in job.error_message
         assert job.attempts[0]["attempt"] == 1 and job.attempts[0]["status"] == "FAILED"
-    assert reconcile(db=db, enqueue=never, stale_after_s=30) == [], "a second pass finds nothing to do"
+    assert reconcile(db=db, send=never, stale_after_s=30) == [], "a second pass finds nothing to do"
 
 
 def test_a_lost_cancel_ends_cancelled(db: Any) -> None:
     job_id = running_job(db, status=JobStatus.CANCELLING, beat_age_s=60)
-    assert reconcile(db=db, enqueue=never, stale_after_s=30) == [{"job_id": job_id, "action": "cancelled"}]
+    assert reconcile(db=db, send=never, stale_after_s=30) == [{"job_id": job_id, "action": "cancelled"}]
     with db() as session:
         assert session.get(Job, job_id).status == "CANCELLED"
 
@@ -61,20 +73,83 @@ def test_a_torch_job_out_of_attempts_is_not_retried(db: Any) -> None:
     with transaction(db) as session:
         session.get(Job, job_id).attempt = 3
         session.add(Checkpoint(id="c" * 32, job_id=job_id, epoch=1, uri="file:///nowhere"))
-    assert reconcile(db=db, enqueue=never, stale_after_s=30)[0]["why"] == "no attempts left"
+    assert reconcile(db=db, send=never, stale_after_s=30)[0]["why"] == "no attempts left"
 
 
-def test_a_torch_job_with_a_checkpoint_is_queued_again(db: Any) -> None:
-    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch")
+def _two_checkpoints(db: Any, job_id: str) -> None:
     with transaction(db) as session:
         session.add(Checkpoint(id="a" * 32, job_id=job_id, epoch=1, uri="file:///one"))
         session.add(Checkpoint(id="b" * 32, job_id=job_id, epoch=2, uri="file:///two"))
-    queued: list[tuple[str, str]] = []
-    actions = reconcile(db=db, enqueue=lambda name, jid: queued.append((name, jid)), stale_after_s=30)
-    assert actions == [{"job_id": job_id, "action": "retried", "checkpoint": "b" * 32, "epoch": 2}]
-    assert queued == [("train.torch", job_id)]
+
+
+def test_a_torch_job_with_a_checkpoint_is_queued_again_on_its_own_queue(db: Any) -> None:
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch", queue="gpu-drivers")
+    _two_checkpoints(db, job_id)
+    queued: list[tuple[str, str, str]] = []
+    # the reconciler runs on a driver that consumes another queue
+    actions = reconcile(db=db, send=lambda *m: queued.append(m), stale_after_s=30, default_queue="cpu-drivers")
+    assert actions == [
+        {"job_id": job_id, "action": "retried", "checkpoint": "b" * 32, "epoch": 2, "queue": "gpu-drivers"}
+    ]
+    assert queued == [("train.torch", job_id, "gpu-drivers")]
     with db() as session:
         job = session.get(Job, job_id)
         assert (job.status, job.attempt, job.worker_id) == ("QUEUED", 2, None)
         assert job.request["training"]["resume_from"] == "b" * 32
-        assert [a["error_reason"] for a in job.attempts] == ["DRIVER_LOST"]
+        assert [a["attempt"] for a in job.attempts] == [1, 2]
+        first, second = job.attempts
+        assert (first["status"], first["error_reason"], first["queue"]) == ("FAILED", "DRIVER_LOST", "gpu-drivers")
+        assert (second["queue"], second["sent"]) == ("gpu-drivers", True)
+        assert jobs.queue_of(job) == "gpu-drivers"
+    assert reconcile(db=db, send=never, stale_after_s=30) == [], "a second pass finds nothing to do"
+
+
+def test_a_job_without_a_recorded_queue_is_retried_on_the_reconcilers_queue(db: Any) -> None:
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch")
+    _two_checkpoints(db, job_id)
+    queued: list[tuple[str, str, str]] = []
+    reconcile(db=db, send=lambda *m: queued.append(m), stale_after_s=30, default_queue="cpu-drivers")
+    assert queued == [("train.torch", job_id, "cpu-drivers")]
+
+
+def test_a_retry_the_broker_refused_is_sent_again_by_the_next_pass(db: Any) -> None:
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch", queue="gpu-drivers")
+    _two_checkpoints(db, job_id)
+
+    def refuse(name: str, jid: str, queue: str) -> None:
+        raise ConnectionError("the broker is down")
+
+    actions = reconcile(db=db, send=refuse, stale_after_s=30)
+    assert [a["action"] for a in actions] == ["retried"]
+    with db() as session:
+        job = session.get(Job, job_id)
+        assert (job.status, job.attempts[-1]["sent"]) == ("QUEUED", False)
+    # too recent to be sent again yet: the first send might still be on its way on another driver
+    assert reconcile(db=db, send=never, stale_after_s=30) == []
+    queued: list[tuple[str, str, str]] = []
+    actions = reconcile(db=db, send=lambda *m: queued.append(m), stale_after_s=0)
+    assert actions == [{"job_id": job_id, "action": "sent again", "attempt": 2}]
+    assert queued == [("train.torch", job_id, "gpu-drivers")]
+    with db() as session:
+        assert session.get(Job, job_id).attempts[-1]["sent"] is True
+    assert reconcile(db=db, send=never, stale_after_s=0) == []
+
+
+def test_a_job_lost_after_its_last_checkpoint_redoes_the_last_epoch(db: Any) -> None:
+    """Its driver died after the checkpoint of the last epoch (while saving the model or recording the result):
+    a resume must train at least one epoch, so attempt 2 starts from the checkpoint before the last."""
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch", queue="q")
+    with transaction(db) as session:
+        session.get(Job, job_id).request = {"name": "x", "training": {"epochs": 3}}
+        for epoch in (1, 2, 3):
+            session.add(Checkpoint(id=str(epoch) * 32, job_id=job_id, epoch=epoch, uri=f"file:///{epoch}"))
+    actions = reconcile(db=db, send=lambda *m: None, stale_after_s=30)
+    assert actions == [{"job_id": job_id, "action": "retried", "checkpoint": "2" * 32, "epoch": 2, "queue": "q"}]
+
+
+def test_a_job_whose_only_checkpoint_is_its_last_epoch_is_not_retried(db: Any) -> None:
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch")
+    with transaction(db) as session:
+        session.get(Job, job_id).request = {"name": "x", "training": {"epochs": 1}}
+        session.add(Checkpoint(id="1" * 32, job_id=job_id, epoch=1, uri="file:///1"))
+    assert reconcile(db=db, send=never, stale_after_s=30)[0]["why"] == "no checkpoint to resume from"

@@ -7,9 +7,13 @@ A checkpoint ``epoch-<n>/`` holds what an exact resume needs:
     rank-<r>.safetensors      rank r's optimizer tensors and, for gradient sharing, its residual
     rank-<r>.json             rank r's optimizer scalars, scheduler and threshold-algorithm state
 
-It is written into ``epoch-<n>.partial/`` by every rank and renamed by rank 0 once all ranks are done, so a
-directory named ``epoch-<n>`` is always complete. A model directory (``model/``) holds ``spec.json`` and
-``weights.safetensors`` and loads with plain torch + safetensors.
+Every rank writes into ``epoch-<n>.partial-<run>/`` (``run``: this training run's id, so two runs of one job,
+say a replay next to a process that has not died yet, never mix their files), each file under a temporary name,
+flushed to disk (fsync) and renamed. Rank 0 renames the directory to ``epoch-<n>`` once every rank is done,
+and only then reports it to the driver, which registers it. So a directory named ``epoch-<n>`` is always
+complete, and what a kill at any moment leaves behind (``*.tmp`` files, ``epoch-<n>.partial-*`` directories)
+is never registered, never resumed from, and removed when that epoch is published again. A model directory
+(``model/``) holds ``spec.json`` and ``weights.safetensors`` and loads with plain torch + safetensors.
 
 Executor-side: stdlib, torch and safetensors.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,24 +34,39 @@ META = "meta.json"
 WEIGHTS = "weights.safetensors"
 
 
-def partial_dir(root: str | Path, epoch: int) -> Path:
-    return Path(root) / f"epoch-{epoch}.partial"
+def partial_dir(root: str | Path, epoch: int, run: str = "") -> Path:
+    return Path(root) / (f"epoch-{epoch}.partial-{run}" if run else f"epoch-{epoch}.partial")
 
 
 def final_dir(root: str | Path, epoch: int) -> Path:
     return Path(root) / f"epoch-{epoch}"
 
 
+def _fsync(path: Path) -> None:
+    """Flush a file's data, or a directory's entries, to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _settle(tmp: Path, path: Path) -> None:
+    """Give a fully written ``tmp`` its final name: data on disk first, then the atomic rename."""
+    _fsync(tmp)
+    os.replace(tmp, path)
+
+
 def _write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    _settle(tmp, path)
 
 
 def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     tmp = path.with_suffix(".tmp")
     save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp))
-    os.replace(tmp, path)
+    _settle(tmp, path)
 
 
 def model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -122,13 +142,37 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
     return dict(json.loads((Path(directory) / META).read_text()))
 
 
-def publish(root: str | Path, epoch: int) -> Path:
-    """Rename the complete ``epoch-<n>.partial`` to ``epoch-<n>`` (rank 0, after every rank wrote)."""
-    source, target = partial_dir(root, epoch), final_dir(root, epoch)
-    if target.exists():  # a replayed attempt wrote this epoch before: keep one copy
-        shutil.rmtree(target)
+def publish(root: str | Path, epoch: int, run: str = "") -> Path:
+    """Rename the complete ``epoch-<n>.partial-<run>`` to ``epoch-<n>`` (rank 0, after every rank wrote).
+
+    An ``epoch-<n>`` already there (an earlier run wrote this epoch and died before it was registered) is moved
+    aside first, so the name never points at a half-deleted directory; leftovers of dead runs go afterwards."""
+    source, target = partial_dir(root, epoch, run), final_dir(root, epoch)
+    _fsync(source)
+    aside = _aside(target)
+    if target.exists():
+        os.replace(target, aside)
     os.replace(source, target)
+    _fsync(target.parent)
+    for stale in [aside, *target.parent.glob(f"{target.name}.partial*"), *target.parent.glob(f"{target.name}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
     return target
+
+
+def _aside(directory: Path) -> Path:
+    return directory.with_name(f"{directory.name}.old-{uuid.uuid4().hex[:8]}")
+
+
+def discard(directory: str | Path) -> None:
+    """Delete a checkpoint directory so that its name disappears at once (renamed aside, then removed): a kill in
+    the middle never leaves a half-deleted directory under the name."""
+    directory = Path(directory)
+    aside = _aside(directory)
+    try:
+        os.replace(directory, aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def save_model(directory: Path, model: torch.nn.Module, spec: dict[str, Any]) -> None:

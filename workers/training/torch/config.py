@@ -133,6 +133,8 @@ class TrainerConfig:
     export_mode: Literal["write", "read"] | None = None
     """Export data path: ``write`` saves each rank's ready tensors under ``export_dir``; ``read`` trains from them
     without touching the source data (a later job on the same data, split, normalizer and worker count)."""
+    run_id: str = ""
+    """This training run (one per attempt): names its partial checkpoint directories (see checkpoint.py)."""
     model_card: dict[str, Any] = field(default_factory=dict)
     """What ``spec.json`` of the trained model says besides the network: task, columns, class labels,
     normalizer, so the artifact is usable without sparktrain."""

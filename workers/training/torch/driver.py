@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import socket
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -190,6 +191,7 @@ def _config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> 
         resume_dir=plan.resume.path if plan.resume else None,
         start_epoch=plan.resume.epoch if plan.resume else 0,
         threads=threads,
+        run_id=uuid.uuid4().hex[:12],
         model_card=model_card(plan, normalizer),
         store=ctx.store,
     )

@@ -147,8 +147,8 @@ def _save_checkpoint(
     scheduler: Any,
     strategy: Strategy,
 ) -> Path:
-    """Every rank writes its state into ``epoch-<n>.partial``; rank 0 renames it when all are done."""
-    partial = ckpt.partial_dir(cfg.checkpoint_dir, epoch)
+    """Every rank writes its state into ``epoch-<n>.partial-<run>``; rank 0 renames it when all are done."""
+    partial = ckpt.partial_dir(cfg.checkpoint_dir, epoch, cfg.run_id)
     if rank == 0:
         ckpt.write_meta(
             partial,
@@ -177,7 +177,7 @@ def _save_checkpoint(
     comm.barrier()
     target = ckpt.final_dir(cfg.checkpoint_dir, epoch)
     if rank == 0:
-        ckpt.publish(cfg.checkpoint_dir, epoch)
+        ckpt.publish(cfg.checkpoint_dir, epoch, cfg.run_id)
         if cfg.store:
             storage.publish_dir(target, published(cfg, f"checkpoints/epoch-{epoch}"))
     comm.barrier()

@@ -1,0 +1,114 @@
+"""How a runner ends a job, on both databases, at the two races that no timing in an end-to-end test can pin:
+
+- the cancel arrives after the work finished, before its result is recorded: the job is reported as what it
+  did (SUCCEEDED, its model registered) with a warning that the cancel came too late;
+- a runner whose job was given up while it still ran (its heartbeats stalled past the reconciler's limit, the
+  job was queued again and another driver took attempt 2): it learns on its next heartbeat that the job is no
+  longer its own, and it records nothing, neither a checkpoint nor a final state nor a model version.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.core.jobstates import JobStatus
+from app.core.settings import Settings
+from app.db.base import utcnow
+from app.db.models import Checkpoint, Job, ModelVersion
+from app.db.session import transaction
+from app.services import jobs
+from app.services.reconcile import reconcile
+from workers.context import JobCancelled, JobOutcome, ModelArtifact
+from workers.runner import DbJobContext, _settle
+from workers.runtime import JobRuntime
+
+
+def _runtime(db: Any, spark: Any, tmp_path: Path, name: str) -> JobRuntime:
+    settings = Settings(var_dir=tmp_path / "var", artifact_root=tmp_path / "artifacts")
+    return JobRuntime(settings=settings, db=db, spark=spark, worker_id=f"{name}:1:boot")
+
+
+def _take(rt: JobRuntime, job_id: str, tmp_path: Path) -> DbJobContext:
+    """What run_job does when it wins a delivery: QUEUED -> STARTING -> RUNNING as this runtime."""
+    with transaction(rt.db) as s:
+        assert jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING,
+                               worker_id=rt.worker_id, started_at=utcnow(), heartbeat_at=utcnow())  # fmt: skip
+        attempt = jobs.get_job(session=s, job_id=job_id).attempt
+        assert jobs.transition(session=s, job_id=job_id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
+    return DbJobContext(rt, job_id, attempt, rt.running.add(job_id), tmp_path)
+
+
+def _new_job(db: Any) -> str:
+    with transaction(db) as s:
+        job, _ = jobs.create_job(session=s, job_type="train", request={"name": "m"}, framework="torch", name="m")
+        return job.id
+
+
+def _outcome(uri: str) -> JobOutcome:
+    return JobOutcome(result={"done": True}, model=ModelArtifact(framework="torch", uri=uri))
+
+
+def _versions(db: Any, job_id: str) -> int:
+    with db() as s:
+        return len(s.query(ModelVersion).filter(ModelVersion.job_id == job_id).all())
+
+
+@pytest.fixture
+def rt(db: Any, spark: Any, tmp_path: Path) -> JobRuntime:
+    return _runtime(db, spark, tmp_path, "a")
+
+
+def test_work_that_finished_as_the_cancel_arrived_is_reported_succeeded_with_a_warning(
+    db: Any, rt: JobRuntime, tmp_path: Path
+) -> None:
+    job_id = _new_job(db)
+    ctx = _take(rt, job_id, tmp_path)
+    with transaction(db) as s:
+        job, stopping = jobs.request_cancel(session=s, job_id=job_id)
+        assert (job.status, stopping) == (JobStatus.CANCELLING, True)
+    _settle(rt, ctx, _outcome("file:///models/m"), None)  # the work had returned its result
+    with db() as s:
+        job = s.get(Job, job_id)
+        assert job.status == "SUCCEEDED"
+        assert job.warnings == ["the cancel arrived after the work had finished"]
+        assert (job.model_name, job.model_version) == ("m", 1)
+    assert _versions(db, job_id) == 1
+
+
+def test_a_runner_whose_job_was_given_up_records_nothing(db: Any, spark: Any, tmp_path: Path) -> None:
+    stalled, other = _runtime(db, spark, tmp_path, "a"), _runtime(db, spark, tmp_path, "b")
+    job_id = _new_job(db)
+    old = _take(stalled, job_id, tmp_path)
+    uri = (tmp_path / "checkpoints" / "epoch-1").as_uri()
+    old.checkpoint(1, 10, uri, {"accuracy": 0.5})
+    with transaction(db) as s:  # its heartbeats stop for longer than the reconciler waits
+        s.get(Job, job_id).heartbeat_at = utcnow() - timedelta(seconds=120)
+    sent: list[tuple[str, str, str]] = []
+    actions = reconcile(db=db, send=lambda *m: sent.append(m), stale_after_s=30, default_queue="q")
+    assert [a["action"] for a in actions] == ["retried"] and len(sent) == 1
+    new = _take(other, job_id, tmp_path)  # another driver takes attempt 2
+    assert new.attempt == 2
+
+    with transaction(db) as s:
+        assert jobs.heartbeat(session=s, job_id=job_id, worker_id=stalled.worker_id, attempt=1) is None
+    with pytest.raises(JobCancelled):
+        old.checkpoint(2, 20, (tmp_path / "checkpoints" / "epoch-2").as_uri(), {"accuracy": 0.6})
+    assert old.cancelled, "the stalled runner was told to stop"
+    _settle(stalled, old, _outcome("file:///models/stalled"), None)
+    with db() as s:
+        job = s.get(Job, job_id)
+        assert (job.status, job.worker_id, job.attempt, job.model_version) == ("RUNNING", other.worker_id, 2, None)
+        assert [(c.epoch, c.attempt) for c in s.query(Checkpoint).filter(Checkpoint.job_id == job_id)] == [(1, 1)]
+    assert _versions(db, job_id) == 0
+
+    with transaction(db) as s:
+        assert jobs.heartbeat(session=s, job_id=job_id, worker_id=other.worker_id, attempt=2) == JobStatus.RUNNING
+    _settle(other, new, _outcome("file:///models/new"), None)
+    with db() as s:
+        job = s.get(Job, job_id)
+        assert (job.status, job.model_version) == ("SUCCEEDED", 1)
+    assert _versions(db, job_id) == 1
