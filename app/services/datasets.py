@@ -153,15 +153,45 @@ def detect_format(path: str, given: Format | None, *, loc: str) -> Format:
 
 
 def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, str], *, loc: str) -> dict[str, str]:
-    """Column name -> Spark simple type name, read by Spark (parquet footers; CSV with header + inference)."""
+    """Column name -> Spark simple type name. A local parquet file (or flat directory of them) is read on the driver
+    from its footer; anything else by Spark (CSV with header + inference, partitioned or remote data)."""
     from workers.data.spec import ResolvedDataset, read_dataframe
 
+    if fmt == "parquet" and not options:
+        local = parquet_schema(path)
+        if local is not None:
+            return local
     probe = ResolvedDataset(path=path, format=fmt, features=(), label=None, task=None, options=options)
     try:
         return dict(read_dataframe(spark, probe).dtypes)
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {first_line[:500]}") from exc
+
+
+def parquet_schema(path: str) -> dict[str, str] | None:
+    """The schema Spark would infer for a local parquet file or a flat directory of part files, read from the first
+    file's footer with pyarrow, so a request needs no Spark job: Spark's own inference runs one, which waits for a
+    free task slot, and a barrier stage holds them all while it trains. None when Spark must decide (partition
+    directories, remote URIs, a footer pyarrow cannot read or a type it cannot map)."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    base = Path(urlparse(path).path if path.startswith("file://") else path)
+    try:
+        if base.is_dir():
+            entries = sorted(base.iterdir())
+            if any(e.is_dir() and not e.name.startswith(("_", ".")) for e in entries):
+                return None  # partition columns (key=value directories) come from the paths
+            files = [e for e in entries if e.is_file() and not e.name.startswith(("_", ".")) and e.stat().st_size]
+            if not files:
+                return None
+            base = files[0]
+        import pyarrow.parquet as pq
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        return {f.name: from_arrow_type(f.type).simpleString() for f in pq.read_schema(base)}
+    except Exception:  # Spark reads it (and says what is wrong when it cannot)
+        return None
 
 
 CORRUPT = "_corrupt_record"
