@@ -253,7 +253,9 @@ def _settle(rt: JobRuntime, ctx: DbJobContext, ended: JobOutcome | BaseException
         else:
             _finish_failed(rt, ctx, ended, send)
     except Exception as exc:
-        log.exception("could not record the end of job %s", ctx.job_id)
+        taken = isinstance(exc, models.ModelNameTaken)
+        if not taken:
+            log.exception("could not record the end of job %s", ctx.job_id)
         with transaction(rt.db) as s:
             jobs.transition(
                 session=s,
@@ -262,8 +264,10 @@ def _settle(rt: JobRuntime, ctx: DbJobContext, ended: JobOutcome | BaseException
                 target=JobStatus.FAILED,
                 only_if=ctx.owner,
                 finished_at=utcnow(),
-                error_reason="INTERNAL",
-                error_message=f"recording the result failed: {type(exc).__name__}: {exc}"[:_MAX_MESSAGE],
+                error_reason="MODEL_NAME_TAKEN" if taken else "INTERNAL",
+                error_message=(str(exc) if taken else f"recording the result failed: {type(exc).__name__}: {exc}")[
+                    :_MAX_MESSAGE
+                ],
             )
 
 

@@ -31,7 +31,8 @@ class Job(Base):
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
     attempts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=list)
-    """Earlier attempts: attempt, worker_id, started_at, ended_at, status, error_reason, error_message."""
+    """One entry per attempt: attempt, queue, worker_id, started_at; ended early: ended_at, status, error_reason,
+    error_message; a retry: queued_at, sent."""
     error_reason: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
     # The model a job produced (train) or used (evaluate, predict); plain values, not a foreign key.

@@ -41,7 +41,9 @@ class JobRead(BaseModel):
     warnings: list[str]
     attempts: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="Earlier attempts that ended without finishing the job (e.g. DRIVER_LOST before a retry).",
+        description="One entry per attempt: attempt, queue, worker_id, started_at; an attempt that ended without "
+        "finishing the job (DRIVER_LOST, WORKER_LOST) adds ended_at, status, error_reason and error_message; a retry "
+        "adds queued_at and sent (whether its message reached the broker).",
     )
     owner: str
     worker_id: str | None = Field(description="The driver process that runs (or ran) the job.")

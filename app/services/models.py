@@ -20,6 +20,10 @@ from app.db.models import Job, Model, ModelAlias, ModelVersion
 from app.schemas.models import ALIAS_PATTERN
 
 
+class ModelNameTaken(Conflict):
+    """Another owner registered the model name while the job ran (the job fails as MODEL_NAME_TAKEN)."""
+
+
 def register_version(
     *,
     session: Session,
@@ -50,7 +54,7 @@ def register_version(
     if model.owner != owner and job_id is not None:
         queued_at = session.scalar(select(Job.created_at).where(Job.id == job_id))
         if queued_at is not None and queued_at < model.created_at:
-            raise Conflict(
+            raise ModelNameTaken(
                 f"Model name {name!r} was taken by another owner while this job ran; train again under another name."
             )
     for _ in range(5):

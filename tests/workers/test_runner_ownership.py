@@ -112,3 +112,22 @@ def test_a_runner_whose_job_was_given_up_records_nothing(db: Any, spark: Any, tm
         job = s.get(Job, job_id)
         assert (job.status, job.model_version) == ("SUCCEEDED", 1)
     assert _versions(db, job_id) == 1
+
+
+def test_a_model_name_taken_by_another_owner_while_the_job_ran_fails_it_clearly(
+    db: Any, rt: JobRuntime, tmp_path: Path
+) -> None:
+    """Two owners train the same new name at once: the first to finish owns it; the other job fails as
+    MODEL_NAME_TAKEN (not INTERNAL), saying what to do, and registers nothing."""
+    from app.services import models
+
+    job_id = _new_job(db)  # queued by "anonymous" before the name existed
+    with transaction(db) as s:
+        models.register_version(session=s, name="m", framework="torch", artifact_uri="file:///other", metrics={},
+                                params={}, job_id=None, owner="bob")  # fmt: skip
+    _settle(rt, _take(rt, job_id, tmp_path), _outcome("file:///models/m"), None)
+    with db() as s:
+        job = s.get(Job, job_id)
+        assert (job.status, job.error_reason) == ("FAILED", "MODEL_NAME_TAKEN")
+        assert "train again under another name" in (job.error_message or "")
+    assert _versions(db, job_id) == 0
