@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.core.settings import Settings
-from app.spark.profile import merge_conf, recorded_keys, resolve_profile
+from app.spark.profile import merge_conf, read_conf_file, recorded_keys, resolve_profile
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,9 +39,9 @@ def build_spark_session(settings: Settings) -> SparkSession:
         SparkSession.builder.master(settings.spark_master)
         .appName(settings.spark_app_name)
         .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch}")
     )
     conf = merge_conf(profile.conf, settings.spark_conf) | recorded_keys(profile)
+    conf[DRIVER_JAVA_OPTIONS] = driver_java_options(settings.spark_conf_dir, scratch, conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -55,6 +56,20 @@ def build_spark_session(settings: Settings) -> SparkSession:
         "on" if profile.plugin else "off",
     )
     return spark
+
+
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def driver_java_options(conf_dir: Path, scratch: Path, conf: Mapping[str, str]) -> str:
+    """The driver JVM's options: ``spark-defaults.conf``'s, then Derby's home in the scratch directory (its log and
+    metastore stay out of the working directory), then the profile's or the operator's. The builder's value would
+    replace the file's rather than add to it (spark-submit reads a defaults key only when not given), so the three
+    are joined here; a later option wins where two set the same JVM flag."""
+    defaults = conf_dir / "spark-defaults.conf"
+    from_file = read_conf_file(defaults).get(DRIVER_JAVA_OPTIONS, "") if defaults.is_file() else ""
+    parts = (from_file, f"-Dderby.system.home={scratch}", conf.get(DRIVER_JAVA_OPTIONS, ""))
+    return " ".join(part.strip() for part in parts if part.strip())
 
 
 EXECUTOR_PACKAGES = ("workers",)

@@ -1,0 +1,86 @@
+"""The session the driver builds keeps a months-long run's memory bounded: the status store's retention caps from
+``spark-defaults.conf`` are in effect (and enforced), and a job leaves nothing cached behind it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from app.core.settings import REPO_ROOT
+from app.spark.profile import read_conf_file
+from app.spark.session import DRIVER_JAVA_OPTIONS, driver_java_options
+from tests.helpers import Service, taxi_request
+
+DEFAULTS = read_conf_file(REPO_ROOT / "spark-conf" / "spark-defaults.conf")
+SPARK_DEFAULTS = {
+    "spark.ui.retainedJobs": 1000,
+    "spark.ui.retainedStages": 1000,
+    "spark.ui.retainedTasks": 100_000,
+    "spark.sql.ui.retainedExecutions": 1000,
+    "spark.ui.retainedDeadExecutors": 100,
+    "spark.ui.dagGraph.retainedRootRDDs": 2**31 - 1,
+}
+"""Spark's own values of the caps, which let the status store grow to gigabytes in a driver that never stops."""
+
+
+def test_retention_caps_from_spark_defaults_are_in_effect(spark: Any) -> None:
+    conf = spark.sparkContext.getConf()
+    for key, spark_default in SPARK_DEFAULTS.items():
+        assert key in DEFAULTS, f"spark-defaults.conf sets no {key}"
+        assert conf.get(key) == DEFAULTS[key], key
+        assert int(DEFAULTS[key]) < spark_default, key
+    # the SQL listener reads its cap through the session's SQL conf
+    assert spark.conf.get("spark.sql.ui.retainedExecutions") == DEFAULTS["spark.sql.ui.retainedExecutions"]
+    assert conf.get("spark.python.worker.reuse", "true") == "true"
+    assert conf.get("spark.executor.pyspark.memory", None) is None  # see spark-defaults.conf: RLIMIT_AS breaks CUDA
+
+
+def test_the_status_store_forgets_jobs_past_the_cap(spark: Any) -> None:
+    sc = spark.sparkContext
+    cap = int(DEFAULTS["spark.ui.retainedJobs"])
+    group = "test-retention"
+    sc.setJobGroup(group, "more jobs than the status store keeps")
+    try:
+        rdd = sc.parallelize([1], 1)
+        for _ in range(cap + 30):
+            rdd.count()
+    finally:
+        sc._jsc.clearJobGroup()
+    sc._jsc.sc().listenerBus().waitUntilEmpty()
+    assert 0 < len(sc.statusTracker().getJobIdsForGroup(group)) <= cap
+
+
+def _persistent_rdds(spark: Any) -> set[int]:
+    return {int(k) for k in spark.sparkContext._jsc.getPersistentRDDs().keySet()}
+
+
+def test_a_job_leaves_no_cached_data(service: Service, spark: Any) -> None:
+    """Spark ML training caches its training rows and its validation predictions; both go when the job ends:
+    no persisted RDD, no block in storage, and (when nothing was cached before) an empty SQL cache."""
+    cache_manager = spark._jsparkSession.sharedState().cacheManager()
+    sql_cache_was_empty = cache_manager.isEmpty()
+    before = _persistent_rdds(spark)
+    job = service.wait(service.train(taxi_request("hygiene"))["id"], {"SUCCEEDED", "FAILED"})
+    assert job["status"] == "SUCCEEDED", job["error"]
+    assert _persistent_rdds(spark) - before == set()
+    blocks = spark.sparkContext._jsc.sc().getRDDStorageInfo()
+    assert [info.id() for info in blocks if info.id() not in before] == []
+    assert cache_manager.isEmpty() or not sql_cache_was_empty
+
+
+def test_driver_java_options_join_the_file_derby_and_the_operator(tmp_path: Path) -> None:
+    (tmp_path / "spark-defaults.conf").write_text(f"{DRIVER_JAVA_OPTIONS}  -XX:+ExitOnOutOfMemoryError\n")
+    scratch = tmp_path / "var" / "spark"
+    joined = driver_java_options(tmp_path, scratch, {DRIVER_JAVA_OPTIONS: "-XX:NativeMemoryTracking=summary"})
+    assert joined == f"-XX:+ExitOnOutOfMemoryError -Dderby.system.home={scratch} -XX:NativeMemoryTracking=summary"
+    assert driver_java_options(tmp_path / "none", scratch, {}) == f"-Dderby.system.home={scratch}"
+
+
+def test_the_driver_jvm_runs_with_the_options_of_spark_defaults_and_derbys_home(spark: Any) -> None:
+    options = spark.sparkContext.getConf().get(DRIVER_JAVA_OPTIONS)
+    assert DEFAULTS[DRIVER_JAVA_OPTIONS] in options and "-Dderby.system.home=" in options
+    jvm = spark.sparkContext._jvm
+    hotspot = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    assert hotspot.getVMOption("TrimNativeHeapInterval").getValue() == "60000"
