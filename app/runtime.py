@@ -137,6 +137,7 @@ def start_runtime(settings: Settings, *, spark: SparkSession | None = None) -> S
         celery=celery,
         jobs=job_runtime,
         owns_spark=owns_spark,
+        model_cache=ModelCache(settings.model_cache_size),
     )
     if settings.in_process_consumer:
         from workers.celery_app import restore_unacked_embedded

@@ -161,6 +161,7 @@ def run_torch_distributor(network: dict[str, Any], lr: float, epochs: int) -> di
     out = TorchDistributor(num_processes=WORKERS, local_mode=False, use_gpu=False).run(
         ddp_baseline.ddp_train, network, lr, epochs, BATCH, SEED, TRAIN, TEST
     )
+    assert out is not None, "TorchDistributor returned no result"
     wall = time.perf_counter() - t0
     dense = _parameters(network) * 4
     return {

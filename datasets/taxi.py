@@ -70,7 +70,7 @@ def generate(rows: int, seed: int = 0) -> pd.DataFrame:
     tolls = (rate >= 2) & (rng.random(rows) < 0.5)
     fare += np.where(tolls, 6.94, 0.0)
     fare += rng.normal(0.0, 0.3 + 0.04 * miles, rows)
-    fare = np.round(np.clip(fare, 3.0, None), 2)
+    fare = np.round(np.clip(fare, 3.0, None), 2).astype(np.float64)
 
     return pd.DataFrame(
         {

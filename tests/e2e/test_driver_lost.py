@@ -109,21 +109,28 @@ def _resumed_as_attempt_2(driver: Driver, job_id: str, before: dict[int, str]) -
     return job
 
 
-def test_a_killed_driver_resumes_its_job_from_the_checkpoint_like_an_uninterrupted_run(tmp_path: Path) -> None:
+def test_a_killed_driver_resumes_its_job_from_the_checkpoint_like_an_uninterrupted_run(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     env = driver_env(tmp_path, heartbeat_stale_s="3", reconcile_interval_s="1", checkpoint_retention="3")
     survivor = digits_job("survivor", epochs=4, units=256, batch=16)
     # ~2.5 million parameters: each rank writes ~30 MB per checkpoint, long enough to be caught at it
     big = digits_job("big", epochs=4, units=1536, batch=32)
     big["network"]["layers"].insert(1, {"type": "dense", "units": 1536, "activation": "relu"})
 
-    first = Driver(env, tmp_path / "first.log").start()
+    started: list[Driver] = []
+    request.addfinalizer(lambda: [d.stop() for d in started])  # also when an assertion fails midway
+
+    first = Driver(env, tmp_path / "first.log")
+    started.append(first.start())
     a = first.client.post("/train", json=survivor).json()["id"]
     wait_for_epoch(first.client, a, 2)
     first.kill()  # SIGKILL of the driver process alone; its JVM and Python workers follow it (kill() waits)
     before_a = _registered(tmp_path / "var", a)
     assert 1 <= max(before_a) < 4
 
-    second = Driver(env, tmp_path / "second.log").start()
+    second = Driver(env, tmp_path / "second.log")
+    started.append(second.start())
     job_a = _resumed_as_attempt_2(second, a, before_a)
 
     b = second.client.post("/train", json=big).json()["id"]
@@ -133,7 +140,8 @@ def test_a_killed_driver_resumes_its_job_from_the_checkpoint_like_an_uninterrupt
     before_b = _registered(tmp_path / "var", b)
     assert max(before_b) == interrupted - 1, "the half-written epoch was not registered"
 
-    third = Driver(env, tmp_path / "third.log").start()
+    third = Driver(env, tmp_path / "third.log")
+    started.append(third.start())
     try:
         job_b = _resumed_as_attempt_2(third, b, before_b)
         kept = third.client.get(f"/jobs/{b}/checkpoints").json()["checkpoints"]
