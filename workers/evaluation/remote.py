@@ -21,6 +21,21 @@ def state_row(states: str, rows: int, bad: int) -> Any:
     )
 
 
+def new_states(options: dict[str, Any]) -> Any:
+    """Empty metric states for the requested groups (one set per partition, merged on the driver)."""
+    from workers.evaluation.metrics import make_states
+
+    return make_states(
+        options["groups"],
+        task=options["task"],
+        num_classes=options["num_classes"],
+        label_columns=options["label_columns"],
+        roc_steps=options["roc_steps"],
+        exact_auc=options["exact_auc"],
+        top_k=tuple(options["top_k"]),
+    )
+
+
 def model_states(model: ModelRef, options: dict[str, Any], batch_size: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The function each task runs for a torch or xgboost model (closes over plain values only)."""
     uri, card, framework = model.uri, dict(model.card), model.framework
@@ -30,22 +45,14 @@ def model_states(model: ModelRef, options: dict[str, Any], batch_size: int) -> C
     def evaluate_partition(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        from workers.evaluation.metrics import make_states, states_to_dict, update_states
+        from workers.evaluation.metrics import states_to_dict, update_states
         from workers.inference import rows
         from workers.inference.remote import load_model
 
         net = load_model(framework, uri)
         cols = rows.Columns(features, bool(card.get("array_column")), width, labels,
                             options["task"] == "classification", card.get("num_classes"), class_labels)  # fmt: skip
-        states = make_states(
-            options["groups"],
-            task=options["task"],
-            num_classes=options["num_classes"],
-            label_columns=options["label_columns"],
-            roc_steps=options["roc_steps"],
-            exact_auc=options["exact_auc"],
-            top_k=tuple(options["top_k"]),
-        )
+        states = new_states(options)
         seen = bad_rows = 0
         for batch in batches:
             table = pa.Table.from_batches([batch])
@@ -81,21 +88,13 @@ def sequence_states(
     uri = model.uri
 
     def evaluate_partition(batches: Iterator[Any]) -> Iterator[Any]:
-        from workers.evaluation.metrics import make_states, states_to_dict, update_states
+        from workers.evaluation.metrics import states_to_dict, update_states
         from workers.inference.remote import load_model
         from workers.inference.sequences import run_batch, spec_of
 
         net = load_model("torch", uri)
         spec = spec_of(sequence, labelled=True)
-        states = make_states(
-            options["groups"],
-            task=options["task"],
-            num_classes=options["num_classes"],
-            label_columns=options["label_columns"],
-            roc_steps=options["roc_steps"],
-            exact_auc=options["exact_auc"],
-            top_k=tuple(options["top_k"]),
-        )
+        states = new_states(options)
         seen = 0
         for batch in batches:
             if batch.num_rows == 0:
@@ -121,21 +120,13 @@ def spark_ml_states(model: ModelRef, options: dict[str, Any]) -> Callable[[Itera
         import numpy as np
         import pyarrow as pa
 
-        from workers.evaluation.metrics import make_states, states_to_dict, update_states
+        from workers.evaluation.metrics import states_to_dict, update_states
         from workers.evaluation.remote import state_row
         from workers.inference import rows
 
         cols = rows.Columns((), False, 0, labels, options["task"] == "classification", options["num_classes"],
                             class_labels)  # fmt: skip
-        states = make_states(
-            options["groups"],
-            task=options["task"],
-            num_classes=options["num_classes"],
-            label_columns=options["label_columns"],
-            roc_steps=options["roc_steps"],
-            exact_auc=options["exact_auc"],
-            top_k=tuple(options["top_k"]),
-        )
+        states = new_states(options)
         seen = 0
         for batch in batches:
             table = pa.Table.from_batches([batch])

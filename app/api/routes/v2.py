@@ -115,12 +115,8 @@ def _infer(rt: Any, name: str, version: str | None, owner: str | None, body: Inf
         if model.class_labels:
             outputs.append(InferTensor(name="label", shape=[n], datatype="BYTES", data=[str(v) for v in out["label"]]))
     else:
-        values = np.asarray(out["prediction"], dtype=np.float64)
-        outputs.append(InferTensor(name="predictions", shape=list(values.shape), datatype="FP64",
-                                   data=values.reshape(-1).tolist()))  # fmt: skip
-    return InferResponse(
-        model_name=name, model_version=str(model.version) if model.version else None, id=body.id, outputs=outputs
-    )
+        outputs.append(_values_tensor(out["prediction"]))
+    return _response(name, model, body, outputs)
 
 
 def _infer_sequences(rt: Any, name: str, model: ModelRef, body: InferRequest) -> InferResponse:
@@ -146,9 +142,16 @@ def _infer_sequences(rt: Any, name: str, model: ModelRef, body: InferRequest) ->
         outputs.append(InferTensor(name="probabilities", shape=list(probabilities.shape), datatype="FP64",
                                    data=probabilities.reshape(-1).tolist()))  # fmt: skip
     else:
-        values = np.asarray(out["prediction"], dtype=np.float64)
-        outputs.append(InferTensor(name="predictions", shape=list(values.shape), datatype="FP64",
-                                   data=values.reshape(-1).tolist()))  # fmt: skip
+        outputs.append(_values_tensor(out["prediction"]))
+    return _response(name, model, body, outputs)
+
+
+def _values_tensor(prediction: Any) -> InferTensor:
+    values = np.asarray(prediction, dtype=np.float64)
+    return InferTensor(name="predictions", shape=list(values.shape), datatype="FP64", data=values.reshape(-1).tolist())
+
+
+def _response(name: str, model: ModelRef, body: InferRequest, outputs: list[InferTensor]) -> InferResponse:
     return InferResponse(
         model_name=name, model_version=str(model.version) if model.version else None, id=body.id, outputs=outputs
     )
