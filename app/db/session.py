@@ -7,9 +7,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, SessionTransaction, sessionmaker
 
 
 def create_db_engine(url: str) -> Engine:
@@ -42,3 +42,17 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session whose work is committed on success and rolled back on any error."""
     with factory() as session, session.begin():
         yield session
+
+
+def savepoint(session: Session) -> SessionTransaction:
+    """``session.begin_nested()`` that stays inside the session's transaction on SQLite too.
+
+    pysqlite (Python < 3.12's default transaction handling) begins a transaction only before an INSERT, UPDATE or
+    DELETE. A SAVEPOINT issued before any of them therefore opens the transaction itself, and releasing it
+    commits: the writes after it would land apart, and a rollback would not undo it. A no-op UPDATE first makes
+    pysqlite begin the real transaction. PostgreSQL needs nothing."""
+    if session.get_bind().dialect.name == "sqlite":
+        raw = session.connection().connection.dbapi_connection
+        if raw is not None and not raw.in_transaction:
+            session.execute(text("UPDATE jobs SET id = id WHERE 1 = 0"))
+    return session.begin_nested()

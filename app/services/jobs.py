@@ -19,7 +19,7 @@ from app.core.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from app.core.jobstates import EDGES, JobStatus
 from app.db.base import utcnow
 from app.db.models import Job, JobLog, JobMetric
-from app.db.session import transaction
+from app.db.session import savepoint, transaction
 
 
 def new_id() -> str:
@@ -65,7 +65,7 @@ def create_job(
         created_at=utcnow(),
     )
     try:
-        with session.begin_nested():
+        with savepoint(session):
             session.add(job)
     except IntegrityError:
         # Another request with the same key won the race between our SELECT and INSERT.

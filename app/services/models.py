@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from app.core.errors import Conflict, NotFound, ValidationFailed
 from app.db.base import utcnow
 from app.db.models import Job, Model, ModelAlias, ModelVersion
+from app.db.session import savepoint
 from app.schemas.models import ALIAS_PATTERN
 
 
@@ -44,7 +45,7 @@ def register_version(
     model = session.scalar(select(Model).where(Model.name == name).with_for_update())
     if model is None:
         try:
-            with session.begin_nested():
+            with savepoint(session):
                 model = Model(name=name, owner=owner, created_at=utcnow())
                 session.add(model)
         except IntegrityError:
@@ -71,7 +72,7 @@ def register_version(
             created_at=utcnow(),
         )
         try:
-            with session.begin_nested():
+            with savepoint(session):
                 session.add(version)
             return version
         except IntegrityError:
