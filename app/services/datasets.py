@@ -169,28 +169,60 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
         raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {first_line[:500]}") from exc
 
 
+def _local_parquet_files(path: str) -> list[Path] | None:
+    """The files of a local parquet file or flat directory of part files; None when Spark must read it
+    (remote URIs, partition directories, nothing to read)."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    base = Path(urlparse(path).path if path.startswith("file://") else path)
+    try:
+        if not base.is_dir():
+            return [base] if base.is_file() else None
+        entries = sorted(base.iterdir())
+        if any(e.is_dir() and not e.name.startswith(("_", ".")) for e in entries):
+            return None  # partition columns (key=value directories) come from the paths
+        files = [e for e in entries if e.is_file() and not e.name.startswith(("_", ".")) and e.stat().st_size]
+        return files or None
+    except OSError:
+        return None
+
+
 def parquet_schema(path: str) -> dict[str, str] | None:
     """The schema Spark would infer for a local parquet file or a flat directory of part files, read from the first
     file's footer with pyarrow, so a request needs no Spark job: Spark's own inference runs one, which waits for a
     free task slot, and a barrier stage holds them all while it trains. None when Spark must decide (partition
     directories, remote URIs, a footer pyarrow cannot read or a type it cannot map)."""
-    if "://" in path and not path.startswith("file://"):
+    files = _local_parquet_files(path)
+    if files is None:
         return None
-    base = Path(urlparse(path).path if path.startswith("file://") else path)
     try:
-        if base.is_dir():
-            entries = sorted(base.iterdir())
-            if any(e.is_dir() and not e.name.startswith(("_", ".")) for e in entries):
-                return None  # partition columns (key=value directories) come from the paths
-            files = [e for e in entries if e.is_file() and not e.name.startswith(("_", ".")) and e.stat().st_size]
-            if not files:
-                return None
-            base = files[0]
         import pyarrow.parquet as pq
         from pyspark.sql.pandas.types import from_arrow_type
 
-        return {f.name: from_arrow_type(f.type).simpleString() for f in pq.read_schema(base)}
+        return {f.name: from_arrow_type(f.type).simpleString() for f in pq.read_schema(files[0])}
     except Exception:  # Spark reads it (and says what is wrong when it cannot)
+        return None
+
+
+LOCAL_SCAN_ROWS = 5_000_000
+"""Up to this many rows, a request's look at one column of local parquet data (an array's length, the classes) is
+read on the driver; beyond, a Spark job reads it."""
+
+
+def local_parquet_column(path: str, fmt: str, options: dict[str, str], column: str) -> Any | None:
+    """One column of small local parquet data as a pyarrow ChunkedArray, in file order, read without Spark (for
+    the same reason as :func:`parquet_schema`); None when Spark must read it."""
+    files = _local_parquet_files(path) if fmt == "parquet" and not options else None
+    if files is None:
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if sum(pq.ParquetFile(f).metadata.num_rows for f in files) > LOCAL_SCAN_ROWS:
+            return None
+        return pa.chunked_array([c for f in files for c in pq.read_table(f, columns=[column]).column(column).chunks])
+    except Exception:
         return None
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainingOptions, TrainRequest
-from app.services import checkpoints
+from app.services import checkpoints, datasets
 from app.spark import cluster
 from workers import storage
 from workers.data.spec import ResolvedDataset
@@ -50,10 +50,19 @@ def _data_shape(
 
     from workers.data.spec import read_dataframe
 
-    row = read_dataframe(spark, train).select(F.size(first).alias("n")).where(F.col(first).isNotNull()).first()
-    if row is None:
-        raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
-    length = int(row["n"])
+    column = datasets.local_parquet_column(train.path, train.format, train.options, first)
+    if column is not None:  # small local data: no Spark job in the request
+        import pyarrow.compute as pc
+
+        lengths = pc.drop_null(pc.list_value_length(column))
+        if len(lengths) == 0:
+            raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
+        length = int(lengths[0].as_py())
+    else:
+        row = read_dataframe(spark, train).select(F.size(first).alias("n")).where(F.col(first).isNotNull()).first()
+        if row is None:
+            raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
+        length = int(row["n"])
     wanted = request.dataset.input_shape
     if wanted is not None:
         if math.prod(wanted) != length:
@@ -183,15 +192,21 @@ def resolve_classes(
     from workers.data.spec import read_dataframe
 
     label = train.label or ""
+    column = datasets.local_parquet_column(train.path, train.format, train.options, label)
     if dtype == "string":
-        values = (
-            read_dataframe(spark, train)
-            .select(label)
-            .where(F.col(label).isNotNull())
-            .distinct()
-            .limit(MAX_STRING_CLASSES + 1)
-        )
-        names = tuple(sorted(str(r[label]) for r in values.collect()))
+        if column is not None:  # small local data: no Spark job in the request
+            import pyarrow.compute as pc
+
+            names = tuple(sorted(str(v) for v in pc.unique(pc.drop_null(column)).to_pylist()))
+        else:
+            values = (
+                read_dataframe(spark, train)
+                .select(label)
+                .where(F.col(label).isNotNull())
+                .distinct()
+                .limit(MAX_STRING_CLASSES + 1)
+            )
+            names = tuple(sorted(str(r[label]) for r in values.collect()))
         if len(names) > MAX_STRING_CLASSES:
             raise ValidationFailed.at("dataset.label", f"more than {MAX_STRING_CLASSES} distinct classes")
         if len(names) < 2:
@@ -204,10 +219,14 @@ def resolve_classes(
     if dtype not in INTEGER_TYPES:
         raise ValidationFailed.at("dataset.label", f"{label!r} is {dtype}; class labels are integers 0..k-1 or strings")
     if train.num_classes is None:
-        top = read_dataframe(spark, train).agg(F.max(label).alias("m")).first()
-        if top is None or top["m"] is None:
+        if column is not None:
+            top_value = _column_max(column)
+        else:
+            top = read_dataframe(spark, train).agg(F.max(label).alias("m")).first()
+            top_value = None if top is None else top["m"]
+        if top_value is None:
             raise ValidationFailed.at("dataset.uri", f"{train.path} has no labelled rows")
-        return replace(train, num_classes=max(2, int(top["m"]) + 1)), None
+        return replace(train, num_classes=max(2, int(top_value) + 1)), None
     return train, None
 
 
@@ -240,12 +259,27 @@ def _sequence_plan(
     if train.task == "classification" and train.num_classes is None:
         source = train.labels_path or train.path
         labels = replace(train, path=source)
-        top = read_dataframe(spark, labels).agg(F.max(train.label or "").alias("m")).first()
-        if top is None or top["m"] is None:
+        column = datasets.local_parquet_column(source, labels.format, labels.options, train.label or "")
+        if column is not None:  # small local data: no Spark job in the request
+            top_value = _column_max(column)
+        else:
+            top = read_dataframe(spark, labels).agg(F.max(train.label or "").alias("m")).first()
+            top_value = None if top is None else top["m"]
+        if top_value is None:
             raise ValidationFailed.at("dataset.uri", f"{source} has no labelled rows")
-        count = max(2, int(top["m"]) + 1)
+        count = max(2, int(top_value) + 1)
         train = replace(train, num_classes=count, sequence={**train.sequence, "num_classes": count})
     return train, shape, False
+
+
+def _column_max(column: Any) -> Any:
+    """The largest value of a pyarrow column (of its elements, for per-step label arrays); None when all null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        column = pc.list_flatten(column)
+    return pc.max(column).as_py()
 
 
 def _check_sequence_output(spec: Any, labels: str) -> None:

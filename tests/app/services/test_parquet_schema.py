@@ -43,3 +43,40 @@ def test_reading_a_schema_runs_no_spark_job(spark: Any) -> None:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     assert schema["fare_amount"] == "double"
     assert tracker.getJobIdsForGroup("schema-probe") == []
+
+
+def _planned_without_spark_jobs(spark: Any, body: dict[str, Any], roots: list[Path]) -> Any:
+    from app.core.settings import Settings
+    from app.schemas.train import TrainRequest
+    from app.services.training import plan_training
+
+    settings = Settings(data_roots=roots)
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("plan-probe", "plan-probe")
+    try:
+        plan = plan_training(request=TrainRequest.model_validate(body), settings=settings, spark=spark)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert tracker.getJobIdsForGroup("plan-probe") == []
+    return plan
+
+
+MLP = {"layers": [{"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"}]}
+
+
+def test_planning_reads_array_widths_and_classes_of_small_local_data_without_spark(spark: Any, tmp_path: Path) -> None:
+    """What a request must look up in the data (an array column's width, the number of classes, string class
+    names) is read on the driver for small local parquet: the answer does not wait for a free task slot."""
+    digits = {"name": "d", "framework": "torch", "network": MLP,
+              "dataset": {"uri": "digits/train.parquet", "features": ["pixels"], "label": "label",
+                          "task": "classification"}}  # fmt: skip
+    plan = _planned_without_spark_jobs(spark, digits, [REPO / "datasets"])
+    assert (plan.input_shape, plan.train.num_classes) == ((64,), 10)
+
+    named = pd.read_parquet(REPO / "datasets/digits/train.parquet").head(200)
+    named["label"] = named["label"].map(lambda d: f"digit-{d}")
+    named.to_parquet(tmp_path / "named.parquet")
+    body = {**digits, "dataset": {**digits["dataset"], "uri": "named.parquet"}}
+    plan = _planned_without_spark_jobs(spark, body, [tmp_path])
+    assert plan.class_labels == tuple(sorted({f"digit-{d}" for d in range(10)}))
+    assert plan.train.num_classes == 10
