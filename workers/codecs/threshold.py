@@ -416,13 +416,15 @@ def decode_accumulate(messages: Iterable[MessageLike], out: torch.Tensor, *, sca
             continue
         if header.kind == MessageKind.BITMAP:
             if out_np is not None:
-                _add_bitmap_numpy(out_np, payload, coefficient)
+                with np.errstate(over="ignore"):  # beyond the dtype's range is ±inf, as on the torch path
+                    _add_bitmap_numpy(out_np, payload, coefficient)
             else:
                 _add_bitmap_torch(out, payload, coefficient)
         elif out_np is not None:
             values = np.full(indices.size, coefficient, dtype=out_np.dtype)
             values[negative] *= -1
-            out_np[indices] += values
+            with np.errstate(over="ignore"):
+                out_np[indices] += values
         else:
             values_t = torch.full((indices.size,), coefficient, dtype=out.dtype)
             values_t[torch.from_numpy(negative)] *= -1
