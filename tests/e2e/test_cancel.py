@@ -57,7 +57,7 @@ def test_cancel_a_queued_and_a_running_job_twice_each(svc: Service) -> None:
     sc = svc.runtime.spark.sparkContext
     app_id = sc.applicationId
     # one barrier worker: a slot stays free for the Spark job that checks the next POST /train against its data
-    running = svc.train(digits_job("long", epochs=60, units=256, batch=16, workers=1))["id"]
+    running = svc.train(digits_job("long", epochs=600, units=256, batch=16, workers=1))["id"]  # cancelled long before
     wait_for_epoch(svc.client, running, 2)
     queued = svc.train(digits_job("queued"))["id"]
     assert svc.client.get(f"/jobs/{queued}").json()["status"] == "QUEUED"  # one consumer thread, and it is busy
