@@ -58,6 +58,14 @@ class Service:
             time.sleep(0.2)
         raise AssertionError(f"job {job_id} did not reach {statuses} in {timeout:.0f} s; last: {job}")
 
+    def done(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a job (``/train``, ``/evaluate``, batch ``/predict``) and wait until it SUCCEEDED."""
+        response = self.client.post(path, json=body)
+        assert response.status_code == 202, response.text
+        job = self.wait(response.json()["id"], {"SUCCEEDED", "FAILED"}, timeout=600)
+        assert job["status"] == "SUCCEEDED", job["error"]
+        return job
+
     def train(self, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         response = self.client.post("/train", json=body, **kwargs)
         assert response.status_code == 202, response.text

@@ -60,12 +60,9 @@ class RequestGuard:
             chunked = _header(scope, b"transfer-encoding") is not None
             has_body = chunked or (length is not None and length.strip() not in ("", "0"))
             if length is not None and length.strip().isdigit() and int(length) > self.max_body_bytes:
-                await _problem(
+                await _too_large(
                     send_with_id,
                     scope,
-                    413,
-                    "payload-too-large",
-                    "Payload too large",
                     f"The body has {int(length)} bytes; at most {self.max_body_bytes} are accepted.",
                 )
                 return
@@ -86,14 +83,7 @@ class RequestGuard:
             else:
                 body = await _read_body(receive, self.max_body_bytes)
                 if body is None:
-                    await _problem(
-                        send_with_id,
-                        scope,
-                        413,
-                        "payload-too-large",
-                        "Payload too large",
-                        f"The body is larger than {self.max_body_bytes} bytes.",
-                    )
+                    await _too_large(send_with_id, scope, f"The body is larger than {self.max_body_bytes} bytes.")
                     return
                 depth = json_depth(body)
                 if depth > MAX_JSON_DEPTH:
@@ -186,6 +176,10 @@ def _limited(receive: Receive, limit: int) -> Receive:
         return message
 
     return wrapped
+
+
+async def _too_large(send: Send, scope: Scope, detail: str) -> None:
+    await _problem(send, scope, 413, "payload-too-large", "Payload too large", detail)
 
 
 async def _problem(

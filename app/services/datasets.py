@@ -226,6 +226,30 @@ def local_parquet_column(path: str, fmt: str, options: dict[str, str], column: s
         return None
 
 
+NOT_LOCAL = object()
+"""What :func:`local_parquet_first` answers when Spark must read the data."""
+
+
+def local_parquet_first(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
+    """The first non-null value of a column of local parquet data (None when every value is null), reading batch
+    by batch until one is found; :data:`NOT_LOCAL` when Spark must read it."""
+    files = _local_parquet_files(path) if fmt == "parquet" and not options else None
+    if files is None:
+        return NOT_LOCAL
+    try:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        for f in files:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=1024, columns=[column]):
+                present = pc.drop_null(batch.column(0))
+                if len(present):
+                    return present[0].as_py()
+        return None
+    except Exception:
+        return NOT_LOCAL
+
+
 CORRUPT = "_corrupt_record"
 SAMPLE_ROWS = 5
 _ID = re.compile(r"^[0-9a-f]{32}$")

@@ -50,14 +50,11 @@ def _data_shape(
 
     from workers.data.spec import read_dataframe
 
-    column = datasets.local_parquet_column(train.path, train.format, train.options, first)
-    if column is not None:  # small local data: no Spark job in the request
-        import pyarrow.compute as pc
-
-        lengths = pc.drop_null(pc.list_value_length(column))
-        if len(lengths) == 0:
+    value = datasets.local_parquet_first(train.path, train.format, train.options, first)
+    if value is not datasets.NOT_LOCAL:  # local data: no Spark job in the request
+        if value is None:
             raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
-        length = int(lengths[0].as_py())
+        length = len(value)
     else:
         row = read_dataframe(spark, train).select(F.size(first).alias("n")).where(F.col(first).isNotNull()).first()
         if row is None:
@@ -192,7 +189,9 @@ def resolve_classes(
     from workers.data.spec import read_dataframe
 
     label = train.label or ""
-    column = datasets.local_parquet_column(train.path, train.format, train.options, label)
+    column = None
+    if dtype == "string" or (dtype in INTEGER_TYPES and train.num_classes is None):
+        column = datasets.local_parquet_column(train.path, train.format, train.options, label)
     if dtype == "string":
         if column is not None:  # small local data: no Spark job in the request
             import pyarrow.compute as pc

@@ -39,14 +39,6 @@ def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory, data: Path) -> Ite
         yield service
 
 
-def _done(svc: Service, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    response = svc.client.post(path, json=body)
-    assert response.status_code == 202, response.text
-    job = svc.wait(response.json()["id"], {"SUCCEEDED", "FAILED"}, timeout=600)
-    assert job["status"] == "SUCCEEDED", job["error"]
-    return job
-
-
 @pytest.fixture(scope="module")
 def digits_model(svc: Service) -> dict[str, Any]:
     body = {
@@ -59,12 +51,12 @@ def digits_model(svc: Service) -> dict[str, Any]:
         "training": {"epochs": 3, "batch_size_per_worker": 32, "num_workers": 2,
                      "optimizer": {"type": "adam", "learning_rate": 0.003}},
     }  # fmt: skip
-    return _done(svc, "/train", body)
+    return svc.done("/train", body)
 
 
 def test_evaluation_matches_sklearn_in_one_pass(svc: Service, digits_model: dict[str, Any]) -> None:
     assert svc.client.put("/models/digits-mlp/aliases/champion", json={"version": 1}).json()["version"] == 1
-    evaluation = _done(svc, "/evaluate", {
+    evaluation = svc.done("/evaluate", {
         "model": {"name": "digits-mlp", "alias": "champion"},
         "dataset": {"uri": "digits-keyed.parquet"},
         "metrics": ["classification", "roc"],
@@ -78,7 +70,7 @@ def test_evaluation_matches_sklearn_in_one_pass(svc: Service, digits_model: dict
     scans = [n for n in names if not n.startswith("load at")]  # "load" jobs read parquet footers (the schema)
     assert len(scans) == 1 and "evaluation/driver.py" in scans[0], names
 
-    batch = _done(svc, "/predict", {"model": {"name": "digits-mlp"}, "dataset": {"uri": "digits-keyed.parquet",
+    batch = svc.done("/predict", {"model": {"name": "digits-mlp"}, "dataset": {"uri": "digits-keyed.parquet",
                                                                                     "key": "id"}})  # fmt: skip
     out = pd.read_parquet(batch["result"]["output_uri"]).sort_values("id")
     truth = pd.read_parquet(svc.runtime.settings.data_roots[0] / "digits-keyed.parquet").sort_values("id")
@@ -144,7 +136,7 @@ def test_downloaded_artifact_loads_without_sparktrain(svc: Service, digits_model
 
 def test_checkpoints_serve_evaluation_and_download(svc: Service, digits_model: dict[str, Any]) -> None:
     checkpoint = svc.client.get(f"/jobs/{digits_model['id']}/checkpoints").json()["checkpoints"][0]
-    evaluation = _done(svc, "/evaluate", {"model": {"checkpoint": checkpoint["id"]},
+    evaluation = svc.done("/evaluate", {"model": {"checkpoint": checkpoint["id"]},
                                            "dataset": {"uri": "digits/test.parquet"}})  # fmt: skip
     assert evaluation["result"]["classification"]["count"] == 360
     archive = svc.client.get(f"/checkpoints/{checkpoint['id']}/artifact")
@@ -154,9 +146,9 @@ def test_checkpoints_serve_evaluation_and_download(svc: Service, digits_model: d
 
 
 def test_spark_ml_regression_evaluate_and_predict(svc: Service) -> None:
-    model = _done(svc, "/train", taxi_request("taxi-rf", algorithm="random_forest", numTrees=10, maxDepth=6))
-    evaluation = _done(svc, "/evaluate", {"model": {"name": "taxi-rf"}, "dataset": {"uri": "taxi-keyed.parquet"}})
-    batch = _done(svc, "/predict", {"model": {"name": "taxi-rf"},
+    model = svc.done("/train", taxi_request("taxi-rf", algorithm="random_forest", numTrees=10, maxDepth=6))
+    evaluation = svc.done("/evaluate", {"model": {"name": "taxi-rf"}, "dataset": {"uri": "taxi-keyed.parquet"}})
+    batch = svc.done("/predict", {"model": {"name": "taxi-rf"},
                                      "dataset": {"uri": "taxi-keyed.parquet", "key": "trip_id"}})  # fmt: skip
     out = pd.read_parquet(batch["result"]["output_uri"]).sort_values("trip_id")
     truth = pd.read_parquet(svc.runtime.settings.data_roots[0] / "taxi-keyed.parquet").sort_values("trip_id")

@@ -48,22 +48,14 @@ def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory, data: Path) -> Ite
         yield service
 
 
-def _done(svc: Service, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    response = svc.client.post(path, json=body)
-    assert response.status_code == 202, response.text
-    job = svc.wait(response.json()["id"], {"SUCCEEDED", "FAILED"}, timeout=600)
-    assert job["status"] == "SUCCEEDED", job["error"]
-    return job
-
-
 def _batch(svc: Service, body: dict[str, Any]) -> pd.DataFrame:
-    job = _done(svc, "/predict", body)
+    job = svc.done("/predict", body)
     return pd.read_parquet(job["result"]["output_uri"])
 
 
 def test_last_step_model_evaluates_and_predicts(svc: Service, tmp_path: Path) -> None:
     """The shipped sequences (rows layout, one label per sequence: the label of its last step)."""
-    _done(svc, "/train", {
+    svc.done("/train", {
         "name": "seq-last",
         "framework": "torch",
         "dataset": {"uri": "sequences/train.parquet", "features": ["f0", "f1", "f2"], "label": "label",
@@ -74,7 +66,7 @@ def test_last_step_model_evaluates_and_predicts(svc: Service, tmp_path: Path) ->
         "training": {"epochs": 3, "batch_size_per_worker": 32, "num_workers": 2,
                      "optimizer": {"type": "adam", "learning_rate": 0.01}},
     })  # fmt: skip
-    evaluation = _done(svc, "/evaluate", {
+    evaluation = svc.done("/evaluate", {
         "model": {"name": "seq-last"}, "dataset": {"uri": "sequences/test.parquet"},
         "metrics": ["classification", "roc"], "exact_auc": True,
     })["result"]  # fmt: skip
@@ -140,7 +132,7 @@ def test_last_step_model_evaluates_and_predicts(svc: Service, tmp_path: Path) ->
 def test_per_step_model_evaluates_and_predicts(svc: Service) -> None:
     """The arrays layout with a label per step: metrics over every labelled step, predictions per step."""
     sequence = {"layout": "arrays", "sequence_id": "sid", "labels": "per_step", "alignment": "ALIGN_START"}
-    _done(svc, "/train", {
+    svc.done("/train", {
         "name": "seq-steps",
         "framework": "torch",
         "dataset": {"uri": "steps-train.parquet", "features": ["v"], "label": "label", "task": "classification",
@@ -151,7 +143,7 @@ def test_per_step_model_evaluates_and_predicts(svc: Service) -> None:
         "training": {"epochs": 3, "batch_size_per_worker": 16, "num_workers": 2,
                      "optimizer": {"type": "adam", "learning_rate": 0.02}},
     })  # fmt: skip
-    evaluation = _done(svc, "/evaluate", {"model": {"name": "seq-steps"}, "dataset": {"uri": "steps-test.parquet"},
+    evaluation = svc.done("/evaluate", {"model": {"name": "seq-steps"}, "dataset": {"uri": "steps-test.parquet"},
                                           "metrics": ["classification"]})["result"]  # fmt: skip
     assert evaluation["rows"] == 60
 
