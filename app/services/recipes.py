@@ -13,7 +13,7 @@ from app.db.models import Job
 from app.db.session import transaction
 from app.schemas.recipes import GPU_SMOKE, GpuSmokeRequest
 from app.services import jobs
-from app.spark import cluster
+from workers import cluster
 from workers.families import task_name
 
 if TYPE_CHECKING:

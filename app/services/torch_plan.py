@@ -16,8 +16,7 @@ from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainingOptions, TrainRequest
 from app.services import checkpoints, datasets
-from app.spark import cluster
-from workers import storage
+from workers import cluster, storage
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
 from workers.training.torch.config import ResumePoint, TorchPlan, parse_sharing

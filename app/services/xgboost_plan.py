@@ -11,7 +11,7 @@ from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainRequest
 from app.services.torch_plan import cluster_has_gpus, resolve_classes
-from app.spark import cluster
+from workers import cluster
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
 from workers.training.xgboost.spec import XGBoostPlan, parse_xgboost_params

@@ -28,20 +28,15 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from app.core.settings import Settings
+from workers.cluster import PROFILE_KEY, RAPIDS_JAR_KEY, RAPIDS_OFF_KEY, RAPIDS_PLUGIN
 
 log = logging.getLogger(__name__)
 
-RAPIDS_PLUGIN = "com.nvidia.spark.SQLPlugin"
 RAPIDS_DIR = Path("/opt/sparkRapidsPlugin")
 RAPIDS_JAR_GLOB = "rapids-4-spark_*.jar"
 RAPIDS_JAR_ENV = "SPARK_RAPIDS_JAR"
 DISCOVERY_SCRIPT = "getGpusResources.sh"
 
-# What the driver records in its own SparkConf at start-up, so that whoever holds the session (``/cluster``, a
-# job) can tell why the plugin is or is not there without the settings it was built from.
-PROFILE_KEY = "spark.sparktrain.profile"
-RAPIDS_JAR_KEY = "spark.sparktrain.rapids.jar"
-RAPIDS_OFF_KEY = "spark.sparktrain.rapids.off"
 
 _LIST_KEYS = ("spark.jars", "spark.plugins", "spark.kryo.registrator")
 """Comma-separated lists: a profile's entries and the operator's own (``SPARKTRAIN_SPARK_CONF``) are merged."""
@@ -249,7 +244,7 @@ def resolve_profile(settings: Settings, env: Mapping[str, str] | None = None) ->
 
 
 def recorded_keys(plan: ProfilePlan) -> dict[str, str]:
-    """The ``spark.sparktrain.*`` keys that let the live session explain itself (see ``app.spark.cluster``)."""
+    """The ``spark.sparktrain.*`` keys that let the live session explain itself (see ``workers.cluster``)."""
     keys = {PROFILE_KEY: plan.name or ""}
     if plan.rapids_jar is not None:
         keys[RAPIDS_JAR_KEY] = str(plan.rapids_jar)

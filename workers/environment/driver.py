@@ -52,7 +52,7 @@ def mismatches(driver: dict[str, Any], executors: list[dict[str, Any]]) -> list[
 
 def check_executors(ctx: JobContext, libraries: tuple[str, ...], tasks: int, *, cuda: bool = False) -> None:
     """Fail the job with ENVIRONMENT_MISMATCH unless the executors that run ``tasks`` barrier tasks match."""
-    from app.spark.cluster import executors
+    from workers.cluster import executors
 
     ids = tuple(sorted(e["id"] for e in executors(ctx.spark)))
     key = (ids, libraries, tasks, cuda)

@@ -38,7 +38,7 @@ def _bounded(df: DataFrame, eval_workers: int | None, ctx: JobContext) -> DataFr
     """At most ``eval_workers`` model copies per executor at once (DL4J's evalNumWorkers): fewer partitions."""
     if not eval_workers:
         return df
-    from app.spark.cluster import executors
+    from workers.cluster import executors
 
     listed = executors(ctx.spark)
     workers = [e for e in listed if e["id"] != "driver"] or listed

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from app.schemas.recipes import GpuSmokeRequest
-from app.spark.cluster import gpu_addresses, rapids_status
+from workers.cluster import gpu_addresses, rapids_status
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint
 
 _MAX_PLAN_CHARS = 8000

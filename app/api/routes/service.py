@@ -11,8 +11,8 @@ from sqlalchemy import text
 from app.api.deps import RuntimeDep
 from app.core.errors import PROBLEM_BASE
 from app.schemas.service import ClusterRead, ExecutorInfo, Health, RapidsStatus, Readiness
-from app.spark import cluster
 from app.spark.session import spark_alive
+from workers import cluster
 
 router = APIRouter(tags=["service"])
 

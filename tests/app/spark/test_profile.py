@@ -231,7 +231,7 @@ def test_gpu_profile_session_starts_without_the_jar(tmp_path: Path) -> None:
         f"""
         import json
         from app.core.settings import Settings
-        from app.spark.cluster import rapids_status
+        from workers.cluster import rapids_status
         from app.spark.session import build_spark_session
         settings = Settings(var_dir={str(tmp_path)!r}, spark_master="local[1]", spark_profile="gpu",
                             rapids_jar={str(tmp_path / "missing.jar")!r}, spark_conf={{"spark.ui.enabled": "false"}})

@@ -9,6 +9,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+RAPIDS_PLUGIN = "com.nvidia.spark.SQLPlugin"
+# What the driver records in its own SparkConf at start-up (app/spark/profile.py), so that whoever holds the session
+# (``/cluster``, a job) can tell why the plugin is or is not there without the settings it was built from.
+PROFILE_KEY = "spark.sparktrain.profile"
+RAPIDS_JAR_KEY = "spark.sparktrain.rapids.jar"
+RAPIDS_OFF_KEY = "spark.sparktrain.rapids.off"
+
 LIBRARIES = ("pyspark", "torch", "xgboost", "pyarrow", "pandas", "numpy", "celery", "sqlalchemy", "fastapi")
 
 
@@ -93,8 +100,6 @@ def _class_loads(spark: SparkSession, name: str) -> bool:
 def rapids_status(spark: SparkSession) -> dict[str, Any]:
     """Whether the RAPIDS Accelerator is active in this session, read from the live session: ``spark.plugins``
     lists it, ``spark.rapids.sql.enabled`` is true and the JVM loads its class; ``reason`` says why not."""
-    from app.spark.profile import PROFILE_KEY, RAPIDS_JAR_KEY, RAPIDS_OFF_KEY, RAPIDS_PLUGIN
-
     conf = spark.sparkContext.getConf()
     plugins = [p.strip() for p in (conf.get("spark.plugins") or "").split(",")]
     configured = RAPIDS_PLUGIN in plugins
