@@ -18,17 +18,18 @@ install: $(STAMP)
 run: install
 	$(BIN)/python -m app
 
-## Lint, type-check and run every test (slow ones included). Starts Redis and PostgreSQL when they are
+## Lint, type-check, check the import contracts (lint-imports) and run every test (slow ones included). Starts Redis and PostgreSQL when they are
 ## installed but stopped; SPARKTRAIN_REQUIRE_SERVICES=1 makes their absence fail the tests instead of skip them.
 test: install
 	scripts/services.sh
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy && $(BIN)/lint-imports
 
 fmt: install
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .

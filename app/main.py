@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from app.api.auth import install_keyring
+from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
 from app.api.openapi import install_openapi
@@ -61,10 +62,13 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served from local assets instead of a CDN: app/api/docs.py
+        redoc_url=None,
     )
     app.add_middleware(RequestGuard, max_body_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
     install_openapi(app)
+    install_docs(app)
     for module in (train, inference, recipes, jobs, checkpoints, models, datasets, service, v2):
         app.include_router(module.router)
     return app

@@ -1,33 +1,34 @@
-"""The driver process's long-lived parts, started once in the app's lifespan and stopped at its end:
-database engine (migrated), SparkSession, Celery app and, by default, the in-process job consumer."""
+"""The driver process's long-lived parts and the one way they start: the database engine (migrated), the
+SparkSession, the Celery app with the job runtime attached, and, in the API process, the in-process job consumer,
+the reconciler and the online-model cache.
+
+Both entry points start here: ``python -m app`` (the app's lifespan calls :func:`start_runtime`) and an external
+consumer, ``celery -A app.jobs.worker worker`` (its ``worker_init`` calls it with the worker's own Celery app and
+without the in-process consumer, since Celery's worker consumes there).
+"""
 
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from celery import Celery
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.settings import Settings
+from app.jobs.runtime import JobRuntime
+from app.services.online import ResolvedModels
 from workers.inference.cache import ModelCache
-from workers.runtime import JobRuntime
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from workers.consumer import InProcessConsumer
+    from app.jobs.consumer import InProcessConsumer
+    from app.jobs.reconciler import Reconciler
 
 log = logging.getLogger("sparktrain")
-
-
-def _resolved_models() -> Any:
-    from app.services.inference import ResolvedModels
-
-    return ResolvedModels()
 
 
 @dataclass
@@ -39,9 +40,11 @@ class ServiceRuntime:
     celery: Celery
     jobs: JobRuntime
     consumer: InProcessConsumer | None = None
+    reconciler: Reconciler | None = None
     owns_spark: bool = True
+    owns_celery: bool = True
     model_cache: ModelCache = field(default_factory=lambda: ModelCache(8))
-    resolved_models: Any = field(default_factory=_resolved_models)
+    resolved_models: ResolvedModels = field(default_factory=ResolvedModels)
     _closed: bool = field(default=False, repr=False)
 
     def enqueue(self, task_name: str, job_id: str) -> None:
@@ -51,11 +54,9 @@ class ServiceRuntime:
 
     def send(self, task_name: str, job_id: str, queue: str) -> None:
         """Send a job's message on ``queue`` (a retry goes where its job was first sent)."""
-        from workers.celery_app import send_job
+        from app.jobs.celery_app import send_job
 
         send_job(self.celery, task_name, job_id, queue)
-
-    reconciler: Reconciler | None = None
 
     def close(self) -> None:
         if self.reconciler is not None:
@@ -65,68 +66,40 @@ class ServiceRuntime:
         self._closed = True
         if self.consumer is not None:
             self.consumer.stop()
-        self.celery.close()
+        if self.owns_celery:
+            self.celery.close()
         if self.owns_spark:
             self.spark.stop()
         self.engine.dispose()
 
 
-class Reconciler:
-    """Fails (and where possible retries) jobs whose driver died: once at start-up, then every
-    ``reconcile_interval_s`` (app/services/reconcile.py)."""
-
-    def __init__(self, rt: ServiceRuntime) -> None:
-        self._rt = rt
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
-
-    def start(self) -> None:
-        self.run_once()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-
-    def run_once(self) -> list[dict[str, Any]]:
-        from app.services.reconcile import reconcile
-
-        try:
-            actions = reconcile(
-                db=self._rt.db,
-                send=self._rt.send,
-                stale_after_s=self._rt.settings.heartbeat_stale_s,
-                default_queue=self._rt.settings.queue,
-            )
-        except Exception:
-            log.exception("the reconciler's pass failed")
-            return []
-        for action in actions:
-            log.warning("reconciler: job %s %s", action["job_id"], action["action"])
-        return actions
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._rt.settings.reconcile_interval_s):
-            self.run_once()
-
-
-def start_runtime(settings: Settings, *, spark: SparkSession | None = None) -> ServiceRuntime:
+def start_runtime(
+    settings: Settings,
+    *,
+    spark: SparkSession | None = None,
+    celery: Celery | None = None,
+    consume: bool | None = None,
+    reconcile: bool = True,
+) -> ServiceRuntime:
     """Build everything in order: schema first (jobs need it), then Spark (slow), then start consuming.
-    ``spark`` lets a test session share one SparkSession (one per process is all Spark allows)."""
+
+    ``spark`` shares an existing SparkSession (tests: one per process is all Spark allows); ``celery`` attaches the
+    job runtime to an existing Celery app (the external worker's); ``consume`` starts the in-process consumer
+    (default: ``settings.in_process_consumer``); ``reconcile`` runs the reconciler's thread."""
     from app.db.migrate import upgrade_database
     from app.db.session import create_db_engine, create_sessionmaker
+    from app.jobs.celery_app import attach_runtime, create_celery
+    from app.jobs.reconciler import Reconciler
     from app.spark.session import build_spark_session
-    from workers.celery_app import attach_runtime, create_celery
 
     settings.var_dir.mkdir(parents=True, exist_ok=True)
     settings.artifact_root.mkdir(parents=True, exist_ok=True)
     engine = create_db_engine(settings.database_url)
     upgrade_database(engine)
     db = create_sessionmaker(engine)
-    owns_spark = spark is None
+    owns_spark, owns_celery = spark is None, celery is None
     spark = spark or build_spark_session(settings)
-    celery = create_celery(settings)
+    celery = celery or create_celery(settings)
     job_runtime = JobRuntime(settings=settings, db=db, spark=spark)
     attach_runtime(celery, job_runtime)
     rt = ServiceRuntime(
@@ -137,24 +110,14 @@ def start_runtime(settings: Settings, *, spark: SparkSession | None = None) -> S
         celery=celery,
         jobs=job_runtime,
         owns_spark=owns_spark,
+        owns_celery=owns_celery,
         model_cache=ModelCache(settings.model_cache_size),
     )
-    if settings.in_process_consumer:
-        from workers.celery_app import restore_unacked_embedded
-        from workers.consumer import InProcessConsumer
-
-        restored = restore_unacked_embedded(settings.broker_url)
-        if restored:
-            log.warning("%d job messages taken by a process that died were made visible again", restored)
-
-        rt.consumer = InProcessConsumer(celery, concurrency=settings.consumer_concurrency, queue=settings.queue)
-        try:
-            rt.consumer.start()
-        except Exception:
-            rt.close()
-            raise
-    rt.reconciler = Reconciler(rt)
-    rt.reconciler.start()
+    if settings.in_process_consumer if consume is None else consume:
+        _start_consumer(rt)
+    if reconcile:
+        rt.reconciler = Reconciler(settings=settings, db=db, send=rt.send)
+        rt.reconciler.start()
     log.info(
         "driver %s ready: database %s, broker %s, Spark %s (%s), in-process consumer %s",
         job_runtime.worker_id,
@@ -165,3 +128,18 @@ def start_runtime(settings: Settings, *, spark: SparkSession | None = None) -> S
         "on" if rt.consumer else "off",
     )
     return rt
+
+
+def _start_consumer(rt: ServiceRuntime) -> None:
+    from app.jobs.celery_app import restore_unacked_embedded
+    from app.jobs.consumer import InProcessConsumer
+
+    restored = restore_unacked_embedded(rt.settings.broker_url)
+    if restored:
+        log.warning("%d job messages taken by a process that died were made visible again", restored)
+    rt.consumer = InProcessConsumer(rt.celery, concurrency=rt.settings.consumer_concurrency, queue=rt.settings.queue)
+    try:
+        rt.consumer.start()
+    except Exception:
+        rt.close()
+        raise

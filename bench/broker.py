@@ -5,7 +5,7 @@ transport on SQLite, its filesystem transport and (as the reference) Redis:
 - a burst of N tasks sent from 2 threads to a 2-thread consumer: wall time, lost and duplicated tasks;
 - a crash: a consumer process takes a message (acks_late) and is killed with SIGKILL; does a new consumer
   get the message again, and after how long? (For SQLite the new consumer first runs the start-up restore
-  of sparktrain's driver, ``workers.celery_app.restore_unacked_embedded``; the filesystem transport deletes a
+  of sparktrain's driver, ``app.jobs.celery_app.restore_unacked_embedded``; the filesystem transport deletes a
   message file when a consumer takes it, so nothing is left to restore.)
 
 Run: ``python -m bench.broker [--quick]``; the last line is one JSON object.
@@ -55,6 +55,7 @@ def make_app(kind: str, folder: Path, queue: str) -> Celery:
         conf["broker_transport_options"] = {
             "data_folder_in": str(folder / "fs"),
             "data_folder_out": str(folder / "fs"),
+            "control_folder": str(folder / "control"),  # kombu's default is ./control
             "polling_interval": 0.05,
         }
     else:
@@ -70,7 +71,7 @@ def make_app(kind: str, folder: Path, queue: str) -> Celery:
 
 
 def start_consumer(app: Celery, queue: str) -> Any:
-    from workers.consumer import InProcessConsumer
+    from app.jobs.consumer import InProcessConsumer
 
     consumer = InProcessConsumer(app, concurrency=2, queue=queue, name="bench")
     consumer.start()
@@ -147,7 +148,7 @@ def crash(i):
         time.sleep(600)
 
 if mode == "quick" and kind == "sqlite":
-    from workers.celery_app import restore_unacked_embedded
+    from app.jobs.celery_app import restore_unacked_embedded
     restore_unacked_embedded(app.conf.broker_url)  # what the sparktrain driver does at start-up
 start_consumer(app, queue)
 time.sleep(600)

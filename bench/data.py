@@ -76,7 +76,7 @@ def sparktrain(spark: Any, settings: Any, path: Path, data_path: str) -> tuple[f
     from dataclasses import replace
 
     from app.schemas.train import TrainRequest
-    from app.services.training import plan_training
+    from app.services.planning.training import plan_training
     from bench.trainer import BenchContext
     from workers.training.torch import driver
 

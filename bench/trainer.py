@@ -127,7 +127,7 @@ def run_sparktrain(
     coding: str = "compact",
     data_path: str = "direct",
 ) -> dict[str, Any]:
-    from app.services.training import plan_training
+    from app.services.planning.training import plan_training
     from workers.training.torch.driver import train
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -73,6 +73,14 @@ def task_slots(spark: SparkSession) -> int:
     return sum(e["cores"] // task_cpus for e in workers)
 
 
+def has_gpus(spark: SparkSession) -> bool:
+    """Whether tasks get GPUs: the session asks for them per task, or an executor has some."""
+    conf = spark.sparkContext.getConf()
+    if float(conf.get("spark.task.resource.gpu.amount", "0") or 0) > 0:
+        return True
+    return any(e["resources"].get("gpu") for e in executors(spark))
+
+
 def gpu_addresses(spark: SparkSession) -> dict[str, list[str]]:
     """GPU addresses Spark knows of, by holder: ``driver`` (local masters run tasks there) and executor ids."""
     out: dict[str, list[str]] = {}

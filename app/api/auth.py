@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.types import Scope
 
+from app.api import docs
 from app.core.auth import ANONYMOUS, Caller, KeyRing
 from app.core.errors import ServiceUnavailable
 
@@ -22,9 +23,9 @@ SCHEME = "bearerAuth"
 
 
 def public_paths(app: Any) -> frozenset[str]:
-    """The paths anyone may call: health checks, the OpenAPI document and the pages that show it."""
-    docs = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
-    return HEALTH_PATHS | {p for p in docs if p}
+    """The paths anyone may call: health checks, the OpenAPI document and the pages that show it (their assets,
+    under ``docs.ASSETS``, too)."""
+    return HEALTH_PATHS | docs.PAGES | ({app.openapi_url} if app.openapi_url else set())
 
 
 def install_keyring(app: Any, keyring: KeyRing) -> None:
@@ -40,7 +41,8 @@ def identify(scope: Scope, authorization: str | None) -> Caller | None:
     if app is None:
         raise ServiceUnavailable("The service has not started yet; try again in a moment.")
     public = getattr(app.state, "public_paths", None) or public_paths(app)
-    if scope.get("path", "") in public:
+    path = scope.get("path", "")
+    if path in public or path.startswith(f"{docs.ASSETS}/"):
         return None
     keyring: KeyRing | None = getattr(app.state, "keyring", None)
     if keyring is None:

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import identify
-from app.core.errors import PROBLEM_BASE, AppError
+from app.core.errors import AppError, BadRequest, NestedJson, PayloadTooLarge, UnsupportedMediaType
 
 _JSON_TYPE = re.compile(r"^application/([a-z0-9.+-]*\+)?json$")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -46,12 +46,12 @@ class RequestGuard:
 
         if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
             # No path or query parameter of this API takes one, and PostgreSQL refuses them in text.
-            await _problem(send_with_id, scope, 400, "bad-request", "Bad request", "The URL holds a NUL byte (%00).")
+            await _problem(send_with_id, scope, BadRequest("The URL holds a NUL byte (%00)."))
             return
         try:
             caller = identify(scope, _header(scope, b"authorization"))
         except AppError as exc:
-            await _problem(send_with_id, scope, exc.status, exc.type, exc.title, exc.detail, exc.headers)
+            await _problem(send_with_id, scope, exc)
             return
         if caller is not None:
             scope["state"]["caller"] = caller
@@ -69,14 +69,8 @@ class RequestGuard:
             media = (_header(scope, b"content-type") or "").split(";")[0].strip().lower()
             v2 = scope.get("path", "").startswith("/v2/")  # JSON, or JSON + binary tensors (its own extension)
             if has_body and not _JSON_TYPE.match(media) and not v2:
-                await _problem(
-                    send_with_id,
-                    scope,
-                    415,
-                    "unsupported-media-type",
-                    "Unsupported media type",
-                    f"Send the body as application/json (got {media or 'no Content-Type'}).",
-                )
+                detail = f"Send the body as application/json (got {media or 'no Content-Type'})."
+                await _problem(send_with_id, scope, UnsupportedMediaType(detail))
                 return
             if v2 or not has_body:
                 receive = _limited(receive, self.max_body_bytes)
@@ -87,15 +81,11 @@ class RequestGuard:
                     return
                 depth = json_depth(body)
                 if depth > MAX_JSON_DEPTH:
-                    await _problem(
-                        send_with_id,
-                        scope,
-                        400,
-                        "nested-json",
-                        "JSON nested too deeply",
+                    detail = (
                         f"The JSON body nests {depth} levels deep; at most {MAX_JSON_DEPTH} are accepted (no request "
-                        "of this API needs more): flatten it.",
+                        "of this API needs more): flatten it."
                     )
+                    await _problem(send_with_id, scope, NestedJson(detail))
                     return
                 receive = _replay(body, receive)
         await self.app(scope, receive, send_with_id)
@@ -179,17 +169,14 @@ def _limited(receive: Receive, limit: int) -> Receive:
 
 
 async def _too_large(send: Send, scope: Scope, detail: str) -> None:
-    await _problem(send, scope, 413, "payload-too-large", "Payload too large", detail)
+    await _problem(send, scope, PayloadTooLarge(detail))
 
 
-async def _problem(
-    send: Send, scope: Scope, status: int, kind: str, title: str, detail: str, headers: dict[str, str] | None = None
-) -> None:
+async def _problem(send: Send, scope: Scope, error: AppError) -> None:
+    """The problem+json answer of ``error``, as app/api/errors.py renders it for the app (this runs before it)."""
+    status, detail, headers = error.status, error.detail, error.headers
     body: dict[str, Any] = {
-        "type": PROBLEM_BASE + kind,
-        "title": title,
-        "status": status,
-        "detail": detail,
+        **error.problem(),
         "instance": scope.get("path", ""),
         "request_id": scope.get("state", {}).get("request_id"),
     }

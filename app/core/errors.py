@@ -46,6 +46,10 @@ class BadRequest(AppError):
     status, type, title = 400, "bad-request", "Bad request"
 
 
+class NestedJson(BadRequest):
+    type, title = "nested-json", "JSON nested too deeply"
+
+
 class Unauthorized(AppError):
     status, type, title = 401, "unauthorized", "Authentication required"
 

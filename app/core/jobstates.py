@@ -1,4 +1,4 @@
-"""The job state machine of DESIGN.md §3."""
+"""The job state machine (docs/architecture.md): states, job types and the allowed transitions."""
 
 from __future__ import annotations
 
@@ -37,7 +37,3 @@ EDGES: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.FAILED: frozenset({JobStatus.QUEUED}),  # a retry of a resumable job (DRIVER_LOST)
     JobStatus.CANCELLED: frozenset(),
 }
-
-
-def sources_of(target: JobStatus) -> frozenset[JobStatus]:
-    return frozenset(s for s, targets in EDGES.items() if target in targets)

@@ -1,4 +1,4 @@
-"""SQLAlchemy tables. The database, not Celery, is the source of truth for job state (DESIGN.md §1)."""
+"""SQLAlchemy tables. The database, not Celery, is the source of truth for job state."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ class Job(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
     request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """What the runner executes: the plan the request validated (workers.plans; None for jobs queued before plans
+    were stored, which are planned again from ``request`` when they start)."""
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
     attempts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=list)

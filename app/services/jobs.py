@@ -20,6 +20,8 @@ from app.core.jobstates import EDGES, JobStatus
 from app.db.base import utcnow
 from app.db.models import Job, JobLog, JobMetric
 from app.db.session import savepoint, transaction
+from workers import plans
+from workers.families import task_name
 
 
 def new_id() -> str:
@@ -35,14 +37,15 @@ def create_job(
     session: Session,
     job_type: str,
     request: dict[str, Any],
+    plan: dict[str, Any] | None = None,
     framework: str | None = None,
     name: str | None = None,
     owner: str = "anonymous",
     idempotency_key: str | None = None,
     max_attempts: int = 3,
 ) -> tuple[Job, bool]:
-    """Insert a QUEUED job; returns ``(job, created)``. With an idempotency key, the same key and body give back
-    the first job (``created`` False) and the same key with another body is a 409."""
+    """Insert a QUEUED job (:func:`submit` also queues it); returns ``(job, created)``. With an idempotency key,
+    the same key and body give back the first job (``created`` False) and the same key with another body is a 409."""
     fingerprint = request_fingerprint(request)
     if idempotency_key is not None:
         existing = _job_by_key(session, owner, idempotency_key)
@@ -58,6 +61,7 @@ def create_job(
         attempt=1,
         max_attempts=max_attempts,
         request=request,
+        plan=plan,
         warnings=[],
         owner=owner,
         idempotency_key=idempotency_key,
@@ -89,16 +93,50 @@ def _same_request_or_conflict(job: Job, fingerprint: str) -> Job:
     return job
 
 
-def enqueue_new(*, db: sessionmaker[Session], enqueue: Callable[[str, str], None], task: str, job_id: str) -> None:
-    """Queue a job committed as QUEUED. When the broker refuses it, the job becomes FAILED (ENQUEUE_FAILED) and the
-    caller gets a 503: nothing stays queued that no consumer will ever see."""
+def submit(
+    *,
+    db: sessionmaker[Session],
+    enqueue: Callable[[str, str], None],
+    job_type: str,
+    request: dict[str, Any],
+    plan: Any = None,
+    framework: str | None = None,
+    name: str | None = None,
+    model: tuple[str | None, int | None] | None = None,
+    owner: str = "anonymous",
+    idempotency_key: str | None = None,
+    max_attempts: int = 3,
+) -> tuple[Job, bool]:
+    """Every kind of job starts here: write the QUEUED job with the request and the plan it was checked into
+    (``plan``, a workers plan dataclass; the runner executes exactly it), commit, then send its message by explicit
+    task name. ``model`` is the (name, version) an evaluation or prediction uses. Returns ``(job, created)``: with an
+    idempotency key already used for the same body, the first job and False (nothing is sent again).
+
+    When the broker refuses the message, the job becomes FAILED (ENQUEUE_FAILED) and the caller gets a 503: nothing
+    stays queued that no consumer will ever see."""
+    with transaction(db) as session:
+        job, created = create_job(
+            session=session,
+            job_type=job_type,
+            request=request,
+            plan=plans.dump(plan) if plan is not None else None,
+            framework=framework,
+            name=name,
+            owner=owner,
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+        )
+        if created and model is not None:
+            job.model_name, job.model_version = model
+    if not created:
+        return job, False
     try:
-        enqueue(task, job_id)
+        enqueue(task_name(job_type, framework or ""), job.id)
     except Exception as exc:
         with transaction(db) as session:
             transition(
                 session=session,
-                job_id=job_id,
+                job_id=job.id,
                 sources=[JobStatus.QUEUED],
                 target=JobStatus.FAILED,
                 finished_at=utcnow(),
@@ -108,6 +146,7 @@ def enqueue_new(*, db: sessionmaker[Session], enqueue: Callable[[str, str], None
         raise ServiceUnavailable(
             f"The job broker is unreachable ({type(exc).__name__}); nothing was queued, try again later."
         ) from exc
+    return job, True
 
 
 def get_job(*, session: Session, job_id: str) -> Job:

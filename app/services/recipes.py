@@ -1,25 +1,22 @@
-"""Recipe jobs: check the request against the cluster, write the QUEUED job, commit, then enqueue."""
+"""Recipe jobs: check the request against the cluster, then submit the job with its plan."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import ValidationFailed
 from app.core.jobstates import JobType
 from app.db.models import Job
-from app.db.session import transaction
 from app.schemas.recipes import GPU_SMOKE, GpuSmokeRequest
 from app.services import jobs
 from workers import cluster
-from workers.families import task_name
+from workers.recipes.gpu_smoke import GpuSmokePlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-Enqueue = Callable[[str, str], None]
 
 
 def check_gpu_smoke(*, spark: SparkSession, request: GpuSmokeRequest) -> None:
@@ -45,41 +42,20 @@ def submit_gpu_smoke(
     *,
     db: sessionmaker[Session],
     spark: SparkSession,
-    enqueue: Enqueue,
+    enqueue: Callable[[str, str], None],
     request: GpuSmokeRequest,
     owner: str = "anonymous",
     idempotency_key: str | None = None,
 ) -> tuple[Job, bool]:
     check_gpu_smoke(spark=spark, request=request)
-    return _submit(
+    return jobs.submit(
         db=db,
         enqueue=enqueue,
-        recipe=GPU_SMOKE,
-        body=request.model_dump(mode="json"),
+        job_type=JobType.RECIPE,
+        request=request.model_dump(mode="json"),
+        plan=GpuSmokePlan(rows=request.rows, partitions=request.partitions, device=request.device),
+        name=GPU_SMOKE,
         owner=owner,
         idempotency_key=idempotency_key,
+        max_attempts=1,
     )
-
-
-def _submit(
-    *,
-    db: sessionmaker[Session],
-    enqueue: Enqueue,
-    recipe: str,
-    body: dict[str, Any],
-    owner: str,
-    idempotency_key: str | None,
-) -> tuple[Job, bool]:
-    with transaction(db) as session:
-        job, created = jobs.create_job(
-            session=session,
-            job_type=JobType.RECIPE,
-            request=body,
-            name=recipe,
-            owner=owner,
-            idempotency_key=idempotency_key,
-            max_attempts=1,
-        )
-    if created:
-        jobs.enqueue_new(db=db, enqueue=enqueue, task=task_name(JobType.RECIPE, ""), job_id=job.id)
-    return job, created

@@ -1,15 +1,15 @@
 """The reconciler: jobs whose driver died are failed with DRIVER_LOST, and resumable ones are retried.
 
-A running job's driver writes a heartbeat every second (workers/runner.py). A job in STARTING, RUNNING or
+A running job's driver writes a heartbeat every second (app/jobs/watcher.py). A job in STARTING, RUNNING or
 CANCELLING whose heartbeat is older than ``heartbeat_stale_s`` lost its driver, whichever process that was and
 whether or not it comes back. Each such job is, in one guarded transition each (so two reconcilers on two drivers
 never both act):
 
 - CANCELLING: CANCELLED (the user asked for it; the driver is gone);
 - otherwise FAILED with reason DRIVER_LOST; then a torch training job with a checkpoint and attempts left goes
-  back to QUEUED as attempt + 1 with ``training.resume_from`` = its newest checkpoint (before the last epoch,
-  see :func:`_resume_point`), and is queued again on the queue its lost attempt was taken from (drivers with
-  different queues may share the database).
+  back to QUEUED as attempt + 1 whose stored plan resumes from its newest checkpoint (before the last epoch,
+  see :func:`_resume_point`; the request's ``training.resume_from`` names it too), and is queued again on the
+  queue its lost attempt was taken from (drivers with different queues may share the database).
 
 The runner retries the same way when Spark loses a worker of a training job's barrier stage (WORKER_LOST, see
 :func:`retry_from_checkpoint`). The job keeps its id; ``attempts`` has one entry per attempt, and an attempt that
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,7 +34,9 @@ from app.db.models import Checkpoint, Job
 from app.db.session import transaction
 from app.schemas.train import TrainingOptions
 from app.services import jobs
+from workers import plans
 from workers.families import task_name
+from workers.training.torch.config import ResumePoint, TorchPlan
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +170,7 @@ def retry_from_checkpoint(*, session: Session, job: Job, now: datetime) -> Check
         return "no attempts left"
     request = dict(job.request)
     request["training"] = {**dict(request.get("training") or {}), "resume_from": checkpoint.id}
+    plan = _resuming(job, checkpoint)
     attempt = job.attempt + 1
     queue = jobs.queue_of(job)
     entry: dict[str, Any] = {"queued_at": _iso(now), "sent": False}
@@ -180,6 +184,7 @@ def retry_from_checkpoint(*, session: Session, job: Job, now: datetime) -> Check
         attempt=attempt,
         attempts=jobs.update_attempt(job, attempt, **entry),
         request=request,
+        plan=plan,
         progress=0.0,
         progress_message=None,
         error_reason=None,
@@ -198,6 +203,16 @@ def retry_from_checkpoint(*, session: Session, job: Job, now: datetime) -> Check
         message=f"attempt {attempt} queued: resumes from checkpoint {checkpoint.id} (epoch {checkpoint.epoch})",
     )
     return checkpoint
+
+
+def _resuming(job: Job, checkpoint: Checkpoint) -> dict[str, Any] | None:
+    """The job's stored plan, resuming from ``checkpoint`` (None stays None: a job queued before plans were
+    stored is planned again from its request, whose ``resume_from`` names the checkpoint)."""
+    if job.plan is None:
+        return None
+    planned = plans.load(TorchPlan, job.plan)
+    point = ResumePoint(checkpoint_id=checkpoint.id, path=checkpoint.uri, epoch=checkpoint.epoch, job_id=job.id)
+    return plans.dump(replace(planned, resume=point))
 
 
 def send_retry(*, db: sessionmaker[Session], send: Send, job_id: str, attempt: int, queue: str) -> bool:

@@ -73,7 +73,7 @@ def driver_java_options(conf_dir: Path, scratch: Path, conf: Mapping[str, str]) 
 
 
 EXECUTOR_PACKAGES = ("workers",)
-"""What executors import of ours (DESIGN.md §2: executor-side code lives in ``workers`` and imports no ``app``)."""
+"""What executors import of ours: executor-side code lives in ``workers`` and imports no ``app``."""
 
 
 def ship_executor_code(spark: SparkSession, scratch: Path) -> Path:

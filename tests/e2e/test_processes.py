@@ -1,4 +1,4 @@
-"""The real entry points as separate processes: ``python -m app`` and ``celery -A workers.worker worker``."""
+"""The real entry points as separate processes: ``python -m app`` and ``celery -A app.jobs.worker worker``."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_external_celery_worker_runs_the_jobs(
                 "-m",
                 "celery",
                 "-A",
-                "workers.worker",
+                "app.jobs.worker",
                 "worker",
                 "-Q",
                 queue,
@@ -144,7 +144,7 @@ def test_external_celery_worker_runs_the_jobs(
 def test_api_import_path_stays_light() -> None:
     """The API imports no torch or xgboost (they load on the jobs that need them), and nothing runs at import."""
     code = (
-        "import sys, app.main, app.runtime, app.api.routes.train, workers.celery_app, workers.worker;"
+        "import sys, app.main, app.runtime, app.api.routes.train, app.jobs.celery_app, app.jobs.worker;"
         "heavy = [m for m in ('torch', 'xgboost', 'pyspark.ml', 'sklearn') if m in sys.modules];"
         "print(','.join(heavy))"
     )

@@ -1,4 +1,4 @@
-"""Bad rows (DESIGN.md §5): by default the job fails with their count and the first few; ``skip`` drops them
+"""Bad rows (docs/datasets.md): by default the job fails with their count and the first few; ``skip`` drops them
 and reports how many. Never a silent drop. Counting and checking take one pass over the data."""
 
 from __future__ import annotations

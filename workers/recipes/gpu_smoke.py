@@ -13,14 +13,23 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from app.schemas.recipes import GpuSmokeRequest
 from workers.cluster import gpu_addresses, rapids_status
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint
 
 _MAX_PLAN_CHARS = 8000
 _OPERATOR = re.compile(r"^[\s:|+-]*(?:\*\(\d+\)\s*)?([A-Z][A-Za-z0-9]*)")
+
+
+@dataclass(frozen=True)
+class GpuSmokePlan:
+    """What the smoke test runs (the request's checked values)."""
+
+    rows: int = 1_000_000
+    partitions: int = 16
+    device: Literal["auto", "cpu", "cuda"] = "auto"
 
 
 def expected_join(rows: int) -> tuple[int, int]:
@@ -57,10 +66,9 @@ def explain(*, device: str, join: str | None, gpu_operators: list[str], rapids: 
     )
 
 
-def run(ctx: JobContext, request: dict[str, Any]) -> JobOutcome:
+def run(ctx: JobContext, spec: GpuSmokePlan) -> JobOutcome:
     from pyspark.sql import functions as F
 
-    spec = GpuSmokeRequest.model_validate(request)
     started = time.perf_counter()
     rapids = rapids_status(ctx.spark)
     gpus = gpu_addresses(ctx.spark)

@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from app.api.access import checkpoint_of
 from app.api.deps import CallerDep, SessionDep
 from app.services import artifacts, checkpoints
+from app.services.access import checkpoint_of
 
 router = APIRouter(tags=["checkpoints"])
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
 from app.api.deps import CallerDep, SessionDep, SettingsDep, SparkDep
-from app.db.models import Dataset
 from app.schemas.datasets import ColumnRead, DatasetCreate, DatasetPage, DatasetRead
-from app.services import datasets
+from app.services.datasets import registry
+
+if TYPE_CHECKING:
+    from app.db.models import Dataset
 
 router = APIRouter(tags=["datasets"])
 
@@ -46,7 +48,7 @@ def register(
     caller: CallerDep,
     response: Response,
 ) -> DatasetRead:
-    row = datasets.register_dataset(session=session, spark=spark, settings=settings, body=body, owner=caller.owner)
+    row = registry.register_dataset(session=session, spark=spark, settings=settings, body=body, owner=caller.owner)
     session.commit()
     response.headers["Location"] = f"/datasets/{row.id}"
     return to_dataset_read(row)
@@ -56,10 +58,10 @@ def register(
 def list_datasets(
     session: SessionDep, caller: CallerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> DatasetPage:
-    rows = datasets.list_datasets(session=session, limit=limit, owner=caller.scope)
+    rows = registry.list_datasets(session=session, limit=limit, owner=caller.scope)
     return DatasetPage(items=[to_dataset_read(r) for r in rows])
 
 
 @router.get("/datasets/{dataset_id}", response_model=DatasetRead, summary="One dataset: schema, rows, samples")
 def get_dataset(dataset_id: str, session: SessionDep, caller: CallerDep) -> DatasetRead:
-    return to_dataset_read(datasets.get_dataset(session=session, dataset_id=dataset_id, owner=caller.scope))
+    return to_dataset_read(registry.get_dataset(session=session, dataset_id=dataset_id, owner=caller.scope))

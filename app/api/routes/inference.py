@@ -8,14 +8,13 @@ import orjson
 from fastapi import APIRouter, Body, Response, status
 from fastapi.concurrency import run_in_threadpool
 
-from app.api.access import check_inference
 from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
 from app.api.routes.jobs import to_job_read
 from app.core.auth import Caller
-from app.core.jobstates import JobType
 from app.schemas.inference import EvaluateRequest, PredictRequest, PredictResponse
 from app.schemas.jobs import JobRead
-from app.services import inference
+from app.services import inference, online
+from app.services.access import check_inference
 
 router = APIRouter(tags=["inference"])
 
@@ -74,14 +73,13 @@ def evaluate(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
-    check_inference(rt=rt, model=request.model, dataset=request.dataset, caller=caller, settings=rt.settings)
-    plan = inference.plan_evaluation(request=request, settings=rt.settings, spark=rt.spark, db=rt.db)
-    job, _ = inference.submit(
+    check_inference(db=rt.db, model=request.model, dataset=request.dataset, caller=caller, settings=rt.settings)
+    job, _ = inference.submit_evaluation(
         db=rt.db,
+        settings=rt.settings,
+        spark=rt.spark,
         enqueue=rt.enqueue,
-        job_type=JobType.EVALUATE,
-        model=plan.model,
-        body=inference.pinned(request.model_dump(mode="json", exclude_none=True), plan.model),
+        request=request,
         owner=caller.owner,
         idempotency_key=idempotency_key,
     )
@@ -131,26 +129,28 @@ def _answer_in_loop(request: PredictRequest, rt: Any, caller: Caller) -> bool:
 
 
 def _submit_batch(request: PredictRequest, rt: Any, caller: Caller, key: str | None, response: Response) -> JobRead:
-    check_inference(rt=rt, model=request.model, dataset=request.dataset, caller=caller, settings=rt.settings)
-    plan = inference.plan_prediction(request=request, settings=rt.settings, spark=rt.spark, db=rt.db)
-    body = inference.pinned(request.model_dump(mode="json", exclude_none=True), plan.model)
-    body["output_uri"] = plan.output_path
-    job, _ = inference.submit(
-        db=rt.db, enqueue=rt.enqueue, job_type=JobType.PREDICT, model=plan.model, body=body, owner=caller.owner,
+    check_inference(db=rt.db, model=request.model, dataset=request.dataset, caller=caller, settings=rt.settings)
+    job, _ = inference.submit_prediction(
+        db=rt.db,
+        settings=rt.settings,
+        spark=rt.spark,
+        enqueue=rt.enqueue,
+        request=request,
+        owner=caller.owner,
         idempotency_key=key,
-    )  # fmt: skip
+    )
     return _queued(job, response)
 
 
 def _predict_now(request: PredictRequest, rt: Any, caller: Caller) -> Response:
     model = rt.resolved_models.get(rt.db, request.model, owner=caller.scope)
-    rows = inference.inline_rows(request, model)
-    inference.check_row_limit(len(rows), rt.settings)
+    rows = online.inline_rows(request, model)
+    online.check_row_limit(len(rows), rt.settings)
     if model.card.get("sequence"):
-        out = inference.predict_sequences(model=model, rows=rows, cache=rt.model_cache)
+        out = online.predict_sequences(model=model, rows=rows, cache=rt.model_cache)
     else:
-        x = inference.feature_matrix(rows, model, "rows")
-        out = inference.predict_rows(model=model, x=x, cache=rt.model_cache, spark=rt.spark, as_lists=False)
+        x = online.feature_matrix(rows, model, "rows")
+        out = online.predict_rows(model=model, x=x, cache=rt.model_cache, spark=rt.spark, as_lists=False)
     body: dict[str, Any] = {
         "predictions": out.get("label", out.get("prediction")),
         "model": {"name": model.name, "version": model.version, "checkpoint": model.checkpoint_id},

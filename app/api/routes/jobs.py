@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query, status
 
-from app.api.access import job_of
 from app.api.deps import CallerDep, RuntimeDep, SessionDep
 from app.core.jobstates import JobStatus, JobType
-from app.db.models import Job
 from app.schemas.jobs import JobError, JobPage, JobRead, LogLine, LogsRead, MetricPoint, MetricsRead, ModelRef
 from app.services import checkpoints, jobs
+from app.services.access import job_of
+
+if TYPE_CHECKING:
+    from app.db.models import Job
 
 router = APIRouter(tags=["jobs"])
 INT32 = 2**31 - 1  # job_metrics.step and job_logs.id are 32-bit integer columns

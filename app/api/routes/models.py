@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from app.api.deps import CallerDep, SessionDep
-from app.db.models import Model, ModelVersion
 from app.schemas.models import VERSION_MAX, ModelPage, ModelRead, ModelVersionRead
 from app.services import artifacts, models
+
+if TYPE_CHECKING:
+    from app.db.models import Model, ModelVersion
 
 router = APIRouter(tags=["models"])
 VersionPath = Annotated[int, Path(ge=1, le=VERSION_MAX)]

@@ -6,12 +6,11 @@ import os
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 
 from app.api.deps import RuntimeDep
 from app.core.errors import PROBLEM_BASE
 from app.schemas.service import ClusterRead, ExecutorInfo, Health, RapidsStatus, Readiness
-from app.spark.session import spark_alive
+from app.services.health import readiness
 from workers import cluster
 
 router = APIRouter(tags=["service"])
@@ -29,22 +28,13 @@ def healthz() -> Health:
     responses={503: {"description": "What failed, as problem+json with `checks`."}},
 )
 def readyz(rt: RuntimeDep) -> Readiness | JSONResponse:
-    checks: dict[str, str] = {}
-    try:
-        with rt.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-        checks["database"] = "ok"
-    except Exception as exc:
-        checks["database"] = f"failed: {type(exc).__name__}"
-    try:
-        with rt.celery.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=2)
-        checks["broker"] = "ok"
-    except Exception as exc:
-        checks["broker"] = f"failed: {type(exc).__name__}"
-    checks["spark"] = "ok" if spark_alive(rt.spark) else "failed: SparkContext stopped or JVM gone"
-    if rt.settings.in_process_consumer:
-        checks["consumer"] = "ok" if rt.consumer is not None and rt.consumer.alive() else "failed: not running"
+    checks = readiness(
+        engine=rt.engine,
+        celery=rt.celery,
+        spark=rt.spark,
+        consumer=rt.consumer,
+        expect_consumer=rt.settings.in_process_consumer,
+    )
     failed = {k: v for k, v in checks.items() if v != "ok"}
     if failed:
         return JSONResponse(

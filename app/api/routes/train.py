@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Response, status
 
-from app.api.access import check_train
 from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
 from app.api.routes.jobs import to_job_read
 from app.schemas.jobs import JobRead
 from app.schemas.train import TRAIN_EXAMPLES, TrainRequest
+from app.services.access import check_train
 from app.services.training import submit_training
 
 router = APIRouter(tags=["train"])

@@ -22,7 +22,8 @@ from app.api.deps import CallerDep, RuntimeDep
 from app.api.errors import problem_response
 from app.core.errors import AppError, NotFound, ServiceUnavailable, ValidationFailed
 from app.schemas.inference import InferRequest, InferResponse, InferTensor, ModelSelector
-from app.services import inference
+from app.services import online
+from app.services.planning.inference import resolve_model
 from app.spark.session import spark_alive
 from workers.inference.spec import ModelRef
 
@@ -48,7 +49,7 @@ def _model(rt: Any, name: str, version: str | None, owner: str | None) -> ModelR
         which = f"{name!r}" if version is None else f"{name!r} version {version}"
         raise NotFound(f"No model {which}.") from exc
     with rt.db() as session:
-        return inference.resolve_model(session, selector, owner=owner)
+        return resolve_model(session, selector, owner=owner)
 
 
 def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
@@ -99,10 +100,10 @@ def _infer(rt: Any, name: str, version: str | None, owner: str | None, body: Inf
     if model.card.get("sequence"):
         return _infer_sequences(rt, name, model, body)
     x = _rows(body, model)
-    inference.check_row_limit(len(x), rt.settings)
-    if not (np.abs(x) <= inference.FLOAT32_MAX).all():  # NaN compares false
+    online.check_row_limit(len(x), rt.settings)
+    if not (np.abs(x) <= online.FLOAT32_MAX).all():  # NaN compares false
         raise ValidationFailed.at("inputs", "a value is NaN, infinite or beyond float32; the model cannot take it")
-    out = inference.predict_rows(model=model, x=x.astype(np.float32), cache=rt.model_cache, spark=rt.spark)
+    out = online.predict_rows(model=model, x=x.astype(np.float32), cache=rt.model_cache, spark=rt.spark)
     n = len(x)
     outputs: list[InferTensor] = []
     if "probabilities" in out:
@@ -130,9 +131,9 @@ def _infer_sequences(rt: Any, name: str, model: ModelRef, body: InferRequest) ->
         raise ValidationFailed.at(
             "inputs", f"a sequence model takes one tensor of shape [batch, steps, {width}] (got {tensor.shape})"
         )
-    inference.check_row_limit(tensor.shape[0], rt.settings)
+    online.check_row_limit(tensor.shape[0], rt.settings)
     rows = data.reshape(tensor.shape).tolist()
-    out = inference.predict_sequences(model=model, rows=rows, cache=rt.model_cache)
+    out = online.predict_sequences(model=model, rows=rows, cache=rt.model_cache)
     lead = [tensor.shape[0]] if model.card["sequence"]["labels"] == "last_step" else tensor.shape[:2]
     outputs: list[InferTensor] = []
     if "probabilities" in out:

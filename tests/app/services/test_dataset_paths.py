@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.core.errors import ValidationFailed
-from app.services.datasets import check_output_target, resolve_uri
+from app.services.datasets.paths import check_output_target, resolve_uri
 
 
 @pytest.fixture

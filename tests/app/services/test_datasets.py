@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.core.errors import ValidationFailed
-from app.services.datasets import detect_format, resolve_uri
+from app.services.datasets.paths import detect_format, resolve_uri
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import pytest
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.inference import PredictRequest
-from app.services.inference import _output_path, check_row_limit, feature_matrix, inline_rows
+from app.services.online import check_row_limit, feature_matrix, inline_rows
+from app.services.planning.inference import output_path
 from workers.inference.spec import ModelRef
 
 MODEL = ModelRef(framework="spark_ml", uri="file:///m", card={"features": ["x1", "x2"]}, name="m", version=1)
@@ -61,9 +62,9 @@ def test_features_at_the_float32_limit() -> None:
 def test_unusable_output_paths(tmp_path: Path, given: str) -> None:
     settings = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path])
     with pytest.raises(ValidationFailed, match=r"NUL byte|not a usable path"):
-        _output_path(settings, MODEL, given)
+        output_path(settings, MODEL, given)
 
 
 def test_a_new_output_path_inside_the_roots(tmp_path: Path) -> None:
     settings = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path])
-    assert _output_path(settings, MODEL, "preds/out.parquet") == str(tmp_path / "preds" / "out.parquet")
+    assert output_path(settings, MODEL, "preds/out.parquet") == str(tmp_path / "preds" / "out.parquet")

@@ -9,7 +9,8 @@ import pytest
 
 from app.core.errors import Conflict, NotFound, ValidationFailed
 from app.db.session import transaction
-from app.services import datasets, jobs, models
+from app.services import jobs, models
+from app.services.datasets import registry as datasets
 
 
 def _job(db: Any, owner: str, name: str = "m") -> str:
@@ -121,7 +122,7 @@ def test_datasets_by_owner(db: Any, tmp_path: Any) -> None:
 
 def test_the_online_resolution_cache_serves_only_the_owner(db: Any) -> None:
     from app.schemas.inference import ModelSelector
-    from app.services.inference import ResolvedModels
+    from app.services.online import ResolvedModels
 
     _register(db, "m", _job(db, "alice"), "alice")
     cache = ResolvedModels()

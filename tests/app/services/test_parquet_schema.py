@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.services.datasets import parquet_schema, read_schema
+from app.services.datasets.schema import parquet_schema, read_schema
 
 REPO = Path(__file__).resolve().parents[3]
 SHIPPED = sorted(str(p.relative_to(REPO)) for p in (REPO / "datasets").rglob("*.parquet"))
@@ -27,11 +27,31 @@ def test_a_directory_of_part_files_and_the_cases_left_to_spark(spark: Any, tmp_p
                           "name": list("abcdefghij")})  # fmt: skip
     spark.createDataFrame(frame).repartition(3).write.parquet(str(tmp_path / "parts"))
     assert parquet_schema(str(tmp_path / "parts")) == dict(spark.read.parquet(str(tmp_path / "parts")).dtypes)
-    spark.createDataFrame(frame).write.partitionBy("name").parquet(str(tmp_path / "partitioned"))
-    assert parquet_schema(str(tmp_path / "partitioned")) is None  # partition columns: Spark decides
+    dated = frame.assign(day=[f"2026-01-{d:02d}" for d in range(1, 11)])
+    spark.createDataFrame(dated).write.partitionBy("day").parquet(str(tmp_path / "dated"))
+    assert parquet_schema(str(tmp_path / "dated")) is None  # Spark reads these values as dates: it decides
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     assert parquet_schema(str(tmp_path / "bad.parquet")) is None
     assert parquet_schema("s3a://bucket/data.parquet") is None
+
+
+@pytest.mark.parametrize(
+    ("by", "values"),
+    [
+        ("name", list("abcdefghij")),
+        ("bucket", [0, 1, 2, 3, 4] * 2),
+        ("big", [2**40 + i for i in range(10)]),
+        ("ratio", [0.5, 1.0, 1.5, 2.0, 2.5] * 2),
+        ("mixed", [1, 2.5] * 5),
+    ],
+)
+def test_partition_directories_give_sparks_schema(spark: Any, tmp_path: Path, by: str, values: list[Any]) -> None:
+    """Partition columns (``key=value`` directories) get the types Spark infers from the values, in its order."""
+    frame = pd.DataFrame({"id": np.arange(10), "x": np.linspace(0, 1, 10), "v": [[1.0, 2.0]] * 10, by: values})
+    spark.createDataFrame(frame).write.partitionBy(by).parquet(str(tmp_path / "partitioned"))
+    expected = spark.read.parquet(str(tmp_path / "partitioned")).dtypes
+    assert list(parquet_schema(str(tmp_path / "partitioned")) or {}) == [name for name, _ in expected]
+    assert parquet_schema(str(tmp_path / "partitioned")) == dict(expected)
 
 
 def test_reading_a_schema_runs_no_spark_job(spark: Any) -> None:
@@ -48,7 +68,7 @@ def test_reading_a_schema_runs_no_spark_job(spark: Any) -> None:
 def _planned_without_spark_jobs(spark: Any, body: dict[str, Any], roots: list[Path]) -> Any:
     from app.core.settings import Settings
     from app.schemas.train import TrainRequest
-    from app.services.training import plan_training
+    from app.services.planning.training import plan_training
 
     settings = Settings(data_roots=roots)
     tracker = spark.sparkContext.statusTracker()

@@ -30,7 +30,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-META = "meta.json"
+from workers.training.torch.meta import META, read_meta  # noqa: F401 (read_meta: remote.py reads it from here)
+
 WEIGHTS = "weights.safetensors"
 
 
@@ -136,10 +137,6 @@ def load_rank_state(directory: str | Path, rank: int) -> tuple[dict[str, torch.T
 def write_meta(directory: Path, meta: dict[str, Any]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     _write_json(directory / META, meta)
-
-
-def read_meta(directory: str | Path) -> dict[str, Any]:
-    return dict(json.loads((Path(directory) / META).read_text()))
 
 
 def publish(root: str | Path, epoch: int, run: str = "") -> Path:

@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
+from workers.training.torch.residuals import make_residual_clipping
 from workers.training.torch.spec import OptimizerSpec
-from workers.training.torch.thresholds import make_residual_clipping, make_threshold_algorithm
+from workers.training.torch.thresholds import make_threshold_algorithm
 
 Mode = Literal["gradient_sharing", "parameter_averaging", "allreduce"]
 Aggregation = Literal["sum", "mean"]
@@ -25,7 +26,7 @@ ADAM_FAMILY = ("adam", "adamw", "rmsprop")
 
 @dataclass(frozen=True)
 class SharingConfig:
-    """Threshold-encoded update sharing (DESIGN.md §4). Defaults come from the measured simulation."""
+    """Threshold-encoded update sharing (docs/torch-trainer.md). Defaults come from the measured simulation."""
 
     threshold_algorithm: dict[str, Any] = field(default_factory=lambda: {"type": "adaptive", "initial_threshold": 1e-2})
     residual_clipping: dict[str, Any] = field(default_factory=lambda: {"multiple": 5.0, "frequency": 5})

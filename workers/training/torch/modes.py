@@ -1,4 +1,4 @@
-"""The three ways workers combine their work each step (DESIGN.md §4), behind one small interface.
+"""The three ways workers combine their work each step (docs/torch-trainer.md), behind one small interface.
 
 - :class:`GradientSharing`: the optimizer's update goes into a residual; what passes the threshold is sent as
   ±tau messages (DL4J SharedTrainingMaster, Strom 2015); every worker applies every message in rank order.
@@ -20,7 +20,8 @@ import torch
 from workers.codecs.threshold import HEADER_BYTES, MessageKind, decode_accumulate, encode_threshold
 from workers.training.torch.comm import Comm
 from workers.training.torch.config import SharingConfig
-from workers.training.torch.thresholds import make_residual_clipping, make_threshold_algorithm, residual_stats
+from workers.training.torch.residuals import make_residual_clipping, residual_stats
+from workers.training.torch.thresholds import make_threshold_algorithm
 
 
 def flatten_parameters(model: torch.nn.Module) -> torch.Tensor:

@@ -18,7 +18,6 @@ from workers.errors import SpecError
 from workers.training.spark_ml.spec import ParamRule, Scalar, _check_value
 
 Task = Literal["classification", "regression"]
-Device = Literal["auto", "cpu", "cuda"]
 
 
 def _positive(v: Any) -> bool:

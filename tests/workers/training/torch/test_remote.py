@@ -126,7 +126,7 @@ def test_device_selection() -> None:
 
 
 def test_shipped_function_carries_no_service_code(tmp_path: Path) -> None:
-    """DESIGN.md §2: the function Spark ships pulls in none of app, sqlalchemy, fastapi, celery."""
+    """The function Spark ships pulls in none of app, sqlalchemy, fastapi, celery."""
     from pyspark import cloudpickle
 
     from workers.training.torch.driver import shipped_function

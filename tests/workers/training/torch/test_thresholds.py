@@ -8,19 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workers.codecs.threshold import encode_threshold
-from workers.training.torch import thresholds
+from workers.training.torch import residuals
+from workers.training.torch.residuals import ResidualClipping, make_residual_clipping, residual_stats
 from workers.training.torch.thresholds import (
     DEFAULT_DECAY,
     TAU_FLOOR,
     AdaptiveThreshold,
     FixedThreshold,
-    ResidualClipping,
     TargetSparsityThreshold,
     ThresholdAlgorithm,
-    make_residual_clipping,
     make_threshold_algorithm,
     reduce_threshold_states,
-    residual_stats,
 )
 
 # First calls into torch/numpy can exceed hypothesis's 200 ms deadline on a loaded CI machine.
@@ -412,7 +410,7 @@ def test_residual_stats_large_path_equals_sort_path(monkeypatch: pytest.MonkeyPa
         np.zeros(1000, dtype=np.float32),
     ):
         sorted_path = residual_stats(torch.from_numpy(values), 0.5)
-        monkeypatch.setattr(thresholds, "_SORT_LIMIT", 10)
+        monkeypatch.setattr(residuals, "_SORT_LIMIT", 10)
         selected_path = residual_stats(torch.from_numpy(values), 0.5)
         monkeypatch.undo()
         assert selected_path == sorted_path
@@ -438,7 +436,7 @@ def test_clipping_and_stats_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     values = torch.randn(300_001, generator=gen)
     expected = residual_stats(values, 0.5)
     assert residual_stats(values.cuda(), 0.5) == pytest.approx(expected, rel=1e-6)
-    monkeypatch.setattr(thresholds, "_SORT_LIMIT", 1000)
+    monkeypatch.setattr(residuals, "_SORT_LIMIT", 1000)
     assert residual_stats(values.cuda(), 0.5) == pytest.approx(expected, rel=1e-6)
     cpu, gpu = values.clone(), values.cuda()
     clipping = ResidualClipping(multiple=2.0, frequency=1)

@@ -20,11 +20,12 @@ from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.models import Checkpoint, Job, ModelVersion
 from app.db.session import transaction
+from app.jobs.context import DbJobContext
+from app.jobs.runner import _settle
+from app.jobs.runtime import JobRuntime
 from app.services import jobs
 from app.services.reconcile import reconcile
 from workers.context import JobCancelled, JobOutcome, ModelArtifact
-from workers.runner import DbJobContext, _settle
-from workers.runtime import JobRuntime
 
 
 def _runtime(db: Any, spark: Any, tmp_path: Path, name: str) -> JobRuntime:

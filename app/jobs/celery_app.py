@@ -1,7 +1,7 @@
 """The Celery app factory and the job tasks.
 
-Tasks are thin (Celery's guide): they take a job id and hand it to :func:`workers.runner.run_job` with the
-process's :class:`~workers.runtime.JobRuntime`, which the process attaches to the app before consuming.
+Tasks are thin (Celery's guide): they take a job id and hand it to :func:`app.jobs.runner.run_job` with the
+process's :class:`~app.jobs.runtime.JobRuntime`, which the process attaches to the app before consuming.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 from celery import Celery, Task
 
 from app.core.settings import Settings
+from app.jobs.runtime import JobRuntime
 from workers.families import FRAMEWORKS, task_name
-from workers.runtime import JobRuntime
 
 RUNTIME_ATTR = "sparktrain_runtime"
 
@@ -20,7 +20,7 @@ RUNTIME_ATTR = "sparktrain_runtime"
 def runtime_of(app: Celery) -> JobRuntime:
     rt = getattr(app, RUNTIME_ATTR, None)
     if rt is None:
-        raise RuntimeError("this Celery app has no JobRuntime attached: start it through app.main or workers.worker")
+        raise RuntimeError("this Celery app has no JobRuntime attached: start it through app.main or app.jobs.worker")
     return rt
 
 
@@ -111,7 +111,7 @@ def send_job(app: Celery, task: str, job_id: str, queue: str) -> None:
 
 def register_tasks(app: Celery) -> None:
     def run(self: Task, job_id: str) -> None:
-        from workers.runner import run_job
+        from app.jobs.runner import run_job
 
         rt = runtime_of(app)
         routing = (self.request.delivery_info or {}).get("routing_key")

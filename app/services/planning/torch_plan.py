@@ -15,11 +15,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainingOptions, TrainRequest
-from app.services import checkpoints, datasets
+from app.services import checkpoints
+from app.services.datasets import schema as data
+from app.services.planning.labels import class_count, resolve_classes
 from workers import cluster, storage
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
 from workers.training.torch.config import ResumePoint, TorchPlan, parse_sharing
+from workers.training.torch.meta import read_meta
 from workers.training.torch.spec import (
     check_loss_for_task,
     check_optimizer_l2,
@@ -30,10 +33,6 @@ from workers.training.torch.spec import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-def _fail(exc: SpecError) -> ValidationFailed:
-    return ValidationFailed(str(exc), errors=[{"loc": exc.path, "msg": exc.message}])
 
 
 def _data_shape(
@@ -49,8 +48,8 @@ def _data_shape(
 
     from workers.data.spec import read_dataframe
 
-    value = datasets.local_parquet_first(train.path, train.format, train.options, first)
-    if value is not datasets.NOT_LOCAL:  # local data: no Spark job in the request
+    value = data.first_value(train.path, train.format, train.options, first)
+    if value is not data.NOT_LOCAL:  # local parquet: no Spark job in the request
         if value is None:
             raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
         length = len(value)
@@ -77,8 +76,6 @@ def _resume(
         return None
     if db is None:
         raise ValidationFailed.at("training.resume_from", "resuming needs the job database")
-    from workers.training.torch.checkpoint import read_meta
-
     with db() as session:
         try:
             row = checkpoints.get(session=session, checkpoint_id=options.resume_from)
@@ -132,7 +129,7 @@ def plan_torch(
         check_optimizer_l2(optimizer, spec.l2)
         sharing = parse_sharing(options.gradient_sharing, optimizer)
     except SpecError as exc:
-        raise _fail(exc) from exc
+        raise ValidationFailed.at(exc.path, exc.message) from exc
     if options.epochs > settings.max_epochs:
         raise ValidationFailed.at("training.epochs", f"at most {settings.max_epochs} on this service")
     if options.num_workers > settings.max_workers_per_job:
@@ -144,7 +141,7 @@ def plan_torch(
             f"{options.num_workers} workers need {options.num_workers} task slots at once (a barrier stage starts all "
             f"or none), and this cluster has {slots}; lower num_workers or add executors",
         )
-    if request.device == "cuda" and not cluster_has_gpus(spark):
+    if request.device == "cuda" and not cluster.has_gpus(spark):
         raise ValidationFailed.at(
             "device",
             "cuda was asked for, but no executor has GPUs: set spark.executor.resource.gpu.amount, "
@@ -174,69 +171,11 @@ def plan_torch(
     )
 
 
-INTEGER_TYPES = ("tinyint", "smallint", "int", "bigint")
-MAX_STRING_CLASSES = 10_000
-
-
-def resolve_classes(
-    train: ResolvedDataset, dtype: str, spark: SparkSession
-) -> tuple[ResolvedDataset, tuple[str, ...] | None]:
-    """Class labels: integer indices 0..k-1 as they are, or strings mapped to indices in sorted order (the
-    mapping is stored with the model). Without ``num_classes`` one pass over the label column counts them."""
-    from pyspark.sql import functions as F
-
-    from workers.data.spec import read_dataframe
-
-    label = train.label or ""
-    column = None
-    if dtype == "string" or (dtype in INTEGER_TYPES and train.num_classes is None):
-        column = datasets.local_parquet_column(train.path, train.format, train.options, label)
-    if dtype == "string":
-        if column is not None:  # small local data: no Spark job in the request
-            import pyarrow.compute as pc
-
-            names = tuple(sorted(str(v) for v in pc.unique(pc.drop_null(column)).to_pylist()))
-        else:
-            values = (
-                read_dataframe(spark, train)
-                .select(label)
-                .where(F.col(label).isNotNull())
-                .distinct()
-                .limit(MAX_STRING_CLASSES + 1)
-            )
-            names = tuple(sorted(str(r[label]) for r in values.collect()))
-        if len(names) > MAX_STRING_CLASSES:
-            raise ValidationFailed.at("dataset.label", f"more than {MAX_STRING_CLASSES} distinct classes")
-        if len(names) < 2:
-            raise ValidationFailed.at("dataset.label", f"{label!r} has {len(names)} distinct values; a class needs 2+")
-        if train.num_classes is not None and train.num_classes != len(names):
-            raise ValidationFailed.at(
-                "dataset.num_classes", f"{label!r} has {len(names)} distinct labels, not {train.num_classes}"
-            )
-        return replace(train, num_classes=len(names)), names
-    if dtype not in INTEGER_TYPES:
-        raise ValidationFailed.at("dataset.label", f"{label!r} is {dtype}; class labels are integers 0..k-1 or strings")
-    if train.num_classes is None:
-        if column is not None:
-            top_value = _column_max(column)
-        else:
-            top = read_dataframe(spark, train).agg(F.max(label).alias("m")).first()
-            top_value = None if top is None else top["m"]
-        if top_value is None:
-            raise ValidationFailed.at("dataset.uri", f"{train.path} has no labelled rows")
-        return replace(train, num_classes=max(2, int(top_value) + 1)), None
-    return train, None
-
-
 def _sequence_plan(
     request: TrainRequest, train: ResolvedDataset, spark: SparkSession
 ) -> tuple[ResolvedDataset, tuple[int, ...], bool]:
     """Sequence data: the network sees (time, features); time is the declared one, max_length, or 1 (an lstm/gru
     takes any length, the number only shows in shapes). Class labels are integer indices here."""
-    from pyspark.sql import functions as F
-
-    from workers.data.spec import read_dataframe
-
     assert train.sequence is not None
     if train.normalize is not None:
         raise ValidationFailed.at("dataset.normalize", "normalizers do not apply to sequence datasets yet")
@@ -255,29 +194,9 @@ def _sequence_plan(
             )
         shape = (train.sequence.get("max_length") or 1, width)
     if train.task == "classification" and train.num_classes is None:
-        source = train.labels_path or train.path
-        labels = replace(train, path=source)
-        column = datasets.local_parquet_column(source, labels.format, labels.options, train.label or "")
-        if column is not None:  # small local data: no Spark job in the request
-            top_value = _column_max(column)
-        else:
-            top = read_dataframe(spark, labels).agg(F.max(train.label or "").alias("m")).first()
-            top_value = None if top is None else top["m"]
-        if top_value is None:
-            raise ValidationFailed.at("dataset.uri", f"{source} has no labelled rows")
-        count = max(2, int(top_value) + 1)
+        count = class_count(replace(train, path=train.labels_path or train.path), spark)
         train = replace(train, num_classes=count, sequence={**train.sequence, "num_classes": count})
     return train, shape, False
-
-
-def _column_max(column: Any) -> Any:
-    """The largest value of a pyarrow column (of its elements, for per-step label arrays); None when all null."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
-        column = pc.list_flatten(column)
-    return pc.max(column).as_py()
 
 
 def _check_sequence_output(spec: Any, labels: str) -> None:
@@ -292,10 +211,3 @@ def _check_sequence_output(spec: Any, labels: str) -> None:
             "network.layers",
             "last_step labels need one output per sequence: set return_sequences false on the last lstm/gru",
         )
-
-
-def cluster_has_gpus(spark: SparkSession) -> bool:
-    conf = spark.sparkContext.getConf()
-    if float(conf.get("spark.task.resource.gpu.amount", "0") or 0) > 0:
-        return True
-    return any(e["resources"].get("gpu") for e in cluster.executors(spark))

@@ -4,13 +4,10 @@ unknown reference in a body gets), so ids and names do not leak. The one excepti
 global, and training into a name another owner registered is a 409.
 
 The checks of references inside request bodies (a dataset id, a checkpoint to resume from, a model to evaluate)
-run here, before the request is planned, because planning (``app/services/training.py``, ``inference.py``) does not
-know the caller.
+run here, before the request is planned, because planning (app/services/planning/) does not know the caller.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,7 +17,9 @@ from app.core.settings import Settings
 from app.db.models import Checkpoint, Job
 from app.schemas.inference import ModelSelector
 from app.schemas.train import DatasetRef, TrainRequest
-from app.services import checkpoints, datasets, inference, jobs, models
+from app.services import checkpoints, jobs, models
+from app.services.datasets import registry
+from app.services.planning.inference import resolve_model
 
 
 def job_of(*, session: Session, job_id: str, caller: Caller) -> Job:
@@ -48,7 +47,7 @@ def _dataset_uris(ref: DatasetRef, loc: str) -> list[tuple[str, str]]:
 
 def _check_datasets(session: Session, refs: list[tuple[str, str]], caller: Caller, settings: Settings) -> None:
     for uri, loc in refs:
-        datasets.check_reference(session=session, uri=uri, owner=caller.scope, roots=settings.data_roots, loc=loc)
+        registry.check_reference(session=session, uri=uri, owner=caller.scope, roots=settings.data_roots, loc=loc)
 
 
 def check_train(*, db: sessionmaker[Session], request: TrainRequest, caller: Caller, settings: Settings) -> None:
@@ -71,12 +70,17 @@ def check_train(*, db: sessionmaker[Session], request: TrainRequest, caller: Cal
 
 
 def check_inference(
-    *, rt: Any, model: ModelSelector, dataset: DatasetRef | None, caller: Caller, settings: Settings
+    *,
+    db: sessionmaker[Session],
+    model: ModelSelector,
+    dataset: DatasetRef | None,
+    caller: Caller,
+    settings: Settings,
 ) -> None:
     """The model (or checkpoint) and the dataset of an evaluation or a batch prediction are the caller's."""
     if caller.admin:
         return
-    with rt.db() as session:
-        inference.resolve_model(session, model, owner=caller.owner)
+    with db() as session:
+        resolve_model(session, model, owner=caller.owner)
         if dataset is not None:
             _check_datasets(session, _dataset_uris(dataset, "dataset"), caller, settings)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Literal
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainRequest
-from app.services.torch_plan import cluster_has_gpus, resolve_classes
+from app.services.planning.labels import resolve_classes
+from app.services.planning.tabular import check_tabular
 from workers import cluster
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
@@ -38,8 +39,6 @@ def plan_xgboost(
     settings: Settings,
     spark: SparkSession,
 ) -> XGBoostPlan:
-    from app.services.training import check_tabular, spec_error
-
     check_tabular(
         request, train, family="xgboost", normalize_hint="trees do not need scaled features; leave normalize out"
     )
@@ -49,13 +48,13 @@ def plan_xgboost(
     try:
         spec = parse_xgboost_params(request.params, task=train.task, num_classes=train.num_classes)
     except SpecError as exc:
-        raise spec_error(exc) from exc
+        raise ValidationFailed.at(exc.path, exc.message) from exc
     if spec.num_round > settings.max_epochs * 100:
         raise ValidationFailed.at("params.num_round", f"at most {settings.max_epochs * 100} rounds on this service")
 
     warnings = list(spec.warnings)
     device: Literal["cpu", "cuda"]
-    gpus = cluster_has_gpus(spark)
+    gpus = cluster.has_gpus(spark)
     addresses = [a for holder, found in cluster.gpu_addresses(spark).items() if holder != "driver" for a in found]
     if request.device == "cuda":
         if not gpus:

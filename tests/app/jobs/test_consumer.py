@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.core.settings import Settings
-from workers.celery_app import create_celery, restore_unacked_embedded
-from workers.consumer import InProcessConsumer
+from app.jobs.celery_app import create_celery, restore_unacked_embedded
+from app.jobs.consumer import InProcessConsumer
 
 
 def _app_and_marker(tmp_path: Path, name: str) -> tuple[object, dict[str, threading.Event], str]:

@@ -10,16 +10,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import DatasetRef
-from app.services import datasets
+from app.services.datasets import paths, registry
+from app.services.datasets.schema import NUMERIC_TYPES, is_numeric_array, read_schema, reader_options
 from workers.data.spec import ResolvedDataset
 from workers.inference.sequences import PLACEHOLDER_LABEL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-def is_numeric_array(dtype: str) -> bool:
-    return dtype.startswith("array<") and dtype[6:-1] in datasets.NUMERIC_TYPES
 
 
 def _locate(
@@ -28,12 +25,12 @@ def _locate(
     """(path, format, reader options) of a request's dataset: a registered dataset's id, or a URI."""
     if db is not None:
         with db() as session:
-            row = datasets.registered(session, uri)
+            row = registry.registered(session, uri)
             if row is not None:
                 return row.resolved_uri, row.format, {**row.options, **options}
-    path = datasets.resolve_uri(uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc=loc)
-    fmt = datasets.detect_format(path, fmt, loc=loc.replace(".uri", ".format"))
-    return path, fmt, datasets.reader_options(fmt, options)
+    path = paths.resolve_uri(uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc=loc)
+    fmt = paths.detect_format(path, fmt, loc=loc.replace(".uri", ".format"))
+    return path, fmt, reader_options(fmt, options)
 
 
 def _features(ref: DatasetRef, schema: dict[str, str], labels: list[str], loc: str, allow_array: bool) -> list[str]:
@@ -42,7 +39,7 @@ def _features(ref: DatasetRef, schema: dict[str, str], labels: list[str], loc: s
     if ref.sequence is not None:
         taken |= {ref.sequence.sequence_id, ref.sequence.step}
     if ref.features is None:
-        features = [c for c, t in schema.items() if c not in taken and t in datasets.NUMERIC_TYPES]
+        features = [c for c, t in schema.items() if c not in taken and t in NUMERIC_TYPES]
         arrays = [c for c, t in schema.items() if c not in taken and is_numeric_array(t)]
         if not features and allow_array and len(arrays) == 1:
             features = arrays
@@ -66,7 +63,7 @@ def _features(ref: DatasetRef, schema: dict[str, str], labels: list[str], loc: s
                 raise ValidationFailed.at(
                     f"{loc}.features", "an array column must be the only feature (with dataset.input_shape)"
                 )
-        elif dtype not in datasets.NUMERIC_TYPES:
+        elif dtype not in NUMERIC_TYPES:
             raise ValidationFailed.at(where, f"{column!r} is {dtype}; features must be numeric")
     if len(set(features)) != len(features):
         raise ValidationFailed.at(f"{loc}.features", "a column is listed twice")
@@ -88,7 +85,7 @@ def resolve_dataset(
     column as the only feature (images, embeddings); ``labelled=False``: a sequence dataset without labels (for
     prediction)."""
     path, fmt, options = _locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc=f"{loc}.uri")
-    schema = datasets.read_schema(spark, path, fmt, options, loc=f"{loc}.uri")
+    schema = read_schema(spark, path, fmt, options, loc=f"{loc}.uri")
     available = ", ".join(f"{c} ({t})" for c, t in schema.items())
     labels = [] if ref.label is None else [ref.label] if isinstance(ref.label, str) else list(ref.label)
     if len(labels) > 1 and ref.task != "regression":
@@ -99,13 +96,13 @@ def resolve_dataset(
             continue  # checked against the label dataset
         if column not in schema:
             raise ValidationFailed.at(f"{loc}.label", f"no column {column!r} in {ref.uri}; columns: {available}")
-        if ref.task == "regression" and schema[column] not in datasets.NUMERIC_TYPES:
+        if ref.task == "regression" and schema[column] not in NUMERIC_TYPES:
             dtype = schema[column]
             raise ValidationFailed.at(f"{loc}.label", f"{column!r} is {dtype}; a regression label must be numeric")
     if ref.weight is not None:
         if ref.weight not in schema:
             raise ValidationFailed.at(f"{loc}.weight", f"no column {ref.weight!r} in {ref.uri}; columns: {available}")
-        if schema[ref.weight] not in datasets.NUMERIC_TYPES:
+        if schema[ref.weight] not in NUMERIC_TYPES:
             raise ValidationFailed.at(f"{loc}.weight", f"{ref.weight!r} is {schema[ref.weight]}; weights are numbers")
     sequence, labels_path = _sequence(
         ref, schema, labels, settings=settings, spark=spark, db=db, loc=loc, labelled=labelled
@@ -159,7 +156,7 @@ def _sequence(
     labels_path = None
     if seq.labels_uri is not None:
         labels_path, fmt, options = _locate(seq.labels_uri, None, {}, settings=settings, db=db, loc=f"{loc}.sequence")
-        label_schema = datasets.read_schema(spark, labels_path, fmt, options, loc=f"{loc}.sequence.labels_uri")
+        label_schema = read_schema(spark, labels_path, fmt, options, loc=f"{loc}.sequence.labels_uri")
         for column in [*keys, labels[0]]:
             if column not in label_schema:
                 raise ValidationFailed.at(

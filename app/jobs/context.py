@@ -1,0 +1,117 @@
+"""The :class:`~workers.context.JobContext` a family driver reports through, backed by the job database.
+
+Every report is a short committed transaction. Checkpoints are recorded only while the job is still this runner's
+(its row names this driver and attempt): a runner whose job was given up records nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.core.jobstates import ACTIVE
+from app.db.models import Job
+from app.db.session import transaction
+from app.jobs.runtime import JobRuntime, RunningJob
+from app.services import checkpoints, jobs
+from workers import storage
+from workers.context import JobCancelled, MetricPoint
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("sparktrain.jobs")
+
+
+class DbJobContext:
+    """The JobContext a family driver sees; every report is a short committed transaction."""
+
+    def __init__(self, rt: JobRuntime, job_id: str, attempt: int, running: RunningJob, work_dir: Path) -> None:
+        self._rt = rt
+        self._running = running
+        self._last_progress = 0.0
+        self.job_id = job_id
+        self.attempt = attempt
+        self.owner = {"worker_id": rt.worker_id, "attempt": attempt}
+        self.spark: SparkSession = rt.spark
+        self.work_dir = work_dir
+        self.store = rt.settings.artifact_store or None
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        now = time.monotonic()
+        if fraction < 1.0 and message is None and now - self._last_progress < 0.25:
+            return
+        self._last_progress = now
+        with transaction(self._rt.db) as s:
+            jobs.set_progress(
+                session=s, job_id=self.job_id, fraction=fraction, message=message, worker_id=self._rt.worker_id
+            )
+
+    def metrics(self, points: Iterable[MetricPoint]) -> None:
+        rows = [{"key": p.key, "value": p.value, "step": p.step, "epoch": p.epoch, "worker": p.worker} for p in points]
+        if rows:
+            with transaction(self._rt.db) as s:
+                jobs.add_metrics(session=s, job_id=self.job_id, points=rows)
+
+    def log(self, message: str, level: str = "INFO") -> None:
+        log.log(logging.getLevelName(level), "[job %s] %s", self.job_id, message)
+        with transaction(self._rt.db) as s:
+            jobs.add_log(session=s, job_id=self.job_id, message=message, level=level)
+
+    def warn(self, message: str) -> None:
+        self.log(message, "WARNING")
+        with transaction(self._rt.db) as s:
+            jobs.add_warning(session=s, job_id=self.job_id, message=message)
+
+    def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any]) -> str:
+        with transaction(self._rt.db) as s:
+            if not self._owned(s):
+                self._running.cancel.set()
+                raise JobCancelled(f"{self.job_id}: no longer this runner's; checkpoint of epoch {epoch} dropped")
+            row = checkpoints.record(
+                session=s, job_id=self.job_id, attempt=self.attempt, epoch=epoch, step=step, uri=uri, metrics=metrics
+            )
+            checkpoint_id = row.id
+            stale = checkpoints.prune(session=s, job_id=self.job_id, keep=self._rt.settings.checkpoint_retention)
+        for old in stale:  # the rows are gone; now their files
+            _remove_checkpoint(old)
+        return checkpoint_id
+
+    def _owned(self, session: Any) -> bool:
+        """Whether the job still runs here (the row locked until the end of ``session``'s transaction)."""
+        job = session.get(Job, self.job_id, with_for_update=True, populate_existing=True)
+        return bool(
+            job is not None
+            and job.status in ACTIVE
+            and job.worker_id == self._rt.worker_id
+            and job.attempt == self.attempt
+        )
+
+    @property
+    def cancelled(self) -> bool:
+        return self._running.cancel.is_set()
+
+    def check_cancelled(self) -> None:
+        if self.cancelled:
+            raise JobCancelled(self.job_id)
+
+
+def _remove_checkpoint(uri: str) -> None:
+    """A local directory is renamed aside before it is deleted, so that a kill in the middle never leaves a
+    half-deleted directory under a checkpoint's name (as workers/training/torch/checkpoint.py promises)."""
+    if storage.is_remote(uri):
+        storage.remove_dir(uri)
+        return
+    path = storage.local_path(uri)
+    aside = path.with_name(f"{path.name}.old-{uuid.uuid4().hex[:8]}")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)

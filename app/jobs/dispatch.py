@@ -1,0 +1,91 @@
+"""Which work a job runs: its stored plan, handed to the family driver (training), the evaluation or batch
+prediction driver, or the recipe. Drivers live in ``workers`` and report through the job context only."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.jobstates import JobType
+from app.jobs.context import DbJobContext
+from app.jobs.runtime import JobRuntime
+from workers import plans
+from workers.context import JobFailure, JobOutcome
+from workers.families import DRIVERS, RECIPES, plan_type
+
+log = logging.getLogger("sparktrain.jobs")
+
+
+@dataclass(frozen=True)
+class TakenJob:
+    """What the runner read of the job row when it took the job (plain values: the row's session is closed)."""
+
+    id: str
+    type: str
+    framework: str | None
+    name: str | None
+    request: dict[str, Any]
+    plan: dict[str, Any] | None
+    attempt: int
+
+
+def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
+    """Run the job's work on this driver and return what it produced; raises what the work raised."""
+    if job.type == JobType.RECIPE:
+        if job.name not in RECIPES:
+            raise JobFailure("UNSUPPORTED", f"no recipe named {job.name!r}")
+        ctx.progress(0.0, f"starting the {job.name} recipe")
+        outcome: JobOutcome = importlib.import_module(RECIPES[job.name]).run(ctx, _plan(rt, ctx, job))
+        return outcome
+    if job.type == JobType.TRAIN:
+        if job.framework not in DRIVERS:
+            raise JobFailure("UNSUPPORTED", f"no runner for training {job.framework!r} models")
+        driver = importlib.import_module(DRIVERS[job.framework])
+        trained: JobOutcome = driver.train(ctx, _plan(rt, ctx, job))
+        return trained
+    if job.type == JobType.EVALUATE:
+        from workers.evaluation.driver import evaluate
+
+        return evaluate(ctx, _plan(rt, ctx, job))
+    if job.type == JobType.PREDICT:
+        from workers.inference.batch import predict
+
+        return predict(ctx, _plan(rt, ctx, job))
+    raise JobFailure("UNSUPPORTED", f"no runner for {job.type} jobs")
+
+
+def _plan(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
+    """The plan stored with the job. A job queued by a release that did not store plans is planned again from its
+    request (the only case in which a job is planned twice)."""
+    try:
+        cls = plan_type(job.type, job.framework, job.name)
+    except KeyError:
+        raise JobFailure("UNSUPPORTED", f"no plan for {job.type} jobs of {job.framework or job.name!r}") from None
+    if job.plan is not None:
+        return plans.load(cls, job.plan)
+    ctx.log("no stored plan (queued by an earlier release): planning the request again")
+    ctx.progress(0.0, "checking the request against the data")
+    return _replan(rt, job)
+
+
+def _replan(rt: JobRuntime, job: TakenJob) -> Any:
+    from app.schemas.inference import EvaluateRequest, PredictRequest
+    from app.schemas.recipes import GpuSmokeRequest
+    from app.schemas.train import TrainRequest
+    from app.services.planning.inference import plan_evaluation, plan_prediction
+    from app.services.planning.training import plan_training
+    from workers.recipes.gpu_smoke import GpuSmokePlan
+
+    settings, spark, db = rt.settings, rt.spark, rt.db
+    if job.type == JobType.TRAIN:
+        return plan_training(request=TrainRequest.model_validate(job.request), settings=settings, spark=spark, db=db)
+    if job.type == JobType.EVALUATE:
+        evaluate = EvaluateRequest.model_validate(job.request)
+        return plan_evaluation(request=evaluate, settings=settings, spark=spark, db=db)
+    if job.type == JobType.PREDICT:
+        predict = PredictRequest.model_validate(job.request)
+        return plan_prediction(request=predict, settings=settings, spark=spark, db=db)
+    smoke = GpuSmokeRequest.model_validate(job.request)
+    return GpuSmokePlan(rows=smoke.rows, partitions=smoke.partitions, device=smoke.device)

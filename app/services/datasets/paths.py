@@ -1,0 +1,139 @@
+"""Where a dataset URI may point: absolute paths inside the configured data roots (links followed, also inside a
+dataset directory), allowed remote prefixes, and new output paths; the format from the name."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+from urllib.parse import unquote, urlparse
+
+from app.core.errors import ValidationFailed
+
+Format = Literal["parquet", "csv", "json"]
+_EXTENSIONS: dict[str, Format] = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+}
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def missing(uri: str, roots: Sequence[Path], loc: str) -> ValidationFailed:
+    """The 422 of a dataset that is not there (also what another owner's dataset id answers)."""
+    roots_text = ", ".join(str(r) for r in roots)
+    return ValidationFailed.at(loc, f"{uri!r} does not exist in the data roots ({roots_text})")
+
+
+_DOT_SEGMENT = re.compile(r"(^|/)\.{1,2}(/|$)")
+
+
+def _remote(uri: str, scheme: str, remote_prefixes: Sequence[str], loc: str) -> str:
+    """A remote URI under an allowed prefix. The prefix must end at a path boundary, and no '.' or '..' segment
+    (also percent-encoded) may climb out of it: Hadoop normalizes them away before it reads."""
+    decoded = unquote(uri)
+    if _DOT_SEGMENT.search(urlparse(decoded).path) or "\x00" in decoded:
+        raise ValidationFailed.at(loc, f"{uri[:200]!r}: '.' and '..' segments are not allowed in remote URIs")
+    for prefix in remote_prefixes:
+        if uri.startswith(prefix) and (prefix.endswith("/") or uri[len(prefix) : len(prefix) + 1] in ("", "/")):
+            return uri
+    allowed = ", ".join(remote_prefixes) or "none are configured (SPARKTRAIN_REMOTE_URI_PREFIXES)"
+    raise ValidationFailed.at(loc, f"{scheme}:// URIs must start with an allowed prefix; {allowed}")
+
+
+MAX_ENTRIES = 100_000
+"""Files a dataset directory may hold; each one is checked to stay inside the data roots."""
+
+
+def _check_tree(path: Path, roots: Sequence[Path], uri: str, loc: str) -> None:
+    """Every file and directory below a dataset directory must resolve inside a data root: Spark follows links, so
+    one link in a parquet directory would otherwise read a file from anywhere."""
+    seen: set[str] = set()
+    count = 0
+    for top, dirs, files in os.walk(path, followlinks=True):
+        real_top = os.path.realpath(top)
+        if real_top in seen:  # a link back up the tree
+            dirs[:] = []
+            continue
+        seen.add(real_top)
+        for name in (*dirs, *files):
+            count += 1
+            if count > MAX_ENTRIES:
+                raise ValidationFailed.at(loc, f"{uri!r} holds more than {MAX_ENTRIES} files; split the dataset")
+            real = Path(os.path.realpath(os.path.join(top, name)))
+            if not any(_inside(real, root) for root in roots):
+                inner = os.path.relpath(os.path.join(top, name), path)
+                raise ValidationFailed.at(
+                    loc, f"{uri!r} holds {inner!r}, a link that leads outside the configured data roots"
+                )
+
+
+def resolve_uri(uri: str, *, roots: Sequence[Path], remote_prefixes: Sequence[str] = (), loc: str) -> str:
+    """Turn a request's dataset URI into an absolute path inside a data root (symlinks followed, also those inside a
+    dataset directory), or an allowed remote URI. Relative paths are tried against the working directory and each
+    root."""
+    parsed = urlparse(uri)
+    if parsed.scheme and parsed.scheme != "file" and len(parsed.scheme) > 1:
+        return _remote(uri, parsed.scheme, remote_prefixes, loc)
+    raw = unquote(parsed.path) if parsed.scheme == "file" else uri
+    if "\x00" in raw:
+        raise ValidationFailed.at(loc, "the path contains a NUL byte")
+    given = Path(raw)
+    candidates = [given] if given.is_absolute() else [Path.cwd() / given]
+    if not given.is_absolute():
+        for root in roots:
+            candidates.append(root / given)
+            if given.parts and given.parts[0] == root.name:
+                candidates.append(root.parent / given)
+    inside_any = False
+    for candidate in candidates:
+        real = Path(os.path.realpath(candidate))
+        if not any(_inside(real, root) for root in roots):
+            continue
+        inside_any = True
+        try:
+            if real.exists():
+                if real.is_dir():
+                    _check_tree(real, roots, uri, loc)
+                return str(real)
+        except OSError as exc:  # a name longer than the file system allows (ENAMETOOLONG), ...
+            raise ValidationFailed.at(loc, f"{uri[:200]!r} is not a usable path: {exc.strerror}") from exc
+    if not inside_any:
+        roots_text = ", ".join(str(r) for r in roots)
+        raise ValidationFailed.at(loc, f"{uri!r} lies outside the configured data roots ({roots_text})")
+    raise missing(uri, roots, loc)
+
+
+def check_output_target(given: str, *, roots: Sequence[Path], loc: str = "output_uri") -> None:
+    """A batch prediction's new output path must not be a symbolic link: a dangling one inside a root would have
+    Spark write wherever it points. (The rest of the path's checks: :func:`output_path`.)"""
+    if "\x00" in given or not roots:
+        return
+    target = Path(given) if Path(given).is_absolute() else roots[-1] / given
+    try:
+        link = target.is_symlink()
+    except OSError:
+        return
+    if link:
+        raise ValidationFailed.at(loc, f"{given[:200]!r} is a symbolic link; name a new path inside the data roots")
+
+
+def detect_format(path: str, given: Format | None, *, loc: str) -> Format:
+    if given is not None:
+        return given
+    suffix = Path(urlparse(path).path).suffix.lower()
+    if suffix in _EXTENSIONS:
+        return _EXTENSIONS[suffix]
+    if suffix == "" or Path(path).is_dir():
+        return "parquet"
+    raise ValidationFailed.at(
+        loc, f"cannot tell the format of {path!r} from its name; set format to parquet, csv or json"
+    )

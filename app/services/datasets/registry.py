@@ -1,0 +1,142 @@
+"""The registry of named datasets (``POST /datasets``): a URI read once by Spark (schema, row count, a few sample
+rows, malformed lines counted), stored with its owner, and named by its id in later requests."""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.core.errors import NotFound, ValidationFailed
+from app.core.settings import Settings
+from app.db.base import utcnow
+from app.db.models import Dataset
+from app.schemas.datasets import DatasetCreate
+from app.services.datasets.paths import detect_format, missing, resolve_uri
+from app.services.datasets.schema import reader_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+CORRUPT = "_corrupt_record"
+SAMPLE_ROWS = 5
+_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, int | str | bool) or value is None:
+        return value
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, date | datetime):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return f"<{len(value)} bytes>"
+    if hasattr(value, "asDict"):
+        return _jsonable(value.asDict(recursive=True))
+    return str(value)
+
+
+def register_dataset(
+    *, session: Session, spark: SparkSession, settings: Settings, body: DatasetCreate, owner: str = "anonymous"
+) -> Dataset:
+    """Read the schema, row count and a few sample rows with Spark and store them. Malformed CSV/JSON lines fail
+    the registration (``bad_rows: fail``) with their count and the first ones, or are counted (``skip``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    path = resolve_uri(body.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc="uri")
+    fmt = detect_format(path, body.format, loc="format")
+    options = reader_options(fmt, body.options)
+    try:
+        df = spark.read.format(fmt).options(**options).load(path)
+        bad_rows = 0
+        if fmt in ("csv", "json"):
+            schema = StructType([*df.schema.fields, StructField(CORRUPT, StringType(), True)])
+            raw = (
+                spark.read.format(fmt)
+                .options(**{**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+                .schema(schema)
+                .load(path)
+                .cache()
+            )
+            try:
+                counts = raw.agg(F.count(F.lit(1)).alias("n"), F.count(CORRUPT).alias("bad")).first()
+                assert counts is not None
+                rows, bad_rows = int(counts["n"]), int(counts["bad"])
+                if bad_rows and body.bad_rows == "fail":
+                    first = [r[CORRUPT] for r in raw.where(F.col(CORRUPT).isNotNull()).limit(SAMPLE_ROWS).collect()]
+                    raise ValidationFailed.at(
+                        "uri",
+                        f"{bad_rows} of {rows} lines of {body.uri} do not parse as {fmt}; first ones: {first}. "
+                        'Fix them, adjust options (sep, quote, escape), or register with bad_rows "skip".',
+                        bad_rows=bad_rows,
+                    )
+            finally:
+                raw.unpersist()
+            rows -= bad_rows
+        else:
+            rows = df.count()
+        sample = [_jsonable(r.asDict(recursive=True)) for r in df.limit(SAMPLE_ROWS).collect()]
+    except ValidationFailed:
+        raise
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as {fmt}: {first_line[:500]}") from exc
+    row = Dataset(
+        id=uuid.uuid4().hex,
+        name=body.name,
+        uri=body.uri,
+        resolved_uri=path,
+        format=fmt,
+        options=options,
+        schema=[{"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable} for f in df.schema.fields],
+        row_count=rows,
+        sample=sample,
+        bad_rows=bad_rows,
+        owner=owner,
+        created_at=utcnow(),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_dataset(*, session: Session, dataset_id: str, owner: str | None = None) -> Dataset:
+    """One dataset (of ``owner``'s; None: anyone's). Another owner's answers as an unknown one does."""
+    row = session.get(Dataset, dataset_id)
+    if row is None or (owner is not None and row.owner != owner):
+        raise NotFound(f"No dataset with id {dataset_id!r}.")
+    return row
+
+
+def list_datasets(*, session: Session, limit: int = 100, owner: str | None = None) -> Sequence[Dataset]:
+    stmt = select(Dataset) if owner is None else select(Dataset).where(Dataset.owner == owner)
+    return session.scalars(stmt.order_by(Dataset.created_at.desc()).limit(limit)).all()
+
+
+def registered(session: Session, uri: str) -> Dataset | None:
+    """The registered dataset a request's ``uri`` names by id, if it does."""
+    return session.get(Dataset, uri) if _ID.match(uri) else None
+
+
+def check_reference(*, session: Session, uri: str, owner: str | None, roots: Sequence[Path], loc: str) -> None:
+    """A request may name a registered dataset by id only when it is ``owner``'s (None: anyone's); another owner's
+    id answers as an id that names nothing does (422, not in the data roots)."""
+    row = registered(session, uri) if owner is not None else None
+    if row is not None and row.owner != owner:
+        raise missing(uri, roots, loc)

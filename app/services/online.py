@@ -1,0 +1,252 @@
+"""Online prediction: inline rows answered now, from a model cached in the driver process (MLflow ``/invocations``
+body formats; the V2 protocol's routes share this). Models are resolved once per selector and cached
+(:class:`ResolvedModels`), so a small request touches neither the database nor the disk."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.errors import PayloadTooLarge, ValidationFailed
+from app.core.settings import Settings
+from app.schemas.inference import ModelSelector, PredictRequest
+from app.services.planning.inference import resolve_model_and_owner
+from workers import storage
+from workers.inference.spec import ModelRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class ResolvedModels:
+    """Model selectors already resolved, so an online request does not query the database: an explicit version
+    or checkpoint never changes; the newest version or an alias is looked up again after ``ttl_s``. Each entry
+    remembers its owner, so a hit serves only a caller who may see it."""
+
+    def __init__(self, ttl_s: float = 2.0, capacity: int = 256) -> None:
+        self.ttl_s, self.capacity = ttl_s, capacity
+        self._items: dict[tuple[Any, ...], tuple[float, ModelRef, str]] = {}
+
+    def peek(self, key: tuple[Any, ...], *, owner: str | None = None) -> ModelRef | None:
+        """The cached resolution of a selector key when it is still fresh and ``owner``'s (no database access)."""
+        hit = self._items.get(key)
+        if hit is None or owner not in (None, hit[2]):
+            return None
+        fixed = key[1] is not None or key[3] is not None
+        return hit[1] if fixed or time.monotonic() - hit[0] < self.ttl_s else None
+
+    def get(self, db: sessionmaker[Session], selector: ModelSelector, *, owner: str | None = None) -> ModelRef:
+        """As :func:`resolve_model`: ``owner`` (None: any) sees only its own models and checkpoints."""
+        key = (selector.name, selector.version, selector.alias, selector.checkpoint)
+        fixed = selector.version is not None or selector.checkpoint is not None
+        hit = self._items.get(key)
+        now = time.monotonic()
+        if hit is not None and (fixed or now - hit[0] < self.ttl_s) and owner in (None, hit[2]):
+            return hit[1]
+        with db() as session:
+            model, model_owner = resolve_model_and_owner(session, selector, owner)
+        if len(self._items) >= self.capacity:
+            self._items.clear()
+        self._items[key] = (now, model, model_owner)
+        return model
+
+
+def inline_rows(request: PredictRequest, model: ModelRef) -> list[dict[str, Any]] | list[list[Any]]:
+    """The rows of an inline request: dicts (by column name) or lists (in the model's feature order)."""
+    if request.dataframe_records is not None:
+        return request.dataframe_records
+    if request.dataframe_split is not None:
+        split = request.dataframe_split
+        return [dict(zip(split.columns, row, strict=False)) for row in split.data]
+    if request.instances is not None:
+        return list(request.instances)
+    inputs = request.inputs
+    if isinstance(inputs, dict):
+        columns = list(inputs)
+        values = list(inputs.values())
+        if not all(isinstance(v, list) for v in values) or len({len(v) for v in values}) > 1:
+            raise ValidationFailed.at("inputs", "an object of columns maps each column to a list, all of one length")
+        n = len(values[0]) if values else 0
+        return [{c: inputs[c][i] for c in columns} for i in range(n)]
+    if isinstance(inputs, list):
+        return inputs
+    raise ValidationFailed.at("inputs", "an object of columns or a list of rows")
+
+
+FLOAT32_MAX = 3.4028234663852886e38  # models take float32 features: anything larger would become infinite
+
+
+def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
+    """(n, width) float32 in the model's feature order; 422 naming what is missing, mistyped or not finite."""
+    import numpy as np
+
+    fast = _fast_matrix(rows, model)
+    if fast is not None:
+        return fast
+
+    features = model.features
+    array_column = bool(model.card.get("array_column"))
+    width = model.width
+    out = np.zeros((len(rows), width), dtype=np.float32)
+    for i, row in enumerate(rows):
+        if isinstance(row, dict):
+            missing = [f for f in features if f not in row]
+            if missing:
+                raise ValidationFailed.at(
+                    f"{loc}[{i}]", f"missing features {missing}; the model needs {list(features)}"
+                )
+            values = row[features[0]] if array_column else [row[f] for f in features]
+        else:
+            values = row
+        flat = _flatten(values)
+        if len(flat) != width:
+            raise ValidationFailed.at(f"{loc}[{i}]", f"{len(flat)} values; the model needs {width} ({list(features)})")
+        try:
+            row64 = np.asarray(flat, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValidationFailed.at(f"{loc}[{i}]", f"features must be numbers: {exc}") from exc
+        if not (np.abs(row64) <= FLOAT32_MAX).all():  # NaN compares false
+            raise ValidationFailed.at(
+                f"{loc}[{i}]", "a feature is NaN, infinite, missing or beyond float32; the model cannot take it"
+            )
+        out[i] = row64
+    return out
+
+
+def _fast_matrix(rows: list[Any], model: ModelRef) -> Any:
+    """The common case in one numpy call: well-formed numeric rows. None sends the rows down the careful path,
+    which finds the first problem and names it."""
+    import numpy as np
+
+    try:
+        if rows and isinstance(rows[0], dict):
+            if model.card.get("array_column"):
+                values = [row[model.features[0]] for row in rows]
+            else:
+                values = [[row[f] for f in model.features] for row in rows]
+        else:
+            values = rows
+        matrix = np.asarray(values, dtype=np.float64).reshape(len(rows), -1)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if matrix.shape[1] != model.width or not (np.abs(matrix) <= FLOAT32_MAX).all():  # NaN compares false
+        return None
+    return matrix.astype(np.float32)
+
+
+def _flatten(values: Any) -> list[Any]:
+    if isinstance(values, list | tuple):
+        flat: list[Any] = []
+        for v in values:
+            flat.extend(_flatten(v))
+        return flat
+    if values is None:
+        return [math.nan]
+    if isinstance(values, bool) or not isinstance(values, int | float):
+        raise ValidationFailed.at("rows", f"features must be numbers, got {values!r}")
+    return [values]
+
+
+def check_row_limit(count: int, settings: Settings) -> None:
+    if count == 0:
+        raise ValidationFailed.at("rows", "no rows to predict; send at least one")
+    if count > settings.max_predict_rows:
+        raise PayloadTooLarge(
+            f"{count} rows; online /predict takes at most {settings.max_predict_rows}. Register the rows as a "
+            'dataset and POST /predict with "dataset" (and a key column) for a batch job on the executors.'
+        )
+
+
+def predict_rows(*, model: ModelRef, x: Any, cache: Any, spark: SparkSession, as_lists: bool = True) -> dict[str, Any]:
+    """Predictions for a (n, width) matrix from the driver's model cache (numpy arrays with ``as_lists=False``)."""
+    if model.framework == "torch":
+        net = cache.get(model.uri, lambda: _load_online(model.uri))
+        shape = model.card.get("input_shape") or [model.width]
+        out: dict[str, Any] = net.predict(x.reshape(-1, *shape), as_lists=as_lists)
+        return out
+    if model.framework == "xgboost":
+        booster = cache.get(model.uri, lambda: _load_xgboost(model.uri))
+        answer: dict[str, Any] = booster.predict(x, as_lists=as_lists)
+        return answer
+    if model.framework == "spark_ml":
+        return _spark_ml_rows(model, x, cache, spark)
+    raise ValidationFailed.at("model", f"online prediction with {model.framework} models is not available yet")
+
+
+def predict_sequences(*, model: ModelRef, rows: list[Any], cache: Any) -> dict[str, Any]:
+    """Online prediction with a sequence model. A row is one sequence: a list of steps (each a list of the
+    features' values, or a number with one feature), or an object mapping each feature to its per-step values.
+    A last_step model answers one prediction per sequence, a per_step model a list per sequence (its steps)."""
+    import numpy as np
+
+    from workers.inference.answer import prediction_answer
+    from workers.inference.sequences import pad_inline, per_step_lists
+
+    features = model.features
+    sequences: list[Any] = []
+    for i, row in enumerate(rows):
+        if isinstance(row, dict):
+            missing = [f for f in features if f not in row]
+            if missing:
+                raise ValidationFailed.at(f"rows[{i}]", f"missing features {missing}; the model needs {list(features)}")
+            columns = [row[f] for f in features]
+            if not all(isinstance(c, list) for c in columns) or len({len(c) for c in columns}) != 1:
+                raise ValidationFailed.at(f"rows[{i}]", "map each feature to a list of per-step values, all one length")
+            sequences.append([list(step) for step in zip(*columns, strict=True)])
+        else:
+            sequences.append(row)
+    width = int((model.card.get("input_shape") or [0, len(features)])[-1])
+    try:
+        x, lengths = pad_inline(sequences, width)
+    except ValueError as exc:
+        raise ValidationFailed.at("rows", f"{exc} (one row is one sequence: a list of steps)") from exc
+    net = cache.get(model.uri, lambda: _load_online(model.uri))
+    out = net.outputs(x, lengths)
+    classification = model.task == "classification"
+    labels = list(model.class_labels) if model.class_labels else None
+    if out.ndim == 2:  # last_step: one per sequence
+        answer: dict[str, Any] = prediction_answer(out, classification=classification, labels=labels, as_lists=True)
+        return answer
+    flat = prediction_answer(
+        out.reshape(-1, out.shape[-1]), classification=classification, labels=labels, as_lists=False
+    )
+    shaped = {k: np.asarray(v, dtype=object if k == "label" else None).reshape(*out.shape[:2], *np.shape(v)[1:])
+              for k, v in flat.items()}  # fmt: skip
+    return {k: per_step_lists(v, lengths) for k, v in shaped.items()}
+
+
+def _load_online(uri: str) -> Any:
+    """Small requests: one torch thread each beats a thread pool contending for the same cores."""
+    import torch
+
+    from workers.inference.torch_model import TorchModel
+
+    torch.set_num_threads(1)
+    return TorchModel.load(uri)
+
+
+def _load_xgboost(uri: str) -> Any:
+    from workers.inference.xgboost_model import XGBoostModel
+
+    return XGBoostModel.load(uri, threads=1)
+
+
+def _spark_ml_rows(model: ModelRef, x: Any, cache: Any, spark: SparkSession) -> dict[str, Any]:
+    import pandas as pd
+    from pyspark.ml import PipelineModel
+
+    pipeline = cache.get(model.uri, lambda: PipelineModel.load(str(storage.fetch_dir(model.uri))))
+    frame = spark.createDataFrame(pd.DataFrame(x.astype("float64"), columns=list(model.features)))
+    rows = pipeline.transform(frame).collect()
+    if model.task != "classification":
+        return {"prediction": [float(r["prediction"]) for r in rows]}
+    index = [int(r["prediction"]) for r in rows]
+    names = model.class_labels
+    return {
+        "class_index": index,
+        "label": [names[i] for i in index] if names else index,
+        "probabilities": [[float(p) for p in r["probability"]] for r in rows],
+    }

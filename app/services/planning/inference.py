@@ -1,0 +1,206 @@
+"""Planning an evaluation or a batch prediction: the model version (or checkpoint) a selector names, pinned, and
+the dataset read the way the model was trained on it; the prediction's new output path inside the data roots."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.errors import NotFound, ValidationFailed
+from app.core.settings import Settings
+from app.db.models import Checkpoint, Job
+from app.schemas.inference import EvaluateRequest, ModelSelector, PredictRequest
+from app.schemas.train import DatasetRef, SequenceOptions
+from app.services import checkpoints, models
+from app.services.datasets.check import resolve_dataset
+from app.services.datasets.paths import check_output_target
+from workers import storage
+from workers.families import FRAMEWORKS
+from workers.inference.spec import EvaluationPlan, ModelRef, PredictionPlan
+from workers.training.torch.meta import read_meta
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def card_of(framework: str, params: dict[str, Any]) -> dict[str, Any]:
+    """What feeding a model needs, from a version's stored params (torch: the model card; spark_ml: its columns)."""
+    card = dict(params)
+    if framework == "spark_ml" and "labels" not in card:
+        card["labels"] = [params.get("label")]
+    card.setdefault("array_column", False)
+    return card
+
+
+def resolve_model(session: Session, selector: ModelSelector, *, owner: str | None = None) -> ModelRef:
+    """The model version or checkpoint a selector names. With ``owner`` (None: any, an admin) another owner's
+    model or checkpoint answers 404 exactly as an unknown one does."""
+    return resolve_model_and_owner(session, selector, owner)[0]
+
+
+def resolve_model_and_owner(session: Session, selector: ModelSelector, owner: str | None) -> tuple[ModelRef, str]:
+    """As :func:`resolve_model`, with the owner of what it resolved to (for caches that serve several callers)."""
+    if selector.checkpoint is not None:
+        row: Checkpoint = checkpoints.get(session=session, checkpoint_id=selector.checkpoint)
+        job = session.get(Job, row.job_id)
+        if job is not None and owner is not None and job.owner != owner:
+            raise NotFound(f"No checkpoint with id {selector.checkpoint!r}.")
+        if job is None or job.framework != "torch":
+            raise ValidationFailed.at("model.checkpoint", "only torch training jobs write checkpoints")
+        meta = read_meta(storage.fetch_dir(row.uri))
+        card = {"network": meta["network"], **meta.get("model_card", {})}
+        return ModelRef(framework="torch", uri=row.uri, card=card, checkpoint_id=row.id, name=job.name), job.owner
+    assert selector.name is not None
+    version = models.resolve_version(
+        session=session, name=selector.name, version=selector.version, alias=selector.alias, owner=owner
+    )
+    ref = ModelRef(
+        framework=version.framework,
+        uri=version.artifact_uri,
+        card=card_of(version.framework, version.params),
+        name=version.model.name,
+        version=version.version,
+    )
+    return ref, version.model.owner
+
+
+def _dataset_for(model: ModelRef, ref: DatasetRef, *, need_labels: bool) -> DatasetRef:
+    """The request's dataset with the model's columns and task where the request leaves them out."""
+    update: dict[str, Any] = {"task": model.task, "num_classes": model.card.get("num_classes")}
+    if ref.features is None:
+        update["features"] = list(model.features)
+    if need_labels and ref.label is None:
+        labels = list(model.labels)
+        update["label"] = labels[0] if len(labels) == 1 else labels
+    if not need_labels:
+        update["label"] = None
+    sequence = model.card.get("sequence")
+    if sequence and ref.sequence is None:  # read the data as the model was trained on it
+        update["sequence"] = SequenceOptions(
+            **{k: sequence[k] for k in ("layout", "sequence_id", "step", "labels", "alignment", "max_length")}
+        )
+    return ref.model_copy(update=update)
+
+
+def _check_sequence_options(model: ModelRef, ref: DatasetRef) -> None:
+    """A sequence model reads sequences with the labels (last_step / per_step) it was trained on; other data is
+    not sequences at all."""
+    sequence = model.card.get("sequence")
+    if not sequence:
+        if ref.sequence is not None:
+            raise ValidationFailed.at("dataset.sequence", "the model was not trained on sequences")
+        return
+    if ref.sequence is not None and ref.sequence.labels != sequence["labels"]:
+        raise ValidationFailed.at("dataset.sequence.labels", f"the model was trained with {sequence['labels']} labels")
+
+
+def _check_features(model: ModelRef, dataset_features: tuple[str, ...]) -> None:
+    if tuple(dataset_features) != model.features:
+        raise ValidationFailed.at(
+            "dataset.features",
+            f"the model was trained on {list(model.features)}; the dataset names {list(dataset_features)}",
+        )
+
+
+def plan_evaluation(
+    *, request: EvaluateRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session]
+) -> EvaluationPlan:
+    with db() as session:
+        model = resolve_model(session, request.model)
+    groups = tuple(request.metrics or (["classification", "roc"] if model.task == "classification" else ["regression"]))
+    for group in groups:
+        if (group == "regression") != (model.task == "regression"):
+            raise ValidationFailed.at("metrics", f"{group} metrics do not fit a {model.task} model")
+    if model.framework not in FRAMEWORKS:
+        raise ValidationFailed.at("model", f"evaluation of {model.framework} models is not available yet")
+    _check_sequence_options(model, request.dataset)
+    ref = _dataset_for(model, request.dataset, need_labels=True)
+    dataset, _ = resolve_dataset(ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db)
+    if dataset.sequence is not None:
+        dataset = replace(dataset, sequence={**dataset.sequence, "num_classes": model.card.get("num_classes")})
+    _check_features(model, dataset.features)
+    return EvaluationPlan(
+        model=model,
+        dataset=dataset,
+        groups=groups,
+        batch_size=request.batch_size,
+        eval_workers=request.eval_workers,
+        roc_steps=request.roc_steps,
+        exact_auc=request.exact_auc,
+        top_k=tuple(request.top_k),
+    )
+
+
+def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
+    """A new path inside a data root (symlinks followed for the part that exists)."""
+    if given is None:
+        home = settings.var_dir / "data"
+        root = (home if home in settings.data_roots else settings.data_roots[0]) / "predictions"
+        root.mkdir(parents=True, exist_ok=True)
+        return str(root / f"{model.name or 'checkpoint'}-{model.version or model.checkpoint_id}-{uuid.uuid4().hex[:8]}")
+    if "\x00" in given:
+        raise ValidationFailed.at("output_uri", "the path contains a NUL byte")
+    check_output_target(given, roots=settings.data_roots)  # a dangling link would send Spark elsewhere
+    target = Path(given) if Path(given).is_absolute() else settings.data_roots[-1] / given
+    parent = Path(os.path.realpath(target.parent))
+    inside = [r for r in settings.data_roots if parent == r or r in parent.parents]
+    if not inside:
+        roots = ", ".join(str(r) for r in settings.data_roots)
+        raise ValidationFailed.at("output_uri", f"{given!r} lies outside the configured data roots ({roots})")
+    try:
+        if target.exists():
+            raise ValidationFailed.at("output_uri", f"{given!r} exists already; name a new path")
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a name longer than the file system allows, a file where a directory should be, ...
+        raise ValidationFailed.at("output_uri", f"{given[:200]!r} is not a usable path: {exc.strerror}") from exc
+    return str(parent / target.name)
+
+
+def plan_prediction(
+    *, request: PredictRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session]
+) -> PredictionPlan:
+    assert request.dataset is not None
+    with db() as session:
+        model = resolve_model(session, request.model)
+    if model.framework not in FRAMEWORKS:
+        raise ValidationFailed.at("model", f"batch prediction with {model.framework} models is not available yet")
+    _check_sequence_options(model, request.dataset)
+    ref = _dataset_for(model, request.dataset, need_labels=False)
+    key = request.dataset.key
+    if ref.sequence is not None:  # one prediction row per sequence, keyed by its id
+        if key is not None and key != ref.sequence.sequence_id:
+            raise ValidationFailed.at(
+                "dataset.key",
+                f"a sequence model predicts per sequence: the key is the sequence id column "
+                f"{ref.sequence.sequence_id!r} (leave key out, or name it)",
+            )
+        key = ref.sequence.sequence_id
+    if not key:
+        raise ValidationFailed.at("dataset.key", "batch prediction needs a key column: partitions are unordered")
+    dataset, schema = resolve_dataset(
+        ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db, labelled=False
+    )
+    if dataset.sequence is not None:
+        dataset = replace(dataset, sequence={**dataset.sequence, "num_classes": model.card.get("num_classes")})
+    if key not in schema:
+        raise ValidationFailed.at("dataset.key", f"no column {key!r} in {request.dataset.uri}")
+    _check_features(model, dataset.features)
+    return PredictionPlan(
+        model=model,
+        dataset=dataset,
+        key=key,
+        output_path=output_path(settings, model, request.output_uri),
+        batch_size=request.batch_size,
+    )
+
+
+def pinned(body: dict[str, Any], model: ModelRef) -> dict[str, Any]:
+    """The stored request names the exact version it resolved to: an alias may move before the job runs."""
+    if model.version is not None:
+        body = {**body, "model": {"name": model.name, "version": model.version}}
+    return body

@@ -1,0 +1,76 @@
+"""The classes of a classification job, found in the data when the request does not say: integer indices
+0..k-1 as they are (k from the largest label), or strings mapped to indices in sorted order (the mapping is stored
+with the model). Local parquet is read on the driver without a Spark job (app/services/datasets/schema.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from app.core.errors import ValidationFailed
+from app.services.datasets import schema as data
+from workers.data.spec import ResolvedDataset
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+INTEGER_TYPES = ("tinyint", "smallint", "int", "bigint")
+MAX_STRING_CLASSES = 10_000
+
+
+def resolve_classes(
+    train: ResolvedDataset, dtype: str, spark: SparkSession
+) -> tuple[ResolvedDataset, tuple[str, ...] | None]:
+    """The dataset with ``num_classes`` set, and the string class labels in index order (None for indices)."""
+    label = train.label or ""
+    if dtype == "string":
+        names = tuple(sorted(str(v) for v in _distinct(train, label, spark)))
+        if len(names) > MAX_STRING_CLASSES:
+            raise ValidationFailed.at("dataset.label", f"more than {MAX_STRING_CLASSES} distinct classes")
+        if len(names) < 2:
+            raise ValidationFailed.at("dataset.label", f"{label!r} has {len(names)} distinct values; a class needs 2+")
+        if train.num_classes is not None and train.num_classes != len(names):
+            raise ValidationFailed.at(
+                "dataset.num_classes", f"{label!r} has {len(names)} distinct labels, not {train.num_classes}"
+            )
+        return replace(train, num_classes=len(names)), names
+    if dtype not in INTEGER_TYPES:
+        raise ValidationFailed.at("dataset.label", f"{label!r} is {dtype}; class labels are integers 0..k-1 or strings")
+    if train.num_classes is None:
+        return replace(train, num_classes=class_count(train, spark)), None
+    return train, None
+
+
+def class_count(ds: ResolvedDataset, spark: SparkSession) -> int:
+    """How many classes integer labels 0..k-1 name: the largest label + 1 (at least 2)."""
+    top = top_label(ds, spark)
+    if top is None:
+        raise ValidationFailed.at("dataset.uri", f"{ds.path} has no labelled rows")
+    return max(2, int(top) + 1)
+
+
+def top_label(ds: ResolvedDataset, spark: SparkSession) -> Any:
+    """The largest value of the label column (of its elements, for per-step label arrays of local parquet);
+    None when there is none."""
+    label = ds.label or ""
+    top = data.max_value(ds.path, ds.format, ds.options, label)
+    if top is not data.NOT_LOCAL:
+        return top
+    from pyspark.sql import functions as F
+
+    from workers.data.spec import read_dataframe
+
+    row = read_dataframe(spark, ds).agg(F.max(label).alias("m")).first()
+    return None if row is None else row["m"]
+
+
+def _distinct(ds: ResolvedDataset, label: str, spark: SparkSession) -> list[Any]:
+    found = data.distinct_values(ds.path, ds.format, ds.options, label, limit=MAX_STRING_CLASSES)
+    if found is not None:
+        return found
+    from pyspark.sql import functions as F
+
+    from workers.data.spec import read_dataframe
+
+    rows = read_dataframe(spark, ds).select(label).where(F.col(label).isNotNull()).distinct()
+    return [r[label] for r in rows.limit(MAX_STRING_CLASSES + 1).collect()]

@@ -1,0 +1,34 @@
+"""What the tabular families (spark_ml, xgboost) share in planning, and the spark_ml plan itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.errors import ValidationFailed
+from app.schemas.train import TrainRequest
+from workers.data.spec import ResolvedDataset
+from workers.errors import SpecError
+from workers.training.spark_ml.spec import SparkMLPlan, parse_spark_ml_params
+
+
+def check_tabular(request: TrainRequest, train: Any, *, family: str, normalize_hint: str) -> None:
+    """What the tabular families (spark_ml, xgboost) refuse: a network, several labels, normalizers, sequences."""
+    if request.network is not None or request.training is not None:
+        raise ValidationFailed.at("network", f"{family} takes params, not network/training")
+    if train.extra_labels:
+        raise ValidationFailed.at("dataset.label", f"{family} learns one label column")
+    if train.normalize is not None:
+        raise ValidationFailed.at("dataset.normalize", normalize_hint)
+    if train.sequence is not None:
+        raise ValidationFailed.at("dataset.sequence", "sequence datasets train lstm/gru networks (framework torch)")
+
+
+def plan_spark_ml(*, request: TrainRequest, train: ResolvedDataset, validation: ResolvedDataset | None) -> SparkMLPlan:
+    check_tabular(
+        request, train, family="spark_ml", normalize_hint="spark_ml scales features itself (params.standardize)"
+    )
+    try:
+        spec = parse_spark_ml_params(request.params, task=request.dataset.task)
+    except SpecError as exc:
+        raise ValidationFailed.at(exc.path, exc.message) from exc
+    return SparkMLPlan(train=train, validation=validation, spec=spec)

@@ -1,0 +1,73 @@
+"""Planning a training job: the request's dataset (and validation set) checked against the data, then the
+family's plan (torch, xgboost, spark_ml)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.errors import ValidationFailed
+from app.core.settings import Settings
+from app.schemas.train import DatasetRef, TrainRequest, ValidationRef
+from app.services.datasets.check import resolve_dataset
+from app.services.planning.tabular import plan_spark_ml
+from app.services.planning.torch_plan import plan_torch
+from app.services.planning.xgboost_plan import plan_xgboost
+from workers.families import FRAMEWORKS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:
+    """The validation set reads like the training set; weights and the split concern training only."""
+    update: dict[str, Any] = {"uri": val.uri, "format": val.format, "options": val.options, "weight": None,
+                              "split": None}  # fmt: skip
+    if train.sequence is not None:  # validation sequences carry their labels in their own rows
+        update["sequence"] = train.sequence.model_copy(update={"labels_uri": None})
+    return train.model_copy(update=update)
+
+
+def plan_training(
+    *, request: TrainRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session] | None = None
+) -> Any:
+    """The family's plan for this request; raises ValidationFailed (422) with the field at fault."""
+    if request.framework not in FRAMEWORKS:
+        raise ValidationFailed.at(
+            "framework", f"{request.framework!r} is not available in this release; use one of {', '.join(FRAMEWORKS)}"
+        )
+    if request.dataset.label is None:
+        raise ValidationFailed.at("dataset.label", "required for training: the column to learn")
+    if request.dataset.task is None:
+        raise ValidationFailed.at("dataset.task", "required for training: classification or regression")
+    allow_array = request.framework == "torch"
+    train, schema = resolve_dataset(request.dataset, settings=settings, spark=spark, allow_array=allow_array, db=db)
+    validation = None
+    if request.validation is not None:
+        validation, val_schema = resolve_dataset(
+            _validation_ref(request.dataset, request.validation),
+            settings=settings,
+            spark=spark,
+            loc="validation",
+            allow_array=allow_array,
+            db=db,
+        )
+        for column in (*train.features, *train.label_columns):
+            if val_schema.get(column) != schema[column]:
+                raise ValidationFailed.at(
+                    "validation.uri",
+                    f"column {column!r} is {schema[column]} in the training data but "
+                    f"{val_schema.get(column, 'missing')} in the validation data",
+                )
+    if request.framework == "torch":
+        return plan_torch(
+            request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark, db=db
+        )
+    if request.framework == "spark_ml":
+        return plan_spark_ml(request=request, train=train, validation=validation)
+    if request.framework == "xgboost":
+        return plan_xgboost(
+            request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark
+        )
+    raise AssertionError(f"no planner for {request.framework}")

@@ -1,0 +1,85 @@
+"""A job is planned once: the plan the request validated is stored with the job, and the runner executes that
+plan, not a new plan of the stored request. Proved by breaking the stored request after submitting: the job still
+runs what was planned. A retry changes only the plan's resume point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.core.jobstates import JobStatus
+from app.core.settings import Settings
+from app.db.session import transaction
+from app.jobs.runner import run_job
+from app.jobs.runtime import JobRuntime
+from app.schemas.train import TrainRequest
+from app.services import jobs
+from app.services.training import submit_training
+from workers import plans
+from workers.training.spark_ml.spec import SparkMLPlan
+
+REPO = Path(__file__).resolve().parents[3]
+BODY = json.loads((REPO / "examples/linear-regression-spark-ml.json").read_text())
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(var_dir=tmp_path / "var", artifact_root=tmp_path / "artifacts", data_roots=[REPO / "datasets"])
+
+
+def test_the_runner_executes_the_stored_plan_not_the_stored_request(db: Any, spark: Any, tmp_path: Path) -> None:
+    sent: list[tuple[str, str]] = []
+    settings = _settings(tmp_path)
+    job, created = submit_training(
+        db=db, settings=settings, spark=spark, enqueue=lambda task, job_id: sent.append((task, job_id)),
+        request=TrainRequest.model_validate(BODY),
+    )  # fmt: skip
+    assert created and sent == [("train.spark_ml", job.id)]
+    with db() as s:
+        stored = jobs.get_job(session=s, job_id=job.id)
+        plan = plans.load(SparkMLPlan, stored.plan or {})
+    assert plan.train.path == str(REPO / "datasets/taxi/train.parquet")
+    assert plan.train.features == tuple(BODY["dataset"]["features"])
+
+    # Planning this request again would now fail (no such data): the job must not plan again.
+    broken = {**BODY, "dataset": {**BODY["dataset"], "uri": "taxi/gone.parquet"}}
+    with transaction(db) as s:
+        jobs.get_job(session=s, job_id=job.id).request = broken
+    run_job(JobRuntime(settings=settings, db=db, spark=spark), job.id)
+
+    with db() as s:
+        done = jobs.get_job(session=s, job_id=job.id)
+        assert (done.status, done.error_message) == (JobStatus.SUCCEEDED, None)
+        assert done.result is not None and done.result["rows"]["train"] == 8000
+        assert done.model_version == 1
+
+
+def test_a_job_queued_without_a_plan_is_planned_from_its_request(db: Any, spark: Any, tmp_path: Path) -> None:
+    """Jobs queued by a release that did not store plans still run (planned again when they start)."""
+    settings = _settings(tmp_path)
+    with transaction(db) as s:
+        job, _ = jobs.create_job(session=s, job_type="train", request=BODY, framework="spark_ml", name=BODY["name"])
+        job_id = job.id
+    run_job(JobRuntime(settings=settings, db=db, spark=spark), job_id)
+    with db() as s:
+        done = jobs.get_job(session=s, job_id=job_id)
+        assert done.status == JobStatus.SUCCEEDED, done.error_message
+        assert any("no stored plan" in line.message for line in jobs.list_logs(session=s, job_id=job_id))
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_broker_that_refuses_fails_the_job_and_nothing_stays_queued(db: Any, spark: Any, tmp_path: Path) -> None:
+    from app.core.errors import ServiceUnavailable
+
+    def refuse(task: str, job_id: str) -> None:
+        raise ConnectionError("broker down")
+
+    with pytest.raises(ServiceUnavailable):
+        submit_training(db=db, settings=_settings(tmp_path), spark=spark, enqueue=refuse,
+                        request=TrainRequest.model_validate(BODY))  # fmt: skip
+    with db() as s:
+        (job,), _ = jobs.list_jobs(session=s)
+        assert (job.status, job.error_reason) == (JobStatus.FAILED, "ENQUEUE_FAILED")
+        assert job.plan is not None

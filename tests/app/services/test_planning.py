@@ -1,0 +1,81 @@
+"""Planning every example request: the plan survives its trip through the job's JSON column unchanged (what the
+runner executes is what the request checked), and on local parquet no family's planning runs a Spark job (one
+would wait for a free task slot while a barrier stage holds them all)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from app.core.settings import Settings
+from app.schemas.train import TrainRequest
+from app.services.planning.training import plan_training
+from workers import plans
+from workers.families import plan_type
+from workers.inference.spec import EvaluationPlan, ModelRef, PredictionPlan
+from workers.recipes.gpu_smoke import GpuSmokePlan
+from workers.training.torch.config import ResumePoint
+
+REPO = Path(__file__).resolve().parents[3]
+TRAINING_EXAMPLES = ["digits-cnn", "taxi-mlp", "linear-regression", "xgboost-taxi", "random-forest-cv",
+                     "linear-regression-spark-ml"]  # fmt: skip
+
+
+def _plan_without_spark_jobs(spark: Any, body: dict[str, Any], roots: list[Path]) -> Any:
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("plan-probe", "plan-probe")
+    try:
+        plan = plan_training(
+            request=TrainRequest.model_validate(body), settings=Settings(data_roots=roots), spark=spark
+        )
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert tracker.getJobIdsForGroup("plan-probe") == []
+    return plan
+
+
+def _round_trip(plan: Any) -> Any:
+    return plans.load(type(plan), json.loads(json.dumps(plans.dump(plan))))
+
+
+@pytest.mark.parametrize("example", TRAINING_EXAMPLES)
+def test_every_example_plans_without_spark_and_its_plan_survives_storage(spark: Any, example: str) -> None:
+    body = json.loads((REPO / "examples" / f"{example}.json").read_text())
+    plan = _plan_without_spark_jobs(spark, body, [REPO / "datasets"])
+    assert type(plan) is plan_type("train", body["framework"], None)
+    assert _round_trip(plan) == plan
+
+
+def test_a_resume_point_and_the_other_plans_survive_storage(spark: Any) -> None:
+    body = json.loads((REPO / "examples/digits-cnn.json").read_text())
+    plan = _plan_without_spark_jobs(spark, body, [REPO / "datasets"])
+    resumed = replace(plan, resume=ResumePoint(checkpoint_id="c" * 32, path="file:///x/epoch-2", epoch=2, job_id="j"))
+    assert _round_trip(resumed) == resumed
+    model = ModelRef(framework="torch", uri="file:///m", card={"features": ["pixels"], "input_shape": [1, 8, 8]},
+                     name="digits-cnn", version=3)  # fmt: skip
+    for other in (
+        EvaluationPlan(model=model, dataset=plan.train, groups=("classification", "roc"), top_k=(1, 3)),
+        PredictionPlan(model=model, dataset=plan.train, key="id", output_path="/tmp/out", extra={"a": [1, 2]}),
+        GpuSmokePlan(rows=10, partitions=2, device="cpu"),
+    ):
+        assert _round_trip(other) == other
+
+
+def test_partitioned_local_parquet_plans_without_spark(spark: Any, tmp_path: Path) -> None:
+    """Hive-style partition directories are local parquet too: the label of a partition column, the classes and an
+    array column's width are all read on the driver."""
+    digits = pd.read_parquet(REPO / "datasets/digits/train.parquet").head(300)
+    spark.createDataFrame(digits).write.partitionBy("label").parquet(str(tmp_path / "by-label"))
+    dataset = {"uri": "by-label", "features": ["pixels"], "label": "label", "task": "classification"}
+    output = {"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"}
+    body = {"name": "d", "framework": "torch", "network": {"layers": [output]}, "dataset": dataset}
+    plan = _plan_without_spark_jobs(spark, body, [tmp_path])
+    assert (plan.input_shape, plan.train.num_classes) == ((64,), int(digits["label"].max()) + 1)
+    xgb = {"name": "x", "framework": "xgboost", "params": {"num_round": 5}, "dataset": dataset}
+    with pytest.raises(Exception, match="numeric columns"):  # xgboost takes columns, not an array: still no job
+        _plan_without_spark_jobs(spark, xgb, [tmp_path])
