@@ -45,6 +45,10 @@ The card, ``spec.json`` (``model.card``):
 
 Safe to load: nothing is unpickled. The weights are read with safetensors (plain tensors) and the card with
 json; the only code that runs is this file and torch.
+
+This file is also sparktrain's one network builder: the trainer builds its modules here too, from the same
+``network`` object, adding only its seeded initial weights (``workers.training.torch.network``). So the archive
+needs this one file and cannot drift from the trainer.
 """
 
 from __future__ import annotations
@@ -54,14 +58,14 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from safetensors.torch import load_file
 from torch import nn
 
-__all__ = ["LAYER_TYPES", "Model", "Network", "build_module", "load"]
+__all__ = ["LAYER_TYPES", "Model", "Network", "build_module", "load", "materialize", "predict_transform"]
 
 SPEC = "spec.json"
 WEIGHTS = "weights.safetensors"
@@ -121,11 +125,14 @@ class _Reshape(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(x.shape[0], *self.shape)
 
+    def extra_repr(self) -> str:
+        return f"shape={self.shape}"
+
 
 class _Recurrent(nn.Module):
     """Batch-first LSTM/GRU; without return_sequences it returns the last valid step of each sequence."""
 
-    def __init__(self, rnn: nn.LSTM | nn.GRU, return_sequences: bool) -> None:
+    def __init__(self, rnn: nn.RNNBase, return_sequences: bool) -> None:
         super().__init__()
         self.rnn = rnn
         self.return_sequences = return_sequences
@@ -198,11 +205,7 @@ def _layer(layer: dict[str, Any], incoming: Shape, where: str) -> tuple[nn.Modul
         return _Reshape(shape), shape
     if kind in ("lstm", "gru"):
         units, return_sequences = int(layer["units"]), bool(layer.get("return_sequences", False))
-        rnn: nn.LSTM | nn.GRU
-        if kind == "lstm":
-            rnn = nn.LSTM(incoming[-1], units, batch_first=True, dtype=f32)
-        else:
-            rnn = nn.GRU(incoming[-1], units, batch_first=True, dtype=f32)
+        rnn = (nn.LSTM if kind == "lstm" else nn.GRU)(incoming[-1], units, batch_first=True, dtype=f32)
         return _Recurrent(rnn, return_sequences), (incoming[0], units) if return_sequences else (units,)
     raise ValueError(f"{where}: unknown layer type {kind!r} (known: {', '.join(LAYER_TYPES)}); {_NEWER}")
 
@@ -243,19 +246,40 @@ class Network(nn.Module):
         return x
 
 
-def build_module(network: dict[str, Any]) -> Network:
-    """The CPU module for the card's ``network`` object, without weights (zeros; batch norm at identity) until you
-    ``load_state_dict(safetensors.torch.load_file("weights.safetensors"))``. Leaves torch's global RNG untouched."""
+N = TypeVar("N", bound=Network)
+
+
+def materialize(make: Callable[[], N], init_weight: Callable[[torch.Tensor], object] = nn.init.zeros_) -> N:
+    """``make()`` on the ``meta`` device (no memory, no random draws), materialised on the CPU: ``init_weight`` on
+    every weight tensor in ``module.parameters()`` order (zeros until the weights are loaded; the trainer passes its
+    seeded ``weight_init``), biases zero, batch norm at identity. Torch's global RNG is left untouched."""
     with torch.device("meta"):
-        module = Network(network)
+        module = make()
     module.to_empty(device="cpu")
     with torch.no_grad():
-        for tensor in (*module.parameters(), *module.buffers()):
-            tensor.zero_()
         for sub in module.modules():
             if isinstance(sub, nn.BatchNorm1d | nn.BatchNorm2d):
-                sub.reset_parameters()
+                sub.reset_parameters()  # scale 1, shift 0 and fresh running statistics
+                continue
+            for name, param in sub.named_parameters(recurse=False):
+                (init_weight if name.startswith("weight") else nn.init.zeros_)(param)
     return module
+
+
+def build_module(network: dict[str, Any]) -> Network:
+    """The CPU module for the card's ``network`` object, without weights (zeros; batch norm at identity) until you
+    ``load_state_dict(safetensors.torch.load_file("weights.safetensors"))``."""
+    return materialize(lambda: Network(network))
+
+
+def predict_transform(loss: str, outputs: torch.Tensor) -> torch.Tensor:
+    """Raw outputs to predictions: class probabilities (softmax) for cross_entropy, P(class 1) (sigmoid) for
+    binary_cross_entropy, the values themselves (the output activation already applied) for mse/mae."""
+    if loss == "cross_entropy":
+        return torch.softmax(outputs, dim=-1)
+    if loss == "binary_cross_entropy":
+        return torch.sigmoid(outputs)
+    return outputs
 
 
 def _check_weights(module: nn.Module, tensors: dict[str, torch.Tensor], path: Path) -> None:
@@ -348,11 +372,9 @@ class Model:
         if self.loss not in ("cross_entropy", "binary_cross_entropy"):
             values = out[:, 0] if out.dim() == 2 and out.shape[1] == 1 else out
             return {"prediction": values.tolist()}
-        if self.loss == "cross_entropy":
-            probabilities = torch.softmax(out, dim=-1).double()
-        else:
-            p1 = torch.sigmoid(out).double()
-            probabilities = torch.cat([1 - p1, p1], dim=-1)
+        probabilities = predict_transform(self.loss, out).double()
+        if self.loss == "binary_cross_entropy":
+            probabilities = torch.cat([1 - probabilities, probabilities], dim=-1)
         index = probabilities.argmax(dim=-1).numpy()
         labels = np.asarray(self.class_labels, dtype=object)[index].tolist() if self.class_labels else index.tolist()
         return {"class_index": index.tolist(), "label": labels, "probabilities": probabilities.tolist()}

@@ -20,7 +20,7 @@ from workers import storage
 from workers.data.normalize import Normalizer
 from workers.inference.answer import prediction_answer
 from workers.inference.cache import ModelCache
-from workers.training.torch.checkpoint import WEIGHTS, load_weights
+from workers.training.torch.checkpoint import load_weights
 from workers.training.torch.network import build_network, predict_transform
 from workers.training.torch.spec import NetworkSpec, parse_network
 
@@ -68,7 +68,7 @@ class TorchModel:
             for start in range(0, len(x), batch_size):
                 chunk = torch.from_numpy(np.ascontiguousarray(x[start : start + batch_size]))
                 part = torch.from_numpy(lengths[start : start + batch_size]) if lengths is not None else None
-                out.append(predict_transform(self.spec, self.module(chunk, lengths=part)).double().numpy())
+                out.append(predict_transform(self.spec.loss, self.module(chunk, lengths=part)).double().numpy())
         if not out:
             width = self.spec.output_units
             return np.zeros((0, width))
@@ -89,7 +89,3 @@ def cached(uri: str) -> TorchModel:
     """The model for ``uri``, loaded once per Python worker process and reused by every batch and task."""
     model: TorchModel = _WORKER_CACHE.get(uri, lambda: TorchModel.load(uri))
     return model
-
-
-def has_weights(uri: str) -> bool:
-    return (storage.fetch_dir(uri) / WEIGHTS).exists()

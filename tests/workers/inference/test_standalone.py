@@ -247,6 +247,25 @@ def test_random_networks_are_bitwise_equal(obj: dict[str, Any], seed: int) -> No
         assert_same_outputs(model, reference, x, lengths)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=network_dicts(), seed=st.integers(0, 2**16))
+def test_the_loader_builds_the_trainers_module_from_the_card(obj: dict[str, Any], seed: int) -> None:
+    """One builder: from the card's ``network`` (the JSON of ``spec_to_dict``) ``build_module`` gives the module the
+    trainer builds (the same class, parameter names and shapes) and, with the trainer's weights, its outputs."""
+    try:
+        spec = parse_network(obj)
+    except SpecError:
+        return
+    reference = prepare(obj, seed)
+    module = standalone.build_module(json.loads(json.dumps(spec_to_dict(spec))))
+    assert isinstance(reference, standalone.Network) and type(module) is standalone.Network
+    shapes = [(name, tuple(t.shape)) for name, t in module.state_dict().items()]
+    assert shapes == [(name, tuple(t.shape)) for name, t in reference.state_dict().items()]
+    module.load_state_dict(reference.state_dict(), strict=True)
+    for x, lengths in inputs(reference, seed=seed):
+        assert_same_outputs(standalone.Model(module, {}), reference, x, lengths)
+
+
 # --- predict ----------------------------------------------------------------------------------------------------
 
 
@@ -277,7 +296,7 @@ def expected_predictions(module: Network, x: np.ndarray, normalizer: dict[str, A
     if normalizer is not None:
         x = Normalizer.from_dict(normalizer).apply(x)
     with torch.no_grad():
-        return predict_transform(module.spec, module(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))))
+        return predict_transform(module.spec.loss, module(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))))
 
 
 def test_predict_classes_with_labels_and_a_standardize_normalizer(tmp_path: Path) -> None:

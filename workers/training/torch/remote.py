@@ -117,7 +117,7 @@ def _evaluate(
                 continue
             totals[0] += float(loss_fn(out, y)) * len(out)
             totals[1] += len(out)
-            pred = predict_transform(spec, out)
+            pred = predict_transform(spec.loss, out)
             if classification:
                 labels = (pred.reshape(-1) > 0.5).long() if pred.shape[-1] == 1 else pred.argmax(dim=1)
                 totals[2] += float((labels == y.reshape(-1)).sum())

@@ -291,19 +291,19 @@ def test_output_activation_applies_only_to_regression_losses() -> None:
     reg = build_network(spec_of([4], output(3, "sigmoid", "mse")), seed=0)
     y = reg(x)
     assert ((y >= 0) & (y <= 1)).all()
-    torch.testing.assert_close(predict_transform(reg.spec, y), y)
+    torch.testing.assert_close(predict_transform(reg.spec.loss, y), y)
 
     ce = build_network(spec_of([4], output(3, "softmax", "cross_entropy")), seed=0)
     logits = ce(x)
     assert not torch.allclose(logits.sum(dim=1), torch.ones(64))
-    probs = predict_transform(ce.spec, logits)
+    probs = predict_transform(ce.spec.loss, logits)
     torch.testing.assert_close(probs, torch.softmax(logits, dim=1))
     torch.testing.assert_close(probs.sum(dim=1), torch.ones(64))
 
     bce = build_network(spec_of([4], output(1, "sigmoid", "binary_cross_entropy")), seed=0)
     logits = bce(x)
     assert (logits < 0).any() and (logits > 1).any()
-    torch.testing.assert_close(predict_transform(bce.spec, logits), torch.sigmoid(logits))
+    torch.testing.assert_close(predict_transform(bce.spec.loss, logits), torch.sigmoid(logits))
 
 
 def test_hidden_softmax_and_every_activation_run() -> None:
