@@ -1,4 +1,4 @@
-"""The GPU check (DEVELOPERS.md "GPU checks"): the executor-side trainer and the codec on CUDA, CPU beside.
+"""The GPU check (docs/testing.md, "GPU checks"): the executor-side trainer and the codec on CUDA, CPU beside.
 
 Runs where there is CUDA torch but no pyspark or xgboost: the trainer runs through
 ``workers.training.torch.local.run_local`` (rank, world size and rendezvous address passed in, as a barrier

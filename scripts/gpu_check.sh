@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared GPU check (DEVELOPERS.md): run from the repository root on the lent GPU machine, which has
+# The one prepared GPU check (docs/testing.md): run from the repository root on the lent GPU machine, which has
 # CUDA torch but neither pyspark nor xgboost. Results go to $OUT (the device tool brings them back) and to
 # bench/results/gpu_check.json.
 set -euo pipefail

@@ -35,7 +35,7 @@ for _key, _value in {
 
 
 def _missing(what: str) -> None:
-    message = f"{what} is not reachable on 127.0.0.1 (start it: see README 'Tests')"
+    message = f"{what} is not reachable on 127.0.0.1 (start it: scripts/services.sh, see docs/testing.md)"
     if REQUIRE_SERVICES:
         pytest.fail(message)
     pytest.skip(message)

@@ -53,7 +53,7 @@ def test_swagger_shows_the_shipped_bodies(swagger: str, file: str) -> None:
 
 
 def test_the_article_jobs_are_shipped() -> None:
-    """One body per job of the seed article (examples/README in the top README)."""
+    """One body per job of the seed article (docs/examples.md)."""
     names = {p.name for p in EXAMPLES_DIR.glob("*.json")}
     assert {"linear-regression.json", "random-forest-cv.json", "xgboost-taxi.json"} <= names
 

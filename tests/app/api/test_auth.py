@@ -1,7 +1,7 @@
 """API keys and owners over real HTTP, on SQLite and PostgreSQL.
 
 Keys: alice and bob (plain keys) and root (an admin). alice owns a registered dataset, a trained model (with an
-alias), its training job and a checkpoint. The rules (README "Security"):
+alias), its training job and a checkpoint. The rules (docs/security.md):
 - no key, a malformed header or an unknown key: 401 problem+json with ``WWW-Authenticate: Bearer``, on every
   endpoint but the health checks and the documentation;
 - another owner's job, checkpoint, model or dataset answers exactly as one that does not exist: 404 where the URL
