@@ -152,23 +152,16 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
 
 
 def _linear_model(ctx: JobContext, plan: TorchPlan, card: dict[str, Any]) -> dict[str, Any] | None:
-    """A linear regression's weights and bias in raw feature units (and their error against a shipped truth)."""
+    """A linear regression's weights and bias in raw feature units (:mod:`workers.training.torch.linear`)."""
     from workers.training.torch import linear
 
     if not linear.is_linear(plan.network, card):
         return None
     try:
-        found = linear.report(plan.network, card, linear.load_tensors(_model_uri(ctx)), plan.train.path)
+        return linear.linear_model(plan.network, card, linear.load_tensors(_model_uri(ctx)))
     except (OSError, ValueError) as exc:
         ctx.warn(f"no linear-model report: {exc}")
         return None
-    if found is not None and "error" in found:
-        err = found["error"]
-        ctx.log(
-            f"linear model vs {linear.TRUTH_FILE}: weights off by at most {err['weights_max_abs']:.4g} "
-            f"(rmse {err['weights_rmse']:.4g}), bias by {err['bias_abs']:.4g}"
-        )
-    return found
 
 
 def _model_uri(ctx: JobContext) -> str:
