@@ -30,13 +30,29 @@ RESULT_SCHEMA = "rank int, result string"
 
 
 def shipped_function(cfg: dict[str, Any]) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The function Spark ships to the barrier tasks: it closes over the plain config dict only and imports the
-    executor-side module inside (DESIGN.md §2)."""
+    """The function Spark ships to the barrier tasks (DESIGN.md §2). It closes over the plain config dict only;
+    on the executor it is the one place that reads Spark's ``BarrierTaskContext``: rank, world size, rank 0's
+    host, the task's CPUs and GPU addresses and ``allGather`` go to the executor-side module as plain values and
+    a callable, so that module knows nothing of Spark."""
 
     def train_partition(batches: Iterator[Any]) -> Iterator[Any]:
+        from pyspark import BarrierTaskContext
+
         from workers.training.torch.remote import barrier_partition
 
-        return barrier_partition(batches, cfg)
+        task = BarrierTaskContext.get()
+        infos = task.getTaskInfos()
+        gpus = task.resources().get("gpu")
+        return barrier_partition(
+            batches,
+            cfg,
+            rank=task.partitionId(),
+            world_size=len(infos),
+            host=infos[0].address.rsplit(":", 1)[0],
+            cpus=task.cpus(),
+            gpu_addresses=list(gpus.addresses) if gpus else [],
+            all_gather=task.allGather,
+        )
 
     return train_partition
 

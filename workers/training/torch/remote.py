@@ -1,9 +1,10 @@
 """The training loop each barrier task runs (DESIGN.md §4), and the entry point Spark calls.
 
-:func:`run_training` knows nothing of Spark: rank, world size and the rendezvous address come in as
-arguments, so the GPU check runs it under plain ``torch.multiprocessing``. :func:`barrier_partition` is what
-``mapInArrow(..., barrier=True)`` runs: it takes rank and address from ``BarrierTaskContext``, turns the
-partition into tensors and calls :func:`run_training`.
+Nothing here knows Spark. :func:`run_training` takes rank, world size and the rendezvous address as arguments,
+so the GPU check runs it under plain ``torch.multiprocessing``. :func:`barrier_partition` is what
+``mapInArrow(..., barrier=True)`` runs through the driver's shipped function, which reads rank, world size, the
+task's GPUs and ``allGather`` from ``BarrierTaskContext`` and passes them in; it turns the partition into tensors
+and calls :func:`run_training`.
 
 Executor-side: stdlib, numpy, pyarrow, torch, safetensors and this package's executor modules only.
 """
@@ -325,18 +326,27 @@ def _train(
     return result
 
 
-def barrier_partition(batches: Iterator[Any], cfg_dict: dict[str, Any]) -> Iterator[Any]:
-    """What each barrier task runs (``DataFrame.mapInArrow(..., barrier=True)``): one output row per rank."""
+def barrier_partition(
+    batches: Iterator[Any],
+    cfg_dict: dict[str, Any],
+    *,
+    rank: int,
+    world_size: int,
+    host: str,
+    cpus: int,
+    gpu_addresses: Sequence[str],
+    all_gather: Callable[[str], list[str]],
+) -> Iterator[Any]:
+    """What each barrier task runs (``DataFrame.mapInArrow(..., barrier=True)``): one output row per rank.
+
+    The task's place in the stage comes in as plain values (rank, world size, rank 0's host, its CPUs and GPU
+    addresses) and ``all_gather``, every task's string in rank order, which hands rank 0's port to the others:
+    :func:`workers.training.torch.driver.shipped_function` reads them from Spark."""
     import pyarrow as pa
-    from pyspark import BarrierTaskContext
 
     from workers.training.torch.data import load_splits, save_splits, to_splits
     from workers.training.torch.report import SocketReporter
 
-    ctx = BarrierTaskContext.get()
-    rank = ctx.partitionId()
-    infos = ctx.getTaskInfos()
-    host = infos[0].address.rsplit(":", 1)[0]
     cfg = TrainerConfig.from_dict(cfg_dict)
     if cfg.export_mode == "read":
         for _ in batches:  # a placeholder partition: the rows come from the export
@@ -348,24 +358,23 @@ def barrier_partition(batches: Iterator[Any], cfg_dict: dict[str, Any]) -> Itera
             save_splits(Path(cfg.export_dir or ""), rank, train, val)
 
     def share_port(port: int) -> int:
-        return int(ctx.allGather(str(port))[0])
+        return int(all_gather(str(port))[0])
 
-    gpus = ctx.resources().get("gpu")
     reporter: Reporter = NullReporter()
     if cfg.monitor is not None:
         reporter = SocketReporter(cfg.monitor[0], cfg.monitor[1], cfg.monitor[2], rank)
     try:
         result = run_training(
-            cfg.replace_threads(ctx.cpus()),
+            cfg.replace_threads(cpus),
             rank=rank,
-            world_size=len(infos),
+            world_size=world_size,
             host=host,
             port=None,
             train=train,
             val=val,
             reporter=reporter,
             share_port=share_port,
-            gpu_addresses=list(gpus.addresses) if gpus else [],
+            gpu_addresses=gpu_addresses,
         )
     finally:
         reporter.close()
