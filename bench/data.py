@@ -78,7 +78,8 @@ def sparktrain(spark: Any, settings: Any, path: Path, data_path: str) -> tuple[f
     from app.schemas.train import TrainRequest
     from app.services.planning.training import plan_training
     from bench.trainer import BenchContext
-    from workers.training.torch import driver
+    from workers.training.torch.driver import trainer_config
+    from workers.training.torch.export import stage_input, write_manifest
 
     request = TrainRequest.model_validate(
         {
@@ -93,15 +94,15 @@ def sparktrain(spark: Any, settings: Any, path: Path, data_path: str) -> tuple[f
     with tempfile.TemporaryDirectory() as tmp:
         ctx = BenchContext(spark, Path(tmp))
         t0 = time.perf_counter()
-        frame, _rows, normalizer, export_dir, mode = driver._data(ctx, plan)
+        data = stage_input(ctx, plan)
         cfg = replace(
-            driver._config(ctx, plan, normalizer),
-            export_dir=str(export_dir) if export_dir else None,
-            export_mode=mode,
+            trainer_config(ctx, plan, data.normalizer),
+            export_dir=str(data.export_dir) if data.export_dir else None,
+            export_mode=data.export_mode,
         )
-        out = frame.mapInArrow(_tensors_only(cfg.to_dict()), "rows long, s double", barrier=True).collect()
-        if mode == "write" and export_dir is not None:
-            (export_dir / "manifest.json").write_text(json.dumps({"rows": _rows, "normalizer": None, "job_id": "b"}))
+        out = data.frame.mapInArrow(_tensors_only(cfg.to_dict()), "rows long, s double", barrier=True).collect()
+        if data.export_mode == "write":
+            write_manifest(data, "b")
         return time.perf_counter() - t0, sum(int(r["rows"]) for r in out)
 
 

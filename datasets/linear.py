@@ -2,8 +2,12 @@
 
 Six features on different scales (a standard normal, a uniform on [0, 10], a normal around 20, a uniform on
 [-1, 1], an exponential and a 0/1 flag) with fixed weights of order 1, a fixed bias and Gaussian noise. The true
-weights and bias are written next to the data as ``truth.json``, so a torch job trained on ``train.parquet``
-reports how far its fitted weights and bias are from them (``result.linear_model.error``).
+weights and bias are written next to the data as ``truth.json``. A torch job that trains a linear model on
+``train.parquet`` reports its weights and bias in the data's units (``result.linear_model``), and :func:`compare`
+says how far they are from the truth::
+
+    compare(job["result"]["linear_model"], "datasets/linear/truth.json")
+    # {"weights_max_abs": 0.0067, "weights_rmse": 0.0031, "bias_abs": 0.0043}
 
 Features and label are stored as float32 (small files); the label is computed from the stored float32 features,
 so ``truth.json`` is exact for the data as written.
@@ -12,7 +16,9 @@ so ``truth.json`` is exact for the data as written.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -58,3 +64,28 @@ def write(out_dir: str, train_rows: int, eval_rows: int, seed: int = 0, noise_st
     generate(train_rows, seed, noise_std).to_parquet(path / "train.parquet", index=False)
     generate(eval_rows, seed + 1, noise_std).to_parquet(path / "eval.parquet", index=False)
     (path / "truth.json").write_text(json.dumps(truth(seed, noise_std), indent=2) + "\n")
+
+
+def read_truth(path: str | Path) -> dict[str, Any]:
+    """A ``truth.json`` as :func:`write` writes it (``{"weights": {feature: w}, "bias": b, ...}``), weights and
+    bias as floats. Raises ValueError when the file is not a truth."""
+    try:
+        data = json.loads(Path(path).read_text())
+        weights = {str(k): float(v) for k, v in data["weights"].items()}
+        return {**data, "weights": weights, "bias": float(data["bias"])}
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{path} is not a truth file ({{'weights': {{feature: w}}, 'bias': b}}): {exc}") from exc
+
+
+def compare(fitted: Mapping[str, Any], truth_path: str | Path) -> dict[str, float]:
+    """How far a job's ``result.linear_model`` (``{"weights": {feature: w}, "bias": b}``) is from the truth in
+    ``truth_path``: the largest and the root-mean-square difference of the weights, and the bias's. A feature the
+    truth does not name has a true weight of 0, and a true feature the model was not given a fitted weight of 0."""
+    truth = read_truth(truth_path)
+    names = list(dict.fromkeys([*truth["weights"], *fitted["weights"]]))
+    diff = np.array([fitted["weights"].get(n, 0.0) - truth["weights"].get(n, 0.0) for n in names], dtype=np.float64)
+    return {
+        "weights_max_abs": float(np.abs(diff).max()) if diff.size else 0.0,
+        "weights_rmse": float(np.sqrt(np.mean(diff**2))) if diff.size else 0.0,
+        "bias_abs": abs(float(fitted["bias"]) - float(truth["bias"])),
+    }

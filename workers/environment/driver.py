@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from workers.context import JobContext, JobFailure
-from workers.environment.remote import describe, gather
+from workers.environment.remote import describe
 
 _checked: set[tuple[Any, ...]] = set()
 _lock = threading.Lock()
@@ -28,6 +29,23 @@ def _base(version: str) -> str:
         return Version(version).base_version
     except InvalidVersion:
         return version
+
+
+def shipped_function(libraries: tuple[str, ...], cuda: bool) -> Callable[[Iterable[int]], Iterator[str]]:
+    """The barrier task Spark ships: it reads the task's rank, address and ``allGather`` from Spark's
+    ``BarrierTaskContext`` and hands them to the executor-side :func:`workers.environment.remote.gather`."""
+
+    def describe_partition(_rows: Iterable[int]) -> Iterator[str]:
+        from pyspark import BarrierTaskContext
+
+        from workers.environment.remote import gather
+
+        context = BarrierTaskContext.get()
+        rank = context.partitionId()
+        address = context.getTaskInfos()[rank].address
+        return gather(libraries, cuda, rank=rank, address=address, all_gather=context.allGather)
+
+    return describe_partition
 
 
 def mismatches(driver: dict[str, Any], executors: list[dict[str, Any]]) -> list[str]:
@@ -60,7 +78,8 @@ def check_executors(ctx: JobContext, libraries: tuple[str, ...], tasks: int, *, 
         if key in _checked:
             return
     mine = describe(libraries, cuda=False)
-    rdd = ctx.spark.sparkContext.parallelize(range(tasks), tasks).barrier().mapPartitions(gather(libraries, cuda))
+    tasks_rdd = ctx.spark.sparkContext.parallelize(range(tasks), tasks)
+    rdd = tasks_rdd.barrier().mapPartitions(shipped_function(libraries, cuda))
     found = [json.loads(line) for line in rdd.collect()]
     problems = mismatches(mine, found)
     if problems:

@@ -1,5 +1,8 @@
 """What every executor reports about its Python environment (executor-side: stdlib only, torch when asked).
 
+Nothing here knows Spark: the barrier task's rank, address and ``allGather`` come from the function the driver
+ships (:func:`workers.environment.driver.shipped_function`).
+
 Versions come from package metadata, so nothing heavy is imported to read them; CUDA availability needs torch
 and is asked only by families that train with torch.
 """
@@ -8,7 +11,7 @@ from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any
 
@@ -37,19 +40,12 @@ def describe(libraries: tuple[str, ...], *, cuda: bool) -> dict[str, Any]:
     return env
 
 
-def gather(libraries: tuple[str, ...], cuda: bool) -> Callable[[Iterable[int]], Iterator[str]]:
-    """The barrier task: every task describes its process, and task 0 returns what all of them said."""
-
-    def describe_partition(_rows: Iterable[int]) -> Iterator[str]:
-        from pyspark import BarrierTaskContext
-
-        from workers.environment.remote import describe
-
-        context = BarrierTaskContext.get()
-        address = context.getTaskInfos()[context.partitionId()].address
-        mine = {**describe(libraries, cuda=cuda), "executor": address}
-        everyone = context.allGather(json.dumps(mine))
-        if context.partitionId() == 0:
-            yield from everyone
-
-    return describe_partition
+def gather(
+    libraries: tuple[str, ...], cuda: bool, *, rank: int, address: str, all_gather: Callable[[str], list[str]]
+) -> Iterator[str]:
+    """One barrier task's part: describe this process (at ``address``), share it with every task
+    (``all_gather``, every task's string in rank order) and, on rank 0, return what all of them said."""
+    mine = {**describe(libraries, cuda=cuda), "executor": address}
+    everyone = all_gather(json.dumps(mine))
+    if rank == 0:
+        yield from everyone

@@ -53,7 +53,8 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     source = read_dataframe(ctx.spark, ds)
     dropped = 0
     if ds.sequence is not None:
-        from workers.inference.sequences import sequence_frame, spec_of
+        from workers.inference.sequence_frame import sequence_frame
+        from workers.inference.sequences import spec_of
 
         sequences, dropped = sequence_frame(ctx, ds, spec_of(ds.sequence, labelled=True), labelled=True)
         frame = _bounded(sequences, plan.eval_workers, ctx)

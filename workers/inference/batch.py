@@ -60,7 +60,8 @@ def _predict_sequences(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
     """One output row per sequence, keyed by the sequence id (the plan's key); bad sequences fail the job or are
     skipped and counted, as in training."""
     from workers.data.sequences import SEQUENCE_ID
-    from workers.inference.sequences import sequence_frame, spec_of
+    from workers.inference.sequence_frame import sequence_frame
+    from workers.inference.sequences import spec_of
 
     ds = plan.dataset
     assert ds.sequence is not None

@@ -86,7 +86,7 @@ def sequence_predictions(
         import numpy as np
         import pyarrow as pa
 
-        from workers.data.sequences import SEQUENCE_ID
+        from workers.data.sequences.spec import SEQUENCE_ID
         from workers.inference.sequences import per_step_lists, run_batch, spec_of
 
         net = load_model("torch", uri)

@@ -1,22 +1,23 @@
 """Evaluation and prediction of sequence models (lstm/gru networks trained on sequence datasets).
 
 A sequence model's card holds the :class:`~workers.data.sequences.SequenceSpec` it was trained with, so the data
-to evaluate or predict is read the same way: one row per sequence (:func:`sequence_frame`, driver side), padded
-per Arrow batch on the executors (:func:`run_batch`) exactly as the trainer pads it, each sequence's steps moved
-to the start of the time axis, and the network run with the sequence lengths.
+to evaluate or predict is read the same way: one row per sequence (driver side,
+:func:`workers.inference.sequence_frame.sequence_frame`), padded per Arrow batch on the executors
+(:func:`run_batch`) exactly as the trainer pads it, each sequence's steps moved to the start of the time axis,
+and the network run with the sequence lengths.
 
 * ``last_step`` models give one prediction per sequence: the output at the sequence's last real step.
 * ``per_step`` models give one prediction per step. Evaluation scores the steps that have a label (padding never
   counts); prediction returns the sequence's steps in order.
 
 Prediction data needs no labels: a placeholder label (0 on every step) stands in for them, so a label column the
-data may have is ignored. The driver half imports pyspark inside its functions; the executor half needs numpy,
-pyarrow and torch only.
+data may have is ignored. This module is the executor half (numpy and pyarrow; the network brings torch) and
+what the API needs of it; the driver half is :mod:`workers.inference.sequence_frame`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,10 +26,6 @@ from workers.data.sequences.spec import SEQUENCE_ID, SequenceSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
-
-    from workers.context import JobContext
-    from workers.data.spec import ResolvedDataset
 
 PLACEHOLDER_LABEL = "_sparktrain_no_label"
 """The label column prediction data gets: a sequence frame is built from features and labels."""
@@ -41,37 +38,6 @@ def spec_of(sequence: dict[str, Any], *, labelled: bool) -> SequenceSpec:
     if not labelled:
         values["label"] = PLACEHOLDER_LABEL
     return SequenceSpec.from_dict(values)
-
-
-def sequence_frame(
-    ctx: JobContext, ds: ResolvedDataset, spec: SequenceSpec, *, labelled: bool
-) -> tuple[DataFrame, int]:
-    """One row per usable sequence (``sequence_id``, ``_x``, ``_y``, ``_len``) and how many were bad (failed or
-    skipped by ``ds.bad_rows``, as in training)."""
-    from workers.data.sequences import check_sequences, to_sequence_frame
-    from workers.data.spec import read_dataframe
-
-    source = read_dataframe(ctx.spark, ds)
-    labels = None
-    if labelled and ds.labels_path:
-        labels = read_dataframe(ctx.spark, replace(ds, path=ds.labels_path))
-    if not labelled:
-        source = source.withColumn(PLACEHOLDER_LABEL, _placeholder(spec))
-    frame = to_sequence_frame(source, spec, labels)
-    good, report = check_sequences(frame, spec, bad_rows=ds.bad_rows, source=ds.path)
-    if report.bad:
-        ctx.warn(report.describe())
-    return good, report.bad
-
-
-def _placeholder(spec: SequenceSpec) -> Any:
-    """0 per step (rows layout, or a scalar last_step label), or an array of zeros as long as the features
-    (arrays layout with per_step labels)."""
-    from pyspark.sql import functions as F
-
-    if spec.layout == "rows" or spec.labels == "last_step":
-        return F.lit(0)
-    return F.transform(F.col(spec.features[0]), lambda _: F.lit(0))
 
 
 @dataclass(frozen=True)
@@ -91,7 +57,7 @@ class SequenceOutputs:
 
 def run_batch(net: Any, batch: pa.RecordBatch | pa.Table, spec: SequenceSpec, batch_size: int) -> SequenceOutputs:
     """Pad the batch as the trainer does, run the network with the lengths and line labels up with outputs."""
-    from workers.data.sequences import pad_batch
+    from workers.data.sequences.pad import pad_batch
     from workers.training.torch.data import start_aligned
 
     arrays = pad_batch(batch, spec)
@@ -144,6 +110,5 @@ __all__ = [
     "pad_inline",
     "per_step_lists",
     "run_batch",
-    "sequence_frame",
     "spec_of",
 ]

@@ -32,10 +32,9 @@ from workers.data.sequences import (
     RAGGED_FEATURES,
     SequenceArrays,
     SequenceSpec,
-    check_sequences,
     pad_batch,
-    to_sequence_frame,
 )
+from workers.data.sequences.frame import check_sequences, to_sequence_frame
 
 REPO = Path(__file__).resolve().parents[3]
 ROWS = "sequence_id string, step int, f0 double, f1 double, label int"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from workers.environment.driver import check_executors, mismatches
-from workers.environment.remote import describe
+from workers.environment.remote import describe, gather
 
 DRIVER = {"python": "3.11.7", "libraries": {"pyspark": "4.3.0", "torch": "2.13.0+cpu", "xgboost": "3.2.0"}}
 
@@ -41,6 +42,21 @@ def test_describe_reads_metadata() -> None:
     assert env["python"] == platform.python_version()
     assert env["libraries"]["xgboost"] and env["libraries"]["pyspark"] == "4.3.0"
     assert env["cuda"] in (True, False)
+
+
+def test_gather_takes_the_barrier_from_its_caller() -> None:
+    """Rank, address and allGather come in as plain values (the shipped function reads them from Spark)."""
+    said: list[str] = []
+
+    def all_gather(message: str) -> list[str]:
+        said.append(message)
+        return [message, message]
+
+    first = list(gather(("numpy",), False, rank=0, address="10.0.0.7:41234", all_gather=all_gather))
+    assert len(first) == 2 and json.loads(first[0])["executor"] == "10.0.0.7:41234"
+    assert json.loads(first[0])["libraries"]["numpy"]
+    assert list(gather(("numpy",), False, rank=1, address="10.0.0.8:1", all_gather=all_gather)) == []
+    assert len(said) == 2
 
 
 class Ctx:

@@ -8,17 +8,18 @@ Two halves that never mix:
 * **Executor side** (:func:`pad_batch`): Arrow -> padded numpy arrays and masks, vectorised over the Arrow list
   offsets. stdlib, numpy and pyarrow only (no torch: the trainer wraps the arrays).
 
-One module per part, every public name re-exported here (import from ``workers.data.sequences``):
+One module per part:
 
 * :mod:`workers.data.sequences.spec`: :class:`SequenceSpec` and the names both halves share (the frame's columns,
   the reasons a sequence is bad).
-* :mod:`workers.data.sequences.frame`: the driver side, and the columns of the frame between the halves.
+* :mod:`workers.data.sequences.frame`: the driver side, and the columns of the frame between the halves. Import
+  it from there: this package is imported on the executors (Python runs it before ``pad``), so it re-exports the
+  names of ``spec`` and ``pad`` only.
 * :mod:`workers.data.sequences.pad`: the executor side, and where padding puts the real steps.
 """
 
 from __future__ import annotations
 
-from workers.data.sequences.frame import BadSequences, check_sequences, to_sequence_frame
 from workers.data.sequences.pad import SequenceArrays, pad_batch
 from workers.data.sequences.spec import (
     BAD,
@@ -66,7 +67,6 @@ __all__ = [
     "SEQUENCE_ID",
     "Alignment",
     "BadRows",
-    "BadSequences",
     "LabelKind",
     "Layout",
     "SequenceArrays",
@@ -74,7 +74,5 @@ __all__ = [
     "Task",
     "X",
     "Y",
-    "check_sequences",
     "pad_batch",
-    "to_sequence_frame",
 ]

@@ -15,7 +15,8 @@ import pyarrow as pa
 import torch
 
 from workers.data.normalize import Normalizer
-from workers.data.sequences import SequenceArrays, SequenceSpec, pad_batch
+from workers.data.sequences.pad import SequenceArrays, pad_batch
+from workers.data.sequences.spec import SequenceSpec
 from workers.training.torch.config import DataLayout
 
 

@@ -1,138 +1,60 @@
-"""A torch training job on the driver: prepare the data, run one barrier stage for all epochs, collect.
+"""A torch training job on the driver: one barrier stage for all epochs, and the job's result.
 
-The training and validation rows travel together (a ``_split`` column) into ``num_workers`` equal partitions,
-each sorted by a stable row id, and every barrier task runs :func:`workers.training.torch.remote
-.barrier_partition` on its partition for all epochs. Workers stream step metrics, epoch results and
-checkpoints to a :class:`~workers.training.torch.monitor.Monitor` on the driver while the stage runs.
+The rows come prepared (:mod:`workers.training.torch.prepare`, or the export cache of
+:mod:`workers.training.torch.export`): training and validation rows together (a ``_split`` column) in
+``num_workers`` equal partitions, each sorted by a stable row id. Every barrier task runs
+:func:`workers.training.torch.remote.barrier_partition` on its partition for all epochs, through
+:func:`shipped_function`. Workers stream step metrics, epoch results and checkpoints to a
+:class:`~workers.training.torch.monitor.Monitor` on the driver while the stage runs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import socket
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workers import storage
 from workers.context import JobCancelled, JobContext, JobFailure, JobOutcome, ModelArtifact
-from workers.data.clean import clean
 from workers.data.normalize import Normalizer
-from workers.data.normalize import fit as fit_normalizer
-from workers.data.spec import ResolvedDataset, read_dataframe
 from workers.environment.driver import check_executors
 from workers.training.torch.config import DataLayout, TorchPlan, TrainerConfig
+from workers.training.torch.export import stage_input, write_manifest
 from workers.training.torch.monitor import Monitor
+from workers.training.torch.prepare import ROW, SPLIT
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
-SPLIT, ROW = "_split", "_row"
 RESULT_SCHEMA = "rank int, result string"
 
 
 def shipped_function(cfg: dict[str, Any]) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The function Spark ships to the barrier tasks: it closes over the plain config dict only and imports the
-    executor-side module inside (DESIGN.md §2)."""
+    """The function Spark ships to the barrier tasks (DESIGN.md §2). It closes over the plain config dict only;
+    on the executor it is the one place that reads Spark's ``BarrierTaskContext``: rank, world size, rank 0's
+    host, the task's CPUs and GPU addresses and ``allGather`` go to the executor-side module as plain values and
+    a callable, so that module knows nothing of Spark."""
 
     def train_partition(batches: Iterator[Any]) -> Iterator[Any]:
+        from pyspark import BarrierTaskContext
+
         from workers.training.torch.remote import barrier_partition
 
-        return barrier_partition(batches, cfg)
+        task = BarrierTaskContext.get()
+        infos = task.getTaskInfos()
+        gpus = task.resources().get("gpu")
+        return barrier_partition(
+            batches,
+            cfg,
+            rank=task.partitionId(),
+            world_size=len(infos),
+            host=infos[0].address.rsplit(":", 1)[0],
+            cpus=task.cpus(),
+            gpu_addresses=list(gpus.addresses) if gpus else [],
+            all_gather=task.allGather,
+        )
 
     return train_partition
-
-
-def _index_labels(df: DataFrame, plan: TorchPlan) -> DataFrame:
-    """String class labels -> their index in ``plan.class_labels``; an unknown label becomes -1, a bad row."""
-    from pyspark.sql import functions as F
-
-    if plan.class_labels is None or plan.train.label is None:
-        return df
-    labels = F.array(*[F.lit(v) for v in plan.class_labels])
-    return df.withColumn(plan.train.label, (F.array_position(labels, F.col(plan.train.label)) - 1).cast("int"))
-
-
-def _sequences(ctx: JobContext, ds: ResolvedDataset, num_classes: int | None) -> tuple[DataFrame, int, int]:
-    """Sequence rows -> one row per sequence (``_x``, ``_y``, ``_len``), bad sequences failed or skipped."""
-    from workers.data.sequences import SequenceSpec, check_sequences, to_sequence_frame
-
-    assert ds.sequence is not None
-    spec = SequenceSpec.from_dict({**ds.sequence, "num_classes": num_classes})
-    labels = read_dataframe(ctx.spark, replace(ds, path=ds.labels_path)) if ds.labels_path else None
-    frame = to_sequence_frame(read_dataframe(ctx.spark, ds), spec, labels)
-    good, report = check_sequences(frame, spec, bad_rows=ds.bad_rows, source=ds.path)
-    if report.bad:
-        ctx.warn(report.describe())
-    return good, report.usable, report.bad
-
-
-def _prepare_sequences(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int], None]:
-    from pyspark.sql import functions as F
-
-    num_classes = plan.train.num_classes
-    train, rows, dropped = _sequences(ctx, plan.train, num_classes)
-    if plan.validation is not None:
-        val, val_rows, val_dropped = _sequences(ctx, plan.validation, num_classes)
-        frame = train.withColumn(SPLIT, F.lit(0)).unionByName(val.withColumn(SPLIT, F.lit(1)))
-    else:
-        fraction = plan.train.validation_fraction or plan.validation_fraction
-        frame = train.withColumn(SPLIT, (F.rand(plan.train.split_seed) < fraction).cast("int"))
-        counts = {int(r[SPLIT]): int(r["count"]) for r in frame.groupBy(SPLIT).count().collect()}
-        rows, val_rows, val_dropped = counts.get(0, 0), counts.get(1, 0), 0
-    _check_rows(plan, rows)
-    frame = (
-        frame.withColumn(ROW, F.monotonically_increasing_id()).repartition(plan.num_workers).sortWithinPartitions(ROW)
-    )
-    return frame, {"train": rows, "validation": val_rows, "bad_rows": dropped + val_dropped}, None
-
-
-def _check_rows(plan: TorchPlan, rows: int) -> None:
-    needed = plan.num_workers * plan.batch_size
-    if rows < needed:
-        raise JobFailure(
-            "EMPTY_PARTITION",
-            f"{rows} training rows cannot give {plan.num_workers} workers a batch of {plan.batch_size} each "
-            f"(needs {needed}); use fewer workers, a smaller batch_size_per_worker or more data",
-        )
-
-
-def _prepare(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int], Normalizer | None]:
-    from pyspark.sql import functions as F
-
-    if plan.train.sequence is not None:
-        return _prepare_sequences(ctx, plan)
-    length = math.prod(plan.input_shape) if plan.array_column else None
-    train_raw = _index_labels(read_dataframe(ctx.spark, plan.train), plan)
-    if plan.validation is not None:
-        train, rows, dropped = clean(ctx, train_raw, plan.train, array_length=length)
-        val_raw = _index_labels(read_dataframe(ctx.spark, plan.validation), plan)
-        val, val_rows, val_dropped = clean(ctx, val_raw, plan.validation, array_length=length)
-        frame = train.withColumn(SPLIT, F.lit(0)).unionByName(val.withColumn(SPLIT, F.lit(1)), allowMissingColumns=True)
-    else:
-        fraction = plan.train.validation_fraction or plan.validation_fraction
-        marked = train_raw.withColumn(SPLIT, (F.rand(plan.train.split_seed) < fraction).cast("int"))
-        frame, total, dropped = clean(ctx, marked, plan.train, array_length=length, extra_columns=(SPLIT,))
-        val_dropped = 0
-        counts = {int(r[SPLIT]): int(r["count"]) for r in frame.groupBy(SPLIT).count().collect()}
-        rows, val_rows = counts.get(0, 0), counts.get(1, 0)
-        held = f"{val_rows} of {total} rows held out ({fraction:.0%}, seed {plan.train.split_seed})"
-        ctx.log(f"no validation set given: {held}")
-    _check_rows(plan, rows)
-    normalizer = None
-    if plan.train.normalize is not None:
-        normalizer = fit_normalizer(
-            frame.where(F.col(SPLIT) == 0), plan.train.features, plan.train.normalize, array_column=plan.array_column
-        )
-        ctx.log(f"{plan.train.normalize} normalizer fitted on {normalizer.count} training rows")
-    frame = (
-        frame.withColumn(ROW, F.monotonically_increasing_id()).repartition(plan.num_workers).sortWithinPartitions(ROW)
-    )
-    return frame, {"train": rows, "validation": val_rows, "bad_rows": dropped + val_dropped}, normalizer
 
 
 def _monitor_host(ctx: JobContext) -> str:
@@ -159,7 +81,8 @@ def model_card(plan: TorchPlan, normalizer: Normalizer | None) -> dict[str, Any]
     }
 
 
-def _config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> TrainerConfig:
+def trainer_config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> TrainerConfig:
+    """What every barrier task is told, less the export and the monitor (set once those are known)."""
     threads = int(ctx.spark.sparkContext.getConf().get("spark.task.cpus", "1"))
     return TrainerConfig(
         job_id=ctx.job_id,
@@ -197,59 +120,16 @@ def _config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> 
     )
 
 
-EXPORT_VERSION = 1
-
-
-def _files(path: str) -> list[tuple[str, int, int]] | None:
-    """(name, size, mtime) of the files behind a local dataset path; None for remote URIs."""
-    if "://" in path and not path.startswith("file:"):
-        return None
-    root = Path(path.removeprefix("file://"))
-    found = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-    return [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in found]
-
-
-def export_key(plan: TorchPlan) -> str | None:
-    """What the exported tensors depend on: the data files, how they are read and split, the workers."""
-    fingerprint: list[Any] = [EXPORT_VERSION]
-    for ds in (plan.train, plan.validation):
-        if ds is None:
-            fingerprint.append(None)
-            continue
-        files = _files(ds.path)
-        if files is None:
-            return None
-        fingerprint.append([ds.to_dict(), files])
-    fingerprint.append([plan.num_workers, list(plan.input_shape), plan.array_column, plan.class_labels,
-                        plan.validation_fraction])  # fmt: skip
-    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:24]
-
-
-def _data(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int], Normalizer | None, Path | None, Any]:
-    """The barrier stage's input: prepared rows (direct, or export-and-write), or placeholders when an export of
-    the same data already exists (read)."""
-    key = export_key(plan) if plan.data_path == "export" and plan.export_root else None
-    export_dir = Path(plan.export_root or "") / key if key else None
-    manifest = export_dir / "manifest.json" if export_dir else None
-    if manifest is not None and manifest.exists():
-        saved = json.loads(manifest.read_text())
-        ctx.log(f"training from exported tensors {key} (made by job {saved['job_id']})")
-        normalizer = Normalizer.from_dict(saved["normalizer"]) if saved["normalizer"] else None
-        placeholders = ctx.spark.range(plan.num_workers).repartition(plan.num_workers)
-        return placeholders, saved["rows"], normalizer, export_dir, "read"
-    frame, rows, normalizer = _prepare(ctx, plan)
-    return frame, rows, normalizer, export_dir, "write" if export_dir else None
-
-
 def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     ctx.progress(0.0, "checking the executors")
     check_executors(ctx, ("torch", "numpy", "pyarrow"), plan.num_workers, cuda=plan.device != "cpu")
     ctx.progress(0.0, "preparing the data")
-    frame, rows, normalizer, export_dir, export_mode = _data(ctx, plan)
+    data = stage_input(ctx, plan)
+    rows = data.rows
     cfg = replace(
-        _config(ctx, plan, normalizer),
-        export_dir=str(export_dir) if export_dir else None,
-        export_mode=export_mode,
+        trainer_config(ctx, plan, data.normalizer),
+        export_dir=str(data.export_dir) if data.export_dir else None,
+        export_mode=data.export_mode,
     )
     if plan.resume:
         ctx.log(
@@ -263,15 +143,14 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     ctx.check_cancelled()
     with Monitor(ctx, host=_monitor_host(ctx), on_checkpoint=ctx.checkpoint) as monitor:
         cfg = replace(cfg, monitor=(monitor.address[0], monitor.address[1], monitor.token))
-        collected = frame.mapInArrow(shipped_function(cfg.to_dict()), RESULT_SCHEMA, barrier=True).collect()
+        collected = data.frame.mapInArrow(shipped_function(cfg.to_dict()), RESULT_SCHEMA, barrier=True).collect()
     results = sorted((json.loads(r["result"]) for r in collected), key=lambda r: r["rank"])
     for r in results:
         if "error" in r:
             raise JobFailure(r["error"]["reason"], r["error"]["message"])
-    if export_mode == "write" and export_dir is not None:
-        manifest = {"rows": rows, "normalizer": normalizer.to_dict() if normalizer else None, "job_id": ctx.job_id}
-        (export_dir / "manifest.json").write_text(json.dumps(manifest))
-        ctx.log(f"exported the prepared tensors to {export_dir} for later jobs")
+    if data.export_mode == "write":
+        write_manifest(data, ctx.job_id)
+        ctx.log(f"exported the prepared tensors to {data.export_dir} for later jobs")
     if any(r.get("stopped") for r in results):
         raise JobCancelled(ctx.job_id)
     summary = summarize(results, plan, rows)
@@ -289,23 +168,16 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
 
 
 def _linear_model(ctx: JobContext, plan: TorchPlan, card: dict[str, Any]) -> dict[str, Any] | None:
-    """A linear regression's weights and bias in raw feature units (and their error against a shipped truth)."""
+    """A linear regression's weights and bias in raw feature units (:mod:`workers.training.torch.linear`)."""
     from workers.training.torch import linear
 
     if not linear.is_linear(plan.network, card):
         return None
     try:
-        found = linear.report(plan.network, card, linear.load_tensors(_model_uri(ctx)), plan.train.path)
+        return linear.linear_model(plan.network, card, linear.load_tensors(_model_uri(ctx)))
     except (OSError, ValueError) as exc:
         ctx.warn(f"no linear-model report: {exc}")
         return None
-    if found is not None and "error" in found:
-        err = found["error"]
-        ctx.log(
-            f"linear model vs {linear.TRUTH_FILE}: weights off by at most {err['weights_max_abs']:.4g} "
-            f"(rmse {err['weights_rmse']:.4g}), bias by {err['bias_abs']:.4g}"
-        )
-    return found
 
 
 def _model_uri(ctx: JobContext) -> str:

@@ -1,9 +1,10 @@
 """The training loop each barrier task runs (DESIGN.md §4), and the entry point Spark calls.
 
-:func:`run_training` knows nothing of Spark: rank, world size and the rendezvous address come in as
-arguments, so the GPU check runs it under plain ``torch.multiprocessing``. :func:`barrier_partition` is what
-``mapInArrow(..., barrier=True)`` runs: it takes rank and address from ``BarrierTaskContext``, turns the
-partition into tensors and calls :func:`run_training`.
+Nothing here knows Spark. :func:`run_training` takes rank, world size and the rendezvous address as arguments,
+so the GPU check runs it under plain ``torch.multiprocessing``. :func:`barrier_partition` is what
+``mapInArrow(..., barrier=True)`` runs through the driver's shipped function, which reads rank, world size, the
+task's GPUs and ``allGather`` from ``BarrierTaskContext`` and passes them in; it turns the partition into tensors
+and calls :func:`run_training`.
 
 Executor-side: stdlib, numpy, pyarrow, torch, safetensors and this package's executor modules only.
 """
@@ -26,10 +27,11 @@ from workers.training.torch import checkpoint as ckpt
 from workers.training.torch.comm import Comm
 from workers.training.torch.config import TrainerConfig
 from workers.training.torch.data import Split
-from workers.training.torch.modes import GradientSharing, Strategy, flatten_parameters, make_strategy
+from workers.training.torch.modes import GradientSharing, flatten_parameters, make_strategy
 from workers.training.torch.network import build_network, make_loss, predict_transform
 from workers.training.torch.optim import build_optimizer, build_scheduler
 from workers.training.torch.report import NullReporter, Reporter
+from workers.training.torch.snapshots import published, resume, save_checkpoint
 from workers.training.torch.spec import NetworkSpec, parse_network, parse_optimizer, spec_to_dict
 
 
@@ -136,93 +138,6 @@ def _evaluate(
     return metrics
 
 
-def _save_checkpoint(
-    cfg: TrainerConfig,
-    rank: int,
-    epoch: int,
-    global_step: int,
-    comm: Comm,
-    model: torch.nn.Module,
-    optimizer: Any,
-    scheduler: Any,
-    strategy: Strategy,
-) -> Path:
-    """Every rank writes its state into ``epoch-<n>.partial-<run>``; rank 0 renames it when all are done."""
-    partial = ckpt.partial_dir(cfg.checkpoint_dir, epoch, cfg.run_id)
-    if rank == 0:
-        ckpt.write_meta(
-            partial,
-            {
-                "epoch": epoch,
-                "global_step": global_step,
-                "world_size": comm.world_size,
-                "mode": cfg.mode,
-                "network": cfg.network,
-                "optimizer": cfg.optimizer,
-                "seed": cfg.seed,
-                "job_id": cfg.job_id,
-                "model_card": cfg.model_card,
-            },
-        )
-        ckpt.save_weights(partial, model)
-    comm.barrier()
-    opt_tensors, opt_rest = ckpt.split_optimizer_state(optimizer.state_dict())
-    mode_tensors, mode_rest = strategy.state()
-    ckpt.save_rank_state(
-        partial,
-        rank,
-        {**opt_tensors, **mode_tensors},
-        {"optimizer": opt_rest, "scheduler": scheduler.state_dict() if scheduler else None, **mode_rest},
-    )
-    comm.barrier()
-    target = ckpt.final_dir(cfg.checkpoint_dir, epoch)
-    if rank == 0:
-        ckpt.publish(cfg.checkpoint_dir, epoch, cfg.run_id)
-        if cfg.store:
-            storage.publish_dir(target, published(cfg, f"checkpoints/epoch-{epoch}"))
-    comm.barrier()
-    return target
-
-
-def published(cfg: TrainerConfig, what: str) -> str:
-    """Where a job's files go on the store: ``<store>/jobs/<job_id>/<what>``."""
-    return storage.join(cfg.store or "", "jobs", cfg.job_id, what)
-
-
-def _resume(
-    cfg: TrainerConfig,
-    rank: int,
-    comm: Comm,
-    model: torch.nn.Module,
-    optimizer: Any,
-    scheduler: Any,
-    strategy: Strategy,
-    reporter: Reporter,
-) -> int:
-    """Load a checkpoint; returns the global step it was taken at."""
-    assert cfg.resume_dir is not None
-    directory = storage.fetch_dir(cfg.resume_dir)
-    meta = ckpt.read_meta(directory)
-    ckpt.load_weights(directory, model)
-    state = ckpt.load_rank_state(directory, rank) if meta["world_size"] == comm.world_size else None
-    if state is None:
-        if rank == 0:
-            reporter.send(
-                {
-                    "t": "warn",
-                    "msg": f"the checkpoint was written by {meta['world_size']} workers, this run "
-                    f"has {comm.world_size}: weights resumed, optimizer and residual state start fresh",
-                }
-            )
-        return int(meta["global_step"])
-    tensors, extra = state
-    optimizer.load_state_dict(ckpt.join_optimizer_state(tensors, extra["optimizer"]))
-    if scheduler is not None and extra.get("scheduler") is not None:
-        scheduler.load_state_dict(extra["scheduler"])
-    strategy.load_state(tensors, extra)
-    return int(meta["global_step"])
-
-
 def run_training(
     cfg: TrainerConfig,
     *,
@@ -280,7 +195,7 @@ def _train(
         cfg.mode, model, flat, optimizer, comm, sharing=cfg.sharing, averaging_frequency=cfg.averaging_frequency
     )
     classification = cfg.data.task == "classification"
-    global_step = _resume(cfg, rank, comm, model, optimizer, scheduler, strategy, reporter) if cfg.resume_dir else 0
+    global_step = resume(cfg, rank, comm, model, optimizer, scheduler, strategy, reporter) if cfg.resume_dir else 0
 
     batch = cfg.batch_size
     steps_per_epoch = comm.min_int(len(train) // batch)
@@ -359,7 +274,7 @@ def _train(
         c.last_validation = _evaluate(model, spec, val, comm, device, loss_fn, classification)
         sums = comm.gather_floats([_checksum(flat)])
         identical = len({row[0] for row in sums}) == 1
-        saved = _save_checkpoint(cfg, rank, epoch + 1, global_step, comm, model, optimizer, scheduler, strategy)
+        saved = save_checkpoint(cfg, rank, epoch + 1, global_step, comm, model, optimizer, scheduler, strategy)
         if rank == 0:
             reporter.send(
                 {
@@ -411,18 +326,27 @@ def _train(
     return result
 
 
-def barrier_partition(batches: Iterator[Any], cfg_dict: dict[str, Any]) -> Iterator[Any]:
-    """What each barrier task runs (``DataFrame.mapInArrow(..., barrier=True)``): one output row per rank."""
+def barrier_partition(
+    batches: Iterator[Any],
+    cfg_dict: dict[str, Any],
+    *,
+    rank: int,
+    world_size: int,
+    host: str,
+    cpus: int,
+    gpu_addresses: Sequence[str],
+    all_gather: Callable[[str], list[str]],
+) -> Iterator[Any]:
+    """What each barrier task runs (``DataFrame.mapInArrow(..., barrier=True)``): one output row per rank.
+
+    The task's place in the stage comes in as plain values (rank, world size, rank 0's host, its CPUs and GPU
+    addresses) and ``all_gather``, every task's string in rank order, which hands rank 0's port to the others:
+    :func:`workers.training.torch.driver.shipped_function` reads them from Spark."""
     import pyarrow as pa
-    from pyspark import BarrierTaskContext
 
     from workers.training.torch.data import load_splits, save_splits, to_splits
     from workers.training.torch.report import SocketReporter
 
-    ctx = BarrierTaskContext.get()
-    rank = ctx.partitionId()
-    infos = ctx.getTaskInfos()
-    host = infos[0].address.rsplit(":", 1)[0]
     cfg = TrainerConfig.from_dict(cfg_dict)
     if cfg.export_mode == "read":
         for _ in batches:  # a placeholder partition: the rows come from the export
@@ -434,24 +358,23 @@ def barrier_partition(batches: Iterator[Any], cfg_dict: dict[str, Any]) -> Itera
             save_splits(Path(cfg.export_dir or ""), rank, train, val)
 
     def share_port(port: int) -> int:
-        return int(ctx.allGather(str(port))[0])
+        return int(all_gather(str(port))[0])
 
-    gpus = ctx.resources().get("gpu")
     reporter: Reporter = NullReporter()
     if cfg.monitor is not None:
         reporter = SocketReporter(cfg.monitor[0], cfg.monitor[1], cfg.monitor[2], rank)
     try:
         result = run_training(
-            cfg.replace_threads(ctx.cpus()),
+            cfg.replace_threads(cpus),
             rank=rank,
-            world_size=len(infos),
+            world_size=world_size,
             host=host,
             port=None,
             train=train,
             val=val,
             reporter=reporter,
             share_port=share_port,
-            gpu_addresses=list(gpus.addresses) if gpus else [],
+            gpu_addresses=gpu_addresses,
         )
     finally:
         reporter.close()

@@ -1,9 +1,8 @@
-"""The linear-model report: normalizer folding, linearity detection, truth files and errors."""
+"""The linear-model report: normalizer folding and linearity detection (the comparison with a known truth is the
+demo's: tests/datasets/test_linear.py)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,50 +102,3 @@ def test_not_a_linear_regression_reports_nothing(layers: list[dict[str, Any]], o
     tensors = {k: v.detach().numpy() for k, v in Network(parse_network(spec)).state_dict().items()}
     assert not linear.is_linear(spec, card(**overrides))
     assert linear.linear_model(spec, card(**overrides), tensors) is None
-
-
-def write_truth(directory: Path, **extra: Any) -> None:
-    truth = {"weights": {"a": 1.0, "b": 2.0, "c": 3.0}, "bias": -4.0, "noise_std": 0.1, "seed": 0, **extra}
-    (directory / "truth.json").write_text(json.dumps(truth))
-
-
-def test_report_with_a_truth_beside_the_data(tmp_path: Path) -> None:
-    write_truth(tmp_path, label="y")
-    spec = network(OUTPUT)
-    tensors = trained_tensors(spec, [1.25, 2.0, 2.5], -4.0625)
-
-    found = linear.report(spec, card(), tensors, str(tmp_path / "train.parquet"))
-
-    assert found is not None
-    assert found["truth"]["weights"] == {"a": 1.0, "b": 2.0, "c": 3.0} and found["truth"]["noise_std"] == 0.1
-    assert found["error"]["weights_max_abs"] == pytest.approx(0.5)
-    assert found["error"]["weights_rmse"] == pytest.approx(np.sqrt((0.25**2 + 0.5**2) / 3))
-    assert found["error"]["bias_abs"] == pytest.approx(0.0625)
-    # a dataset directory looks in its parent, like a file
-    assert linear.report(spec, card(), tensors, f"file://{tmp_path}/train") == found
-
-
-def test_report_without_truth_or_for_another_label(tmp_path: Path) -> None:
-    spec = network(OUTPUT)
-    tensors = trained_tensors(spec, [1.0, 2.0, 3.0], -4.0)
-    assert linear.report(spec, card(), tensors, str(tmp_path / "train.parquet")) == linear.linear_model(
-        spec, card(), tensors
-    )
-    write_truth(tmp_path, label="other")
-    assert "truth" not in (linear.report(spec, card(), tensors, str(tmp_path / "train.parquet")) or {})
-    assert linear.read_truth("s3://bucket/data/train.parquet") is None
-
-
-def test_a_broken_truth_file_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "truth.json").write_text('{"weights": [1, 2]}')
-    with pytest.raises(ValueError, match="not a truth file"):
-        linear.read_truth(str(tmp_path / "train.parquet"))
-
-
-def test_error_counts_absent_weights_as_zero() -> None:
-    model = {"weights": {"a": 1.0, "extra": 0.25}, "bias": 1.0}
-    truth = {"weights": {"a": 1.0, "unused": -2.0}, "bias": 1.5}
-    err = linear.error(model, truth)
-    assert err["weights_max_abs"] == 2.0
-    assert err["weights_rmse"] == pytest.approx(np.sqrt((0.25**2 + 2.0**2) / 3))
-    assert err["bias_abs"] == 0.5

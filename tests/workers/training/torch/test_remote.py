@@ -142,3 +142,47 @@ def test_shipped_function_carries_no_service_code(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_barrier_task_runs_without_spark(tmp_path: Path) -> None:
+    """The function Spark ships reads BarrierTaskContext; what it calls takes the task's place in the stage as plain
+    values and ``all_gather``, so one task runs here, in a process that never imports pyspark."""
+    import json
+
+    import pyarrow as pa
+
+    split = _blobs(64, 1)
+    table = pa.table(
+        {
+            "x": pa.array(split.x.numpy().tolist(), pa.list_(pa.float32())),
+            "y": split.y.numpy(),
+            "_split": np.r_[np.zeros(48), np.ones(16)].astype(np.int32),
+            "_row": np.arange(64),
+        }
+    )
+    with pa.OSFile(str(tmp_path / "rows.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=20)
+    (tmp_path / "cfg.json").write_text(json.dumps(_cfg(tmp_path, num_workers=1, epochs=1).to_dict()))
+    code = (
+        "import json, sys; import pyarrow as pa;"
+        "from workers.training.torch.remote import barrier_partition;"
+        "said = [];"
+        "gather = lambda message: said.append(message) or [message];"
+        "batches = pa.ipc.open_file(sys.argv[2]).read_all().to_batches();"
+        "out = list(barrier_partition(iter(batches), json.load(open(sys.argv[1])), rank=0, world_size=1,"
+        " host='127.0.0.1', cpus=1, gpu_addresses=[], all_gather=gather));"
+        "result = json.loads(out[0].column(1)[0].as_py());"
+        "print(json.dumps({'rank': out[0].column(0)[0].as_py(), 'steps': result['steps'], 'said': len(said),"
+        " 'rows': result['rows'], 'pyspark': any(m.split('.')[0] == 'pyspark' for m in sys.modules)}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "cfg.json"), str(tmp_path / "rows.arrow")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[4],
+        timeout=300,
+    )
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    # 48 training rows in batches of 16, one epoch; rank 0 shares its port through all_gather once
+    assert found == {"rank": 0, "steps": 3, "said": 1, "rows": 48, "pyspark": False}, out.stderr

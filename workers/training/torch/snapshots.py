@@ -1,0 +1,110 @@
+"""Checkpoints that all ranks take, and resume from, together (files: :mod:`workers.training.torch.checkpoint`).
+
+Saving: rank 0 writes the meta and the weights into the run's partial directory, every rank its own optimizer
+and mode state, and rank 0 publishes the directory (and copies it to the store) once all are done; barriers
+between the steps. Resuming: every rank loads the weights and, when the checkpoint was written by as many
+ranks, its own optimizer, scheduler and mode state.
+
+Executor-side: stdlib, torch, safetensors and this package's executor modules only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workers import storage
+from workers.training.torch import checkpoint as ckpt
+from workers.training.torch.comm import Comm
+from workers.training.torch.config import TrainerConfig
+from workers.training.torch.modes import Strategy
+from workers.training.torch.report import Reporter
+
+
+def save_checkpoint(
+    cfg: TrainerConfig,
+    rank: int,
+    epoch: int,
+    global_step: int,
+    comm: Comm,
+    model: torch.nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    strategy: Strategy,
+) -> Path:
+    """Every rank writes its state into ``epoch-<n>.partial-<run>``; rank 0 renames it when all are done."""
+    partial = ckpt.partial_dir(cfg.checkpoint_dir, epoch, cfg.run_id)
+    if rank == 0:
+        ckpt.write_meta(
+            partial,
+            {
+                "epoch": epoch,
+                "global_step": global_step,
+                "world_size": comm.world_size,
+                "mode": cfg.mode,
+                "network": cfg.network,
+                "optimizer": cfg.optimizer,
+                "seed": cfg.seed,
+                "job_id": cfg.job_id,
+                "model_card": cfg.model_card,
+            },
+        )
+        ckpt.save_weights(partial, model)
+    comm.barrier()
+    opt_tensors, opt_rest = ckpt.split_optimizer_state(optimizer.state_dict())
+    mode_tensors, mode_rest = strategy.state()
+    ckpt.save_rank_state(
+        partial,
+        rank,
+        {**opt_tensors, **mode_tensors},
+        {"optimizer": opt_rest, "scheduler": scheduler.state_dict() if scheduler else None, **mode_rest},
+    )
+    comm.barrier()
+    target = ckpt.final_dir(cfg.checkpoint_dir, epoch)
+    if rank == 0:
+        ckpt.publish(cfg.checkpoint_dir, epoch, cfg.run_id)
+        if cfg.store:
+            storage.publish_dir(target, published(cfg, f"checkpoints/epoch-{epoch}"))
+    comm.barrier()
+    return target
+
+
+def published(cfg: TrainerConfig, what: str) -> str:
+    """Where a job's files go on the store: ``<store>/jobs/<job_id>/<what>``."""
+    return storage.join(cfg.store or "", "jobs", cfg.job_id, what)
+
+
+def resume(
+    cfg: TrainerConfig,
+    rank: int,
+    comm: Comm,
+    model: torch.nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    strategy: Strategy,
+    reporter: Reporter,
+) -> int:
+    """Load a checkpoint; returns the global step it was taken at."""
+    assert cfg.resume_dir is not None
+    directory = storage.fetch_dir(cfg.resume_dir)
+    meta = ckpt.read_meta(directory)
+    ckpt.load_weights(directory, model)
+    state = ckpt.load_rank_state(directory, rank) if meta["world_size"] == comm.world_size else None
+    if state is None:
+        if rank == 0:
+            reporter.send(
+                {
+                    "t": "warn",
+                    "msg": f"the checkpoint was written by {meta['world_size']} workers, this run "
+                    f"has {comm.world_size}: weights resumed, optimizer and residual state start fresh",
+                }
+            )
+        return int(meta["global_step"])
+    tensors, extra = state
+    optimizer.load_state_dict(ckpt.join_optimizer_state(tensors, extra["optimizer"]))
+    if scheduler is not None and extra.get("scheduler") is not None:
+        scheduler.load_state_dict(extra["scheduler"])
+    strategy.load_state(tensors, extra)
+    return int(meta["global_step"])
