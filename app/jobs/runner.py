@@ -28,7 +28,7 @@ from app.jobs.dispatch import TakenJob, execute
 from app.jobs.failures import MAX_MESSAGE, describe_failure
 from app.jobs.runtime import JobRuntime
 from app.jobs.watcher import Watcher
-from app.services import jobs, models, reconcile
+from app.services import attempts, jobs, models, reconcile
 from workers.context import JobOutcome
 
 log = logging.getLogger("sparktrain.jobs")
@@ -52,7 +52,7 @@ def run_job(rt: JobRuntime, job_id: str, *, queue: str | None = None, send: Send
         )
         if won:
             row = jobs.get_job(session=s, job_id=job_id)
-            row.attempts = jobs.update_attempt(row, row.attempt, queue=queue or rt.settings.queue)
+            row.attempts = attempts.update_attempt(row, row.attempt, queue=queue or rt.settings.queue)
             job = TakenJob(id=row.id, type=row.type, framework=row.framework, name=row.name, request=row.request,
                            plan=row.plan, attempt=row.attempt)  # fmt: skip
     if not won:
@@ -262,7 +262,7 @@ def _retry_lost_worker(rt: JobRuntime, ctx: DbJobContext, message: str, send: Se
         retried = reconcile.retry_from_checkpoint(session=s, job=job, now=now)
         if isinstance(retried, str):
             return True  # FAILED with WORKER_LOST, which is what it is
-        queue = jobs.queue_of(job) or rt.settings.queue
+        queue = attempts.queue_of(job) or rt.settings.queue
         attempt = job.attempt + 1
     log.warning("job %s: a Spark worker was lost; attempt %d resumes from epoch %d", ctx.job_id, attempt, retried.epoch)
     reconcile.send_retry(db=rt.db, send=send, job_id=ctx.job_id, attempt=attempt, queue=queue)

@@ -254,61 +254,6 @@ def heartbeat(*, session: Session, job_id: str, worker_id: str, attempt: int | N
     return JobStatus(status) if status is not None else None
 
 
-# --- where a job's messages go ---------------------------------------------------------------------------
-# A job is retried (reconciler, lost workers) on the queue its attempt was taken from, not on whatever queue
-# the retrying driver consumes: drivers with different queues can share one database. The queue is kept in
-# the job's ``attempts`` list (no column of its own yet), one entry per attempt that started or was queued as a
-# retry: ``{"attempt": n, "queue": q, ...}``; the runner that takes an attempt writes the queue its message came
-# from, and an attempt that ended early also says how (``status``, ``error_reason``, ...). An attempt queued by
-# a retry says whether its message went out (``sent``), so a retry whose message the broker refused is sent
-# again by the next reconciler pass instead of staying QUEUED for ever.
-
-
-def _entry(history: list[dict[str, Any]], attempt: int) -> dict[str, Any] | None:
-    return next((e for e in reversed(history) if e.get("attempt") == attempt), None)
-
-
-def queue_of(job: Job) -> str | None:
-    """The queue of the job's current attempt, else the newest one recorded (None: never recorded)."""
-    history = list(job.attempts or [])
-    current = _entry(history, job.attempt)
-    if current is not None and current.get("queue"):
-        return str(current["queue"])
-    return next((str(e["queue"]) for e in reversed(history) if e.get("queue")), None)
-
-
-def update_attempt(job: Job, attempt: int, **values: Any) -> list[dict[str, Any]]:
-    """The job's ``attempts`` with the entry of ``attempt`` updated by ``values`` (appended when missing)."""
-    history = [dict(e) for e in (job.attempts or [])]
-    entry = _entry(history, attempt)
-    if entry is None:
-        history.append({"attempt": attempt, **values})
-    else:
-        entry.update(values)
-    return history
-
-
-def mark_sent(*, session: Session, job_id: str, attempt: int) -> None:
-    job = session.get(Job, job_id, with_for_update=True)
-    if job is not None and job.attempt == attempt:
-        job.attempts = update_attempt(job, attempt, sent=True)
-
-
-def unsent_retries(*, session: Session, older_than: datetime) -> list[tuple[str, int, str | None]]:
-    """(job id, attempt, queue) of retries still QUEUED whose message never went out, queued before
-    ``older_than``."""
-    rows = session.scalars(select(Job).where(Job.status == JobStatus.QUEUED.value, Job.attempt > 1)).all()
-    out: list[tuple[str, int, str | None]] = []
-    for job in rows:
-        entry = _entry(list(job.attempts or []), job.attempt)
-        if entry is None or entry.get("sent", True):
-            continue
-        queued_at = entry.get("queued_at")
-        if queued_at is None or datetime.fromisoformat(queued_at) < older_than:
-            out.append((job.id, job.attempt, queue_of(job)))
-    return out
-
-
 def add_warning(*, session: Session, job_id: str, message: str) -> None:
     job = session.get(Job, job_id, with_for_update=True)
     if job is not None:

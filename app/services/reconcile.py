@@ -33,7 +33,7 @@ from app.db.base import utcnow
 from app.db.models import Checkpoint, Job
 from app.db.session import transaction
 from app.schemas.train import TrainingOptions
-from app.services import jobs
+from app.services import attempts, jobs
 from workers import plans
 from workers.families import task_name
 from workers.training.torch.config import ResumePoint, TorchPlan
@@ -75,7 +75,7 @@ def reconcile(
             (Job.heartbeat_at.is_(None)) | (Job.heartbeat_at < cutoff),
         )
         lost = list(session.execute(stmt).scalars())
-        unsent = jobs.unsent_retries(session=session, older_than=cutoff)
+        unsent = attempts.unsent_retries(session=session, older_than=cutoff)
     actions = [a for job_id in lost if (a := _reconcile_one(db, send, job_id, now, cutoff, default_queue))]
     for job_id, attempt, queue in unsent:
         if send_retry(db=db, send=send, job_id=job_id, attempt=attempt, queue=queue or default_queue):
@@ -110,7 +110,7 @@ def _reconcile_one(
         retried = retry_from_checkpoint(session=session, job=job, now=now)
         if isinstance(retried, str):
             return {"job_id": job.id, "action": "failed", "why": retried}
-        queue = jobs.queue_of(job) or default_queue
+        queue = attempts.queue_of(job) or default_queue
         attempt = job.attempt + 1
     send_retry(db=db, send=send, job_id=job_id, attempt=attempt, queue=queue)
     return {"job_id": job_id, "action": "retried", "checkpoint": retried.id, "epoch": retried.epoch, "queue": queue}
@@ -118,7 +118,7 @@ def _reconcile_one(
 
 def _ended(job: Job, now: datetime, status: str, reason: str, message: str) -> list[dict[str, Any]]:
     """The job's ``attempts`` with its current attempt marked as ended."""
-    return jobs.update_attempt(
+    return attempts.update_attempt(
         job,
         job.attempt,
         worker_id=job.worker_id,
@@ -172,7 +172,7 @@ def retry_from_checkpoint(*, session: Session, job: Job, now: datetime) -> Check
     request["training"] = {**dict(request.get("training") or {}), "resume_from": checkpoint.id}
     plan = _resuming(job, checkpoint)
     attempt = job.attempt + 1
-    queue = jobs.queue_of(job)
+    queue = attempts.queue_of(job)
     entry: dict[str, Any] = {"queued_at": _iso(now), "sent": False}
     if queue is not None:
         entry["queue"] = queue
@@ -182,7 +182,7 @@ def retry_from_checkpoint(*, session: Session, job: Job, now: datetime) -> Check
         sources=[JobStatus.FAILED],
         target=JobStatus.QUEUED,
         attempt=attempt,
-        attempts=jobs.update_attempt(job, attempt, **entry),
+        attempts=attempts.update_attempt(job, attempt, **entry),
         request=request,
         plan=plan,
         progress=0.0,
@@ -225,5 +225,5 @@ def send_retry(*, db: sessionmaker[Session], send: Send, job_id: str, attempt: i
                       queue)  # fmt: skip
         return False
     with transaction(db) as session:
-        jobs.mark_sent(session=session, job_id=job_id, attempt=attempt)
+        attempts.mark_sent(session=session, job_id=job_id, attempt=attempt)
     return True

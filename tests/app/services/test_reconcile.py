@@ -11,7 +11,7 @@ from app.core.jobstates import JobStatus
 from app.db.base import utcnow
 from app.db.models import Checkpoint, Job
 from app.db.session import transaction
-from app.services import jobs
+from app.services import attempts, jobs
 from app.services.reconcile import reconcile as reconcile_pass
 
 
@@ -35,7 +35,7 @@ def running_job(
                         heartbeat_at=utcnow() - timedelta(seconds=beat_age_s))  # fmt: skip
         if queue is not None:
             session.refresh(job)
-            job.attempts = jobs.update_attempt(job, job.attempt, queue=queue)
+            job.attempts = attempts.update_attempt(job, job.attempt, queue=queue)
         if status != JobStatus.STARTING:
             jobs.transition(session=session, job_id=job.id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
         if status == JobStatus.CANCELLING:
@@ -100,7 +100,7 @@ def test_a_torch_job_with_a_checkpoint_is_queued_again_on_its_own_queue(db: Any)
         first, second = job.attempts
         assert (first["status"], first["error_reason"], first["queue"]) == ("FAILED", "DRIVER_LOST", "gpu-drivers")
         assert (second["queue"], second["sent"]) == ("gpu-drivers", True)
-        assert jobs.queue_of(job) == "gpu-drivers"
+        assert attempts.queue_of(job) == "gpu-drivers"
     assert reconcile(db=db, send=never, stale_after_s=30) == [], "a second pass finds nothing to do"
 
 
