@@ -1,6 +1,6 @@
-"""The documentation holds together: every relative link in README.md, CHANGELOG.md, bench/README.md and docs/
-resolves inside the repository (files and ``#anchors``), the README stays a front door, and no page points at
-documents outside the repository."""
+"""The documentation holds together: every relative link in README.md, CHANGELOG.md, bench/README.md,
+docker/README.md and docs/ resolves inside the repository (files and ``#anchors``), the README stays a front door,
+and no page points at documents outside the repository."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ _HTML_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"", re.IGNORECASE)
 
 
 def linking_files() -> list[Path]:
-    files = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "bench" / "README.md"]
+    files = [REPO / "README.md", REPO / "CHANGELOG.md", REPO / "bench" / "README.md", REPO / "docker" / "README.md"]
     files += sorted((REPO / "docs").rglob("*.md"))
     return files
 

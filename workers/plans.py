@@ -5,16 +5,22 @@ A plan is a frozen dataclass of plain data (datasets already resolved, specs alr
 into JSON-able values for the job's ``plan`` column; :func:`load` rebuilds it from the dataclass's type hints, so
 the runner executes exactly what the request validated. A field missing from a stored plan takes its default, and
 a stored key the dataclass no longer has is ignored, so plans written by an older release still load.
+
+What round-trips: nested plan dataclasses, ``X | None``, tuples and lists, dicts with string keys, and plain JSON
+values (a tuple inside a field typed ``Any`` comes back as a list: type it). Anything else is refused when the
+plan is stored, not discovered when it is loaded.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
+_SCALARS = (bool, int, float, str)
 
 
 def dump(plan: Any) -> dict[str, Any]:
@@ -23,6 +29,10 @@ def dump(plan: Any) -> dict[str, Any]:
         raise TypeError(f"a plan is a dataclass instance, not {type(plan).__name__}")
     out = _plain(dataclasses.asdict(plan))
     assert isinstance(out, dict)
+    try:  # what the job's JSON column will hold: no NaN, no infinity, nothing json cannot write
+        json.dumps(out, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{type(plan).__name__} does not fit in JSON: {exc}") from exc
     return out
 
 
@@ -35,7 +45,9 @@ def load(cls: type[T], data: Mapping[str, Any]) -> T:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"plan dicts have string keys (JSON objects do), not {list(value)[:5]}")
+        return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
@@ -52,7 +64,11 @@ def _build(tp: Any, value: Any) -> Any:
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         options = [a for a in get_args(tp) if a is not type(None)]
-        return _build(options[0], value) if len(options) == 1 else value  # a union of scalars is stored as is
+        if len(options) == 1:
+            return _build(options[0], value)
+        if all(a in _SCALARS for a in options):
+            return value  # a union of scalars is stored as is
+        raise TypeError(f"a plan field of type {tp} cannot be rebuilt from JSON: use one type (or it | None)")
     if origin is tuple:
         args = get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:

@@ -11,7 +11,7 @@ from typing import Any
 from app.core.jobstates import JobType
 from app.jobs.context import DbJobContext
 from app.jobs.runtime import JobRuntime
-from workers import plans
+from workers import cluster, plans
 from workers.context import JobFailure, JobOutcome
 from workers.families import DRIVERS, RECIPES, plan_type
 
@@ -43,7 +43,9 @@ def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
         if job.framework not in DRIVERS:
             raise JobFailure("UNSUPPORTED", f"no runner for training {job.framework!r} models")
         driver = importlib.import_module(DRIVERS[job.framework])
-        trained: JobOutcome = driver.train(ctx, _plan(rt, ctx, job))
+        plan = _plan(rt, ctx, job)
+        _check_fits(rt, plan)
+        trained: JobOutcome = driver.train(ctx, plan)
         return trained
     if job.type == JobType.EVALUATE:
         from workers.evaluation.driver import evaluate
@@ -54,6 +56,22 @@ def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
 
         return predict(ctx, _plan(rt, ctx, job))
     raise JobFailure("UNSUPPORTED", f"no runner for {job.type} jobs")
+
+
+def _check_fits(rt: JobRuntime, plan: Any) -> None:
+    """The plan was made against the cluster of the driver that answered the request; a driver of another shape on
+    the same queue fails the job now rather than wait for a barrier stage that cannot start."""
+    workers, device = getattr(plan, "num_workers", None), getattr(plan, "device", None)
+    if workers is not None:
+        slots = cluster.task_slots(rt.spark)
+        if workers > slots:
+            raise JobFailure(
+                "INVALID_REQUEST",
+                f"the job was planned for {workers} workers, and this driver's cluster has {slots} task slots (a "
+                "barrier stage starts all its tasks or none): drivers sharing a queue need clusters of one shape",
+            )
+    if device == "cuda" and not cluster.has_gpus(rt.spark):
+        raise JobFailure("INVALID_REQUEST", "the job was planned for cuda, and this driver's executors have no GPUs")
 
 
 def _plan(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
@@ -76,7 +94,7 @@ def _replan(rt: JobRuntime, job: TakenJob) -> Any:
     from app.schemas.train import TrainRequest
     from app.services.planning.inference import plan_evaluation, plan_prediction
     from app.services.planning.training import plan_training
-    from workers.recipes.gpu_smoke import GpuSmokePlan
+    from app.services.recipes import plan_gpu_smoke
 
     settings, spark, db = rt.settings, rt.spark, rt.db
     if job.type == JobType.TRAIN:
@@ -87,5 +105,4 @@ def _replan(rt: JobRuntime, job: TakenJob) -> Any:
     if job.type == JobType.PREDICT:
         predict = PredictRequest.model_validate(job.request)
         return plan_prediction(request=predict, settings=settings, spark=spark, db=db)
-    smoke = GpuSmokeRequest.model_validate(job.request)
-    return GpuSmokePlan(rows=smoke.rows, partitions=smoke.partitions, device=smoke.device)
+    return plan_gpu_smoke(GpuSmokeRequest.model_validate(job.request))

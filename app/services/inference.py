@@ -4,7 +4,7 @@ the job with its plan. Online prediction (inline rows) is app/services/online.py
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -14,6 +14,7 @@ from app.db.models import Job
 from app.schemas.inference import EvaluateRequest, PredictRequest
 from app.services import jobs
 from app.services.planning.inference import pinned, plan_evaluation, plan_prediction
+from workers.inference.spec import EvaluationPlan, PredictionPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,19 +33,8 @@ def submit_evaluation(
     idempotency_key: str | None = None,
 ) -> tuple[Job, bool]:
     plan = plan_evaluation(request=request, settings=settings, spark=spark, db=db)
-    model = plan.model
-    return jobs.submit(
-        db=db,
-        enqueue=enqueue,
-        job_type=JobType.EVALUATE,
-        request=pinned(request.model_dump(mode="json", exclude_none=True), model),
-        plan=plan,
-        framework=model.framework,
-        name=model.name,
-        model=(model.name, model.version),
-        owner=owner,
-        idempotency_key=idempotency_key,
-    )
+    body = pinned(request.model_dump(mode="json", exclude_none=True), plan.model)
+    return _submit(db, enqueue, JobType.EVALUATE, plan, body, owner=owner, idempotency_key=idempotency_key)
 
 
 def submit_prediction(
@@ -59,13 +49,25 @@ def submit_prediction(
 ) -> tuple[Job, bool]:
     """A batch prediction: the stored request names the pinned version and the output path it will write."""
     plan = plan_prediction(request=request, settings=settings, spark=spark, db=db)
+    body = {**pinned(request.model_dump(mode="json", exclude_none=True), plan.model), "output_uri": plan.output_path}
+    return _submit(db, enqueue, JobType.PREDICT, plan, body, owner=owner, idempotency_key=idempotency_key)
+
+
+def _submit(
+    db: sessionmaker[Session],
+    enqueue: Enqueue,
+    job_type: JobType,
+    plan: EvaluationPlan | PredictionPlan,
+    body: dict[str, Any],
+    *,
+    owner: str,
+    idempotency_key: str | None,
+) -> tuple[Job, bool]:
     model = plan.model
-    body = pinned(request.model_dump(mode="json", exclude_none=True), model)
-    body["output_uri"] = plan.output_path
     return jobs.submit(
         db=db,
         enqueue=enqueue,
-        job_type=JobType.PREDICT,
+        job_type=job_type,
         request=body,
         plan=plan,
         framework=model.framework,

@@ -38,6 +38,10 @@ def check_gpu_smoke(*, spark: SparkSession, request: GpuSmokeRequest) -> None:
         )
 
 
+def plan_gpu_smoke(request: GpuSmokeRequest) -> GpuSmokePlan:
+    return GpuSmokePlan(rows=request.rows, partitions=request.partitions, device=request.device)
+
+
 def submit_gpu_smoke(
     *,
     db: sessionmaker[Session],
@@ -53,7 +57,7 @@ def submit_gpu_smoke(
         enqueue=enqueue,
         job_type=JobType.RECIPE,
         request=request.model_dump(mode="json"),
-        plan=GpuSmokePlan(rows=request.rows, partitions=request.partitions, device=request.device),
+        plan=plan_gpu_smoke(request),
         name=GPU_SMOKE,
         owner=owner,
         idempotency_key=idempotency_key,

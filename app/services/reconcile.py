@@ -170,7 +170,10 @@ def retry_from_checkpoint(*, session: Session, job: Job, now: datetime) -> Check
         return "no attempts left"
     request = dict(job.request)
     request["training"] = {**dict(request.get("training") or {}), "resume_from": checkpoint.id}
-    plan = _resuming(job, checkpoint)
+    try:
+        plan = _resuming(job, checkpoint)
+    except (TypeError, ValueError, KeyError) as exc:
+        return f"its stored plan cannot be read ({type(exc).__name__}: {exc})"
     attempt = job.attempt + 1
     queue = attempts.queue_of(job)
     entry: dict[str, Any] = {"queued_at": _iso(now), "sent": False}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from workers.data.spec import ResolvedDataset
@@ -67,4 +67,3 @@ class PredictionPlan:
     key: str
     output_path: str
     batch_size: int = 1024
-    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,5 +1,5 @@
-"""The registry of named datasets (``POST /datasets``): a URI read once by Spark (schema, row count, a few sample
-rows, malformed lines counted), stored with its owner, and named by its id in later requests."""
+"""The registry of named datasets (``POST /datasets``): a URI read once (schema, row count, a few sample rows,
+malformed lines counted), stored with its owner, and named by its id in later requests."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from app.db.base import utcnow
 from app.db.models import Dataset
 from app.schemas.datasets import DatasetCreate
 from app.services.datasets.paths import detect_format, missing, resolve_uri
-from app.services.datasets.schema import reader_options
+from app.services.datasets.schema import local_summary, reader_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,14 +54,40 @@ def _jsonable(value: Any) -> Any:
 def register_dataset(
     *, session: Session, spark: SparkSession, settings: Settings, body: DatasetCreate, owner: str = "anonymous"
 ) -> Dataset:
-    """Read the schema, row count and a few sample rows with Spark and store them. Malformed CSV/JSON lines fail
-    the registration (``bad_rows: fail``) with their count and the first ones, or are counted (``skip``)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
-
+    """Read the schema, row count and a few sample rows and store them: local parquet on the driver (no Spark job,
+    see schema.py), anything else with Spark. Malformed CSV/JSON lines fail the registration (``bad_rows: fail``)
+    with their count and the first ones, or are counted (``skip``)."""
     path = resolve_uri(body.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc="uri")
     fmt = detect_format(path, body.format, loc="format")
     options = reader_options(fmt, body.options)
+    local = local_summary(path, fmt, options, sample_rows=SAMPLE_ROWS)
+    columns, rows, sample, bad_rows = (*local, 0) if local is not None else _read(spark, body, path, fmt, options)
+    row = Dataset(
+        id=uuid.uuid4().hex,
+        name=body.name,
+        uri=body.uri,
+        resolved_uri=path,
+        format=fmt,
+        options=options,
+        schema=columns,
+        row_count=rows,
+        sample=[_jsonable(r) for r in sample],
+        bad_rows=bad_rows,
+        owner=owner,
+        created_at=utcnow(),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def _read(
+    spark: SparkSession, body: DatasetCreate, path: str, fmt: str, options: dict[str, str]
+) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]], int]:
+    """(columns, usable rows, sample rows, malformed lines) as Spark reads the data."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
     try:
         df = spark.read.format(fmt).options(**options).load(path)
         bad_rows = 0
@@ -91,29 +117,14 @@ def register_dataset(
             rows -= bad_rows
         else:
             rows = df.count()
-        sample = [_jsonable(r.asDict(recursive=True)) for r in df.limit(SAMPLE_ROWS).collect()]
+        sample = [r.asDict(recursive=True) for r in df.limit(SAMPLE_ROWS).collect()]
     except ValidationFailed:
         raise
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as {fmt}: {first_line[:500]}") from exc
-    row = Dataset(
-        id=uuid.uuid4().hex,
-        name=body.name,
-        uri=body.uri,
-        resolved_uri=path,
-        format=fmt,
-        options=options,
-        schema=[{"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable} for f in df.schema.fields],
-        row_count=rows,
-        sample=sample,
-        bad_rows=bad_rows,
-        owner=owner,
-        created_at=utcnow(),
-    )
-    session.add(row)
-    session.flush()
-    return row
+    columns = [{"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable} for f in df.schema.fields]
+    return columns, rows, sample, bad_rows
 
 
 def get_dataset(*, session: Session, dataset_id: str, owner: str | None = None) -> Dataset:

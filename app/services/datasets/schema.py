@@ -5,8 +5,8 @@ Why without Spark: a Spark job started from a request waits for a free task slot
 stage holds every slot while it trains, so a request that ran one would hang for as long as another job trains.
 Local parquet (a file, a directory of part files, or hive-style ``key=value`` partition directories) is read on
 the driver with pyarrow: the schema from the footers, the facts by streaming one column in batches. Everything
-else (CSV, JSON lines, remote URIs, parquet with reader options, partition values whose type Spark would infer as a
-date or timestamp) is read by Spark.
+else (CSV, JSON lines, remote URIs, parquet with reader options, links below a dataset directory, partition values
+whose type is not certain here) is read by Spark.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ NOT_LOCAL: Any = object()
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 _INT32 = 2**31
 _INT64 = 2**63
-_DATE_LIKE = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}")
 
 
 def is_numeric_array(dtype: str) -> bool:
@@ -50,7 +49,8 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
     from workers.data.spec import ResolvedDataset, read_dataframe
 
     if fmt == "parquet" and not options:
-        local = parquet_schema(path)
+        infer = str(spark.conf.get("spark.sql.sources.partitionColumnTypeInference.enabled", "true")).lower()
+        local = parquet_schema(path, infer_partition_types=infer == "true")
         if local is not None:
             return local
     probe = ResolvedDataset(path=path, format=fmt, features=(), label=None, task=None, options=options)
@@ -61,14 +61,17 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
         raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {first_line[:500]}") from exc
 
 
-def parquet_schema(path: str) -> dict[str, str] | None:
+def parquet_schema(path: str, *, infer_partition_types: bool = True) -> dict[str, str] | None:
     """The schema Spark would infer for local parquet data, read from the first file's footer (and the partition
     directories' names) with pyarrow; None when Spark must decide (remote URIs, a footer pyarrow cannot read, a
-    type it cannot map, partition values Spark would read as dates or timestamps)."""
+    type it cannot map, partition values whose type is not certain, partitions of a session that does not infer
+    their types)."""
     found = _local_parquet(path)
     if found is None:
         return None
     files, partitions = found
+    if partitions and not infer_partition_types:
+        return None
     try:
         import pyarrow.parquet as pq
         from pyspark.sql.pandas.types import from_arrow_type
@@ -82,18 +85,41 @@ def parquet_schema(path: str) -> dict[str, str] | None:
     return columns
 
 
+def local_summary(path: str, fmt: str, options: dict[str, str], *, sample_rows: int) -> tuple[Any, ...] | None:
+    """(columns as ``{name, type, nullable}``, row count, the first ``sample_rows`` rows as dicts) of local parquet
+    data, from the footers and one small read; None when Spark must read it. Spark reads every parquet column as
+    nullable, and so does this."""
+    schema = parquet_schema(path) if fmt == "parquet" and not options else None
+    dataset = _dataset(path, fmt, options) if schema is not None else None
+    if schema is None or dataset is None:
+        return None
+    import pyarrow as pa
+
+    try:
+        rows = sum(fragment.metadata.num_rows for fragment in dataset.get_fragments())
+        sample = dataset.head(sample_rows).to_pylist()
+    except (pa.ArrowException, OSError):
+        return None
+    columns = [{"name": name, "type": dtype, "nullable": True} for name, dtype in schema.items()]
+    return columns, rows, sample
+
+
 def first_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
     """The first non-null value of a column of local parquet data (None when every value is null), reading batch
     by batch until one is found; :data:`NOT_LOCAL` when Spark must read the data."""
     dataset = _dataset(path, fmt, options)
     if dataset is None:
         return NOT_LOCAL
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    for batch in dataset.to_batches(columns=[column], batch_size=1024):
-        present = pc.drop_null(batch.column(0))
-        if len(present):
-            return present[0].as_py()
+    try:
+        for batch in dataset.to_batches(columns=[column], batch_size=1024):
+            present = pc.drop_null(batch.column(0))
+            if len(present):
+                return present[0].as_py()
+    except (pa.ArrowException, OSError):  # files pyarrow cannot read as one dataset: Spark reads them
+        return NOT_LOCAL
     return None
 
 
@@ -103,13 +129,17 @@ def distinct_values(path: str, fmt: str, options: dict[str, str], column: str, *
     dataset = _dataset(path, fmt, options)
     if dataset is None:
         return None
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     seen: set[Any] = set()
-    for batch in dataset.to_batches(columns=[column]):
-        seen.update(pc.unique(pc.drop_null(batch.column(0))).to_pylist())
-        if len(seen) > limit:
-            break
+    try:
+        for batch in dataset.to_batches(columns=[column]):
+            seen.update(pc.unique(pc.drop_null(batch.column(0))).to_pylist())
+            if len(seen) > limit:
+                break
+    except (pa.ArrowException, OSError):
+        return None
     return list(seen)
 
 
@@ -123,13 +153,16 @@ def max_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
     import pyarrow.compute as pc
 
     top: Any = None
-    for batch in dataset.to_batches(columns=[column]):
-        values = batch.column(0)
-        if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
-            values = pc.list_flatten(values)
-        found = pc.max(values).as_py()
-        if found is not None and (top is None or found > top):
-            top = found
+    try:
+        for batch in dataset.to_batches(columns=[column]):
+            values = batch.column(0)
+            if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+                values = pc.list_flatten(values)
+            found = pc.max(values).as_py()
+            if found is not None and (top is None or found > top):
+                top = found
+    except (pa.ArrowException, OSError):
+        return NOT_LOCAL
     return top
 
 
@@ -163,7 +196,8 @@ def _base(path: str) -> Path:
 
 def _local_parquet(path: str) -> tuple[list[Path], dict[str, str]] | None:
     """(data files, partition column -> Spark type) of local parquet data, in Spark's order; None when Spark must
-    read it (remote URIs, nothing to read, directories that are not ``key=value`` partitions)."""
+    read it (remote URIs, nothing to read, links below the directory, directories that are not ``key=value``
+    partitions, partition values whose type is not certain)."""
     if "://" in path and not path.startswith("file://"):
         return None
     base = _base(path)
@@ -177,12 +211,13 @@ def _local_parquet(path: str) -> tuple[list[Path], dict[str, str]] | None:
         values: dict[str, set[str]] = {}
         for top, dirs, names in os.walk(base):
             dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+            if any((Path(top) / entry).is_symlink() for entry in (*dirs, *names)):
+                return None  # whether a link is followed is the file system's business: Spark reads it
             here = Path(top).relative_to(base).parts
             if any("=" not in part for part in here):
                 return None  # not a partition directory: Spark decides what it means
-            data = [
-                Path(top) / n for n in sorted(names) if not n.startswith(("_", ".")) and os.path.getsize(Path(top) / n)
-            ]
+            shown = (Path(top) / n for n in sorted(names) if not n.startswith(("_", ".")))
+            data = [f for f in shown if f.stat().st_size]
             if not data:
                 continue
             found = [unquote(part.split("=", 1)[0]) for part in here]
@@ -200,38 +235,54 @@ def _local_parquet(path: str) -> tuple[list[Path], dict[str, str]] | None:
         return None
     partitions: dict[str, str] = {}
     for key in keys or []:
-        spark_type = _partition_type(values[key])
+        spark_type = partition_type(values[key])
         if spark_type is None:
             return None
         partitions[key] = spark_type
     return files, partitions
 
 
-def _partition_type(values: set[str]) -> str | None:
-    """The type Spark infers for a partition column from its directory values (int, bigint, double or string);
-    None for values it would read as dates, timestamps or decimals, which are left to Spark."""
-    present = [v for v in values if v != _HIVE_NULL]
-    if not present:
+_INTEGRAL = re.compile(r"^[+-]?[0-9]+$")
+_FRACTIONAL = re.compile(r"^[+-]?[0-9]*\.[0-9]+$")  # "2." is a decimal to Spark (no digits after the point)
+_WIDER = {
+    frozenset({"int"}): "int",
+    frozenset({"bigint"}): "bigint",
+    frozenset({"double"}): "double",
+    frozenset({"int", "bigint"}): "bigint",
+    frozenset({"int", "double"}): "double",
+    frozenset({"bigint", "double"}): "string",  # Spark: long and double widen to string
+    frozenset({"int", "bigint", "double"}): "string",
+}
+
+
+def partition_type(values: set[str]) -> str | None:
+    """The type Spark infers for a partition column from its directory values, or None when that is not certain
+    here (then Spark reads the data).
+
+    Spark tries each value as an int, a long, a decimal without a fraction, a double, a timestamp and a date, in
+    that order, and widens the values' types to one (int + long: long; int + double: double; long + double:
+    string; anything + string: string). Here a value is an int or a long when it is plainly one (``[+-]digits``
+    in range), a double when it is plainly a decimal fraction (``1.5``, ``.5``, ``-2.0``), and a string when it has
+    no digit and is not one of Java's special doubles; anything else (exponents, integers beyond a long, dates,
+    timestamps, ``NaN``, hex, ``1.5d``, blanks) is left to Spark."""
+    kinds: set[str] = set()
+    for value in values:
+        if value == _HIVE_NULL:
+            continue  # null
+        if _INTEGRAL.match(value):
+            number = int(value)
+            if -_INT32 <= number < _INT32:
+                kinds.add("int")
+            elif -_INT64 <= number < _INT64:
+                kinds.add("bigint")
+            else:
+                return None  # a decimal to Spark
+        elif _FRACTIONAL.match(value):
+            kinds.add("double")
+        elif any(c.isdigit() for c in value) or value.strip() != value or "nfinity" in value or "NaN" in value:
+            return None
+        else:
+            kinds.add("string")
+    if not kinds or "string" in kinds:
         return "string"
-    ints: list[int] = []
-    floats = 0
-    for value in present:
-        if "e" in value.lower() and not value.lower().lstrip("+-").startswith(("inf", "nan")):
-            return None  # 1e5: a decimal to Spark
-        try:
-            ints.append(int(value))
-            continue
-        except ValueError:
-            pass
-        try:
-            float(value)
-            floats += 1
-        except ValueError:
-            return None if _DATE_LIKE.match(value) else "string"
-    if floats:
-        return "double"
-    if all(-_INT32 <= v < _INT32 for v in ints):
-        return "int"
-    if all(-_INT64 <= v < _INT64 for v in ints):
-        return "bigint"
-    return None  # a decimal to Spark
+    return _WIDER[frozenset(kinds)]

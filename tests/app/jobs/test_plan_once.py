@@ -83,3 +83,20 @@ def test_a_broker_that_refuses_fails_the_job_and_nothing_stays_queued(db: Any, s
         (job,), _ = jobs.list_jobs(session=s)
         assert (job.status, job.error_reason) == (JobStatus.FAILED, "ENQUEUE_FAILED")
         assert job.plan is not None
+
+
+def test_a_driver_whose_cluster_cannot_hold_the_plan_fails_the_job_at_once(db: Any, spark: Any, tmp_path: Path) -> None:
+    """Planned by a driver with more task slots than this one (drivers sharing a queue should be alike): the job
+    fails as INVALID_REQUEST instead of waiting for a barrier stage that cannot start."""
+    settings = _settings(tmp_path)
+    body = json.loads((REPO / "examples/digits-cnn.json").read_text())
+    job, _ = submit_training(db=db, settings=settings, spark=spark, enqueue=lambda *_: None,
+                             request=TrainRequest.model_validate(body))  # fmt: skip
+    with transaction(db) as s:
+        row = jobs.get_job(session=s, job_id=job.id)
+        row.plan = {**(row.plan or {}), "num_workers": 3}
+    run_job(JobRuntime(settings=settings, db=db, spark=spark), job.id)
+    with db() as s:
+        done = jobs.get_job(session=s, job_id=job.id)
+        assert (done.status, done.error_reason) == (JobStatus.FAILED, "INVALID_REQUEST")
+        assert "3 workers" in (done.error_message or "") and "2 task slots" in (done.error_message or "")

@@ -100,3 +100,66 @@ def test_planning_reads_array_widths_and_classes_of_small_local_data_without_spa
     plan = _planned_without_spark_jobs(spark, body, [tmp_path])
     assert plan.class_labels == tuple(sorted({f"digit-{d}" for d in range(10)}))
     assert plan.train.num_classes == 10
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_registering_local_parquet_reads_what_spark_reads_without_a_spark_job(spark: Any, name: str) -> None:
+    """POST /datasets on local parquet: the columns, the row count and the sample rows Spark would give."""
+    from app.services.datasets.registry import SAMPLE_ROWS, _jsonable
+    from app.services.datasets.schema import local_summary
+
+    path = str(REPO / name)
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("register-probe", "register-probe")
+    try:
+        summary = local_summary(path, "parquet", {}, sample_rows=SAMPLE_ROWS)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert tracker.getJobIdsForGroup("register-probe") == []
+    assert summary is not None
+    columns, rows, sample = summary
+    frame = spark.read.parquet(path)
+    expected = [{"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable} for f in frame.schema]
+    assert (columns, rows) == (expected, frame.count())
+    spark_sample = [_jsonable(r.asDict(recursive=True)) for r in frame.limit(SAMPLE_ROWS).collect()]
+    assert [_jsonable(r) for r in sample] == spark_sample
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (["a", "e", "europe", "test"], "string"),  # the letter e is no exponent
+        (["1", "2", "-3", "+4", "007"], "int"),
+        (["1", str(2**40)], "bigint"),
+        (["1.5", ".5", "-2.0"], "double"),
+        (["1", "2.5"], "double"),
+        ([str(2**40), "1.5"], "string"),  # long and double widen to string in Spark
+        (["a", "1"], "string"),
+        (["__HIVE_DEFAULT_PARTITION__"], "string"),
+        (["1", "__HIVE_DEFAULT_PARTITION__"], "int"),
+        (["1e5"], None),  # a decimal to Spark
+        ([str(2**70)], None),
+        (["2."], None),
+        (["2026-01-01"], None),
+        (["2026-01-01 10:00:00"], None),
+        (["NaN"], None),
+        (["Infinity"], None),
+        ([" 5"], None),
+        (["v1", "a"], None),
+    ],
+)
+def test_partition_values_get_sparks_type_or_are_left_to_spark(values: list[str], expected: str | None) -> None:
+    from app.services.datasets.schema import partition_type
+
+    for order in (values, list(reversed(values))):
+        assert partition_type(set(order)) == expected
+
+
+def test_partitions_reached_through_links_are_left_to_spark(spark: Any, tmp_path: Path) -> None:
+    frame = pd.DataFrame({"x": np.arange(4.0), "k": [1, 1, 2, 2]})
+    spark.createDataFrame(frame).write.partitionBy("k").parquet(str(tmp_path / "real"))
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "k=1").symlink_to(tmp_path / "real" / "k=1")
+    (tmp_path / "linked" / "k=2").symlink_to(tmp_path / "real" / "k=2")
+    assert parquet_schema(str(tmp_path / "real")) == {"x": "double", "k": "int"}
+    assert parquet_schema(str(tmp_path / "linked")) is None

@@ -60,7 +60,7 @@ def test_a_resume_point_and_the_other_plans_survive_storage(spark: Any) -> None:
                      name="digits-cnn", version=3)  # fmt: skip
     for other in (
         EvaluationPlan(model=model, dataset=plan.train, groups=("classification", "roc"), top_k=(1, 3)),
-        PredictionPlan(model=model, dataset=plan.train, key="id", output_path="/tmp/out", extra={"a": [1, 2]}),
+        PredictionPlan(model=model, dataset=plan.train, key="id", output_path="/tmp/out", batch_size=64),
         GpuSmokePlan(rows=10, partitions=2, device="cpu"),
     ):
         assert _round_trip(other) == other

@@ -153,3 +153,39 @@ def test_a_job_whose_only_checkpoint_is_its_last_epoch_is_not_retried(db: Any) -
         session.get(Job, job_id).request = {"name": "x", "training": {"epochs": 1}}
         session.add(Checkpoint(id="1" * 32, job_id=job_id, epoch=1, uri="file:///1"))
     assert reconcile(db=db, send=never, stale_after_s=30)[0]["why"] == "no checkpoint to resume from"
+
+
+def _store_plan(db: Any, job_id: str, plan: Any) -> None:
+    with transaction(db) as session:
+        session.get(Job, job_id).plan = plan
+
+
+def test_a_retry_moves_the_stored_plans_resume_point_and_nothing_else(db: Any) -> None:
+    from workers import plans
+    from workers.data.spec import ResolvedDataset
+    from workers.training.torch.config import ResumePoint, SharingConfig, TorchPlan
+
+    planned = TorchPlan(
+        train=ResolvedDataset(path="/data/t.parquet", format="parquet", features=("x",), label="y", task="regression"),
+        validation=None, network={"layers": []}, optimizer={"type": "sgd"}, sharing=SharingConfig(),
+        mode="gradient_sharing", epochs=5, batch_size=8, num_workers=2, seed=1, averaging_frequency=5, device="cpu",
+        input_shape=(1,), array_column=False,
+    )  # fmt: skip
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch")
+    _store_plan(db, job_id, plans.dump(planned))
+    _two_checkpoints(db, job_id)
+    assert reconcile(db=db, send=lambda *m: None, stale_after_s=30)[0]["action"] == "retried"
+    with db() as session:
+        resumed = plans.load(TorchPlan, session.get(Job, job_id).plan)
+    point = ResumePoint(checkpoint_id="b" * 32, path="file:///two", epoch=2, job_id=job_id)
+    assert resumed == TorchPlan(**{**planned.__dict__, "resume": point})
+
+
+def test_a_job_whose_stored_plan_cannot_be_read_stays_failed(db: Any) -> None:
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch")
+    _store_plan(db, job_id, {"train": "not a dataset"})
+    _two_checkpoints(db, job_id)
+    (action,) = reconcile(db=db, send=never, stale_after_s=30)
+    assert action["action"] == "failed" and action["why"].startswith("its stored plan cannot be read")
+    with db() as session:
+        assert session.get(Job, job_id).status == "FAILED"

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from workers.training.torch.meta import META, read_meta  # noqa: F401 (read_meta: remote.py reads it from here)
+from workers.training.torch.meta import META, read_meta  # noqa: F401 (read_meta: snapshots.py reads it from here)
 
 WEIGHTS = "weights.safetensors"
 

@@ -170,8 +170,8 @@ class ResumePoint:
 
 @dataclass(frozen=True)
 class TorchPlan:
-    """What a torch job runs: checked datasets, specs and options (built on the driver, in the API and again in
-    the job)."""
+    """What a torch job runs: checked datasets, specs and options (planned once, in the request; stored with the
+    job, see workers/plans.py)."""
 
     train: ResolvedDataset
     validation: ResolvedDataset | None

@@ -30,7 +30,7 @@ RESULT_SCHEMA = "rank int, result string"
 
 
 def shipped_function(cfg: dict[str, Any]) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The function Spark ships to the barrier tasks (DESIGN.md §2). It closes over the plain config dict only;
+    """The function Spark ships to the barrier tasks (docs/architecture.md). It closes over the plain config dict only;
     on the executor it is the one place that reads Spark's ``BarrierTaskContext``: rank, world size, rank 0's
     host, the task's CPUs and GPU addresses and ``allGather`` go to the executor-side module as plain values and
     a callable, so that module knows nothing of Spark."""

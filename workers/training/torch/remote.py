@@ -1,4 +1,4 @@
-"""The training loop each barrier task runs (DESIGN.md §4), and the entry point Spark calls.
+"""The training loop each barrier task runs (docs/torch-trainer.md), and the entry point Spark calls.
 
 Nothing here knows Spark. :func:`run_training` takes rank, world size and the rendezvous address as arguments,
 so the GPU check runs it under plain ``torch.multiprocessing``. :func:`barrier_partition` is what

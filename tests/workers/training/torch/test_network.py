@@ -395,3 +395,39 @@ def test_network_and_loss_pickle() -> None:
     x = torch.randn(2, 1, 8, 8)
     torch.testing.assert_close(clone(x), module(x))
     assert pickle.loads(pickle.dumps(make_loss(CNN))).kind == "cross_entropy"
+
+
+LSTM_NET = {
+    "input_shape": [12, 3],
+    "layers": [
+        {"type": "lstm", "units": 8},
+        {"type": "dense", "units": 4, "activation": "relu"},
+        {"type": "output", "units": 3, "activation": "softmax", "loss": "cross_entropy"},
+    ],
+}
+# sha256 (first 16 hex digits) of the initial state_dict (names and bytes, in order) that build_network gave before
+# the trainer and the archive's loader shared one builder (commit 61c9d26): the same seed must keep giving the same
+# weights, or resumed and compared runs drift. Random draws only, so the digests hold on any CPU.
+GOLDEN_INITIAL_WEIGHTS = {
+    ("digits-cnn", 0): "ae705ecbcaf01a97",
+    ("digits-cnn", 7): "e5071f9b64497bc5",
+    ("lstm", 0): "346be7f9f90a9325",
+    ("lstm", 7): "bb4408b96c87771e",
+}
+
+
+@pytest.mark.parametrize(("network", "seed"), sorted(GOLDEN_INITIAL_WEIGHTS))
+def test_a_seed_gives_the_weights_it_always_gave(network: str, seed: int) -> None:
+    import hashlib
+    from pathlib import Path
+
+    if network == "lstm":
+        spec = parse_network(LSTM_NET, input_shape=(12, 3))
+    else:
+        examples = Path(__file__).resolve().parents[4] / "examples"
+        spec = parse_network(json.loads((examples / "digits-cnn.json").read_text())["network"], input_shape=(1, 8, 8))
+    digest = hashlib.sha256()
+    for name, value in build_network(spec, seed=seed).state_dict().items():
+        digest.update(name.encode())
+        digest.update(value.detach().cpu().contiguous().numpy().tobytes())
+    assert digest.hexdigest()[:16] == GOLDEN_INITIAL_WEIGHTS[(network, seed)]
