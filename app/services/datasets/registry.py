@@ -21,7 +21,7 @@ from app.db.base import utcnow
 from app.db.models import Dataset
 from app.schemas.datasets import DatasetCreate
 from app.services.datasets.paths import detect_format, missing, resolve_uri
-from app.services.datasets.schema import local_summary, reader_options
+from app.services.datasets.schema import infers_partition_types, local_summary, reader_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,7 +60,9 @@ def register_dataset(
     path = resolve_uri(body.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc="uri")
     fmt = detect_format(path, body.format, loc="format")
     options = reader_options(fmt, body.options)
-    local = local_summary(path, fmt, options, sample_rows=SAMPLE_ROWS)
+    local = local_summary(
+        path, fmt, options, sample_rows=SAMPLE_ROWS, infer_partition_types=infers_partition_types(spark)
+    )
     columns, rows, sample, bad_rows = (*local, 0) if local is not None else _read(spark, body, path, fmt, options)
     row = Dataset(
         id=uuid.uuid4().hex,

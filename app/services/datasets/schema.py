@@ -49,8 +49,7 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
     from workers.data.spec import ResolvedDataset, read_dataframe
 
     if fmt == "parquet" and not options:
-        infer = str(spark.conf.get("spark.sql.sources.partitionColumnTypeInference.enabled", "true")).lower()
-        local = parquet_schema(path, infer_partition_types=infer == "true")
+        local = parquet_schema(path, infer_partition_types=infers_partition_types(spark))
         if local is not None:
             return local
     probe = ResolvedDataset(path=path, format=fmt, features=(), label=None, task=None, options=options)
@@ -61,14 +60,43 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
         raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {first_line[:500]}") from exc
 
 
+def infers_partition_types(spark: SparkSession) -> bool:
+    """Whether Spark types partition columns from their values (else they are strings, and Spark reads them)."""
+    return str(spark.conf.get("spark.sql.sources.partitionColumnTypeInference.enabled", "true")).lower() == "true"
+
+
 def parquet_schema(path: str, *, infer_partition_types: bool = True) -> dict[str, str] | None:
     """The schema Spark would infer for local parquet data, read from the first file's footer (and the partition
     directories' names) with pyarrow; None when Spark must decide (remote URIs, a footer pyarrow cannot read, a
     type it cannot map, partition values whose type is not certain, partitions of a session that does not infer
     their types)."""
     found = _local_parquet(path)
-    if found is None:
+    return _schema(found, infer_partition_types) if found is not None else None
+
+
+def local_summary(
+    path: str, fmt: str, options: dict[str, str], *, sample_rows: int, infer_partition_types: bool = True
+) -> tuple[Any, ...] | None:
+    """(columns as ``{name, type, nullable}``, row count, the first ``sample_rows`` rows as dicts) of local parquet
+    data, from the footers and one small read; None when Spark must read it. Spark reads every parquet column as
+    nullable, and so does this."""
+    found = _local_parquet(path) if fmt == "parquet" and not options else None
+    schema = _schema(found, infer_partition_types) if found is not None else None
+    dataset = _dataset_of(path, found) if found is not None and schema is not None else None
+    if schema is None or dataset is None:
         return None
+    import pyarrow as pa
+
+    try:
+        rows = sum(fragment.metadata.num_rows for fragment in dataset.get_fragments())
+        sample = dataset.head(sample_rows).to_pylist()
+    except (pa.ArrowException, OSError):
+        return None
+    columns = [{"name": name, "type": dtype, "nullable": True} for name, dtype in schema.items()]
+    return columns, rows, sample
+
+
+def _schema(found: tuple[list[Path], dict[str, str]], infer_partition_types: bool) -> dict[str, str] | None:
     files, partitions = found
     if partitions and not infer_partition_types:
         return None
@@ -83,25 +111,6 @@ def parquet_schema(path: str, *, infer_partition_types: bool = True) -> dict[str
         columns.pop(key, None)  # a partition column's value comes from the path, as Spark reads it
         columns[key] = spark_type
     return columns
-
-
-def local_summary(path: str, fmt: str, options: dict[str, str], *, sample_rows: int) -> tuple[Any, ...] | None:
-    """(columns as ``{name, type, nullable}``, row count, the first ``sample_rows`` rows as dicts) of local parquet
-    data, from the footers and one small read; None when Spark must read it. Spark reads every parquet column as
-    nullable, and so does this."""
-    schema = parquet_schema(path) if fmt == "parquet" and not options else None
-    dataset = _dataset(path, fmt, options) if schema is not None else None
-    if schema is None or dataset is None:
-        return None
-    import pyarrow as pa
-
-    try:
-        rows = sum(fragment.metadata.num_rows for fragment in dataset.get_fragments())
-        sample = dataset.head(sample_rows).to_pylist()
-    except (pa.ArrowException, OSError):
-        return None
-    columns = [{"name": name, "type": dtype, "nullable": True} for name, dtype in schema.items()]
-    return columns, rows, sample
 
 
 def first_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
@@ -169,8 +178,10 @@ def max_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
 def _dataset(path: str, fmt: str, options: dict[str, str]) -> pads.Dataset | None:
     """The pyarrow dataset of local parquet data read as Spark reads it; None when Spark must read it."""
     found = _local_parquet(path) if fmt == "parquet" and not options else None
-    if found is None:
-        return None
+    return _dataset_of(path, found) if found is not None else None
+
+
+def _dataset_of(path: str, found: tuple[list[Path], dict[str, str]]) -> pads.Dataset | None:
     import pyarrow as pa
     import pyarrow.dataset as ds
 
