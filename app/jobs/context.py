@@ -1,7 +1,8 @@
 """The :class:`~workers.context.JobContext` a family driver reports through, backed by the job database.
 
-Every report is a short committed transaction. Checkpoints are recorded only while the job is still this runner's
-(its row names this driver and attempt): a runner whose job was given up records nothing.
+Every report is a short committed transaction, tried again while the database is away (a PostgreSQL restart must
+not fail a job that is training; ``SPARKTRAIN_DB_RETRY_S``). Checkpoints are recorded only while the job is still
+this runner's (its row names this driver and attempt): a runner whose job was given up records nothing.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.orm import Session
+
 from app.core.jobstates import ACTIVE
 from app.db.models import Job
-from app.db.session import transaction
 from app.jobs.runtime import JobRuntime, RunningJob
 from app.services import checkpoints, jobs
 from workers import storage
@@ -48,37 +50,37 @@ class DbJobContext:
         if fraction < 1.0 and message is None and now - self._last_progress < 0.25:
             return
         self._last_progress = now
-        with transaction(self._rt.db) as s:
-            jobs.set_progress(
+        self._rt.write(
+            lambda s: jobs.set_progress(
                 session=s, job_id=self.job_id, fraction=fraction, message=message, worker_id=self._rt.worker_id
-            )
+            ),
+            "recording progress",
+        )
 
     def metrics(self, points: Iterable[MetricPoint]) -> None:
         rows = [{"key": p.key, "value": p.value, "step": p.step, "epoch": p.epoch, "worker": p.worker} for p in points]
         if rows:
-            with transaction(self._rt.db) as s:
-                jobs.add_metrics(session=s, job_id=self.job_id, points=rows)
+            self._rt.write(lambda s: jobs.add_metrics(session=s, job_id=self.job_id, points=rows), "recording metrics")
 
     def log(self, message: str, level: str = "INFO") -> None:
         log.log(logging.getLevelName(level), "[job %s] %s", self.job_id, message)
-        with transaction(self._rt.db) as s:
-            jobs.add_log(session=s, job_id=self.job_id, message=message, level=level)
+        self._rt.write(lambda s: jobs.add_log(session=s, job_id=self.job_id, message=message, level=level))
 
     def warn(self, message: str) -> None:
         self.log(message, "WARNING")
-        with transaction(self._rt.db) as s:
-            jobs.add_warning(session=s, job_id=self.job_id, message=message)
+        self._rt.write(lambda s: jobs.add_warning(session=s, job_id=self.job_id, message=message))
 
     def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any]) -> str:
-        with transaction(self._rt.db) as s:
+        def record(s: Session) -> tuple[str, list[str]]:
             if not self._owned(s):
                 self._running.cancel.set()
                 raise JobCancelled(f"{self.job_id}: no longer this runner's; checkpoint of epoch {epoch} dropped")
             row = checkpoints.record(
                 session=s, job_id=self.job_id, attempt=self.attempt, epoch=epoch, step=step, uri=uri, metrics=metrics
             )
-            checkpoint_id = row.id
-            stale = checkpoints.prune(session=s, job_id=self.job_id, keep=self._rt.settings.checkpoint_retention)
+            return row.id, checkpoints.prune(session=s, job_id=self.job_id, keep=self._rt.settings.checkpoint_retention)
+
+        checkpoint_id, stale = self._rt.write(record, f"recording checkpoint {epoch}")
         for old in stale:  # the rows are gone; now their files
             _remove_checkpoint(old)
         return checkpoint_id
@@ -92,6 +94,10 @@ class DbJobContext:
             and job.worker_id == self._rt.worker_id
             and job.attempt == self.attempt
         )
+
+    @property
+    def running(self) -> RunningJob:
+        return self._running
 
     @property
     def cancelled(self) -> bool:
