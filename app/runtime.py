@@ -114,6 +114,7 @@ def start_runtime(
     from app.db.session import create_db_engine, create_sessionmaker
     from app.jobs.celery_app import attach_runtime, create_celery
     from app.jobs.reconciler import Reconciler
+    from app.jobs.stop import jvm_in_its_own_session
     from app.spark.session import build_spark_session
 
     settings.var_dir.mkdir(parents=True, exist_ok=True)
@@ -122,7 +123,9 @@ def start_runtime(
     upgrade_database(engine)
     db = create_sessionmaker(engine)
     owns_spark, owns_celery = spark is None, celery is None
-    spark = spark or build_spark_session(settings)
+    if spark is None:
+        with jvm_in_its_own_session():
+            spark = build_spark_session(settings)
     celery = celery or create_celery(settings)
     job_runtime = JobRuntime(settings=settings, db=db, spark=spark)
     attach_runtime(celery, job_runtime)

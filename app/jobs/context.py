@@ -71,9 +71,14 @@ class DbJobContext:
         self._rt.write(lambda s: jobs.add_warning(session=s, job_id=self.job_id, message=message))
 
     def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any]) -> str:
+        """The checkpoint's id. A runner whose job is no longer its own records nothing: JobCancelled, or, once its
+        driver handed the job back on a stop, quietly "" (the stop is no error of the job's)."""
+
         def record(s: Session) -> tuple[str, list[str]]:
             if not self._owned(s):
                 self._running.cancel.set()
+                if self._running.handed_back or self._rt.stopping:
+                    return "", []
                 raise JobCancelled(f"{self.job_id}: no longer this runner's; checkpoint of epoch {epoch} dropped")
             row = checkpoints.record(
                 session=s, job_id=self.job_id, attempt=self.attempt, epoch=epoch, step=step, uri=uri, metrics=metrics

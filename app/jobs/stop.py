@@ -14,8 +14,13 @@ about the broken connection are silenced, so a stop prints no traceback.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socketserver
+import sys
 import warnings
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from app.jobs.runtime import JobRuntime, spark_call, spark_gone_error
@@ -27,14 +32,53 @@ if TYPE_CHECKING:
 log = logging.getLogger("sparktrain.jobs")
 
 
+class _NotFromPy4J(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
 def quiet_py4j() -> None:
-    """py4j logs every broken connection to a JVM that is going away with a traceback (at INFO)."""
+    """A stop breaks connections on purpose: py4j logs each broken connection to a JVM that is going away with a
+    traceback (partly on its own loggers, partly on the root logger), and socket servers on the driver that Spark's
+    Python workers talk to (pyspark's accumulator server, the torch trainer's monitor) print one when a worker that
+    got the signal too goes away. Silence them for the rest of the stop."""
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    root = logging.getLogger()
+    if not any(isinstance(f, _NotFromPy4J) for f in root.filters):
+        root.addFilter(_NotFromPy4J())
+    socketserver.BaseServer.handle_error = _closed_by_the_stop  # type: ignore[method-assign]
+
+
+def _closed_by_the_stop(self: socketserver.BaseServer, request: Any, client_address: Any) -> None:
+    log.debug("stopping: a connection from %s ended (%s)", client_address, sys.exc_info()[1])
+
+
+@contextlib.contextmanager
+def jvm_in_its_own_session() -> Iterator[None]:
+    """Start Spark's JVM (the py4j gateway pyspark launches) in a session of its own, so that a signal sent to the
+    driver's process group (Ctrl-C, ``kill -TERM -<pgid>``, an init that signals the group) reaches only the Python
+    side, which hands its jobs back and stops Spark in order. The JVM still ends with the driver: it exits when its
+    standard input, a pipe from the driver, closes. (systemd's default stop signals every process of the service's
+    cgroup, whatever its session; the stop copes with a JVM that is gone too.)"""
+    from pyspark.core import context
+    from pyspark.java_gateway import launch_gateway
+
+    def launch(conf: Any = None) -> Any:
+        return launch_gateway(conf, popen_kwargs={"start_new_session": True})
+
+    context.launch_gateway = launch  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        context.launch_gateway = launch_gateway
 
 
 def hand_back_all(rt: JobRuntime) -> list[dict[str, Any]]:
-    """Stop taking jobs here and give every running one back (see the module); returns what was done to each."""
+    """Stop taking jobs here and give every running one back (see the module); returns what was done to each.
+    Spark's own log goes quiet first: cancelling the jobs makes it log each cancelled task and fit (Spark ML's
+    Instrumentation logs a cancelled fit at ERROR with a Java stack trace), which is the stop, not a fault."""
     quiet_py4j()
+    spark_call(lambda: rt.spark.sparkContext.setLogLevel("OFF"))
     done: list[dict[str, Any]] = []
     for running in rt.running.stop():
         outcome: dict[str, Any] | None = None

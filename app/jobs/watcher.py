@@ -34,7 +34,7 @@ class Watcher(threading.Thread):
                 if away:
                     log.warning("job %s: the database is back; heartbeats resumed", job_id)
                     away = False
-                if status is None and not self._running.cancel.is_set():
+                if status is None and not self._running.cancel.is_set() and not self._rt.stopping:
                     log.warning("job %s attempt %d is no longer this driver's: stopping it", job_id, self._attempt)
                 if status is None or status not in ACTIVE or status == JobStatus.CANCELLING:
                     self._running.cancel.set()
