@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -82,10 +83,11 @@ class PgServer:
     and start again in the middle of a job without touching the shared one. Run as the ``postgres`` user when
     started by root (PostgreSQL refuses to run as root)."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
-        self.directory = directory
+    def __init__(self, directory: Path | None = None, port: int | None = None) -> None:
+        # its own directory under the temporary root: the postgres user must reach it (pytest's are root's alone)
+        self.directory = directory or Path(tempfile.mkdtemp(prefix="sparktrain-pg-"))
         self.port = port or free_port()
-        self.data = directory / "data"
+        self.data = self.directory / "data"
 
     @property
     def url(self) -> str:
@@ -96,7 +98,10 @@ class PgServer:
         command = [str(PG_BIN / args[0]), *args[1:]]
         if os.geteuid() == 0:
             command = ["runuser", "-u", "postgres", "--", *command]
-        subprocess.run(command, check=True, capture_output=True, timeout=timeout, start_new_session=True)
+        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, start_new_session=True,
+                             check=False)  # fmt: skip
+        if run.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed ({run.returncode}): {run.stderr[-2000:]}")
 
     def init(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -122,7 +127,7 @@ class PgServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(subprocess.CalledProcessError):
+        with contextlib.suppress(RuntimeError):
             self.stop("immediate")
         shutil.rmtree(self.directory, ignore_errors=True)
 

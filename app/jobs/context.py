@@ -75,7 +75,10 @@ class DbJobContext:
         driver handed the job back on a stop, quietly "" (the stop is no error of the job's)."""
 
         def record(s: Session) -> tuple[str, list[str]]:
-            if not self._owned(s):
+            owned = self._owned(s)
+            if owned == "finished":
+                return "", []  # a late report of an attempt that ended here: nothing to resume any more
+            if not owned:
                 self._running.cancel.set()
                 if self._running.handed_back or self._rt.stopping:
                     return "", []
@@ -90,15 +93,13 @@ class DbJobContext:
             _remove_checkpoint(old)
         return checkpoint_id
 
-    def _owned(self, session: Any) -> bool:
-        """Whether the job still runs here (the row locked until the end of ``session``'s transaction)."""
+    def _owned(self, session: Any) -> bool | str:
+        """Whether the job still runs here (the row locked until the end of ``session``'s transaction); "finished"
+        when this very attempt already ended it."""
         job = session.get(Job, self.job_id, with_for_update=True, populate_existing=True)
-        return bool(
-            job is not None
-            and job.status in ACTIVE
-            and job.worker_id == self._rt.worker_id
-            and job.attempt == self.attempt
-        )
+        if job is None or job.worker_id != self._rt.worker_id or job.attempt != self.attempt:
+            return False
+        return True if job.status in ACTIVE else "finished"
 
     @property
     def running(self) -> RunningJob:
