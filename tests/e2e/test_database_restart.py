@@ -27,6 +27,7 @@ def test_a_postgresql_restart_mid_job_is_a_503_for_requests_and_nothing_for_the_
             assert time.monotonic() < deadline, job
             time.sleep(0.1)
 
+        before = len(svc.client.get(f"/jobs/{job_id}/checkpoints").json()["checkpoints"])
         pg.stop("fast")  # every connection is cut, as by an operator's restart
         answers = []
         for path in (f"/jobs/{job_id}", "/jobs", f"/jobs/{job_id}/metrics", "/models"):
@@ -45,4 +46,4 @@ def test_a_postgresql_restart_mid_job_is_a_503_for_requests_and_nothing_for_the_
         assert job["status"] == "SUCCEEDED", job["error"]
         assert job["attempt"] == 1, "the restart cost the job nothing"
         epochs = [c["epoch"] for c in svc.client.get(f"/jobs/{job_id}/checkpoints").json()["checkpoints"]]
-        assert epochs[-1] == 30 and len(epochs) == len(set(epochs)), "checkpoints went on being recorded after it"
+        assert len(epochs) > before and len(epochs) == len(set(epochs)), "checkpoints were recorded after it"
