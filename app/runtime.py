@@ -81,6 +81,8 @@ class ServiceRuntime:
         if self._closed:
             return
         self._closed = True
+        if not self.jobs.stopping:  # a shutdown that no signal began (an embedding app, a test's server)
+            self.begin_stop()
         grace = self.settings.stop_grace_s if self.jobs.stopping else 30.0
         consumer = self.consumer
         steps: list[tuple[str, Callable[[], object]]] = [("the database engine", self.engine.dispose)]

@@ -75,7 +75,7 @@ def _take(rt: JobRuntime, job_id: str, queue: str) -> TakenJob | None:
             if job.waiting_for != blocked:
                 jobs.add_log(session=s, job_id=job_id, message=f"waits in QUEUED: its owner's {blocked} quota is "
                              "used up; it starts when one of the owner's jobs ends")  # fmt: skip
-            job.waiting_for = blocked
+            job.waiting_for, job.woken_at = blocked, None  # its message is used up: the next end may wake it
             job.attempts = attempts.update_attempt(job, job.attempt, queue=queue)
             return blocked
         won = jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING,

@@ -22,7 +22,7 @@ ALICE, BOB, ROOT = "alice-key-0123456789", "bob-key-0123456789ab", "root-key-012
 
 @pytest.fixture(scope="module")
 def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    quotas = {"alice": {"concurrent_jobs": 1, "queued_jobs": 1, "task_slots": 2}, "bob": {"requests_per_s": 2}}
+    quotas = {"alice": {"concurrent_jobs": 1, "queued_jobs": 1, "task_slots": 1}, "bob": {"requests_per_s": 2}}
     keys = f"{ALICE}:alice,{BOB}:bob,{ROOT}:root:admin"
     with running_service(spark, tmp_path_factory.mktemp("quotas"), api_keys=keys, owner_quotas=quotas,
                          reconcile_interval_s=1.0) as service:  # fmt: skip
@@ -54,13 +54,13 @@ def test_a_job_over_the_concurrent_quota_waits_and_submits_over_the_queued_quota
     assert int(over.headers["retry-after"]) > 0
     problem = over.json()
     assert (problem["quota"], problem["limit"], problem["used"]) == ("queued_jobs", 1, 1)
-    too_big = alice.post("/train", json=digits_job("alice-4", epochs=1, workers=3))
+    too_big = alice.post("/train", json=digits_job("alice-4", epochs=1, workers=2))  # the cluster has 2 slots
     assert too_big.status_code == 422 and too_big.json()["quota"] == "task_slots"
 
     usage = alice.get("/owners/me/usage").json()
     assert usage["owner"] == "alice" and usage["waiting"] == {"concurrent_jobs": 1}
     assert usage["quotas"]["concurrent_jobs"] == {"limit": 1, "used": 1}
-    assert usage["quotas"]["task_slots"] == {"limit": 2, "used": 1}
+    assert usage["quotas"]["task_slots"] == {"limit": 1, "used": 1}
     assert usage["quotas"]["queued_jobs"] == {"limit": 1, "used": 1}
 
     done = [_job(alice, job_id, lambda j: j["status"] in ("SUCCEEDED", "FAILED")) for job_id in (first, second)]

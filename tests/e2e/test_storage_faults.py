@@ -60,7 +60,7 @@ def test_a_full_disk_during_a_checkpoint_fails_the_attempt_clearly_and_the_next_
         filler = _fill(small_disk, leave=4096)
         job_id = svc.train(body)["id"]
         deadline = time.monotonic() + 300
-        while not (job := svc.client.get(f"/jobs/{job_id}").json())["attempts"][0].get("error_reason"):
+        while not ((job := svc.client.get(f"/jobs/{job_id}").json())["attempts"] or [{}])[0].get("error_reason"):
             assert job["status"] not in ("SUCCEEDED", "FAILED"), job
             assert time.monotonic() < deadline, job
             time.sleep(0.2)

@@ -21,8 +21,8 @@ from app.db.base import utcnow
 from app.db.models import Checkpoint, Job, ModelVersion
 from app.db.session import transaction
 from app.jobs.context import DbJobContext
-from app.jobs.settle import settle
 from app.jobs.runtime import JobRuntime
+from app.jobs.settle import settle
 from app.services import jobs
 from app.services.reconcile import reconcile
 from workers.context import JobCancelled, JobOutcome, ModelArtifact
