@@ -25,7 +25,9 @@ Counted per job, from the database through the API once everything has settled:
   is what resuming from a checkpoint means, and it is reported as ``resumed``;
 - ``bad_outputs``: a batch prediction whose output does not hold exactly one row per input key (a mix of two
   attempts' files, or a half-written one);
-- ``takeover_s``: per lost attempt, from the dead driver's last heartbeat to the reconciler ending the attempt.
+- ``takeover_s``: per lost attempt, from the dead driver's last heartbeat to a reconciler ending the attempt. With
+  two drivers that is the other driver's reconciler, and the bound is the heartbeat limit + one reconcile interval
+  (6 s); with one it is the replacement driver's first pass, so it includes that driver's start-up.
 
 Run: ``python -m bench.chaos [--jobs N] [--drivers 2] [--quick]`` (``--quick`` = 5 jobs); the last line is one
 JSON object. A full run of 20 jobs is also written to bench/results/chaos.json (one driver) or

@@ -78,13 +78,15 @@ def _take(rt: JobRuntime, job_id: str, queue: str) -> TakenJob | None:
             job.waiting_for, job.woken_at = blocked, None  # its message is used up: the next end may wake it
             job.attempts = attempts.update_attempt(job, job.attempt, queue=queue)
             return blocked
+        now = utcnow()
         won = jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING,
-                              worker_id=rt.worker_id, started_at=utcnow(), heartbeat_at=utcnow(), waiting_for=None,
+                              worker_id=rt.worker_id, started_at=now, heartbeat_at=now, waiting_for=None,
                               woken_at=None, spark_app_id=rt.spark.sparkContext.applicationId)  # fmt: skip
         if not won:
             return None
         s.refresh(job)
-        job.attempts = attempts.update_attempt(job, job.attempt, queue=queue)
+        job.attempts = attempts.update_attempt(job, job.attempt, queue=queue, worker_id=rt.worker_id,
+                                               started_at=now.isoformat())  # fmt: skip
         return TakenJob(id=job.id, type=job.type, framework=job.framework, name=job.name, request=job.request,
                         plan=job.plan, attempt=job.attempt, owner=job.owner)  # fmt: skip
 

@@ -65,7 +65,6 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
     for stale in final.parent.glob(f".{final.name}.partial-{ctx.job_id}-*"):  # earlier attempts of this job
         shutil.rmtree(stale, ignore_errors=True)
     out.write.mode("errorifexists").parquet(str(partial))
-    written = ctx.spark.read.parquet(str(partial)).count()
     storage.attempt("writing", str(partial), lambda: (partial / MARKER).write_text(ctx.job_id))
     if final.exists():
         owner = (final / MARKER).read_text().strip() if (final / MARKER).is_file() else None
@@ -74,6 +73,7 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
             raise JobFailure("OUTPUT_EXISTS", f"{final} appeared while the job ran, written by someone else; "
                              "nothing was replaced: predict again to a new output_uri")  # fmt: skip
     storage.attempt("publishing", str(final), lambda: storage.replace_dir(partial, final))
+    written = ctx.spark.read.parquet(str(final)).count()  # Spark reads no directory whose name starts with "."
     ctx.progress(1.0, "done")
     result: dict[str, Any] = {"output_uri": plan.output_path, "rows": written, "bad_rows": dropped}
     return JobOutcome(result=result)
