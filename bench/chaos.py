@@ -291,6 +291,8 @@ def _count(
             )
         else:
             result["lost"] += 1
+            problems.append(f"{job_id} ({kinds[job_id]}) unfinished: {job['status']}, attempt {job['attempt']}, "
+                            f"progress {job['progress']:.2f}, waiting for {job.get('waiting_for')}")  # fmt: skip
         resumed += any(line.startswith(("resuming from checkpoint", "continuing from checkpoint"))
                        for line in _log(client, job_id))  # fmt: skip
         why = ran_twice(job, starts(client, job_id), kills, versions.get(job_id, 0))
