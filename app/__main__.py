@@ -1,13 +1,66 @@
-"""``python -m app [--host H] [--port P]``: start the driver process (API + in-process job consumer)."""
+"""``python -m app [--host H] [--port P]``: start the driver process (API + in-process job consumer).
+
+Stopping (docs/architecture.md#stopping-a-driver): the first SIGINT or SIGTERM stops taking jobs and hands the
+running ones back at once (they are queued again, for another driver or this one after its restart), then the
+server and Spark stop and the process exits with status 0, without a traceback, also when the signal reached the
+whole process group and with it Spark's JVM. A second signal exits at once.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
 
 import uvicorn
+from pydantic import ValidationError
 
 from app.core.settings import load_settings
+
+log = logging.getLogger("sparktrain")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class DriverServer(uvicorn.Server):
+    """uvicorn's server with the driver's stop: the first signal also hands the running jobs back (in a thread, at
+    once, not after the HTTP connections drained), a second one exits, and the signal is not raised again when the
+    server is done (uvicorn re-raises it, which makes SIGINT end in a KeyboardInterrupt traceback and SIGTERM in
+    status 143)."""
+
+    def __init__(self, config: uvicorn.Config, *, app: Any) -> None:
+        super().__init__(config)
+        self.app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit:
+            log.warning("second stop signal: exiting now")
+            logging.shutdown()
+            os._exit(0)
+        log.warning("%s: stopping; running jobs are handed back, a second signal exits at once",
+                    signal.Signals(sig).name)  # fmt: skip
+        self.should_exit = True
+        runtime = getattr(self.app.state, "runtime", None)
+        if runtime is not None:
+            threading.Thread(target=runtime.begin_stop, name="hand-back", daemon=True).start()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -16,18 +69,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, help="port (default SPARKTRAIN_PORT or 8000)")
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
-    settings = load_settings(**overrides)
+    try:
+        settings = load_settings(**overrides)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()]
+        sys.exit("sparktrain cannot start, a setting is wrong:\n" + "\n".join(lines))
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines carry tracebacks of closed connections
 
     from app.main import create_app
 
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=30,
     )
+    DriverServer(config, app=app).run()
+    runtime = getattr(app.state, "runtime", None)
+    if runtime is not None:  # a signal during start-up: uvicorn skips the shutdown of what already started
+        runtime.begin_stop()
+        runtime.close()
 
 
 if __name__ == "__main__":

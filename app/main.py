@@ -16,7 +16,8 @@ from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestGuard
 from app.api.openapi import install_openapi
-from app.api.routes import checkpoints, datasets, inference, jobs, models, recipes, service, train, v2
+from app.api.ratelimit import RateLimit
+from app.api.routes import checkpoints, datasets, inference, jobs, models, owners, recipes, service, train, v2
 from app.core.auth import KeyRing
 from app.core.settings import Settings, load_settings
 
@@ -55,7 +56,7 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
         try:
             yield
         finally:
-            await run_in_threadpool(app.state.runtime.close)
+            await run_in_threadpool(app.state.runtime.close)  # after a stop signal the jobs were handed back already
 
     app = FastAPI(
         title="sparktrain",
@@ -65,10 +66,11 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
         docs_url=None,  # served from local assets instead of a CDN: app/api/docs.py
         redoc_url=None,
     )
+    app.add_middleware(RateLimit)  # inside the guard: it needs the caller the guard identified
     app.add_middleware(RequestGuard, max_body_bytes=MAX_BODY_BYTES)
     install_error_handlers(app)
     install_openapi(app)
     install_docs(app)
-    for module in (train, inference, recipes, jobs, checkpoints, models, datasets, service, v2):
+    for module in (train, inference, recipes, jobs, checkpoints, models, datasets, owners, service, v2):
         app.include_router(module.router)
     return app

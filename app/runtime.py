@@ -10,8 +10,9 @@ without the in-process consumer, since Celery's worker consumes there).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from sqlalchemy import Engine
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.core.settings import Settings
 from app.jobs.runtime import JobRuntime
 from app.services.online import ResolvedModels
+from app.services.quotas import RequestLimiter
 from workers.inference.cache import ModelCache
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ class ServiceRuntime:
     owns_celery: bool = True
     model_cache: ModelCache = field(default_factory=lambda: ModelCache(8))
     resolved_models: ResolvedModels = field(default_factory=ResolvedModels)
+    limiter: RequestLimiter | None = None
     _closed: bool = field(default=False, repr=False)
 
     def enqueue(self, task_name: str, job_id: str) -> None:
@@ -58,19 +61,42 @@ class ServiceRuntime:
 
         send_job(self.celery, task_name, job_id, queue)
 
+    def begin_stop(self) -> list[dict[str, Any]]:
+        """The first stop signal: take no new jobs and hand every running one back at once (app/jobs/stop.py).
+        Returns what was done to each; :meth:`close` finishes the stop."""
+        from app.jobs.stop import hand_back_all
+
+        if self.consumer is not None:
+            self.consumer.stop_taking()
+        if self.reconciler is not None:
+            self.reconciler.stop(wait=False)
+        return hand_back_all(self.jobs)
+
     def close(self) -> None:
+        """Stop everything; never raises (a failed shutdown is an operator's page of tracebacks)."""
+        from app.jobs.stop import stop_spark
+
         if self.reconciler is not None:
             self.reconciler.stop()
         if self._closed:
             return
         self._closed = True
-        if self.consumer is not None:
-            self.consumer.stop()
-        if self.owns_celery:
-            self.celery.close()
+        if not self.jobs.stopping:  # a shutdown that no signal began (an embedding app, a test's server)
+            self.begin_stop()
+        grace = self.settings.stop_grace_s if self.jobs.stopping else 30.0
+        consumer = self.consumer
+        steps: list[tuple[str, Callable[[], object]]] = [("the database engine", self.engine.dispose)]
         if self.owns_spark:
-            self.spark.stop()
-        self.engine.dispose()
+            steps.insert(0, ("Spark", lambda: stop_spark(self.spark)))
+        if self.owns_celery:
+            steps.insert(0, ("Celery", self.celery.close))
+        if consumer is not None:
+            steps.insert(0, ("the job consumer", lambda: consumer.stop(grace)))
+        for what, step in steps:
+            try:
+                step()
+            except Exception as exc:
+                log.warning("stopping %s failed: %s: %s", what, type(exc).__name__, exc)
 
 
 def start_runtime(
@@ -90,6 +116,7 @@ def start_runtime(
     from app.db.session import create_db_engine, create_sessionmaker
     from app.jobs.celery_app import attach_runtime, create_celery
     from app.jobs.reconciler import Reconciler
+    from app.jobs.stop import jvm_in_its_own_session
     from app.spark.session import build_spark_session
 
     settings.var_dir.mkdir(parents=True, exist_ok=True)
@@ -98,10 +125,13 @@ def start_runtime(
     upgrade_database(engine)
     db = create_sessionmaker(engine)
     owns_spark, owns_celery = spark is None, celery is None
-    spark = spark or build_spark_session(settings)
+    if spark is None:
+        with jvm_in_its_own_session():
+            spark = build_spark_session(settings)
     celery = celery or create_celery(settings)
     job_runtime = JobRuntime(settings=settings, db=db, spark=spark)
     attach_runtime(celery, job_runtime)
+    redis = settings.broker_url if settings.broker_url.startswith(("redis://", "rediss://")) else None
     rt = ServiceRuntime(
         settings=settings,
         engine=engine,
@@ -112,7 +142,9 @@ def start_runtime(
         owns_spark=owns_spark,
         owns_celery=owns_celery,
         model_cache=ModelCache(settings.model_cache_size),
+        limiter=RequestLimiter(db=db, redis_url=redis),
     )
+    job_runtime.send = rt.send
     if settings.in_process_consumer if consume is None else consume:
         _start_consumer(rt)
     if reconcile:

@@ -1,282 +1,72 @@
-"""Chaos: training jobs while the driver process is killed (SIGKILL) at random moments and started again.
+"""Chaos: a mix of jobs of every kind while driver processes are killed (SIGKILL) at random moments.
 
 Starts a Redis server of its own (AOF, ``appendfsync always``) on a free port and a fresh PostgreSQL database
 on the local server (``BENCH_PG``, default ``postgresql://postgres@127.0.0.1:5432``; dropped at the end), then
-``python -m app`` on them with Spark ``local[2]``. It submits N small torch jobs on ``datasets/digits`` (two
-barrier workers, 10 epochs, a checkpoint every epoch) and, while jobs remain unfinished, kills the driver
-process with SIGKILL after a random 10..40 s of uptime (a fresh driver needs ~25 s to its first checkpoint here)
-and starts a new one on the same database and broker, at most N/2 times; then a last driver finishes the rest.
-Each new driver's reconciler fails the lost attempts with DRIVER_LOST and queues every job that has a
-checkpoint and attempts left again, from its newest checkpoint.
+``--drivers`` (1 or 2) ``python -m app`` processes on them, each with Spark ``local[2]``. A seed xgboost model is
+trained first (not counted). Then it submits N jobs (default 20) cycling through the families: torch training on
+``datasets/digits`` (two barrier workers, 10 epochs, a checkpoint every epoch), xgboost training on taxi fares (300
+rounds, a checkpoint every 30), a Spark ML random forest with a small grid, an evaluation and a keyed batch
+prediction of the seed model. While jobs remain unfinished it kills a driver chosen at random with SIGKILL after a
+random 10..40 s, and starts a new one in its place, at most ``--max-kills`` times (default 6); then the drivers
+finish the rest. With one driver, the next driver's reconciler takes the lost attempts over; with two, the other
+driver's does, within ``SPARKTRAIN_HEARTBEAT_STALE_S`` (4 s here) + one reconcile interval (2 s). Every kind is
+retried: a job with a checkpoint continues from it, any other starts again from scratch.
 
 Counted per job, from the database through the API once everything has settled:
 
 - ``submitted``: accepted with 202;  ``finished``: reached SUCCEEDED, FAILED or CANCELLED;
-- ``succeeded``: SUCCEEDED; ``failed``: FAILED, by reason (a kill before a job's first checkpoint leaves nothing
-  to resume from, so DRIVER_LOST there is the designed outcome, as is running out of attempts);
-- ``lost``: submitted but not finished once the last driver had ``--settle`` seconds (default 900) for the rest:
+- ``succeeded``: SUCCEEDED; ``failed``: FAILED, by reason (running out of attempts would be one);
+- ``lost``: submitted but not finished once the drivers had ``--settle`` seconds (default 900) for the rest:
   a job the service forgot, or one stuck QUEUED or RUNNING;
 - ``run_twice``: a job that did its work twice: an attempt number started more than once (a duplicate delivery
   that was not dropped), a later attempt that started before the driver running the earlier attempt was killed
   (two attempts at once), more attempts started than the job counts, or more than one model version
   registered by the job. Re-training the steps between the newest checkpoint and a kill is not "twice": that
-  is what resuming from a checkpoint means, and it is reported as ``resumed``.
+  is what resuming from a checkpoint means, and it is reported as ``resumed``;
+- ``bad_outputs``: a batch prediction whose output does not hold exactly one row per input key (a mix of two
+  attempts' files, or a half-written one);
+- ``takeover_s``: per lost attempt, from the dead driver's last heartbeat to a reconciler ending the attempt. With
+  two drivers that is the other driver's reconciler, and the bound is the heartbeat limit + one reconcile interval
+  (6 s); with one it is the replacement driver's first pass, so it includes that driver's start-up.
 
-Run: ``python -m bench.chaos [--jobs N] [--quick]`` (default N=20; ``--quick`` = 5 jobs); the last line is one
-JSON object. Without ``--quick`` it is also written to bench/results/chaos.json.
+Run: ``python -m bench.chaos [--jobs N] [--drivers 2] [--quick]`` (``--quick`` = 5 jobs); the last line is one
+JSON object. A full run of 20 jobs is also written to bench/results/chaos.json (one driver) or
+bench/results/chaos-2drivers.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
-import os
 import random
 import re
 import shutil
-import signal
-import socket
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.common import REPO, free_port
+from bench.common import REPO
+from bench.processes import (  # noqa: F401 (tests import these from here)
+    FINAL,
+    Driver,
+    RedisServer,
+    alive,
+    busiest,
+    descendants,
+    driver_env,
+    pg_database,
+    python_workers,
+)
+from bench.soak import taxi_job, write_data
 
-PG_SERVER = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
-FINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 STARTED = re.compile(r"^attempt (\d+) started on (\S+)")
-
-
-# --- services of our own ---------------------------------------------------------------------------------
-
-
-class RedisServer:
-    """A ``redis-server`` of our own on a free port that persists every write (AOF, ``appendfsync always``):
-    kill it and start it again without touching anybody else's Redis."""
-
-    def __init__(self, directory: Path, port: int | None = None) -> None:
-        self.directory = directory
-        self.port = port or free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self, timeout: float = 30) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-                "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"]  # fmt: skip
-        log = (self.directory / "redis.log").open("ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while not self.ping():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server on port {self.port} did not start (see {self.directory})")
-            time.sleep(0.05)
-
-    def ping(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(30)
-        self.proc = None
-
-    def __enter__(self) -> RedisServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill(signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def pg_database(server: str = PG_SERVER) -> Iterator[str]:
-    """A fresh PostgreSQL database on ``server`` (a libpq URL without a database); yields its SQLAlchemy URL."""
-    import psycopg
-
-    name = f"sparktrain_chaos_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{server.replace('postgresql://', 'postgresql+psycopg://', 1)}/{name}"
-    finally:
-        with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-# --- the driver as a process -----------------------------------------------------------------------------
-
-
-def driver_env(work: Path, **settings: str) -> dict[str, str]:
-    """The environment of a ``python -m app`` under ``work``: Spark local[2] on the loopback, the UI off, and
-    ``settings`` as ``SPARKTRAIN_<NAME>`` variables (``database_url=...`` -> ``SPARKTRAIN_DATABASE_URL``)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKTRAIN_")}
-    env.update(
-        SPARK_LOCAL_IP="127.0.0.1",
-        SPARKTRAIN_VAR_DIR=str(work / "var"),
-        SPARKTRAIN_ARTIFACT_ROOT=str(work / "artifacts"),
-        SPARKTRAIN_SPARK_MASTER="local[2]",
-        SPARKTRAIN_SPARK_CONF=json.dumps({"spark.ui.enabled": "false"}),
-    )
-    env.update({f"SPARKTRAIN_{k.upper()}": v for k, v in settings.items()})
-    return env
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        kids.setdefault(ppid, []).append(int(entry))
-    return kids
-
-
-def descendants(pid: int) -> list[int]:
-    kids, out, todo = _children(), [], [pid]
-    while todo:
-        for child in kids.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting to be reaped counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def cpu_ticks(pid: int) -> int:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def python_workers(root: int) -> list[int]:
-    """The Python workers Spark forked for its tasks under process ``root`` (a driver, or a process with a local
-    SparkSession): ``pyspark.daemon`` processes whose parent is a ``pyspark.daemon``."""
-    tree = descendants(root)
-    daemons = {p for p in tree if "pyspark.daemon" in cmdline(p)}
-    kids = _children()
-    return sorted(c for d in daemons for c in kids.get(d, []) if c in daemons)
-
-
-def busiest(pids: list[int], sample_s: float = 1.0) -> int:
-    """The process of ``pids`` that used the most CPU over ``sample_s`` (a barrier task that is training)."""
-    before = {p: cpu_ticks(p) for p in pids}
-    time.sleep(sample_s)
-    used = {p: cpu_ticks(p) - before[p] for p in pids if alive(p)}
-    if not used:
-        raise RuntimeError("none of the processes is alive")
-    return max(used, key=lambda p: used[p])
-
-
-class Driver:
-    """``python -m app`` as a child process (its own session) with the settings in ``env``."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.client = httpx.Client(timeout=30)
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 300) -> Driver:
-        port = free_port()
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "app", "--port", str(port)], cwd=REPO, env=self.env,
-                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the driver exited with {self.proc.returncode}: {self.tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if self.client.get("/readyz").status_code == 200:
-                    return self
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the driver was not ready within {timeout:.0f} s: {self.tail()}")
-            time.sleep(0.3)
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
-
-    def kill(self, wait_s: float = 60) -> float:
-        """SIGKILL the driver process alone (no goodbye); returns the time of the kill (``time.time()``). Waits
-        until its Spark JVM and Python workers, which notice their parent is gone, have exited too."""
-        assert self.proc is not None
-        tree = descendants(self.proc.pid)
-        self.proc.kill()
-        when = time.time()
-        self.proc.wait(30)
-        self.client.close()
-        deadline = time.monotonic() + wait_s
-        while left := [p for p in tree if alive(p)]:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"processes of the killed driver still run after {wait_s:.0f} s: {left}")
-            time.sleep(0.2)
-        return when
-
-    def stop(self, timeout: float = 90) -> None:
-        """SIGTERM (graceful: uvicorn, the consumer and Spark shut down); SIGKILL of its group if that hangs."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-        self.client.close()
-
-    def wait_job(self, job_id: str, timeout: float = 600, statuses: tuple[str, ...] = FINAL) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            job: dict[str, Any] = self.client.get(f"/jobs/{job_id}").json()
-            if job["status"] in statuses:
-                return job
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"job {job_id} did not reach {statuses} in {timeout:.0f} s: {job}")
-            time.sleep(0.3)
 
 
 # --- the jobs --------------------------------------------------------------------------------------------
@@ -333,104 +123,207 @@ def ran_twice(job: dict[str, Any], started: list[tuple[int, str, float]], kills:
     return why
 
 
-def _unfinished(driver: Driver, ids: list[str]) -> int:
-    page = driver.client.get("/jobs", params={"limit": 500}).json()["items"]
+def _unfinished(client: httpx.Client, ids: list[str]) -> int:
+    page = client.get("/jobs", params={"limit": 500}).json()["items"]
     return sum(j["status"] not in FINAL for j in page if j["id"] in ids)
 
 
-def run(
-    jobs: int, work: Path, *, kill_after: tuple[float, float], seed: int, max_kills: int, settle_s: float
-) -> dict[str, Any]:
-    """Submit, then kill and restart the driver while jobs remain unfinished (at most ``max_kills`` times), then
-    let a last driver finish what is left (up to ``settle_s``) and count."""
-    rng = random.Random(seed)
-    t0 = time.monotonic()
-    with RedisServer(work / "redis") as redis, pg_database() as db_url:
-        env = driver_env(work, database_url=db_url, broker_url=redis.url, heartbeat_stale_s="4",
-                         reconcile_interval_s="2", log_level="WARNING")  # fmt: skip
-        drivers = 0
+KINDS = ("torch", "xgboost", "spark_ml", "evaluate", "predict")
+SEED_MODEL = "chaos-seed"
 
-        def new_driver() -> Driver:
-            nonlocal drivers
-            drivers += 1
-            return Driver(env, work / f"driver-{drivers}.log").start()
 
-        driver = new_driver()
-        ids: list[str] = []
-        for i in range(jobs):
-            response = driver.client.post("/train", json=chaos_job(f"chaos-{i}", i + 1))
-            if response.status_code == 202:
-                ids.append(response.json()["id"])
-        print(f"{len(ids)} of {jobs} jobs submitted", flush=True)
-        kills: dict[str, float] = {}
-        while len(kills) < max_kills:
-            up_until = time.monotonic() + rng.uniform(*kill_after)
-            while (left := _unfinished(driver, ids)) and time.monotonic() < up_until:
-                time.sleep(0.5)
-            if not left:
-                break
-            kills[str(driver.pid)] = driver.kill()
-            print(f"{time.monotonic() - t0:.0f} s: killed driver {len(kills)} (pid {driver.pid}) with {left} of "
-                  f"{len(ids)} jobs unfinished", flush=True)  # fmt: skip
-            driver = new_driver()
-        try:
-            deadline = time.monotonic() + settle_s
-            while _unfinished(driver, ids) and time.monotonic() < deadline:
-                time.sleep(1)
-            return _count(driver, ids, kills, jobs, time.monotonic() - t0)
-        finally:
+def mix_job(kind: str, i: int, data: Path, out: Path) -> tuple[str, dict[str, Any]]:
+    """(path, body) of the ``i``-th job, of family ``kind``: each takes seconds to a minute here."""
+    taxi = str(data / "taxi-keyed.parquet")
+    if kind == "torch":
+        return "/train", digits_job(f"chaos-{i}", epochs=10, units=128, batch=16, seed=i)
+    if kind == "xgboost":
+        return "/train", taxi_job(f"chaos-{i}", "xgboost", {"num_round": 300, "max_depth": 6, "checkpoint_rounds": 30,
+                                                         "seed": i})  # fmt: skip
+    if kind == "spark_ml":
+        return "/train", taxi_job(f"chaos-{i}", "spark_ml", {"algorithm": "random_forest", "num_folds": 2,
+                                                          "grid": {"maxDepth": [3, 5], "numTrees": [10]}})  # fmt: skip
+    if kind == "evaluate":
+        return "/evaluate", {"model": {"name": SEED_MODEL}, "dataset": {"uri": taxi}, "metrics": ["regression"]}
+    return "/predict", {"model": {"name": SEED_MODEL}, "dataset": {"uri": taxi, "key": "trip_id"},
+                        "output_uri": str(out / f"chaos-{i}.parquet")}  # fmt: skip
+
+
+class Fleet:
+    """``size`` drivers on one database and broker; a killed one is replaced by a new process."""
+
+    def __init__(self, size: int, env: dict[str, str], work: Path) -> None:
+        self.env, self.work, self.started = env, work, 0
+        self.drivers: list[Driver] = [self._new(slot) for slot in range(size)]
+
+    def _new(self, slot: int) -> Driver:
+        self.started += 1
+        env = {**self.env, "SPARKTRAIN_VAR_DIR": str(self.work / f"var-{slot}")}
+        return Driver(env, self.work / f"driver-{self.started}.log").start()
+
+    @property
+    def client(self) -> httpx.Client:
+        return self.drivers[0].client
+
+    def kill(self, slot: int) -> tuple[int, float]:
+        """SIGKILL the driver in ``slot`` and start a new one there; returns (pid, time of the kill)."""
+        victim = self.drivers[slot]
+        when = victim.kill()
+        self.drivers[slot] = self._new(slot)
+        return victim.pid, when
+
+    def stop(self) -> None:
+        for driver in self.drivers:
             driver.stop()
 
 
-def chaos_job(name: str, seed: int) -> dict[str, Any]:
-    """10 epochs of a 128-unit MLP (~10 s once the driver is warm): most kills land after a checkpoint."""
-    return digits_job(name, epochs=10, units=128, batch=16, seed=seed)
+def run(
+    jobs: int, work: Path, *, drivers: int, kill_after: tuple[float, float], seed: int, max_kills: int,
+    settle_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Submit, then kill drivers at random while jobs remain unfinished (at most ``max_kills`` times), then let
+    the drivers finish what is left (up to ``settle_s``) and count."""
+    rng = random.Random(seed)
+    t0 = time.monotonic()
+    data, out = work / "data", work / "out"
+    write_data(data)
+    out.mkdir(parents=True, exist_ok=True)
+    with RedisServer(work / "redis") as redis, pg_database() as db_url:
+        env = driver_env(work, database_url=db_url, broker_url=redis.url, heartbeat_stale_s="4",
+                         reconcile_interval_s="2", log_level="WARNING",
+                         data_roots=f"{REPO / 'datasets'},{data},{out}")  # fmt: skip
+        fleet = Fleet(drivers, env, work)
+        try:
+            seeded = fleet.drivers[0].wait_job(fleet.client.post("/train", json=taxi_job(
+                SEED_MODEL, "xgboost", {"num_round": 20, "max_depth": 4})).json()["id"])  # fmt: skip
+            assert seeded["status"] == "SUCCEEDED", seeded["error"]
+            ids, kinds = _submit(fleet.client, jobs, data, out)
+            print(f"{len(ids)} of {jobs} jobs submitted on {drivers} driver(s)", flush=True)
+            kills: dict[str, float] = {}
+            while len(kills) < max_kills:
+                up_until = time.monotonic() + rng.uniform(*kill_after)
+                while (left := _unfinished(fleet.client, ids)) and time.monotonic() < up_until:
+                    time.sleep(0.5)
+                if not left:
+                    break
+                pid, when = fleet.kill(rng.randrange(drivers))
+                kills[str(pid)] = when
+                print(f"{time.monotonic() - t0:.0f} s: killed driver pid {pid} ({len(kills)} kills) with {left} of "
+                      f"{len(ids)} jobs unfinished", flush=True)  # fmt: skip
+            deadline = time.monotonic() + settle_s
+            while _unfinished(fleet.client, ids) and time.monotonic() < deadline:
+                time.sleep(1)
+            result = _count(fleet.client, ids, kinds, kills, out)
+            result.update(drivers=drivers, jobs_requested=jobs, wall_s=round(time.monotonic() - t0, 1))
+            return result
+        finally:
+            fleet.stop()
 
 
-def _count(driver: Driver, ids: list[str], kills: dict[str, float], jobs: int, wall: float) -> dict[str, Any]:
-    client = driver.client
+def _submit(client: httpx.Client, jobs: int, data: Path, out: Path) -> tuple[list[str], dict[str, str]]:
+    ids, kinds = [], {}
+    for i in range(jobs):
+        kind = KINDS[i % len(KINDS)]
+        path, body = mix_job(kind, i, data, out)
+        response = client.post(path, json=body)
+        if response.status_code == 202:
+            ids.append(response.json()["id"])
+            kinds[ids[-1]] = kind
+        else:
+            print(f"job {i} ({kind}) refused: {response.status_code} {response.text[:300]}", flush=True)
+    return ids, kinds
+
+
+def _takeover_s(job: dict[str, Any]) -> list[float]:
+    """Seconds from the dead driver's last heartbeat to the end of each of the job's lost attempts."""
+    out = []
+    for entry in job.get("attempts") or []:
+        beat = re.search(r"last at (\S+?)\)", entry.get("error_message") or "")
+        if entry.get("error_reason") == "DRIVER_LOST" and beat and entry.get("ended_at"):
+            out.append(_time(entry["ended_at"]) - _time(beat.group(1)))
+    return out
+
+
+def _bad_output(job: dict[str, Any], keys: int) -> str | None:
+    """Why a finished batch prediction's output is not exactly one row per input key (None: it is)."""
+    import pyarrow.parquet as pq
+
+    path = Path(job["result"]["output_uri"])
+    leftovers = [p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.partial")]
+    table = pq.read_table(path, columns=["trip_id"])
+    unique = len(set(table.column("trip_id").to_pylist()))
+    if table.num_rows != keys or unique != keys or leftovers:
+        return f"{table.num_rows} rows, {unique} keys of {keys}; partial directories left: {leftovers}"
+    return None
+
+
+def _count(
+    client: httpx.Client, ids: list[str], kinds: dict[str, str], kills: dict[str, float], out: Path
+) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    keys = pq.read_metadata(out.parent / "data" / "taxi-keyed.parquet").num_rows
     versions: dict[str, int] = {}
     for model in client.get("/models").json()["items"]:
         for version in model["versions"]:
             versions[version["job_id"]] = versions.get(version["job_id"], 0) + 1
-    out: dict[str, Any] = {"submitted": len(ids), "succeeded": 0, "failed": {}, "lost": 0, "run_twice": 0}
-    resumed = 0
-    twice: dict[str, list[str]] = {}
-    errors: list[str] = []
+    result: dict[str, Any] = {"submitted": len(ids), "succeeded": 0, "failed": {}, "lost": 0, "run_twice": 0,
+                              "bad_outputs": 0}  # fmt: skip
+    by_kind = {kind: {"submitted": 0, "succeeded": 0, "retried": 0} for kind in KINDS}
+    resumed, twice, problems, takeovers = 0, {}, [], []
     for job_id in ids:
         job = client.get(f"/jobs/{job_id}").json()
+        kind = by_kind[kinds[job_id]]
+        kind["submitted"] += 1
+        kind["retried"] += job["attempt"] > 1
+        takeovers += _takeover_s(job)
         if job["status"] == "SUCCEEDED":
-            out["succeeded"] += 1
+            result["succeeded"] += 1
+            kind["succeeded"] += 1
+            if kinds[job_id] == "predict" and (bad := _bad_output(job, keys)):
+                result["bad_outputs"] += 1
+                problems.append(f"{job_id} output: {bad}")
         elif job["status"] in FINAL:
             reason = (job["error"] or {}).get("reason", job["status"])
-            out["failed"][reason] = out["failed"].get(reason, 0) + 1
-            errors.append(
+            result["failed"][reason] = result["failed"].get(reason, 0) + 1
+            problems.append(
                 f"{job_id} attempt {job['attempt']}: {reason}: {(job['error'] or {}).get('message', '')[:300]}"
             )
         else:
-            out["lost"] += 1
-        resumed += job["attempt"] > 1
+            result["lost"] += 1
+            problems.append(f"{job_id} ({kinds[job_id]}) unfinished: {job['status']}, attempt {job['attempt']}, "
+                            f"progress {job['progress']:.2f}, waiting for {job.get('waiting_for')}")  # fmt: skip
+        resumed += any(line.startswith(("resuming from checkpoint", "continuing from checkpoint"))
+                       for line in _log(client, job_id))  # fmt: skip
         why = ran_twice(job, starts(client, job_id), kills, versions.get(job_id, 0))
         if why:
             twice[job_id] = why
-    out["run_twice"] = len(twice)
-    out.update(finished=out["succeeded"] + sum(out["failed"].values()), resumed=resumed, kills=len(kills),
-               jobs_requested=jobs, wall_s=round(wall, 1))  # fmt: skip
+    result["run_twice"] = len(twice)
+    result.update(finished=result["succeeded"] + sum(result["failed"].values()), kills=len(kills),
+                  resumed_from_checkpoint=resumed, by_kind=by_kind)  # fmt: skip
+    if takeovers:
+        result["takeover_s"] = {"max": round(max(takeovers), 2), "median": round(statistics.median(takeovers), 2),
+                                "count": len(takeovers), "bound": 4 + 2}  # fmt: skip
     if twice:
-        out["run_twice_why"] = twice
-    for line in errors:
-        print(f"failed: {line}", flush=True)
-    return out
+        result["run_twice_why"] = twice
+    for line in problems:
+        print(f"problem: {line}", flush=True)
+    return result
+
+
+def _log(client: httpx.Client, job_id: str) -> list[str]:
+    return [line["message"] for line in client.get(f"/jobs/{job_id}/logs", params={"limit": 5000}).json()["lines"]]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos")
-    parser.add_argument("--jobs", type=int, default=20, help="training jobs to submit (default 20)")
+    parser.add_argument("--jobs", type=int, default=20, help="jobs to submit (default 20)")
+    parser.add_argument("--drivers", type=int, choices=(1, 2), default=1, help="drivers sharing the work (default 1)")
     parser.add_argument("--quick", action="store_true", help="5 jobs")
     parser.add_argument("--seed", type=int, default=1, help="seed of the kill times")
     parser.add_argument("--kill-after", type=float, nargs=2, default=(10.0, 40.0), metavar=("MIN_S", "MAX_S"),
                         help="a driver is killed after a random uptime in this range (default 10 40)")  # fmt: skip
-    parser.add_argument("--max-kills", type=int, help="stop killing after this many kills (default: half the jobs)")
+    parser.add_argument("--max-kills", type=int, default=6, help="stop killing after this many kills (default 6)")
     parser.add_argument("--settle", type=float, default=900, help="seconds the last driver gets to finish the rest")
     args = parser.parse_args()
     jobs = 5 if args.quick else args.jobs
@@ -438,17 +331,19 @@ def main() -> None:
         raise SystemExit("bench.chaos needs redis-server on the PATH (it starts its own on a free port)")
     work = Path(tempfile.mkdtemp(prefix="bench-chaos-"))
     try:
-        result = run(jobs, work, kill_after=tuple(args.kill_after), seed=args.seed,
-                     max_kills=args.max_kills or max(1, jobs // 2), settle_s=args.settle)  # fmt: skip
+        result = run(jobs, work, drivers=args.drivers, kill_after=tuple(args.kill_after), seed=args.seed,
+                     max_kills=args.max_kills, settle_s=args.settle)  # fmt: skip
     except BaseException:
         print(f"logs kept in {work}", file=sys.stderr)
         raise
     shutil.rmtree(work, ignore_errors=True)
-    print(f"{result['submitted']} submitted, {result['finished']} finished ({result['succeeded']} succeeded, "
-          f"failed {result['failed'] or 0}), {result['lost']} lost, {result['run_twice']} run twice; "
-          f"{result['kills']} driver kills, {result['resumed']} jobs resumed, {result['wall_s']} s")  # fmt: skip
+    print(f"{result['submitted']} submitted on {args.drivers} driver(s), {result['finished']} finished "
+          f"({result['succeeded']} succeeded, failed {result['failed'] or 0}), {result['lost']} lost, "
+          f"{result['run_twice']} run twice, {result['bad_outputs']} bad outputs; {result['kills']} driver kills, "
+          f"{result['resumed_from_checkpoint']} resumed from a checkpoint, {result['wall_s']} s")  # fmt: skip
     if not args.quick and args.jobs == 20:
-        (REPO / "bench" / "results" / "chaos.json").write_text(json.dumps(result, indent=1) + "\n")
+        name = "chaos.json" if args.drivers == 1 else "chaos-2drivers.json"
+        (REPO / "bench" / "results" / name).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))
 
 

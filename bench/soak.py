@@ -119,7 +119,7 @@ def _train_torch() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _taxi(name: str, framework: str, params: dict[str, Any]) -> dict[str, Any]:
+def taxi_job(name: str, framework: str, params: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": name,
         "framework": framework,
@@ -137,9 +137,9 @@ def job_cycle(data: Path, out: Path) -> Iterator[tuple[str, str, dict[str, Any]]
     while True:
         n += 1
         yield "train_torch", "/train", _train_torch()
-        yield "train_xgboost", "/train", _taxi("soak-xgb", "xgboost", {"num_round": 20, "max_depth": 4,
+        yield "train_xgboost", "/train", taxi_job("soak-xgb", "xgboost", {"num_round": 20, "max_depth": 4,
                                                                        "num_workers": 2})  # fmt: skip
-        yield "train_spark_ml", "/train", _taxi("soak-lr", "spark_ml", {"algorithm": "linear_regression"})
+        yield "train_spark_ml", "/train", taxi_job("soak-lr", "spark_ml", {"algorithm": "linear_regression"})
         yield "evaluate_torch", "/evaluate", {"model": {"name": "soak-digits"}, "dataset": {"uri": digits}}
         yield "predict_torch", "/predict", {"model": {"name": "soak-digits"}, "dataset": {"uri": digits, "key": "id"},
                                             "output_uri": str(out / f"digits-{n}.parquet")}  # fmt: skip

@@ -6,17 +6,59 @@ remote directory once into a local cache. Credentials come from the environment 
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL`` for S3-compatible servers, ...), on the
 driver and on the executors alike; no secret travels in a job's configuration.
 
+Writes never leave a half-written directory under its final name: a local directory is written under a private
+name, flushed and renamed into place; on an object store a directory is visible once registered, and a one-file
+checkpoint is one object. A full disk or an unreachable store raises :class:`StorageError`, whose reason
+(``STORAGE_FULL``, ``STORAGE_UNAVAILABLE``) becomes the job's error reason, also when it is raised on an executor.
+
 Executor-side safe: stdlib and pyarrow only.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
 import tempfile
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
+
+T = TypeVar("T")
+_FULL = {errno.ENOSPC, errno.EDQUOT}
+_UNAVAILABLE = {errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ENOTCONN, errno.ETIMEDOUT,
+                errno.ECONNREFUSED, errno.EHOSTUNREACH}  # fmt: skip
+
+
+class StorageError(OSError):
+    """Writing to (or reading from) the artifact store failed for a reason that is not the job's: the disk is full
+    (``STORAGE_FULL``) or the store cannot be reached or written (``STORAGE_UNAVAILABLE``). ``str()`` starts with
+    the reason, so that it survives the trip from an executor in Spark's error text."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+@contextmanager
+def guarded(what: str, uri: str) -> Iterator[None]:
+    """OSErrors of a storage operation as :class:`StorageError` when they are the store's fault."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except OSError as exc:
+        remote = is_remote(uri)
+        if exc.errno in _FULL or "No space left on device" in str(exc):
+            raise StorageError("STORAGE_FULL", f"{what} {uri}: the store is full ({exc})") from exc
+        if exc.errno in _UNAVAILABLE or (remote and exc.errno is None and not isinstance(exc, FileNotFoundError)):
+            raise StorageError("STORAGE_UNAVAILABLE", f"{what} {uri}: {exc}") from exc
+        raise
+
 
 LOCAL_SCHEMES = ("", "file")
 CACHE = Path(tempfile.gettempdir()) / "sparktrain-artifacts"
@@ -41,20 +83,94 @@ def _fs(uri: str):  # type: ignore[no-untyped-def]
 
 
 def publish_dir(local: Path, uri: str) -> str:
-    """Copy a local directory to ``uri`` (replacing what is there); returns the URI to register."""
-    if not is_remote(uri):
-        target = local_path(uri)
-        if target.resolve() != local.resolve():
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.copytree(local, target)
-        return str(target)
-    from pyarrow import fs
+    """Copy a local directory to ``uri`` (replacing what is there); returns the URI to register. A local copy is
+    written under a private name and renamed into place."""
+    with guarded("publishing to", uri):
+        if not is_remote(uri):
+            target = local_path(uri)
+            if target.resolve() != local.resolve():
+                partial = target.with_name(f"{target.name}.partial-{uuid.uuid4().hex[:8]}")
+                shutil.copytree(local, partial)
+                _fsync_tree(partial)
+                replace_dir(partial, target)
+            return str(target)
+        from pyarrow import fs
 
-    filesystem, path = _fs(uri)
-    filesystem.delete_dir_contents(path, missing_dir_ok=True)
-    fs.copy_files(str(local), path, source_filesystem=fs.LocalFileSystem(), destination_filesystem=filesystem)
-    return uri
+        filesystem, path = _fs(uri)
+        filesystem.delete_dir_contents(path, missing_dir_ok=True)
+        fs.copy_files(str(local), path, source_filesystem=fs.LocalFileSystem(), destination_filesystem=filesystem)
+        return uri
+
+
+def publish_files(directory: str, name: str, files: Mapping[str, bytes]) -> str:
+    """Write ``files`` as the directory ``<directory>/<name>`` so that it appears complete or not at all: locally
+    under a private name, flushed, then renamed (an existing one is replaced); on a store one object per file (a
+    one-file directory is then one atomic PUT). Returns the directory's URI."""
+    uri = join(directory, name)
+    with guarded("writing", uri):
+        if is_remote(uri):
+            filesystem, path = _fs(uri)
+            for file, data in files.items():
+                with filesystem.open_output_stream(f"{path}/{file}") as out:
+                    out.write(data)
+            return uri
+        target = local_path(uri)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f"{target.name}.partial-{uuid.uuid4().hex[:8]}")
+        partial.mkdir()
+        try:
+            for file, data in files.items():
+                with (partial / file).open("wb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+            replace_dir(partial, target)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        return str(target)
+
+
+def replace_dir(partial: Path, target: Path) -> None:
+    """Rename a complete ``partial`` directory to ``target``; one already there is renamed aside and removed."""
+    try:
+        os.replace(partial, target)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    aside = target.with_name(f"{target.name}.old-{uuid.uuid4().hex[:8]}")
+    os.replace(target, aside)
+    os.replace(partial, target)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with path.open("rb") as f:
+                os.fsync(f.fileno())
+
+
+def list_dir(uri: str) -> list[str]:
+    """The names directly under ``uri`` (nothing when it does not exist)."""
+    with guarded("listing", uri):
+        if not is_remote(uri):
+            try:
+                return sorted(os.listdir(local_path(uri)))
+            except FileNotFoundError:
+                return []
+        from pyarrow import fs
+
+        filesystem, path = _fs(uri)
+        selector = fs.FileSelector(path, allow_not_found=True)
+        return sorted(info.base_name for info in filesystem.get_file_info(selector))
+
+
+def attempt(what: str, uri: str, call: Callable[[], T]) -> T:
+    """``call()`` with its storage errors as :class:`StorageError`."""
+    with guarded(what, uri):
+        return call()
 
 
 def fetch_dir(uri: str) -> Path:

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.errors import PROBLEM_BASE, AppError
+from app.services.health import DATABASE_AWAY
 
 log = logging.getLogger("sparktrain.api")
 PROBLEM_JSON = "application/problem+json"
@@ -113,6 +114,18 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(body, request, headers=headers)
 
 
+async def _database_away(request: Request, exc: Exception) -> JSONResponse:
+    """The database is restarting or unreachable: a 503 the client may retry, never the driver's raw error."""
+    log.warning("%s %s: the database is away (%s)", request.method, request.url.path, type(exc).__name__)
+    body = {
+        "type": PROBLEM_BASE + "database-unavailable",
+        "title": "Database unavailable",
+        "status": 503,
+        "detail": "The service's database does not answer right now (a restart?); try again in a few seconds.",
+    }
+    return problem_response(body, request, headers={"Retry-After": "5"})
+
+
 async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     body = {
@@ -128,4 +141,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    for away in DATABASE_AWAY:
+        app.add_exception_handler(away, _database_away)
     app.add_exception_handler(Exception, _unhandled)

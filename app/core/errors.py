@@ -86,3 +86,10 @@ class ValidationFailed(AppError):
 
 class ServiceUnavailable(AppError):
     status, type, title = 503, "unavailable", "Service unavailable"
+
+
+class TooManyRequests(AppError):
+    """Over a quota (app/services/quotas.py): the problem names it (``quota``, ``limit``) and ``Retry-After`` says
+    when to try again."""
+
+    status, type, title = 429, "quota-exceeded", "Quota exceeded"

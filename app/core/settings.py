@@ -11,13 +11,51 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.core.auth import ApiKey, parse_api_keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout (or install) root: ``spark-conf/`` and ``datasets/`` live here."""
+
+
+QUOTAS = ("concurrent_jobs", "task_slots", "queued_jobs", "requests_per_s")
+"""The quotas an owner has (docs/configuration.md#quotas); 0 is no limit."""
+QUOTA_FIELDS = tuple(f"quota_{name}" for name in QUOTAS)
+
+
+def quota_value(setting: str, value: Any) -> int:
+    """A quota: a whole number >= 0, given as a number or as text; anything else is refused naming ``setting``."""
+    number: Any = value
+    if isinstance(value, str) and value.strip().lstrip("+").isdigit():
+        number = int(value.strip())
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+        raise ValueError(f"{setting} must be a whole number >= 0 (0: no limit), got {value!r}")
+    return number
+
+
+def parse_owner_quotas(value: Any) -> dict[str, dict[str, int]]:
+    """``SPARKTRAIN_OWNER_QUOTAS``: a JSON object of owners, each an object of quotas (names from QUOTAS)."""
+    setting = "SPARKTRAIN_OWNER_QUOTAS"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError as exc:
+            raise ValueError(f"{setting} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f'{setting} must be a JSON object like {{"alice": {{"concurrent_jobs": 4}}}}')
+    out: dict[str, dict[str, int]] = {}
+    for owner, quotas in value.items():
+        if not isinstance(quotas, dict):
+            raise ValueError(f"{setting}: the quotas of {owner!r} must be an object of {', '.join(QUOTAS)}")
+        unknown = sorted(set(quotas) - set(QUOTAS))
+        if unknown:
+            raise ValueError(f"{setting}: {owner!r} has unknown quotas {unknown}; known: {', '.join(QUOTAS)}")
+        out[str(owner)] = {name: quota_value(f"{setting} {owner}.{name}", v) for name, v in quotas.items()}
+    return out
 
 
 def _split_csv(value: Any) -> Any:
@@ -92,6 +130,27 @@ class Settings(BaseSettings):
     max_epochs: int = Field(1000, ge=1)
     max_workers_per_job: int = Field(64, ge=1)
 
+    # --- failures ------------------------------------------------------------------------------------------
+    db_retry_s: float = Field(
+        120.0, ge=0, description="How long a running job's writes wait for the database to come back (restarts)."
+    )
+    retry_delay_s: float = Field(
+        15.0, ge=0, description="A job whose attempt failed on the artifact store (full, unreachable) runs again after."
+    )
+    stop_grace_s: float = Field(
+        10.0, ge=0, description="On SIGINT/SIGTERM: how long the driver waits for the jobs it handed back to unwind."
+    )
+
+    # --- quotas per owner (0: no limit) ---------------------------------------------------------------------
+    quota_concurrent_jobs: int = Field(0, description="Jobs one owner may run at once; more wait in QUEUED.")
+    quota_task_slots: int = Field(0, description="Task slots one owner's running jobs may hold; more wait in QUEUED.")
+    quota_queued_jobs: int = Field(0, description="Jobs one owner may have QUEUED; a submit beyond is a 429.")
+    quota_requests_per_s: int = Field(0, description="Requests per second per API key (a token bucket); beyond: 429.")
+    owner_quotas: Annotated[dict[str, dict[str, int]], NoDecode] = Field(
+        default_factory=dict,
+        description='Per-owner quotas over the defaults, as JSON: {"alice": {"concurrent_jobs": 4}}.',
+    )
+
     # --- HTTP ----------------------------------------------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -122,6 +181,16 @@ class Settings(BaseSettings):
         if isinstance(value, dict):
             return {str(k): str(v) for k, v in value.items()}
         return value
+
+    @field_validator(*QUOTA_FIELDS, mode="before")
+    @classmethod
+    def _quota(cls, value: Any, info: ValidationInfo) -> int:
+        return quota_value(f"SPARKTRAIN_{str(info.field_name).upper()}", value)
+
+    @field_validator("owner_quotas", mode="before")
+    @classmethod
+    def _owner_quotas(cls, value: Any) -> dict[str, dict[str, int]]:
+        return parse_owner_quotas(value)
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> Settings:

@@ -16,6 +16,7 @@ class Job(Base):
     __table_args__ = (
         UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
         Index("ix_jobs_created_at_id", "created_at", "id"),
+        Index("ix_jobs_owner_status", "owner", "status"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -51,6 +52,23 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    slots: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    """Task slots the job holds while it runs (its plan's ``num_workers``; 1 for one-task work): the slot quota."""
+    waiting_for: Mapped[str | None] = mapped_column(String(32))
+    """The quota a QUEUED job waits for (``concurrent_jobs``, ``task_slots``); None once a driver takes it."""
+    woken_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """When a waiting job's message was last sent again because its owner had room (app/services/quotas.py)."""
+
+
+class RateBucket(Base):
+    """A token bucket of requests per API key, shared by every driver on the database (Redis holds them when the
+    broker is Redis). ``tokens`` as of ``updated`` (seconds since the epoch)."""
+
+    __tablename__ = "rate_buckets"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tokens: Mapped[float] = mapped_column(Float)
+    updated: Mapped[float] = mapped_column(Float)
 
 
 class JobMetric(Base):

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, exc, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, SessionTransaction, sessionmaker
+
+log = logging.getLogger("sparktrain.db")
+T = TypeVar("T")
 
 
 def create_db_engine(url: str) -> Engine:
@@ -42,6 +48,44 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session whose work is committed on success and rolled back on any error."""
     with factory() as session, session.begin():
         yield session
+
+
+def unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database is away for now (a restart, a dropped connection, a full pool, SQLite's
+    "database is locked"), rather than that the statement is wrong: worth trying again."""
+    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+        return True
+    return isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError)
+
+
+def retrying(
+    factory: sessionmaker[Session],
+    work: Callable[[Session], T],
+    *,
+    budget_s: float,
+    what: str = "",
+    begin: Callable[[], AbstractContextManager[Session]] | None = None,
+) -> T:
+    """``work(session)`` in one transaction, run again from the start (a new transaction, a new connection) while
+    the database is away, with exponential backoff and jitter for up to ``budget_s`` seconds; then the error is
+    raised. For the job runner's writes: a PostgreSQL restart must not fail a job that is training. ``begin`` opens
+    the transaction instead of :func:`transaction` (one that takes a lock first, say).
+
+    The work must be safe to run twice: a commit whose answer was lost may have happened (the runner's writes are
+    guarded transitions or idempotent updates)."""
+    deadline = time.monotonic() + budget_s
+    delay = 0.1
+    while True:
+        try:
+            with (begin or (lambda: transaction(factory)))() as session:
+                return work(session)
+        except Exception as error:
+            if not unavailable(error) or time.monotonic() + delay > deadline:
+                raise
+            log.warning("the database is away (%s)%s; trying again in %.1f s", type(error).__name__,
+                        f" while {what}" if what else "", delay)  # fmt: skip
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0) * random.uniform(0.8, 1.2)
 
 
 def savepoint(session: Session) -> SessionTransaction:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery, Task
+from celery.exceptions import Reject
 
 from app.core.settings import Settings
 from app.jobs.runtime import JobRuntime
@@ -114,6 +115,8 @@ def register_tasks(app: Celery) -> None:
         from app.jobs.runner import run_job
 
         rt = runtime_of(app)
+        if rt.stopping:  # a stopping driver takes nothing more: the message goes back for another driver
+            raise Reject(f"driver {rt.worker_id} is stopping", requeue=True)
         routing = (self.request.delivery_info or {}).get("routing_key")
 
         def send(task: str, retried: str, queue: str) -> None:

@@ -39,6 +39,7 @@ class InProcessConsumer:
         self._app = app
         self._controller: _Controller | None = None
         self._thread: threading.Thread | None = None
+        self._stopper: threading.Thread | None = None
         self._concurrency = concurrency
         self._queue = queue
         self.hostname = f"{name}@{socket.gethostname()}"
@@ -81,17 +82,27 @@ class InProcessConsumer:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def stop_taking(self) -> None:
+        """Begin a warm shutdown without waiting: the consumer takes no new messages (within one broker poll) and the
+        pool lets running tasks end. :meth:`stop` waits for it."""
+        controller = self._controller
+        if controller is None or self._stopper is not None:
+            return
+        self._stopper = threading.Thread(target=controller.stop, name="celery-consumer-stop", daemon=True)
+        self._stopper.start()
+
     def stop(self, timeout: float = 30.0) -> None:
         """Warm shutdown of this consumer only: take no new messages, let running jobs finish for up to
         ``timeout`` seconds (then leave them to end with the process; their messages are not acknowledged)."""
-        controller, thread = self._controller, self._thread
-        if controller is None or thread is None:
+        thread = self._thread
+        if self._controller is None or thread is None:
             return
-        self._controller = None
         deadline = time.monotonic() + timeout
-        stopper = threading.Thread(target=controller.stop, name="celery-consumer-stop", daemon=True)
-        stopper.start()
+        self.stop_taking()
+        stopper = self._stopper
+        assert stopper is not None
         stopper.join(timeout)
+        self._controller = None
         # the consumer loop notices within one broker poll (up to ~2 s)
         thread.join(max(3.0, deadline - time.monotonic()))
         if stopper.is_alive() or thread.is_alive():

@@ -1,7 +1,8 @@
 """The :class:`~workers.context.JobContext` a family driver reports through, backed by the job database.
 
-Every report is a short committed transaction. Checkpoints are recorded only while the job is still this runner's
-(its row names this driver and attempt): a runner whose job was given up records nothing.
+Every report is a short committed transaction, tried again while the database is away (a PostgreSQL restart must
+not fail a job that is training; ``SPARKTRAIN_DB_RETRY_S``). Checkpoints are recorded only while the job is still
+this runner's (its row names this driver and attempt): a runner whose job was given up records nothing.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.orm import Session
+
 from app.core.jobstates import ACTIVE
 from app.db.models import Job
-from app.db.session import transaction
 from app.jobs.runtime import JobRuntime, RunningJob
 from app.services import checkpoints, jobs
 from workers import storage
@@ -48,50 +50,60 @@ class DbJobContext:
         if fraction < 1.0 and message is None and now - self._last_progress < 0.25:
             return
         self._last_progress = now
-        with transaction(self._rt.db) as s:
-            jobs.set_progress(
+        self._rt.write(
+            lambda s: jobs.set_progress(
                 session=s, job_id=self.job_id, fraction=fraction, message=message, worker_id=self._rt.worker_id
-            )
+            ),
+            "recording progress",
+        )
 
     def metrics(self, points: Iterable[MetricPoint]) -> None:
         rows = [{"key": p.key, "value": p.value, "step": p.step, "epoch": p.epoch, "worker": p.worker} for p in points]
         if rows:
-            with transaction(self._rt.db) as s:
-                jobs.add_metrics(session=s, job_id=self.job_id, points=rows)
+            self._rt.write(lambda s: jobs.add_metrics(session=s, job_id=self.job_id, points=rows), "recording metrics")
 
     def log(self, message: str, level: str = "INFO") -> None:
         log.log(logging.getLevelName(level), "[job %s] %s", self.job_id, message)
-        with transaction(self._rt.db) as s:
-            jobs.add_log(session=s, job_id=self.job_id, message=message, level=level)
+        self._rt.write(lambda s: jobs.add_log(session=s, job_id=self.job_id, message=message, level=level))
 
     def warn(self, message: str) -> None:
         self.log(message, "WARNING")
-        with transaction(self._rt.db) as s:
-            jobs.add_warning(session=s, job_id=self.job_id, message=message)
+        self._rt.write(lambda s: jobs.add_warning(session=s, job_id=self.job_id, message=message))
 
     def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any]) -> str:
-        with transaction(self._rt.db) as s:
-            if not self._owned(s):
+        """The checkpoint's id. A runner whose job is no longer its own records nothing: JobCancelled, or, once its
+        driver handed the job back on a stop, quietly "" (the stop is no error of the job's)."""
+
+        def record(s: Session) -> tuple[str, list[str]]:
+            owned = self._owned(s)
+            if owned == "finished":
+                return "", []  # a late report of an attempt that ended here: nothing to resume any more
+            if not owned:
                 self._running.cancel.set()
+                if self._running.handed_back or self._rt.stopping:
+                    return "", []
                 raise JobCancelled(f"{self.job_id}: no longer this runner's; checkpoint of epoch {epoch} dropped")
             row = checkpoints.record(
                 session=s, job_id=self.job_id, attempt=self.attempt, epoch=epoch, step=step, uri=uri, metrics=metrics
             )
-            checkpoint_id = row.id
-            stale = checkpoints.prune(session=s, job_id=self.job_id, keep=self._rt.settings.checkpoint_retention)
+            return row.id, checkpoints.prune(session=s, job_id=self.job_id, keep=self._rt.settings.checkpoint_retention)
+
+        checkpoint_id, stale = self._rt.write(record, f"recording checkpoint {epoch}")
         for old in stale:  # the rows are gone; now their files
             _remove_checkpoint(old)
         return checkpoint_id
 
-    def _owned(self, session: Any) -> bool:
-        """Whether the job still runs here (the row locked until the end of ``session``'s transaction)."""
+    def _owned(self, session: Any) -> bool | str:
+        """Whether the job still runs here (the row locked until the end of ``session``'s transaction); "finished"
+        when this very attempt already ended it."""
         job = session.get(Job, self.job_id, with_for_update=True, populate_existing=True)
-        return bool(
-            job is not None
-            and job.status in ACTIVE
-            and job.worker_id == self._rt.worker_id
-            and job.attempt == self.attempt
-        )
+        if job is None or job.worker_id != self._rt.worker_id or job.attempt != self.attempt:
+            return False
+        return True if job.status in ACTIVE else "finished"
+
+    @property
+    def running(self) -> RunningJob:
+        return self._running
 
     @property
     def cancelled(self) -> bool:

@@ -29,6 +29,7 @@ class TakenJob:
     request: dict[str, Any]
     plan: dict[str, Any] | None
     attempt: int
+    owner: str = "anonymous"
 
 
 def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:

@@ -6,10 +6,13 @@ Python errors on executors, the worker's traceback: keep the words and the end o
 
 from __future__ import annotations
 
+import errno
+import re
 from typing import Any
 
 from app.core.errors import AppError
 from workers.context import JobFailure
+from workers.storage import StorageError
 
 MAX_MESSAGE = 4000
 # What Spark says when a task's Python worker or executor died (and what gloo says on the surviving ranks)
@@ -22,21 +25,50 @@ _WORKER_LOST = (
 )
 
 
+# What a full disk, a quota or a read-only mount says, in Python (errno), Java (IOException) and on executors
+_STORAGE_FULL = ("No space left on device", "Disk quota exceeded", "[Errno 28]", "[Errno 122]")
+_STORAGE_ERRNOS = {errno.ENOSPC: "STORAGE_FULL", errno.EDQUOT: "STORAGE_FULL", errno.EROFS: "STORAGE_UNAVAILABLE"}
+# workers/storage.py's errors, as an executor's traceback ends: "StorageError: STORAGE_FULL: ..."
+_STORAGE_ERROR = re.compile(r"StorageError: (STORAGE_[A-Z]+): (.*)")
+
+
 def describe_failure(exc: BaseException) -> tuple[str, str]:
     """(reason, message) for the job's ``error``: a readable line, never a Java object that does not pickle."""
     if isinstance(exc, JobFailure):
         return exc.reason, exc.message[:MAX_MESSAGE]
     if isinstance(exc, AppError):
         return "INVALID_REQUEST", exc.detail[:MAX_MESSAGE]
+    if isinstance(exc, StorageError):
+        return exc.reason, exc.detail[:MAX_MESSAGE]
+    if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
+        return _STORAGE_ERRNOS[exc.errno], f"writing to the artifact store failed: {exc}"[:MAX_MESSAGE]
     java = getattr(exc, "java_exception", None)
     if java is not None:
         message = _java_message(java)
+        storage = _storage(message)
+        if storage is not None:
+            return storage
         if any(sign in str(java) or sign in message for sign in _WORKER_LOST):
             return "WORKER_LOST", message
         return "SPARK_ERROR", message
+    text = f"{type(exc).__name__}: {exc}"
+    storage = _storage(text)
+    if storage is not None:
+        return storage
     if type(exc).__module__.startswith("pyspark"):
-        return "SPARK_ERROR", f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE]
-    return "INTERNAL", f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE]
+        return "SPARK_ERROR", text[:MAX_MESSAGE]
+    return "INTERNAL", text[:MAX_MESSAGE]
+
+
+def _storage(text: str) -> tuple[str, str] | None:
+    """A storage failure reported from an executor or by a library (xgboost, Spark's writers), by its words."""
+    found = _STORAGE_ERROR.search(text)
+    if found is not None:
+        return found.group(1), found.group(2)[:MAX_MESSAGE]
+    if any(sign in text for sign in _STORAGE_FULL):
+        line = next((ln for ln in reversed(text.splitlines()) if any(s in ln for s in _STORAGE_FULL)), text)
+        return "STORAGE_FULL", f"the artifact store is full: {line.strip()}"[:MAX_MESSAGE]
+    return None
 
 
 def _java_message(java: Any) -> str:

@@ -1,4 +1,5 @@
-"""What a job consumer needs at hand: settings, the database, the process's SparkSession, its identity."""
+"""What a job consumer needs at hand: settings, the database, the process's SparkSession, its identity, and whether
+the process was told to stop."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -15,6 +18,10 @@ from app.core.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+Send = Callable[[str, str, str], None]
+"""``send(task_name, job_id, queue)``: put a job's message on a queue."""
 
 
 def make_worker_id() -> str:
@@ -25,21 +32,35 @@ def make_worker_id() -> str:
 @dataclass
 class RunningJob:
     job_id: str
+    attempt: int = 1
     cancel: threading.Event = field(default_factory=threading.Event)
+    handed_back: bool = False
+    """The driver is stopping and gave this attempt back (DRIVER_STOPPED): its runner records nothing more."""
 
 
 class RunningJobs:
     """The jobs this process runs now: lets the API cancel a local job at once, without waiting for the
-    watcher to see the CANCELLING row."""
+    watcher to see the CANCELLING row, and a stopping driver hand every one back."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: dict[str, RunningJob] = {}
+        self.stopping = threading.Event()
 
-    def add(self, job_id: str) -> RunningJob:
+    def add(self, job_id: str, attempt: int = 1) -> RunningJob | None:
+        """The job as running here; None once the process is stopping (the caller hands it back)."""
         with self._lock:
-            running = self._jobs[job_id] = RunningJob(job_id)
+            if self.stopping.is_set():
+                return None
+            running = self._jobs[job_id] = RunningJob(job_id, attempt)
             return running
+
+    def stop(self) -> list[RunningJob]:
+        """From now on :meth:`add` refuses; returns the jobs running at this moment (each one exactly once)."""
+        with self._lock:
+            first = not self.stopping.is_set()
+            self.stopping.set()
+            return list(self._jobs.values()) if first else []
 
     def remove(self, job_id: str) -> None:
         with self._lock:
@@ -61,6 +82,25 @@ class JobRuntime:
     spark: SparkSession
     worker_id: str = field(default_factory=make_worker_id)
     running: RunningJobs = field(default_factory=RunningJobs)
+    send: Send | None = None
+    """Sends retries and woken jobs; set once the process's Celery app is attached."""
+
+    @property
+    def stopping(self) -> bool:
+        return self.running.stopping.is_set()
+
+    def write(
+        self,
+        work: Callable[[Any], T],
+        what: str = "",
+        *,
+        begin: Callable[[], AbstractContextManager[Any]] | None = None,
+    ) -> T:
+        """A write of the job runner: retried while the database is away, for up to ``db_retry_s`` (``begin``: see
+        app.db.session.retrying)."""
+        from app.db.session import retrying
+
+        return retrying(self.db, work, budget_s=self.settings.db_retry_s, what=what, begin=begin)
 
     def cancel_local(self, job_id: str) -> bool:
         """Stop a job this process runs: set its stop flag and cancel its Spark job group. False if not here."""
@@ -68,5 +108,40 @@ class JobRuntime:
         if running is None:
             return False
         running.cancel.set()
-        self.spark.sparkContext.cancelJobGroup(job_id)
+        spark_call(lambda: self.spark.sparkContext.cancelJobGroup(job_id))
         return True
+
+
+def spark_call(call: Callable[[], T]) -> T | None:
+    """A call into the JVM that may find Spark already gone (the JVM got the stop signal too, or died): None then,
+    and nothing logged. Anything else it raises is raised."""
+    try:
+        return call()
+    except Exception as exc:
+        if spark_gone_error(exc):
+            return None
+        raise
+
+
+def spark_gone_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the JVM or the SparkContext is gone rather than that a Spark job failed."""
+    if type(exc).__module__.startswith("py4j") and type(exc).__name__ in ("Py4JNetworkError", "Py4JError"):
+        return True
+    if isinstance(exc, ConnectionError | EOFError):
+        return True
+    try:
+        text = str(exc)
+    except Exception:  # a Java exception whose text the JVM can no longer give
+        return True
+    if isinstance(exc, AttributeError):
+        return "'NoneType' object has no attribute" in text  # SparkContext.stop() cleared _jsc under us
+    return any(sign in text for sign in _GONE)
+
+
+_GONE = (
+    "SparkContext has been shutdown",
+    "SparkContext was shut down",
+    "Cannot call methods on a stopped SparkContext",
+    "Answer from Java side is empty",
+    "Error while sending or receiving",
+)

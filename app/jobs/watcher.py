@@ -6,8 +6,8 @@ import logging
 import threading
 
 from app.core.jobstates import ACTIVE, JobStatus
-from app.db.session import transaction
-from app.jobs.runtime import JobRuntime, RunningJob
+from app.db.session import transaction, unavailable
+from app.jobs.runtime import JobRuntime, RunningJob, spark_call
 from app.services import jobs
 
 log = logging.getLogger("sparktrain.jobs")
@@ -24,19 +24,27 @@ class Watcher(threading.Thread):
 
     def run(self) -> None:
         job_id = self._running.job_id
+        away = False
         while True:
             try:
                 with transaction(self._rt.db) as s:
                     status = jobs.heartbeat(
                         session=s, job_id=job_id, worker_id=self._rt.worker_id, attempt=self._attempt
                     )
-                if status is None and not self._running.cancel.is_set():
+                if away:
+                    log.warning("job %s: the database is back; heartbeats resumed", job_id)
+                    away = False
+                if status is None and not self._running.cancel.is_set() and not self._rt.stopping:
                     log.warning("job %s attempt %d is no longer this driver's: stopping it", job_id, self._attempt)
                 if status is None or status not in ACTIVE or status == JobStatus.CANCELLING:
                     self._running.cancel.set()
-                    self._rt.spark.sparkContext.cancelJobGroup(self._running.job_id)
-            except Exception:
-                log.exception("heartbeat of job %s failed", self._running.job_id)
+                    spark_call(lambda: self._rt.spark.sparkContext.cancelJobGroup(job_id))
+            except Exception as exc:
+                if not unavailable(exc):
+                    log.exception("heartbeat of job %s failed", job_id)
+                elif not away:  # one line per outage, not one traceback a second
+                    log.warning("job %s: the database is away (%s); heartbeats wait for it", job_id, type(exc).__name__)
+                    away = True
             if self._halt.wait(self._rt.settings.heartbeat_interval_s):
                 return
 

@@ -42,12 +42,20 @@ class JobRead(BaseModel):
     attempts: list[dict[str, Any]] = Field(
         default_factory=list,
         description="One entry per attempt: attempt, queue, worker_id, started_at; an attempt that ended without "
-        "finishing the job (DRIVER_LOST, WORKER_LOST) adds ended_at, status, error_reason and error_message; a retry "
-        "adds queued_at and sent (whether its message reached the broker).",
+        "finishing the job (DRIVER_LOST, DRIVER_STOPPED, WORKER_LOST, STORAGE_FULL, ...) adds ended_at, status, "
+        "error_reason and error_message; a retry adds queued_at and sent (whether its message reached the broker), "
+        "and not_before when it waits before it is sent.",
     )
     owner: str
-    worker_id: str | None = Field(description="The driver process that runs (or ran) the job.")
+    worker_id: str | None = Field(
+        description="The driver process that runs (or ran) the job, host:pid:boot: with several drivers sharing the "
+        "broker and the database, which one took it."
+    )
     spark_app_id: str | None
+    slots: int = Field(1, description="Task slots the job holds while it runs (the owner's task_slots quota).")
+    waiting_for: str | None = Field(
+        None, description="A QUEUED job waiting for its owner's quota (concurrent_jobs or task_slots) to free up."
+    )
 
 
 class JobPage(BaseModel):

@@ -6,7 +6,8 @@ the job's ``attempts`` list (no column of its own yet), one entry per attempt th
 retry: ``{"attempt": n, "queue": q, ...}``; the runner that takes an attempt writes the queue its message came
 from, and an attempt that ended early also says how (``status``, ``error_reason``, ...). An attempt queued by
 a retry says whether its message went out (``sent``), so a retry whose message the broker refused is sent
-again by the next reconciler pass instead of staying QUEUED for ever.
+again by the next reconciler pass instead of staying QUEUED for ever; a retry that must wait (a storage failure)
+says until when (``not_before``), and the first pass after that sends it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from app.core.jobstates import JobStatus
 from app.db.models import Job
+from workers.families import task_name
 
 
 def _entry(history: list[dict[str, Any]], attempt: int) -> dict[str, Any] | None:
@@ -51,16 +53,20 @@ def mark_sent(*, session: Session, job_id: str, attempt: int) -> None:
         job.attempts = update_attempt(job, attempt, sent=True)
 
 
-def unsent_retries(*, session: Session, older_than: datetime) -> list[tuple[str, int, str | None]]:
-    """(job id, attempt, queue) of retries still QUEUED whose message never went out, queued before
-    ``older_than``."""
+def unsent_retries(*, session: Session, older_than: datetime, now: datetime) -> list[tuple[str, int, str | None, str]]:
+    """(job id, attempt, queue, task name) of retries still QUEUED whose message never went out: queued before
+    ``older_than`` (a refused send), or due at ``now`` (a delayed retry)."""
     rows = session.scalars(select(Job).where(Job.status == JobStatus.QUEUED.value, Job.attempt > 1)).all()
-    out: list[tuple[str, int, str | None]] = []
+    out: list[tuple[str, int, str | None, str]] = []
     for job in rows:
         entry = _entry(list(job.attempts or []), job.attempt)
         if entry is None or entry.get("sent", True):
             continue
-        queued_at = entry.get("queued_at")
-        if queued_at is None or datetime.fromisoformat(queued_at) < older_than:
-            out.append((job.id, job.attempt, queue_of(job)))
+        queued_at, not_before = entry.get("queued_at"), entry.get("not_before")
+        if not_before is not None:
+            due = datetime.fromisoformat(not_before) <= now
+        else:
+            due = queued_at is None or datetime.fromisoformat(queued_at) < older_than
+        if due:
+            out.append((job.id, job.attempt, queue_of(job), task_name(job.type, job.framework or "")))
     return out

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, exc, text
 
 from app.spark.session import spark_alive
 
 if TYPE_CHECKING:
     from celery import Celery
     from pyspark.sql import SparkSession
+
+DATABASE_AWAY: tuple[type[Exception], ...] = (exc.OperationalError, exc.InterfaceError, exc.TimeoutError)
+"""What SQLAlchemy raises while the database restarts or cannot be reached: the API answers them 503."""
 
 
 def readiness(

@@ -12,7 +12,7 @@ from app.core.jobstates import JobType
 from app.core.settings import Settings
 from app.db.models import Job
 from app.schemas.inference import EvaluateRequest, PredictRequest
-from app.services import jobs
+from app.services import jobs, quotas
 from app.services.planning.inference import pinned, plan_evaluation, plan_prediction
 from workers.inference.spec import EvaluationPlan, PredictionPlan
 
@@ -34,7 +34,9 @@ def submit_evaluation(
 ) -> tuple[Job, bool]:
     plan = plan_evaluation(request=request, settings=settings, spark=spark, db=db)
     body = pinned(request.model_dump(mode="json", exclude_none=True), plan.model)
-    return _submit(db, enqueue, JobType.EVALUATE, plan, body, owner=owner, idempotency_key=idempotency_key)
+    limits = quotas.limits_for(settings=settings, owner=owner)
+    return _submit(db, enqueue, JobType.EVALUATE, plan, body, owner=owner, idempotency_key=idempotency_key,
+                   limits=limits)  # fmt: skip
 
 
 def submit_prediction(
@@ -50,7 +52,9 @@ def submit_prediction(
     """A batch prediction: the stored request names the pinned version and the output path it will write."""
     plan = plan_prediction(request=request, settings=settings, spark=spark, db=db)
     body = {**pinned(request.model_dump(mode="json", exclude_none=True), plan.model), "output_uri": plan.output_path}
-    return _submit(db, enqueue, JobType.PREDICT, plan, body, owner=owner, idempotency_key=idempotency_key)
+    limits = quotas.limits_for(settings=settings, owner=owner)
+    return _submit(db, enqueue, JobType.PREDICT, plan, body, owner=owner, idempotency_key=idempotency_key,
+                   limits=limits)  # fmt: skip
 
 
 def _submit(
@@ -62,6 +66,7 @@ def _submit(
     *,
     owner: str,
     idempotency_key: str | None,
+    limits: quotas.Limits,
 ) -> tuple[Job, bool]:
     model = plan.model
     return jobs.submit(
@@ -75,4 +80,5 @@ def _submit(
         model=(model.name, model.version),
         owner=owner,
         idempotency_key=idempotency_key,
+        limits=limits,
     )

@@ -20,6 +20,7 @@ from app.core.jobstates import EDGES, JobStatus
 from app.db.base import utcnow
 from app.db.models import Job, JobLog, JobMetric
 from app.db.session import savepoint, transaction
+from app.services import quotas
 from workers import plans
 from workers.families import task_name
 
@@ -43,6 +44,7 @@ def create_job(
     owner: str = "anonymous",
     idempotency_key: str | None = None,
     max_attempts: int = 3,
+    slots: int = 1,
 ) -> tuple[Job, bool]:
     """Insert a QUEUED job (:func:`submit` also queues it); returns ``(job, created)``. With an idempotency key,
     the same key and body give back the first job (``created`` False) and the same key with another body is a 409."""
@@ -67,6 +69,7 @@ def create_job(
         idempotency_key=idempotency_key,
         request_hash=fingerprint,
         created_at=utcnow(),
+        slots=slots,
     )
     try:
         with savepoint(session):
@@ -106,6 +109,7 @@ def submit(
     owner: str = "anonymous",
     idempotency_key: str | None = None,
     max_attempts: int = 3,
+    limits: quotas.Limits | None = None,
 ) -> tuple[Job, bool]:
     """Every kind of job starts here: write the QUEUED job with the request and the plan it was checked into
     (``plan``, a workers plan dataclass; the runner executes exactly it), commit, then send its message by explicit
@@ -113,8 +117,13 @@ def submit(
     idempotency key already used for the same body, the first job and False (nothing is sent again).
 
     When the broker refuses the message, the job becomes FAILED (ENQUEUE_FAILED) and the caller gets a 503: nothing
-    stays queued that no consumer will ever see."""
-    with transaction(db) as session:
+    stays queued that no consumer will ever see. ``limits`` are the owner's quotas: a job that could never fit its
+    task slots is a 422, one over its queued jobs a 429 (app/services/quotas.py)."""
+    slots = quotas.job_slots(plan)
+    with quotas.owner_lock(db, owner, needed=bool(limits and limits.queued_jobs)) as session:
+        repeated = idempotency_key is not None and _job_by_key(session, owner, idempotency_key) is not None
+        if limits is not None and not repeated:
+            quotas.check_submit(session=session, owner=owner, limits=limits, slots=slots)
         job, created = create_job(
             session=session,
             job_type=job_type,
@@ -125,6 +134,7 @@ def submit(
             owner=owner,
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
+            slots=slots,
         )
         if created and model is not None:
             job.model_name, job.model_version = model

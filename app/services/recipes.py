@@ -9,9 +9,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import ValidationFailed
 from app.core.jobstates import JobType
+from app.core.settings import Settings
 from app.db.models import Job
 from app.schemas.recipes import GPU_SMOKE, GpuSmokeRequest
-from app.services import jobs
+from app.services import jobs, quotas
 from workers import cluster
 from workers.recipes.gpu_smoke import GpuSmokePlan
 
@@ -50,6 +51,7 @@ def submit_gpu_smoke(
     request: GpuSmokeRequest,
     owner: str = "anonymous",
     idempotency_key: str | None = None,
+    settings: Settings | None = None,
 ) -> tuple[Job, bool]:
     check_gpu_smoke(spark=spark, request=request)
     return jobs.submit(
@@ -62,4 +64,5 @@ def submit_gpu_smoke(
         owner=owner,
         idempotency_key=idempotency_key,
         max_attempts=1,
+        limits=quotas.limits_for(settings=settings, owner=owner) if settings is not None else None,
     )

@@ -1,4 +1,4 @@
-"""The reconciler: jobs whose driver died are failed with DRIVER_LOST, and resumable ones are retried.
+"""Attempts that ended early, and the reconciler's pass that finds the ones whose driver died.
 
 A running job's driver writes a heartbeat every second (app/jobs/watcher.py). A job in STARTING, RUNNING or
 CANCELLING whose heartbeat is older than ``heartbeat_stale_s`` lost its driver, whichever process that was and
@@ -6,37 +6,35 @@ whether or not it comes back. Each such job is, in one guarded transition each (
 never both act):
 
 - CANCELLING: CANCELLED (the user asked for it; the driver is gone);
-- otherwise FAILED with reason DRIVER_LOST; then a torch training job with a checkpoint and attempts left goes
-  back to QUEUED as attempt + 1 whose stored plan resumes from its newest checkpoint (before the last epoch,
-  see :func:`_resume_point`; the request's ``training.resume_from`` names it too), and is queued again on the
-  queue its lost attempt was taken from (drivers with different queues may share the database).
+- otherwise its attempt ends FAILED with reason DRIVER_LOST, and the job goes back to QUEUED as attempt + 1 while
+  attempts remain (:func:`retry`; what the next attempt runs, from a checkpoint or from scratch, is
+  app/services/resume.py), on the queue its lost attempt was taken from (drivers with different queues may share
+  the database).
 
-The runner retries the same way when Spark loses a worker of a training job's barrier stage (WORKER_LOST, see
-:func:`retry_from_checkpoint`). The job keeps its id; ``attempts`` has one entry per attempt, and an attempt that
-ended this way says how. A retry whose message the broker refused stays QUEUED with ``sent: false``; a later
-pass sends it again (a second copy of a message is harmless: only one delivery wins QUEUED -> STARTING).
+The runner ends attempts the same way when Spark loses a worker (WORKER_LOST) or the artifact store fails
+(STORAGE_FULL, STORAGE_UNAVAILABLE: the retry's message waits ``retry_delay_s``), and a driver that is told to stop
+hands its running jobs back at once (DRIVER_STOPPED, :func:`hand_back`). The job keeps its id; ``attempts`` has one
+entry per attempt, and an attempt that ended early says how. A retry whose message was not sent yet (delayed, or
+refused by the broker) stays QUEUED with ``sent: false``; a later pass sends it (a second copy of a message is
+harmless: only one delivery wins QUEUED -> STARTING).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.jobstates import ACTIVE, JobStatus, JobType
+from app.core.jobstates import ACTIVE, JobStatus
 from app.db.base import utcnow
-from app.db.models import Checkpoint, Job
+from app.db.models import Job
 from app.db.session import transaction
-from app.schemas.train import TrainingOptions
-from app.services import attempts, jobs
-from workers import plans
+from app.services import attempts, jobs, resume
 from workers.families import task_name
-from workers.training.torch.config import ResumePoint, TorchPlan
 
 log = logging.getLogger(__name__)
 
@@ -48,25 +46,12 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def _resume_point(session: Session, job: Job) -> Checkpoint | None:
-    """The job's newest checkpoint before its last epoch. A checkpoint of the last epoch (the driver died while it
-    saved the model or recorded the result) has nothing left to train, and a resume must train at least one
-    epoch: the attempt redoes the last epoch from the one before, which gives the same model (resuming is exact)."""
-    epochs = (job.request.get("training") or {}).get("epochs") or TrainingOptions.model_fields["epochs"].default
-    stmt = (
-        select(Checkpoint)
-        .where(Checkpoint.job_id == job.id, Checkpoint.epoch < int(epochs))
-        .order_by(Checkpoint.epoch.desc())
-        .limit(1)
-    )
-    return session.execute(stmt).scalar_one_or_none()
-
-
 def reconcile(
-    *, db: sessionmaker[Session], send: Send, stale_after_s: float, default_queue: str
+    *, db: sessionmaker[Session], send: Send, stale_after_s: float, default_queue: str, look_for_lost: bool = True
 ) -> list[dict[str, Any]]:
-    """One pass; returns what was done to each lost job (for logs and tests). ``default_queue`` is for jobs
-    whose queue was never recorded (started before queues were recorded)."""
+    """One pass; returns what was done to each job (for logs and tests). ``default_queue`` is for jobs whose queue
+    was never recorded (started before queues were recorded). ``look_for_lost=False`` only sends what is due (the
+    reconciler skips lost jobs right after the database was away: heartbeats could not be written meanwhile)."""
     now = utcnow()
     cutoff = now - timedelta(seconds=stale_after_s)
     with db() as session:
@@ -74,11 +59,11 @@ def reconcile(
             Job.status.in_([s.value for s in ACTIVE]),
             (Job.heartbeat_at.is_(None)) | (Job.heartbeat_at < cutoff),
         )
-        lost = list(session.execute(stmt).scalars())
-        unsent = attempts.unsent_retries(session=session, older_than=cutoff)
+        lost = list(session.execute(stmt).scalars()) if look_for_lost else []
+        unsent = attempts.unsent_retries(session=session, older_than=cutoff, now=now)
     actions = [a for job_id in lost if (a := _reconcile_one(db, send, job_id, now, cutoff, default_queue))]
-    for job_id, attempt, queue in unsent:
-        if send_retry(db=db, send=send, job_id=job_id, attempt=attempt, queue=queue or default_queue):
+    for job_id, attempt, queue, task in unsent:
+        if send_retry(db=db, send=send, job_id=job_id, attempt=attempt, queue=queue or default_queue, task=task):
             actions.append({"job_id": job_id, "action": "sent again", "attempt": attempt})
     return actions
 
@@ -93,27 +78,57 @@ def _reconcile_one(
         beat = job.heartbeat_at
         if beat is not None and beat.replace(tzinfo=cutoff.tzinfo) >= cutoff:
             return None  # it came back to life since the query
-        status = JobStatus(job.status)
         message = (
             f"driver {job.worker_id or '?'} stopped sending heartbeats "
             f"(last at {_iso(beat) or 'never'}); the job's driver process is gone"
         )
-        if status == JobStatus.CANCELLING:
-            record = _ended(job, now, "CANCELLED", "DRIVER_LOST", message)
-            won = jobs.transition(session=session, job_id=job.id, sources=[status], target=JobStatus.CANCELLED,
-                                  finished_at=now, attempts=record)  # fmt: skip
-            return {"job_id": job.id, "action": "cancelled"} if won else None
-        won = end_attempt(session=session, job=job, sources=[status], reason="DRIVER_LOST", message=message, now=now)
-        if not won:
-            return None
-        session.refresh(job)
-        retried = retry_from_checkpoint(session=session, job=job, now=now)
-        if isinstance(retried, str):
-            return {"job_id": job.id, "action": "failed", "why": retried}
-        queue = attempts.queue_of(job) or default_queue
-        attempt = job.attempt + 1
-    send_retry(db=db, send=send, job_id=job_id, attempt=attempt, queue=queue)
-    return {"job_id": job_id, "action": "retried", "checkpoint": retried.id, "epoch": retried.epoch, "queue": queue}
+        outcome = end_and_retry(session=session, job=job, reason="DRIVER_LOST", message=message, now=now,
+                                sources=[JobStatus(job.status)])  # fmt: skip
+    return deliver(db=db, send=send, job_id=job_id, outcome=outcome, default_queue=default_queue)
+
+
+def end_and_retry(
+    *,
+    session: Session,
+    job: Job,
+    reason: str,
+    message: str,
+    now: datetime,
+    sources: Collection[JobStatus],
+    only_if: Mapping[str, Any] | None = None,
+    retry_delay_s: float = 0.0,
+) -> dict[str, Any] | None:
+    """End the job's current attempt for ``reason`` (one guarded transition) and queue the next one when the
+    reason allows it and attempts remain. A CANCELLING job ends CANCELLED instead: its user asked it to stop.
+    Returns what was done, with what :func:`deliver` needs to send the retry's message after the commit; None when
+    the transition lost (the job is no longer in ``sources``, or not ``only_if``'s)."""
+    if job.status == JobStatus.CANCELLING:
+        record = _ended(job, now, "CANCELLED", reason, message)
+        won = jobs.transition(session=session, job_id=job.id, sources=[JobStatus.CANCELLING],
+                              target=JobStatus.CANCELLED, only_if=only_if, finished_at=now, error_reason="CANCELLED",
+                              error_message=f"cancelled on request; {message}", attempts=record)  # fmt: skip
+        return {"job_id": job.id, "action": "cancelled"} if won else None
+    sources = [s for s in sources if s != JobStatus.CANCELLING]
+    if not end_attempt(session=session, job=job, sources=sources, reason=reason, message=message, now=now,
+                       only_if=only_if):  # fmt: skip
+        return None
+    session.refresh(job)
+    queued = retry(session=session, job=job, now=now, reason=reason, delay_s=retry_delay_s)
+    if isinstance(queued, str):
+        return {"job_id": job.id, "action": "failed", "why": queued}
+    return {"job_id": job.id, "action": "retried", "attempt": job.attempt, "how": queued.how,
+            "queue": attempts.queue_of(job), "task": task_name(job.type, job.framework or ""),
+            "send": retry_delay_s <= 0}  # fmt: skip
+
+
+def deliver(
+    *, db: sessionmaker[Session], send: Send, job_id: str, outcome: dict[str, Any] | None, default_queue: str
+) -> dict[str, Any] | None:
+    """After :func:`end_and_retry` committed: send the retry's message unless it waits for a later pass."""
+    if outcome is not None and outcome["action"] == "retried" and outcome.pop("send"):
+        queue = outcome["queue"] or default_queue
+        send_retry(db=db, send=send, job_id=job_id, attempt=outcome["attempt"], queue=queue, task=outcome["task"])
+    return outcome
 
 
 def _ended(job: Job, now: datetime, status: str, reason: str, message: str) -> list[dict[str, Any]]:
@@ -134,11 +149,11 @@ def end_attempt(
     *,
     session: Session,
     job: Job,
-    sources: list[JobStatus],
+    sources: Collection[JobStatus],
     reason: str,
     message: str,
     now: datetime,
-    only_if: dict[str, Any] | None = None,
+    only_if: Mapping[str, Any] | None = None,
 ) -> bool:
     """FAILED with ``reason``, the attempt recorded in ``attempts`` and the job's log: one guarded transition."""
     won = jobs.transition(
@@ -157,21 +172,18 @@ def end_attempt(
     return won
 
 
-def retry_from_checkpoint(*, session: Session, job: Job, now: datetime) -> Checkpoint | str:
-    """A FAILED torch training job with a checkpoint and attempts left goes back to QUEUED as attempt + 1 that
-    resumes from its newest checkpoint; returns that checkpoint, or why the job stays FAILED. The caller sends
-    the message after the commit (:func:`send_retry`)."""
-    checkpoint = _resume_point(session, job)
-    if job.type != JobType.TRAIN or job.framework != "torch":
-        return "only torch training resumes from checkpoints"
-    if checkpoint is None:
-        return "no checkpoint to resume from"
-    if job.attempt >= job.max_attempts:
+def retry(*, session: Session, job: Job, now: datetime, reason: str, delay_s: float = 0.0) -> resume.NextAttempt | str:
+    """A job whose attempt just ended FAILED for ``reason`` goes back to QUEUED as attempt + 1 when the reason is
+    not the job's fault (resume.RETRYABLE) and attempts remain; returns what the next attempt runs, or why the job
+    stays FAILED. The caller sends the message after the commit (:func:`deliver`); with ``delay_s`` a reconciler
+    pass sends it once that much time has passed."""
+    if reason not in resume.RETRYABLE:
+        return f"{reason} is not retried"
+    free = reason in resume.FREE
+    if job.attempt >= job.max_attempts and not free:
         return "no attempts left"
-    request = dict(job.request)
-    request["training"] = {**dict(request.get("training") or {}), "resume_from": checkpoint.id}
     try:
-        plan = _resuming(job, checkpoint)
+        nxt = resume.next_attempt(session, job)
     except (TypeError, ValueError, KeyError) as exc:
         return f"its stored plan cannot be read ({type(exc).__name__}: {exc})"
     attempt = job.attempt + 1
@@ -179,15 +191,18 @@ def retry_from_checkpoint(*, session: Session, job: Job, now: datetime) -> Check
     entry: dict[str, Any] = {"queued_at": _iso(now), "sent": False}
     if queue is not None:
         entry["queue"] = queue
+    if delay_s > 0:
+        entry["not_before"] = _iso(now + timedelta(seconds=delay_s))
     won = jobs.transition(
         session=session,
         job_id=job.id,
         sources=[JobStatus.FAILED],
         target=JobStatus.QUEUED,
         attempt=attempt,
+        max_attempts=job.max_attempts + 1 if free else job.max_attempts,
         attempts=attempts.update_attempt(job, attempt, **entry),
-        request=request,
-        plan=plan,
+        request=nxt.request,
+        plan=nxt.plan,
         progress=0.0,
         progress_message=None,
         error_reason=None,
@@ -196,33 +211,23 @@ def retry_from_checkpoint(*, session: Session, job: Job, now: datetime) -> Check
         finished_at=None,
         worker_id=None,
         heartbeat_at=None,
+        waiting_for=None,
     )
     if not won:
         return "it left FAILED meanwhile"
-    jobs.add_log(
-        session=session,
-        job_id=job.id,
-        level="WARNING",
-        message=f"attempt {attempt} queued: resumes from checkpoint {checkpoint.id} (epoch {checkpoint.epoch})",
-    )
-    return checkpoint
+    when = f" in {delay_s:.0f} s" if delay_s > 0 else ""
+    cost = " (a stop costs no attempt)" if free else ""
+    jobs.add_log(session=session, job_id=job.id, level="WARNING", message=f"attempt {attempt} queued{when}: "
+                 f"{nxt.how}{cost}")  # fmt: skip
+    session.refresh(job)
+    return nxt
 
 
-def _resuming(job: Job, checkpoint: Checkpoint) -> dict[str, Any] | None:
-    """The job's stored plan, resuming from ``checkpoint`` (None stays None: a job queued before plans were
-    stored is planned again from its request, whose ``resume_from`` names the checkpoint)."""
-    if job.plan is None:
-        return None
-    planned = plans.load(TorchPlan, job.plan)
-    point = ResumePoint(checkpoint_id=checkpoint.id, path=checkpoint.uri, epoch=checkpoint.epoch, job_id=job.id)
-    return plans.dump(replace(planned, resume=point))
-
-
-def send_retry(*, db: sessionmaker[Session], send: Send, job_id: str, attempt: int, queue: str) -> bool:
+def send_retry(*, db: sessionmaker[Session], send: Send, job_id: str, attempt: int, queue: str, task: str) -> bool:
     """Send the message of a queued retry and note that it went out. When the broker refuses it, the retry stays
     QUEUED with ``sent: false`` and the next reconciler pass tries again; returns whether it went out."""
     try:
-        send(task_name(JobType.TRAIN, "torch"), job_id, queue)
+        send(task, job_id, queue)
     except Exception:
         log.exception("could not queue attempt %d of job %s on %s; the reconciler will try again", attempt, job_id,
                       queue)  # fmt: skip
@@ -230,3 +235,20 @@ def send_retry(*, db: sessionmaker[Session], send: Send, job_id: str, attempt: i
     with transaction(db) as session:
         attempts.mark_sent(session=session, job_id=job_id, attempt=attempt)
     return True
+
+
+def hand_back(
+    *, db: sessionmaker[Session], send: Send, job_id: str, worker_id: str, attempt: int, default_queue: str
+) -> dict[str, Any] | None:
+    """A driver that was told to stop gives a job it runs back at once: the attempt ends DRIVER_STOPPED and the job
+    is queued again (a stop costs no attempt), or CANCELLED if a cancel was on its way. Guarded by the driver and
+    attempt, so a job that already moved on is left alone. Returns what was done (None: nothing)."""
+    now = utcnow()
+    with transaction(db) as session:
+        job = session.get(Job, job_id, with_for_update=True)
+        if job is None or job.status not in {s.value for s in ACTIVE}:
+            return None
+        message = f"driver {worker_id} was told to stop; the attempt was handed back"
+        outcome = end_and_retry(session=session, job=job, reason="DRIVER_STOPPED", message=message, now=now,
+                                sources=ACTIVE, only_if={"worker_id": worker_id, "attempt": attempt})  # fmt: skip
+    return deliver(db=db, send=send, job_id=job_id, outcome=outcome, default_queue=default_queue)

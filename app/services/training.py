@@ -11,7 +11,7 @@ from app.core.jobstates import JobType
 from app.core.settings import Settings
 from app.db.models import Job
 from app.schemas.train import TrainRequest
-from app.services import jobs
+from app.services import jobs, quotas
 from app.services.planning.training import plan_training
 
 if TYPE_CHECKING:
@@ -41,4 +41,5 @@ def submit_training(
         name=request.name,
         owner=owner,
         idempotency_key=idempotency_key,
+        limits=quotas.limits_for(settings=settings, owner=owner),
     )

@@ -3,11 +3,19 @@
 Partitions are unordered, so every output row carries the dataset's ``key`` column (DL4J's
 ``feedForwardWithKey``). torch models run in ``mapInArrow`` with the model loaded once per Python worker;
 Spark ML models use their own ``transform``.
+
+The output is written to a private directory next to the output path (``.<name>.partial-<job>-<attempt>``, hidden
+from readers of the parent) and renamed into place once complete, so a retried job never leaves a mix of two
+attempts' files, and a reader never sees half of one. The directory holds a marker with the job's id
+(``_SPARKTRAIN_JOB``): an attempt that finds the output already written by an earlier attempt of the same job (it
+died after the rename) replaces it; any other directory there fails the job.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from workers import storage
@@ -21,6 +29,9 @@ from workers.inference.remote import (
     sequence_predictions,
 )
 from workers.inference.spec import PredictionPlan
+
+MARKER = "_SPARKTRAIN_JOB"
+"""In a batch prediction's output: the id of the job that wrote it (Spark readers skip ``_`` files)."""
 
 
 def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
@@ -49,8 +60,20 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
 
 
 def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> JobOutcome:
-    out.write.mode("errorifexists").parquet(plan.output_path)
-    written = ctx.spark.read.parquet(plan.output_path).count()
+    final = Path(plan.output_path)
+    partial = final.with_name(f".{final.name}.partial-{ctx.job_id}-{ctx.attempt}")
+    for stale in final.parent.glob(f".{final.name}.partial-{ctx.job_id}-*"):  # earlier attempts of this job
+        shutil.rmtree(stale, ignore_errors=True)
+    out.write.mode("errorifexists").parquet(str(partial))
+    storage.attempt("writing", str(partial), lambda: (partial / MARKER).write_text(ctx.job_id))
+    if final.exists():
+        owner = (final / MARKER).read_text().strip() if (final / MARKER).is_file() else None
+        if owner != ctx.job_id:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise JobFailure("OUTPUT_EXISTS", f"{final} appeared while the job ran, written by someone else; "
+                             "nothing was replaced: predict again to a new output_uri")  # fmt: skip
+    storage.attempt("publishing", str(final), lambda: storage.replace_dir(partial, final))
+    written = ctx.spark.read.parquet(str(final)).count()  # Spark reads no directory whose name starts with "."
     ctx.progress(1.0, "done")
     result: dict[str, Any] = {"output_uri": plan.output_path, "rows": written, "bad_rows": dropped}
     return JobOutcome(result=result)

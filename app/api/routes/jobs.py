@@ -45,6 +45,8 @@ def to_job_read(job: Job) -> JobRead:
         owner=job.owner,
         worker_id=job.worker_id,
         spark_app_id=job.spark_app_id,
+        slots=job.slots or 1,
+        waiting_for=job.waiting_for,
     )
 
 

@@ -45,6 +45,7 @@ def gpu_smoke(
         request=request,
         owner=caller.owner,
         idempotency_key=idempotency_key,
+        settings=rt.settings,
     )
     response.headers["Location"] = f"/jobs/{job.id}"
     return to_job_read(job)

@@ -21,8 +21,8 @@ from app.db.base import utcnow
 from app.db.models import Checkpoint, Job, ModelVersion
 from app.db.session import transaction
 from app.jobs.context import DbJobContext
-from app.jobs.runner import _settle
 from app.jobs.runtime import JobRuntime
+from app.jobs.settle import settle
 from app.services import jobs
 from app.services.reconcile import reconcile
 from workers.context import JobCancelled, JobOutcome, ModelArtifact
@@ -40,7 +40,13 @@ def _take(rt: JobRuntime, job_id: str, tmp_path: Path) -> DbJobContext:
                                worker_id=rt.worker_id, started_at=utcnow(), heartbeat_at=utcnow())  # fmt: skip
         attempt = jobs.get_job(session=s, job_id=job_id).attempt
         assert jobs.transition(session=s, job_id=job_id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
-    return DbJobContext(rt, job_id, attempt, rt.running.add(job_id), tmp_path)
+    running = rt.running.add(job_id, attempt)
+    assert running is not None
+    return DbJobContext(rt, job_id, attempt, running, tmp_path)
+
+
+def _settle(rt: JobRuntime, ctx: DbJobContext, ended: Any, send: Any) -> None:
+    settle(rt, ctx, ctx.running, ended, send)
 
 
 def _new_job(db: Any) -> str:

@@ -1,17 +1,21 @@
-"""The reconciler's rules on a real database (SQLite and PostgreSQL): which lost jobs fail, which are cancelled,
-which stay, that two reconcilers never both act on one job, and that a retry goes to the queue its job came
-from (drivers with different queues share one database)."""
+"""The reconciler's rules on a real database (SQLite and PostgreSQL): which lost jobs are retried (every kind, from
+its checkpoint or from scratch), which are cancelled, which stay, that two reconcilers never both act on one job,
+that a retry goes to the queue its job came from (drivers with different queues share one database), and how a
+stopping driver hands its jobs back."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from app.core.jobstates import JobStatus
 from app.db.base import utcnow
 from app.db.models import Checkpoint, Job
 from app.db.session import transaction
 from app.services import attempts, jobs
+from app.services.reconcile import end_and_retry, hand_back
 from app.services.reconcile import reconcile as reconcile_pass
 
 
@@ -24,12 +28,20 @@ def never(name: str, job_id: str, queue: str) -> None:
 
 
 def running_job(
-    db: Any, *, status: JobStatus, beat_age_s: float, framework: str = "spark_ml", queue: str | None = None
+    db: Any,
+    *,
+    status: JobStatus,
+    beat_age_s: float,
+    framework: str = "spark_ml",
+    queue: str | None = None,
+    job_type: str = "train",
+    plan: dict[str, Any] | None = None,
 ) -> str:
     """A job some driver took (from ``queue``, recorded as the runner does; None: a job from before queues were
     recorded) and whose heartbeat is ``beat_age_s`` old."""
     with transaction(db) as session:
-        job, _ = jobs.create_job(session=session, job_type="train", request={"name": "x"}, framework=framework)
+        job, _ = jobs.create_job(session=session, job_type=job_type, request={"name": "x"}, framework=framework,
+                                 plan=plan)  # fmt: skip
         jobs.transition(session=session, job_id=job.id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING,
                         worker_id="host:1:dead", started_at=utcnow(),
                         heartbeat_at=utcnow() - timedelta(seconds=beat_age_s))  # fmt: skip
@@ -50,14 +62,29 @@ def test_a_fresh_heartbeat_is_left_alone(db: Any) -> None:
         assert session.get(Job, job_id).status == "RUNNING"
 
 
-def test_a_lost_job_without_checkpoint_fails_with_driver_lost(db: Any) -> None:
-    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60)
-    actions = reconcile(db=db, send=never, stale_after_s=30)
-    assert actions == [{"job_id": job_id, "action": "failed", "why": "only torch training resumes from checkpoints"}]
+@pytest.mark.parametrize(
+    ("job_type", "framework", "task"),
+    [("train", "spark_ml", "train.spark_ml"), ("train", "xgboost", "train.xgboost"),
+     ("evaluate", "torch", "evaluate.run"), ("predict", "xgboost", "predict.run"), ("tune", None, "tune.run")],
+)  # fmt: skip
+def test_a_lost_job_of_any_kind_without_a_checkpoint_starts_again_from_scratch(
+    db: Any, job_type: str, framework: str | None, task: str
+) -> None:
+    """Nothing a job writes is visible before it succeeds, so running it again is safe: every kind is retried,
+    a kind added later (``tune``) too, with its stored plan unchanged."""
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework=framework or "", queue="q",
+                         job_type=job_type, plan={"kept": "as it was"})  # fmt: skip
+    sent: list[tuple[str, str, str]] = []
+    actions = reconcile(db=db, send=lambda *m: sent.append(m), stale_after_s=30)
+    assert actions == [{"job_id": job_id, "action": "retried", "attempt": 2, "how": "starts from scratch",
+                        "queue": "q", "task": task}]  # fmt: skip
+    assert sent == [(task, job_id, "q")]
     with db() as session:
         job = session.get(Job, job_id)
-        assert job.status == "FAILED" and job.error_reason == "DRIVER_LOST" and "host:1:dead" in job.error_message
-        assert job.attempts[0]["attempt"] == 1 and job.attempts[0]["status"] == "FAILED"
+        assert (job.status, job.attempt, job.max_attempts, job.plan) == ("QUEUED", 2, 3, {"kept": "as it was"})
+        first = job.attempts[0]
+        assert (first["status"], first["error_reason"]) == ("FAILED", "DRIVER_LOST")
+        assert "host:1:dead" in first["error_message"]
     assert reconcile(db=db, send=never, stale_after_s=30) == [], "a second pass finds nothing to do"
 
 
@@ -88,9 +115,8 @@ def test_a_torch_job_with_a_checkpoint_is_queued_again_on_its_own_queue(db: Any)
     queued: list[tuple[str, str, str]] = []
     # the reconciler runs on a driver that consumes another queue
     actions = reconcile(db=db, send=lambda *m: queued.append(m), stale_after_s=30, default_queue="cpu-drivers")
-    assert actions == [
-        {"job_id": job_id, "action": "retried", "checkpoint": "b" * 32, "epoch": 2, "queue": "gpu-drivers"}
-    ]
+    assert actions == [{"job_id": job_id, "action": "retried", "attempt": 2, "queue": "gpu-drivers",
+                        "how": f"resumes from checkpoint {'b' * 32} (epoch 2)", "task": "train.torch"}]  # fmt: skip
     assert queued == [("train.torch", job_id, "gpu-drivers")]
     with db() as session:
         job = session.get(Job, job_id)
@@ -143,16 +169,19 @@ def test_a_job_lost_after_its_last_checkpoint_redoes_the_last_epoch(db: Any) -> 
         session.get(Job, job_id).request = {"name": "x", "training": {"epochs": 3}}
         for epoch in (1, 2, 3):
             session.add(Checkpoint(id=str(epoch) * 32, job_id=job_id, epoch=epoch, uri=f"file:///{epoch}"))
-    actions = reconcile(db=db, send=lambda *m: None, stale_after_s=30)
-    assert actions == [{"job_id": job_id, "action": "retried", "checkpoint": "2" * 32, "epoch": 2, "queue": "q"}]
+    (action,) = reconcile(db=db, send=lambda *m: None, stale_after_s=30)
+    assert action["how"] == f"resumes from checkpoint {'2' * 32} (epoch 2)"
 
 
-def test_a_job_whose_only_checkpoint_is_its_last_epoch_is_not_retried(db: Any) -> None:
+def test_a_job_whose_only_checkpoint_is_its_last_epoch_starts_again_from_scratch(db: Any) -> None:
     job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch")
     with transaction(db) as session:
         session.get(Job, job_id).request = {"name": "x", "training": {"epochs": 1}}
         session.add(Checkpoint(id="1" * 32, job_id=job_id, epoch=1, uri="file:///1"))
-    assert reconcile(db=db, send=never, stale_after_s=30)[0]["why"] == "no checkpoint to resume from"
+    (action,) = reconcile(db=db, send=lambda *m: None, stale_after_s=30)
+    assert action["how"] == "starts from scratch"
+    with db() as session:
+        assert "resume_from" not in session.get(Job, job_id).request.get("training", {})
 
 
 def _store_plan(db: Any, job_id: str, plan: Any) -> None:
@@ -189,3 +218,71 @@ def test_a_job_whose_stored_plan_cannot_be_read_stays_failed(db: Any) -> None:
     assert action["action"] == "failed" and action["why"].startswith("its stored plan cannot be read")
     with db() as session:
         assert session.get(Job, job_id).status == "FAILED"
+
+
+def test_an_xgboost_retry_continues_from_its_newest_checkpoint_of_rounds(db: Any) -> None:
+    from workers import plans
+    from workers.data.spec import ResolvedDataset
+    from workers.training.xgboost.spec import XGBoostPlan, XGBoostResume, XGBoostSpec
+
+    planned = XGBoostPlan(
+        train=ResolvedDataset(path="/data/t.parquet", format="parquet", features=("x",), label="y", task="regression"),
+        validation=None, spec=XGBoostSpec(task="regression", objective="reg:squarederror", num_round=100,
+                                          checkpoint_rounds=10), num_workers=1, device="cpu",
+    )  # fmt: skip
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="xgboost", plan=plans.dump(planned))
+    with transaction(db) as session:  # rounds 10..100: the one at the last round leaves nothing to train
+        for rounds in (10, 20, 100):
+            session.add(Checkpoint(id=f"{rounds:032d}", job_id=job_id, epoch=rounds, uri=f"file:///r{rounds}"))
+    (action,) = reconcile(db=db, send=lambda *m: None, stale_after_s=30)
+    assert action["how"] == f"resumes from checkpoint {20:032d} (epoch 20)"
+    with db() as session:
+        resumed = plans.load(XGBoostPlan, session.get(Job, job_id).plan)
+    assert resumed.resume == XGBoostResume(checkpoint_id=f"{20:032d}", uri="file:///r20", rounds=20, job_id=job_id)
+    assert resumed.spec == planned.spec
+
+
+def test_a_stopping_driver_hands_its_job_back_at_no_cost_of_an_attempt(db: Any) -> None:
+    """Attempt 3 of 3 handed back by a driver told to stop is queued again as attempt 4 of 4: no number of
+    restarts of the service fails a user's job. Only the driver and attempt that run the job can hand it back."""
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=0, framework="xgboost", queue="q")
+    with transaction(db) as session:
+        session.get(Job, job_id).attempt = 3
+    sent: list[tuple[str, str, str]] = []
+    kwargs = {"db": db, "send": lambda *m: sent.append(m), "job_id": job_id, "default_queue": "d"}
+    assert hand_back(worker_id="host:2:other", attempt=3, **kwargs) is None, "not that driver's job"
+    assert hand_back(worker_id="host:1:dead", attempt=2, **kwargs) is None, "not that attempt"
+    outcome = hand_back(worker_id="host:1:dead", attempt=3, **kwargs)
+    assert outcome is not None and outcome["action"] == "retried"
+    assert sent == [("train.xgboost", job_id, "q")]
+    with db() as session:
+        job = session.get(Job, job_id)
+        assert (job.status, job.attempt, job.max_attempts) == ("QUEUED", 4, 4)
+        assert next(e for e in job.attempts if e["attempt"] == 3)["error_reason"] == "DRIVER_STOPPED"
+
+
+def test_a_storage_failure_is_retried_after_the_delay(db: Any) -> None:
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=0, framework="torch", queue="q")
+    with transaction(db) as session:
+        job = session.get(Job, job_id)
+        outcome = end_and_retry(session=session, job=job, reason="STORAGE_FULL", message="disk full",
+                                now=utcnow(), sources=[JobStatus.RUNNING], retry_delay_s=60)  # fmt: skip
+    assert outcome is not None and outcome["action"] == "retried" and outcome["send"] is False
+    assert reconcile(db=db, send=never, stale_after_s=0) == [], "not before its time"
+    with transaction(db) as session:  # an hour later
+        job = session.get(Job, job_id)
+        job.attempts = attempts.update_attempt(job, 2, not_before=(utcnow() - timedelta(seconds=1)).isoformat())
+    sent: list[tuple[str, str, str]] = []
+    assert reconcile(db=db, send=lambda *m: sent.append(m), stale_after_s=30) == [
+        {"job_id": job_id, "action": "sent again", "attempt": 2}
+    ]
+    assert sent == [("train.torch", job_id, "q")]
+
+
+@pytest.mark.parametrize("reason", ["BAD_ROWS", "SPARK_ERROR", "INTERNAL"])
+def test_a_failure_of_the_job_itself_is_not_retried(db: Any, reason: str) -> None:
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=0, framework="torch")
+    with transaction(db) as session:
+        outcome = end_and_retry(session=session, job=session.get(Job, job_id), reason=reason, message="m",
+                                now=utcnow(), sources=[JobStatus.RUNNING])  # fmt: skip
+    assert outcome == {"job_id": job_id, "action": "failed", "why": f"{reason} is not retried"}

@@ -21,6 +21,7 @@ from workers.environment.driver import check_executors
 from workers.inference.xgboost_model import CARD_FILE, MODEL_FILE
 from workers.spark_progress import StageProgress
 from workers.training.validation import validation_metrics
+from workers.training.xgboost.checkpoints import CheckpointTarget, RoundCheckpoints, resumed_rounds
 from workers.training.xgboost.spec import XGBoostPlan
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         f"{rows} rows, {len(ds.features)} features; data read and checked in {time.perf_counter() - started:.1f} s"
     )
     fit_started = time.perf_counter()
+    done = resumed_rounds(ctx, plan)
     if ds.weight and ds.weight not in val_df.columns:  # weights concern training; validation rows count once
         val_df = val_df.withColumn(ds.weight, _lit(1.0).cast(dict(train_df.dtypes)[ds.weight]))
     expected_val = val_rows if val_rows >= 0 else int(rows * (ds.validation_fraction or spec.validation_fraction))
@@ -77,11 +79,12 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         train_df, val_df = _with_features(train_df, ds.features), _with_features(val_df, ds.features)
     data = train_df.withColumn(VALIDATION_COL, _lit(False)).unionByName(val_df.withColumn(VALIDATION_COL, _lit(True)))
     single = plan.num_workers == 1 and plan.device == "cpu"
-    with StageProgress(ctx, low=0.05, high=0.85, label="training"):
+    with StageProgress(ctx, low=0.05, high=0.85, label="training"), RoundCheckpoints(ctx, plan) as checkpoints:
         if single:
-            booster, histories, val_metrics = _fit_single(plan, data, label_col)
+            booster, histories, val_metrics = _fit_single(plan, data, label_col, checkpoints.target)
         else:
-            booster, histories, val_metrics = _fit_distributed(plan, data, val_df, label_col, columnar)
+            booster, histories, val_metrics = _fit_distributed(plan, data, val_df, label_col, columnar,
+                                                               checkpoints.target)  # fmt: skip
     ctx.check_cancelled()
     ctx.log(f"trained in {time.perf_counter() - fit_started:.1f} s ({'one task' if single else 'xgboost.spark'})")
 
@@ -91,7 +94,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         ctx.log(f"early stopping: best round {best + 1} of {rounds}; keeping {best + 1} rounds")
         booster = booster[: best + 1]
     importance = _importance(booster, ds.features)
-    ctx.metrics(_round_metrics(histories))
+    ctx.metrics(_round_metrics(histories, offset=done))
     kept = booster.num_boosted_rounds()
     ctx.metrics(MetricPoint(f"validation_{k}", v, step=kept) for k, v in val_metrics.items())
 
@@ -111,7 +114,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         "device": plan.device,
         "num_workers": plan.num_workers,
         "rows": {"train": rows, **({"validation": val_rows} if val_rows >= 0 else {})},
-        "rounds": {"requested": spec.num_round, "trained": rounds, "kept": kept},
+        "rounds": {"requested": spec.num_round, "trained": rounds, "kept": kept, "resumed_from": done},
         "best_iteration": best,
         "validation": val_metrics,
         "feature_importance": importance,
@@ -173,17 +176,21 @@ def _columnar_fits(total_rows: int, validation_rows: int, workers: int) -> bool:
     return total_rows / workers <= BATCH_ROWS / 2 and validation_rows >= 100 * workers
 
 
-def _estimator(plan: XGBoostPlan, label_col: str, columnar: bool) -> Any:
+def _estimator(plan: XGBoostPlan, label_col: str, columnar: bool, checkpoints: CheckpointTarget) -> Any:
+    import xgboost
     from xgboost.spark import SparkXGBClassifier, SparkXGBRegressor
 
+    from workers.training.xgboost.remote import checkpoint_callback, initial_model
+
     spec, ds = plan.spec, plan.train
+    start = initial_model(plan.resume.uri if plan.resume else None)
     kwargs: dict[str, Any] = {
         "features_col": list(ds.features) if columnar else FEATURES_COL,
         "label_col": label_col,
         "num_workers": plan.num_workers,
         "device": plan.device,
         "validation_indicator_col": VALIDATION_COL,
-        "n_estimators": spec.num_round,
+        "n_estimators": spec.num_round - (plan.resume.rounds if plan.resume else 0),
         "random_state": spec.seed,
         # A union of training and validation rows may have exactly num_workers partitions, which xgboost.spark
         # then trains on as they are, and a barrier stage refuses a union (SPARK-24820): always shuffle.
@@ -193,6 +200,10 @@ def _estimator(plan: XGBoostPlan, label_col: str, columnar: bool) -> Any:
     }
     if ds.weight:
         kwargs["weight_col"] = ds.weight
+    if start is not None:
+        kwargs["xgb_model"] = xgboost.Booster(model_file=start)
+    if checkpoints is not None:
+        kwargs["callbacks"] = [checkpoint_callback(*checkpoints)]
     if spec.eval_metric:
         kwargs["eval_metric"] = list(spec.eval_metric) if len(spec.eval_metric) > 1 else spec.eval_metric[0]
     if spec.early_stopping_rounds is not None:
@@ -226,17 +237,22 @@ def _best_iteration(booster: Any) -> int | None:
 
 
 def _fit_distributed(
-    plan: XGBoostPlan, data: DataFrame, val_df: DataFrame, label_col: str, columnar: bool
+    plan: XGBoostPlan,
+    data: DataFrame,
+    val_df: DataFrame,
+    label_col: str,
+    columnar: bool,
+    checkpoints: CheckpointTarget,
 ) -> tuple[Any, dict[str, list[float]], dict[str, float]]:
     """xgboost.spark: ``num_workers`` barrier tasks (CUDA ones included)."""
-    model = _estimator(plan, label_col, columnar).fit(data)
+    model = _estimator(plan, label_col, columnar, checkpoints).fit(data)
     features = list(plan.train.features) if columnar else [FEATURES_COL]
     predictions = model.transform(val_df.select(*features, label_col))
     return model.get_booster(), _histories(model), validation_metrics(plan.spec.task, label_col, predictions)
 
 
 def _fit_single(
-    plan: XGBoostPlan, data: DataFrame, label_col: str
+    plan: XGBoostPlan, data: DataFrame, label_col: str, checkpoints: CheckpointTarget
 ) -> tuple[Any, dict[str, list[float]], dict[str, float]]:
     """One worker: every row to one task, trained with xgboost's own API (workers/training/xgboost/remote.py)."""
     import xgboost
@@ -250,8 +266,10 @@ def _fit_single(
     if spec.eval_metric:
         params["eval_metric"] = list(spec.eval_metric)
     threads = plan.threads or 1
-    train = single_worker(list(ds.features), label_col, ds.weight, VALIDATION_COL, spec.task, params, spec.num_round,
-                          spec.early_stopping_rounds, threads)  # fmt: skip
+    resume = plan.resume
+    rounds = spec.num_round - (resume.rounds if resume else 0)
+    train = single_worker(list(ds.features), label_col, ds.weight, VALIDATION_COL, spec.task, params, rounds,
+                          spec.early_stopping_rounds, threads, checkpoints, resume.uri if resume else None)  # fmt: skip
     columns = [*ds.features, label_col, *([ds.weight] if ds.weight else []), VALIDATION_COL]
     rows = data.select(*columns).coalesce(1).mapInArrow(train, TRAIN_SCHEMA).collect()
     if not rows:
@@ -276,9 +294,9 @@ def _histories(model: Any) -> dict[str, list[float]]:
     return out
 
 
-def _round_metrics(histories: dict[str, list[float]]) -> list[MetricPoint]:
+def _round_metrics(histories: dict[str, list[float]], offset: int = 0) -> list[MetricPoint]:
     return [
-        MetricPoint(key, value, step=round_ + 1)
+        MetricPoint(key, value, step=offset + round_ + 1)
         for key, values in histories.items()
         for round_, value in enumerate(values)
     ]

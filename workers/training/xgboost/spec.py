@@ -92,7 +92,7 @@ REGRESSION_METRICS = ("rmse", "rmsle", "mae", "mape", "mphe", "poisson-nloglik",
 BINARY_METRICS = ("logloss", "error", "auc", "aucpr")
 MULTI_METRICS = ("mlogloss", "merror", "auc", "aucpr")
 CONTROL_KEYS = ("objective", "eval_metric", "num_round", "early_stopping_rounds", "num_workers",
-                "threads_per_worker", "seed", "validation_fraction")  # fmt: skip
+                "threads_per_worker", "seed", "validation_fraction", "checkpoint_rounds")  # fmt: skip
 MAX_ROUNDS = 100_000
 
 
@@ -111,6 +111,9 @@ class XGBoostSpec:
     seed: int = 0
     validation_fraction: float = 0.2
     warnings: tuple[str, ...] = ()
+    checkpoint_rounds: int = 0
+    """A checkpoint (the booster so far) every this many rounds, to continue from after a lost attempt; 0: none.
+    Default: about every 10% of ``num_round``."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,7 +127,18 @@ class XGBoostSpec:
             "threads_per_worker": self.threads_per_worker,
             "seed": self.seed,
             "validation_fraction": self.validation_fraction,
+            "checkpoint_rounds": self.checkpoint_rounds,
         }
+
+
+@dataclass(frozen=True)
+class XGBoostResume:
+    """Where a retried xgboost job continues: a checkpoint of its own (the booster after ``rounds`` rounds)."""
+
+    checkpoint_id: str
+    uri: str
+    rounds: int
+    job_id: str
 
 
 @dataclass(frozen=True)
@@ -140,6 +154,13 @@ class XGBoostPlan:
     """xgboost threads per worker when not spark.task.cpus."""
     class_labels: tuple[str, ...] | None = None
     warnings: tuple[str, ...] = ()
+    resume: XGBoostResume | None = None
+    """Set on a retry that continues from a checkpoint (app/services/resume.py); None trains from scratch."""
+
+
+def default_checkpoint_rounds(num_round: int) -> int:
+    """About every 10% of the rounds (at least every round)."""
+    return max(1, round(num_round / 10))
 
 
 def _int(path: str, value: Any, low: int, high: int) -> int:
@@ -242,6 +263,10 @@ def parse_xgboost_params(
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise SpecError("params.seed", f"must be an integer, got {seed!r}")
+    every = raw.get("checkpoint_rounds")
+    every = (
+        default_checkpoint_rounds(num_round) if every is None else _int("params.checkpoint_rounds", every, 0, num_round)
+    )
     fraction = raw.get("validation_fraction", 0.2)
     if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
         raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {fraction!r}")
@@ -260,4 +285,5 @@ def parse_xgboost_params(
         seed=seed,
         validation_fraction=float(fraction),
         warnings=tuple(warnings),
+        checkpoint_rounds=every,
     )

@@ -1,0 +1,176 @@
+"""The one final state of a job's attempt, written by its runner: SUCCEEDED (with the model version), CANCELLED,
+FAILED, or an attempt that ended early and is queued again (app/services/reconcile.py, app/services/resume.py).
+
+Every write is guarded by the runner's driver and attempt (``ctx.owner``), so a runner whose job was given up
+(the reconciler found its heartbeat stale, or the driver handed it back when told to stop) records nothing. The
+writes retry while the database is away (``JobRuntime.write``).
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+from app.core.jobstates import JobStatus
+from app.db.base import utcnow
+from app.db.models import Job
+from app.jobs.context import DbJobContext
+from app.jobs.failures import MAX_MESSAGE, describe_failure
+from app.jobs.runtime import JobRuntime, RunningJob, Send, spark_gone_error
+from app.services import jobs, models, reconcile, resume
+from app.spark.session import spark_alive
+from workers.context import JobOutcome
+
+log = logging.getLogger("sparktrain.jobs")
+SPARK_GONE = "Spark stopped under the job (the driver is stopping, or its JVM died); the attempt was handed back"
+
+
+def settle(
+    rt: JobRuntime, ctx: DbJobContext, running: RunningJob, ended: JobOutcome | BaseException, send: Send | None
+) -> None:
+    """Write the one final state (if the job is still this runner's). A bug in writing it must not leave the job
+    looking alive."""
+    if running.handed_back:
+        return  # the stopping driver ended the attempt already; whatever the work raised since is its echo
+    try:
+        if isinstance(ended, JobOutcome):
+            _finish_succeeded(rt, ctx, ended)
+        elif ctx.cancelled and not rt.stopping:
+            _finish_cancelled(rt, ctx, ended)
+        else:
+            _finish_failed(rt, ctx, ended, send)
+    except Exception as exc:
+        taken = isinstance(exc, models.ModelNameTaken)
+        if not taken:
+            log.exception("could not record the end of job %s", ctx.job_id)
+        message = str(exc) if taken else f"recording the result failed: {type(exc).__name__}: {exc}"
+        rt.write(
+            lambda s: jobs.transition(
+                session=s,
+                job_id=ctx.job_id,
+                sources=[JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING],
+                target=JobStatus.FAILED,
+                only_if=ctx.owner,
+                finished_at=utcnow(),
+                error_reason="MODEL_NAME_TAKEN" if taken else "INTERNAL",
+                error_message=message[:MAX_MESSAGE],
+            )
+        )
+
+
+class _NoLongerOurs(Exception):
+    """The job left RUNNING/CANCELLING under us (e.g. the reconciler failed it): roll the result back."""
+
+
+def _finish_succeeded(rt: JobRuntime, ctx: DbJobContext, outcome: JobOutcome) -> None:
+    try:
+        rt.write(lambda s: _commit_success(s, ctx, outcome), "recording a success")
+    except _NoLongerOurs:
+        log.warning("job %s finished but is no longer running here; result discarded", ctx.job_id)
+
+
+def _commit_success(s: Any, ctx: DbJobContext, outcome: JobOutcome) -> None:
+    """SUCCEEDED (from CANCELLING with a warning: the cancel came too late) and the model version, in one
+    transaction. The guarded transition comes first, so a runner that no longer owns the job writes nothing."""
+    job = jobs.get_job(session=s, job_id=ctx.job_id)
+    name, owner, warnings = job.name, job.owner, list(job.warnings or [])
+    values: dict[str, Any] = {"result": outcome.result, "finished_at": utcnow(), "progress": 1.0}
+    late = [*warnings, "the cancel arrived after the work had finished"]
+    won = any(
+        jobs.transition(
+            session=s,
+            job_id=ctx.job_id,
+            sources=[source],
+            target=JobStatus.SUCCEEDED,
+            only_if=ctx.owner,
+            **values,
+            **extra,
+        )
+        for source, extra in ((JobStatus.CANCELLING, {"warnings": late}), (JobStatus.RUNNING, {}))
+    )
+    if not won:
+        raise _NoLongerOurs(ctx.job_id)
+    if outcome.model is not None:
+        assert name is not None
+        version = models.register_version(
+            session=s,
+            name=name,
+            framework=outcome.model.framework,
+            artifact_uri=outcome.model.uri,
+            metrics=outcome.model.metrics,
+            params=outcome.model.params,
+            job_id=ctx.job_id,
+            owner=owner,
+        )
+        jobs.set_model(session=s, job_id=ctx.job_id, name=name, version=version.version)
+        values.update(model_name=name, model_version=version.version)
+    summary = "succeeded"
+    if "model_version" in values:
+        summary = f"succeeded: registered {values['model_name']} version {values['model_version']}"
+    jobs.add_log(session=s, job_id=ctx.job_id, message=summary)
+
+
+def _finish_cancelled(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> None:
+    def write(s: Any) -> None:
+        won = jobs.transition(
+            session=s,
+            job_id=ctx.job_id,
+            sources=[JobStatus.CANCELLING],
+            target=JobStatus.CANCELLED,
+            only_if=ctx.owner,
+            finished_at=utcnow(),
+            error_reason="CANCELLED",
+            error_message="cancelled on request",
+        )
+        if won:
+            jobs.add_log(session=s, job_id=ctx.job_id, message=f"cancelled ({type(exc).__name__})")
+
+    rt.write(write, "recording a cancel")
+
+
+def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: Send | None) -> None:
+    reason, message = describe_failure(exc)
+    gone = rt.stopping or (spark_gone_error(exc) and not spark_alive(rt.spark))
+    if reason in ("SPARK_ERROR", "INTERNAL", "WORKER_LOST") and gone:
+        reason, message = "DRIVER_STOPPED", SPARK_GONE
+    quiet = reason == "DRIVER_STOPPED"
+    if not quiet:
+        log.warning("job %s failed: %s: %s", ctx.job_id, reason, message, exc_info=reason == "INTERNAL")
+    if reason in resume.RETRYABLE:
+        delay = rt.settings.retry_delay_s if reason in resume.DELAYED else 0.0
+
+        def end(s: Any) -> dict[str, Any] | None:
+            job = s.get(Job, ctx.job_id, with_for_update=True)
+            if job is None:
+                return None
+            return reconcile.end_and_retry(session=s, job=job, reason=reason, message=message, now=utcnow(),
+                                           sources=[JobStatus.STARTING, JobStatus.RUNNING], only_if=ctx.owner,
+                                           retry_delay_s=delay)  # fmt: skip
+
+        outcome = rt.write(end, f"ending attempt {ctx.attempt}")
+        if outcome is not None and outcome["action"] == "retried" and send is not None:
+            reconcile.deliver(db=rt.db, send=send, job_id=ctx.job_id, outcome=outcome, default_queue=rt.settings.queue)
+        if outcome is not None:
+            log.warning("job %s attempt %d ended (%s): %s", ctx.job_id, ctx.attempt, reason,
+                        outcome.get("how") or outcome.get("why") or outcome["action"])  # fmt: skip
+        return
+
+    def fail(s: Any) -> None:
+        won = jobs.transition(
+            session=s,
+            job_id=ctx.job_id,
+            sources=[JobStatus.STARTING, JobStatus.RUNNING],
+            target=JobStatus.FAILED,
+            only_if=ctx.owner,
+            finished_at=utcnow(),
+            error_reason=reason,
+            error_message=message,
+        )
+        if won:
+            jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR", message=f"failed: {reason}: {message}")
+            if reason == "INTERNAL":
+                tb = "".join(traceback.format_exception(exc))
+                jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR", message=tb[-MAX_MESSAGE:])
+
+    rt.write(fail, "recording a failure")

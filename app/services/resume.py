@@ -1,0 +1,135 @@
+"""How each kind of job continues when an attempt ended early: the one place that says it.
+
+An attempt ends early when its driver dies (``DRIVER_LOST``) or stops (``DRIVER_STOPPED``), when Spark loses a
+worker of its barrier stage (``WORKER_LOST``), or when the artifact store is full or unreachable
+(``STORAGE_FULL``, ``STORAGE_UNAVAILABLE``). Every kind of job is then queued again while attempts remain: none of
+them writes anything visible before it succeeds (a model version is registered, a batch prediction's output is
+renamed into place, an evaluation's result is stored, all at the very end), so running one again is safe.
+
+- A kind that writes checkpoints has a :class:`Resume` rule in :data:`RULES`: the next attempt continues from its
+  newest checkpoint (torch: epochs, with every rank's optimizer and residual state; xgboost: boosting rounds, from
+  the saved booster). Without a checkpoint yet it starts from scratch.
+- Every other kind (Spark ML fits, evaluation, batch prediction, recipes, and any kind added later, e.g. tuning)
+  starts from scratch with its stored plan unchanged. A new kind that checkpoints adds its rule here; nothing
+  else in the retry path knows about kinds.
+
+A stop (``DRIVER_STOPPED``: an operator restarting the service) costs the job no attempt: ``max_attempts`` grows
+with the retry, so no number of restarts fails a user's job. A storage failure is tried again after
+``SPARKTRAIN_RETRY_DELAY_S`` (a full disk rarely empties itself in a millisecond).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.db.models import Checkpoint, Job
+from workers import plans
+
+RETRYABLE = frozenset({"DRIVER_LOST", "DRIVER_STOPPED", "WORKER_LOST", "STORAGE_FULL", "STORAGE_UNAVAILABLE"})
+"""Reasons an attempt ends that are not the job's fault: the job is queued again while attempts remain."""
+FREE = frozenset({"DRIVER_STOPPED"})
+"""Reasons that cost no attempt."""
+DELAYED = frozenset({"STORAGE_FULL", "STORAGE_UNAVAILABLE"})
+"""Reasons whose retry waits ``retry_delay_s`` before its message is sent."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A kind of job that writes checkpoints. Checkpoints are numbered in the kind's units (``Checkpoint.epoch``:
+    torch epochs, xgboost rounds)."""
+
+    total: Callable[[Job], int]
+    """The units the job trains in all: a checkpoint at the last one has nothing left to train, so a retry continues
+    from the one before (it redoes the last unit, which gives the same model)."""
+    resuming: Callable[[dict[str, Any], Checkpoint, Job], dict[str, Any]]
+    """The stored plan, continuing from the checkpoint."""
+    request_key: str | None = None
+    """A section of the stored request whose ``resume_from`` names the checkpoint too (torch's ``training``)."""
+
+
+def _torch_total(job: Job) -> int:
+    from app.schemas.train import TrainingOptions
+
+    if job.plan is not None and "epochs" in job.plan:
+        return int(job.plan["epochs"])
+    epochs = (job.request.get("training") or {}).get("epochs")
+    return int(epochs or TrainingOptions.model_fields["epochs"].default)
+
+
+def _torch_resuming(plan: dict[str, Any], checkpoint: Checkpoint, job: Job) -> dict[str, Any]:
+    from workers.training.torch.config import ResumePoint, TorchPlan
+
+    point = ResumePoint(checkpoint_id=checkpoint.id, path=checkpoint.uri, epoch=checkpoint.epoch, job_id=job.id)
+    return plans.dump(replace(plans.load(TorchPlan, plan), resume=point))
+
+
+def _xgboost_total(job: Job) -> int:
+    return int(((job.plan or {}).get("spec") or {}).get("num_round") or 0)
+
+
+def _xgboost_resuming(plan: dict[str, Any], checkpoint: Checkpoint, job: Job) -> dict[str, Any]:
+    from workers.training.xgboost.spec import XGBoostPlan, XGBoostResume
+
+    point = XGBoostResume(checkpoint_id=checkpoint.id, uri=checkpoint.uri, rounds=checkpoint.epoch, job_id=job.id)
+    return plans.dump(replace(plans.load(XGBoostPlan, plan), resume=point))
+
+
+RULES: dict[str, Resume] = {
+    "train.torch": Resume(total=_torch_total, resuming=_torch_resuming, request_key="training"),
+    "train.xgboost": Resume(total=_xgboost_total, resuming=_xgboost_resuming),
+}
+"""Kinds (``kind_of``) that continue from a checkpoint; every other kind starts again from scratch."""
+
+
+def kind_of(job: Job) -> str:
+    """``train.<framework>``, ``recipe.<name>``, or the job type (``evaluate``, ``predict``, ``tune``, ...)."""
+    if job.type == "train":
+        return f"train.{job.framework}"
+    if job.type == "recipe":
+        return f"recipe.{job.name}"
+    return str(job.type)
+
+
+@dataclass(frozen=True)
+class NextAttempt:
+    """What the job's next attempt runs."""
+
+    plan: dict[str, Any] | None
+    request: dict[str, Any]
+    checkpoint: Checkpoint | None
+
+    @property
+    def how(self) -> str:
+        if self.checkpoint is None:
+            return "starts from scratch"
+        return f"resumes from checkpoint {self.checkpoint.id} (epoch {self.checkpoint.epoch})"
+
+
+def newest_checkpoint(session: Session, job: Job, rule: Resume) -> Checkpoint | None:
+    """The job's newest checkpoint before its last unit (see :attr:`Resume.total`)."""
+    stmt = (
+        select(Checkpoint)
+        .where(Checkpoint.job_id == job.id, Checkpoint.epoch < rule.total(job))
+        .order_by(Checkpoint.epoch.desc())
+        .limit(1)
+    )
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def next_attempt(session: Session, job: Job) -> NextAttempt:
+    """The plan (and request) of the job's next attempt. Raises TypeError, ValueError or KeyError when the stored
+    plan cannot be read."""
+    rule = RULES.get(kind_of(job))
+    checkpoint = newest_checkpoint(session, job, rule) if rule is not None else None
+    if rule is None or checkpoint is None:
+        return NextAttempt(plan=job.plan, request=dict(job.request), checkpoint=None)
+    request = dict(job.request)
+    if rule.request_key is not None:
+        request[rule.request_key] = {**dict(request.get(rule.request_key) or {}), "resume_from": checkpoint.id}
+    plan = rule.resuming(job.plan, checkpoint, job) if job.plan is not None else None
+    return NextAttempt(plan=plan, request=request, checkpoint=checkpoint)
