@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 import uvicorn
 
+from app.core.logging import configure_logging
 from app.core.settings import load_settings
 
 
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     settings = load_settings(**overrides)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level=settings.log_level, fmt=settings.log_format)
 
     from app.main import create_app
 
@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
+        # JSON lines: uvicorn's loggers go to the root handler too; text keeps uvicorn's own format.
+        log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         timeout_graceful_shutdown=30,
     )
 

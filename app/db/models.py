@@ -55,7 +55,10 @@ class Job(Base):
 
 class JobMetric(Base):
     __tablename__ = "job_metrics"
-    __table_args__ = (Index("ix_job_metrics_job_key_step", "job_id", "key", "step"),)
+    __table_args__ = (
+        Index("ix_job_metrics_job_key_step", "job_id", "key", "step"),
+        Index("ix_job_metrics_job_id_id", "job_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
