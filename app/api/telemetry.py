@@ -8,6 +8,7 @@ driver sharing it reports the same job counts; HTTP and model-cache figures are 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from starlette.routing import Match
+from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.services import monitoring
@@ -84,16 +85,30 @@ class HttpMetrics:
 
 def route_template(scope: Scope) -> str:
     """The path template that served (or would have served) the request: ``/jobs/{job_id}``, a mount's prefix, or
-    ``<unmatched>``. A request refused before routing (401) is looked up among the app's routes."""
+    ``<unmatched>``. A request refused before routing (a 401) is matched against the documented paths."""
     route = scope.get("route")
     if route is not None and hasattr(route, "path"):
         return str(route.path)
     app = scope.get("app")
+    path = scope.get("path", "")
+    for template, pattern in _templates(app):
+        if pattern.fullmatch(path):
+            return template
     for candidate in getattr(getattr(app, "router", None), "routes", []):
-        match, _ = candidate.matches({**scope, "type": "http"})
-        if match != Match.NONE:
-            return str(getattr(candidate, "path", "<unmatched>"))
+        if isinstance(candidate, Mount) and (path == candidate.path or path.startswith(candidate.path + "/")):
+            return candidate.path
     return "<unmatched>"
+
+
+def _templates(app: Any) -> list[tuple[str, re.Pattern[str]]]:
+    cached = getattr(getattr(app, "state", None), "route_patterns", None)
+    if cached is None and app is not None:
+        cached = [
+            (template, re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))))
+            for template in app.openapi().get("paths", {})
+        ]
+        app.state.route_patterns = cached
+    return cached or []
 
 
 class ServiceCollector(Collector):
