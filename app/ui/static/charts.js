@@ -14,8 +14,8 @@ const Charts = (() => {
     return Object.assign({
       margin: { l: 56, r: 12, t: 8, b: 40 },
       height: 260,
-      legend: { orientation: "h", y: -0.25 },
-      xaxis: { title: { text: xTitle }, automargin: true },
+      legend: { orientation: "h", y: -0.3 },
+      xaxis: { title: { text: xTitle }, automargin: true, dtick: xTitle === "epoch" ? 1 : undefined },
       yaxis: { title: { text: yTitle }, automargin: true },
       hovermode: "closest",
     }, extra || {});

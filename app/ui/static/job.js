@@ -45,7 +45,12 @@
       ["Warnings", j.warnings && j.warnings.length ? j.warnings.join("\n") : null],
     ]);
     const body = clear(document.querySelector("#attempts tbody"));
-    for (const a of j.attempts || []) {
+    for (const attempt of j.attempts || []) {
+      const current = attempt.attempt === j.attempt;
+      const a = Object.assign({}, attempt, {
+        worker_id: attempt.worker_id || (current ? j.worker_id : null),
+        started_at: attempt.started_at || (current ? j.started_at : null),
+      });
       const why = a.error_reason ? a.error_reason + (a.error_message ? ": " + a.error_message : "") : a.ended_at ? a.status : "";
       body.appendChild(el("tr", {}, el("td", {}, a.attempt), el("td", {}, a.queue || "—"), el("td", {}, a.worker_id || "—"),
         el("td", {}, time(a.started_at)), el("td", {}, time(a.ended_at)), el("td", {}, why || (a.attempt === j.attempt ? "current" : "—"))));
