@@ -124,8 +124,7 @@ class ServiceCollector(Collector):
         if rt is None:  # not started yet
             return
         with rt.db() as session:
-            counts = monitoring.job_counts(session=session)
-            durations = monitoring.job_durations(session=session)
+            counts, durations = monitoring.job_summary(session=session)
             live = monitoring.running_torch(session=session)
         yield from _job_metrics(counts, durations)
         yield from _torch_metrics(live)

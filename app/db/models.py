@@ -16,6 +16,7 @@ class Job(Base):
     __table_args__ = (
         UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
         Index("ix_jobs_created_at_id", "created_at", "id"),
+        Index("ix_jobs_type_state_times", "type", "framework", "status", "started_at", "finished_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)

@@ -5,12 +5,11 @@ a few indexed queries however many jobs there are (``bench.console`` measures it
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Float, case, cast, func, select
+from sqlalchemy import Float, and_, case, cast, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -49,10 +48,38 @@ def family(framework: str | None) -> str:
     return framework or "none"
 
 
-def job_counts(*, session: Session) -> list[tuple[str, str, str, int]]:
-    """``(type, family, status, count)`` for every combination present."""
-    stmt = select(Job.type, Job.framework, Job.status, func.count()).group_by(Job.type, Job.framework, Job.status)
-    return [(t, family(f), s, int(n)) for t, f, s, n in session.execute(stmt)]
+def job_summary(
+    *, session: Session
+) -> tuple[list[tuple[str, str, str, int]], dict[tuple[str, str], DurationHistogram]]:
+    """``(type, family, status, count)`` for every combination present, and histograms of ``finished_at -
+    started_at`` of finished jobs by ``(type, family)``: one scan of the jobs table, each job's duration computed once
+    (a materialized CTE) and put in its bucket by one CASE."""
+    finished = and_(
+        Job.status.in_([s.value for s in TERMINAL]), Job.started_at.is_not(None), Job.finished_at.is_not(None)
+    )
+    seconds = case((finished, _seconds(session)), else_=None).label("seconds")
+    rows = select(Job.type, Job.framework, Job.status, seconds).cte("job_seconds").prefix_with("MATERIALIZED")
+    bucket = case(
+        (rows.c.seconds.is_(None), -1),
+        *[(rows.c.seconds <= bound, i) for i, bound in enumerate(DURATION_BUCKETS)],
+        else_=len(DURATION_BUCKETS),
+    ).label("bucket")
+    stmt = select(rows.c.type, rows.c.framework, rows.c.status, bucket, func.count(), func.sum(rows.c.seconds))
+    stmt = stmt.group_by(rows.c.type, rows.c.framework, rows.c.status, bucket)
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
+    per_bucket: dict[tuple[str, str], list[int]] = {}
+    totals: dict[tuple[str, str], float] = defaultdict(float)
+    for job_type, framework, status, where, n, total in session.execute(stmt):
+        counts[(job_type, family(framework), status)] += int(n)
+        if where >= 0:
+            key = (job_type, family(framework))
+            per_bucket.setdefault(key, [0] * (len(DURATION_BUCKETS) + 1))[where] += int(n)
+            totals[key] += float(total or 0.0)
+    durations = {}
+    for key, histogram in per_bucket.items():
+        cumulative = [sum(histogram[: i + 1]) for i in range(len(histogram))]
+        durations[key] = DurationHistogram(buckets=cumulative, total=totals[key], count=cumulative[-1])
+    return [(*k, n) for k, n in counts.items()], durations
 
 
 def _seconds(session: Session) -> ColumnElement[Any]:
@@ -61,50 +88,31 @@ def _seconds(session: Session) -> ColumnElement[Any]:
     return cast(func.extract("epoch", Job.finished_at - Job.started_at), Float)
 
 
-def job_durations(*, session: Session) -> dict[tuple[str, str], DurationHistogram]:
-    """Histograms of ``finished_at - started_at`` of finished jobs that started, by ``(type, family)``."""
-    seconds = _seconds(session)
-    columns = [func.count(), func.coalesce(func.sum(seconds), 0.0)]
-    columns += [func.sum(case((seconds <= bound, 1), else_=0)) for bound in DURATION_BUCKETS]
-    stmt = (
-        select(Job.type, Job.framework, *columns)
-        .where(Job.status.in_([s.value for s in TERMINAL]), Job.started_at.is_not(None), Job.finished_at.is_not(None))
-        .group_by(Job.type, Job.framework)
-    )
-    out: dict[tuple[str, str], DurationHistogram] = {}
-    for row in session.execute(stmt):
-        job_type, framework, count, total, *below = row
-        out[(job_type, family(framework))] = DurationHistogram(
-            buckets=[int(b or 0) for b in below] + [int(count)], total=float(total or 0.0), count=int(count)
-        )
-    return out
-
-
-def running_torch(*, session: Session, recent: int = 400) -> list[TorchLive]:
+def running_torch(*, session: Session, recent: int = 256) -> list[TorchLive]:
     """The newest samples/s (summed over workers), τ and sparsity (averaged over workers) and wire bytes per second
-    of every running torch training job, from its last ``recent`` points of those keys."""
+    of every running torch training job, from the last ``recent`` points of each key."""
     running = session.execute(
         select(Job.id, Job.name).where(
             Job.status == JobStatus.RUNNING.value, Job.type == "train", Job.framework == "torch"
         )
     ).all()
     out = []
-    keys = ("samples_per_s", "tau", "sparsity")
     for job_id, name in running:
         live = TorchLive(job_id=job_id, name=name)
-        rows = session.execute(
-            select(JobMetric.key, JobMetric.worker, JobMetric.value)
-            .where(JobMetric.job_id == job_id, JobMetric.key.in_(keys))
-            .order_by(JobMetric.id.desc())
-            .limit(recent)
-        ).all()
-        newest: dict[str, dict[int | None, float]] = defaultdict(dict)
-        for key, worker, value in rows:
-            newest[key].setdefault(worker, float(value))
-        if newest["samples_per_s"]:
+        newest: dict[str, dict[int | None, float]] = {}
+        for key in ("samples_per_s", "tau", "sparsity"):
+            rows = session.execute(
+                select(JobMetric.worker, JobMetric.value)
+                .where(JobMetric.job_id == job_id, JobMetric.key == key)
+                .order_by(JobMetric.step.desc())
+                .limit(recent)
+            )
+            for worker, value in rows:
+                newest.setdefault(key, {}).setdefault(worker, float(value))
+        if "samples_per_s" in newest:
             live.samples_per_s = sum(newest["samples_per_s"].values())
         for key in ("tau", "sparsity"):
-            if newest[key]:
+            if key in newest:
                 setattr(live, key, sum(newest[key].values()) / len(newest[key]))
         live.workers = max((len(v) for v in newest.values()), default=0)
         live.wire_bytes_per_s = _wire_rate(session, job_id)
@@ -112,27 +120,24 @@ def running_torch(*, session: Session, recent: int = 400) -> list[TorchLive]:
     return out
 
 
-def _wire_rate(session: Session, job_id: str, limit: int = 4000) -> float | None:
+def _wire_rate(session: Session, job_id: str) -> float | None:
     """Bytes the job's workers sent per second over the last RATE_WINDOW_S seconds of points. Points are stored in
     batches (the trainer flushes twice a second), so the rate is the bytes of the batches after the oldest one in the
-    window over the time since that one."""
+    window over the time since that one; the database sums each batch."""
     for key in WIRE_KEYS:
-        rows: Sequence[tuple[float, datetime]] = [
-            (float(v), t)
-            for v, t in session.execute(
-                select(JobMetric.value, JobMetric.time)
-                .where(JobMetric.job_id == job_id, JobMetric.key == key)
-                .order_by(JobMetric.step.desc())
-                .limit(limit)
-            )
-        ]
-        if not rows:
+        where = (JobMetric.job_id == job_id, JobMetric.key == key)
+        newest = session.scalar(select(func.max(JobMetric.time)).where(*where))
+        if newest is None:
             continue
-        newest = max(t for _, t in rows)
-        window = [(v, t) for v, t in rows if (newest - t).total_seconds() <= RATE_WINDOW_S]
-        oldest = min(t for _, t in window)
+        since = newest - timedelta(seconds=RATE_WINDOW_S)
+        batches = session.execute(
+            select(JobMetric.time, func.sum(JobMetric.value))
+            .where(*where, JobMetric.time >= since)
+            .group_by(JobMetric.time)
+        ).all()
+        oldest = min(t for t, _ in batches)
         span = (newest - oldest).total_seconds()
         if span <= 0:
             return None
-        return sum(v for v, t in window if t > oldest) / span
+        return sum(float(v) for t, v in batches if t > oldest) / span
     return None

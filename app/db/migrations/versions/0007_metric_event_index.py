@@ -1,5 +1,7 @@
-"""Job metrics by (job_id, id): the event stream (GET /jobs/{id}/events) and the Prometheus scrape read a job's
-newest points by id; the (job_id, key, step) index would make each read walk all of the job's points.
+"""Job metrics by (job_id, id): the event stream (GET /jobs/{id}/events) reads a job's newest points by id, and the
+(job_id, key, step) index would make each read walk all of the job's points. Jobs by (type, framework, status,
+started_at, finished_at): the Prometheus scrape counts and times every job from this index alone, without reading the
+rows (their request and result JSON).
 
 Revision ID: 0007
 Revises: 0005
@@ -18,7 +20,9 @@ depends_on = None
 
 def upgrade() -> None:
     op.create_index("ix_job_metrics_job_id_id", "job_metrics", ["job_id", "id"])
+    op.create_index("ix_jobs_type_state_times", "jobs", ["type", "framework", "status", "started_at", "finished_at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_type_state_times", table_name="jobs")
     op.drop_index("ix_job_metrics_job_id_id", table_name="job_metrics")
