@@ -139,6 +139,8 @@ async def train_with_clients(port: int, client: httpx.Client, clients: int, epoc
 
 def seed_jobs(db_url: str, n: int) -> None:
     """``n`` jobs of every type, family and state, with durations, and two running torch jobs with recent points."""
+    from sqlalchemy import insert
+
     from app.db.base import utcnow
     from app.db.models import Job, JobMetric
 
@@ -146,7 +148,8 @@ def seed_jobs(db_url: str, n: int) -> None:
     now = utcnow()
     kinds = [("train", "torch"), ("train", "xgboost"), ("train", "spark_ml"), ("evaluate", None), ("predict", None)]
     states = ["QUEUED", "SUCCEEDED", "SUCCEEDED", "SUCCEEDED", "FAILED", "CANCELLED", "RUNNING"]
-    rows, points = [], []
+    rows: list[dict[str, Any]] = []
+    points: list[dict[str, Any]] = []
     for i in range(n):
         job_type, framework = kinds[i % len(kinds)]
         status = "RUNNING" if i < 2 else rng.choice(states[:-1])
@@ -174,9 +177,30 @@ def seed_jobs(db_url: str, n: int) -> None:
                                        "worker": worker, "time": at})  # fmt: skip
     db = _db(db_url)
     with db() as s:
-        s.execute(Job.__table__.insert(), rows)
-        s.execute(JobMetric.__table__.insert(), points)
+        s.execute(insert(Job), rows)
+        s.execute(insert(JobMetric), points)
         s.commit()
+
+
+def measure_floors(client: httpx.Client, db_url: str, runs: int) -> dict[str, float]:
+    """Peers of the scrape in the same run: an HTTP round trip that does nothing (GET /healthz), and the bare
+    GROUP BY of the jobs table from this process (what any count of jobs by state costs on this machine now)."""
+    from sqlalchemy import text
+
+    health, group_by = [], []
+    db = _db(db_url)
+    with db() as s:
+        for _ in range(runs):
+            started = time.perf_counter()
+            client.get("/healthz").raise_for_status()
+            health.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            s.execute(text("SELECT type, framework, status, count(*) FROM jobs GROUP BY 1, 2, 3")).all()
+            group_by.append(time.perf_counter() - started)
+    return {
+        "healthz_p50_ms": round(1000 * statistics.median(health), 1),
+        "group_by_p50_ms": round(1000 * statistics.median(group_by), 1),
+    }
 
 
 def measure_scrape(client: httpx.Client, scrapes: int) -> dict[str, float]:
@@ -209,11 +233,11 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             for line in out["latency"]:
                 print(f"metric write -> SSE client, {line['clients']:>3} clients: p50 {line['p50_ms']} ms, "
                       f"p99 {line['p99_ms']} ms ({line['received']}/{line['expected']} received)")  # fmt: skip
-            rounds = 1 if args.quick else 2
+            rounds = 1 if args.quick else 3
             epochs = 2 if args.quick else 4
             training = []
             for r in range(rounds):
-                for n in (0, args.clients):
+                for n in (0, args.clients) if r % 2 == 0 else (args.clients, 0):  # alternated: load drifts
                     training.append(await train_with_clients(port, client, n, epochs, f"{r}-{n}"))
                     print(f"training with {n:>3} SSE clients: {training[-1]}")
             base = statistics.median(t["samples_per_s"] for t in training if t["clients"] == 0)
@@ -222,9 +246,18 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             print(f"samples/s with {args.clients} clients / without: {loaded / base:.3f} (target >= 0.95)")
             seed_jobs(db_url, args.jobs)
             measure_scrape(client, 3)  # warm: the first scrape builds the cluster figures
-            out["scrape"] = {"jobs": args.jobs, **measure_scrape(client, 20 if args.quick else 100)}
-            print(f"/metrics at {args.jobs} jobs: p50 {out['scrape']['p50_ms']} ms, p99 {out['scrape']['p99_ms']} ms "
-                  "(target < 50 ms)")  # fmt: skip
+            scrapes = 20 if args.quick else 100
+            out["scrape"] = {
+                "jobs": args.jobs,
+                **measure_scrape(client, scrapes),
+                **measure_floors(client, db_url, scrapes),
+            }
+            scrape = out["scrape"]
+            print(
+                f"/metrics at {args.jobs} jobs: p50 {scrape['p50_ms']} ms, p99 {scrape['p99_ms']} ms (target < 50 ms); "
+                f"peers now: GET /healthz {scrape['healthz_p50_ms']} ms, a bare GROUP BY of the jobs "
+                f"{scrape['group_by_p50_ms']} ms; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+            )
     finally:
         stop(proc)
     out["load_after"] = os.getloadavg()
