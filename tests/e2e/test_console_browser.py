@@ -232,6 +232,13 @@ def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(s
         theirs = svc.train(digits_job("bob-job"), headers={"Authorization": f"Bearer {BOB}"})["id"]
         driver = _browser(tmp)
         try:
+            driver.get(svc.url + "/ui/models")
+            _until(driver, lambda d: d.find_element(By.ID, "key-form").is_displayed(), "the console asks for a key", 30)
+            driver.find_element(By.ID, "key-input").send_keys(ALICE)
+            driver.find_element(By.CSS_SELECTOR, "#key-form button").click()
+            empty = _until(driver, lambda d: d.find_element(By.ID, "models-empty").text, "an empty state", 30)
+            assert empty.startswith("No models yet") and "POST /train" in empty
+            driver.execute_script("sessionStorage.clear()")
             driver.get(svc.url + "/ui")
             _until(driver, lambda d: d.find_element(By.ID, "key-form").is_displayed(), "the console asks for a key", 30)
             _shot(driver, tmp, "key-form")
@@ -248,3 +255,60 @@ def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(s
             _shot(driver, tmp, "other-owner")
         finally:
             driver.quit()
+
+
+def test_the_gradient_sharing_panel_draws_each_worker_and_its_phases(svc: Service, browser: Any, tmp: Path) -> None:
+    """The trainer's step metrics by their names (wire_bytes, dense_bytes, tau, sparsity, phase_*_ms), per worker."""
+    phases = ("phase_data_ms", "phase_compute_ms", "phase_encode_ms", "phase_exchange_ms", "phase_apply_ms")
+    with transaction(svc.runtime.db) as s:
+        job, _ = jobs.create_job(session=s, job_type="train", request={}, framework="torch", name="sharing")
+        job_id = job.id
+    with transaction(svc.runtime.db) as s:
+        jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.CANCELLED,
+                        finished_at=utcnow(), error_reason="CANCELLED", error_message="a fixture")  # fmt: skip
+        points = []
+        for step in range(1, 21):
+            for worker in (0, 1):
+                values = {"tau": 1e-3 / step, "sparsity": 0.01, "wire_bytes": 900.0, "dense_bytes": 40_000.0,
+                          **{k: 1.0 + i for i, k in enumerate(phases)}}  # fmt: skip
+                points += [
+                    {"key": k, "step": step, "epoch": 1, "worker": worker, "value": v} for k, v in values.items()
+                ]
+        jobs.add_metrics(session=s, job_id=job_id, points=points)
+    browser.get(svc.url + f"/ui/jobs/{job_id}")
+    read = "return Object.fromEntries(%s.map(id => [id, (document.getElementById(id).data || []).map(t => t.name)]))"
+    charts = ["chart-tau", "chart-sparsity", "chart-bytes", "chart-phases"]
+    drawn = _until(
+        browser, lambda d: (r := d.execute_script(read % charts))["chart-phases"] and r, "the panel draws", 60
+    )
+    assert len(drawn["chart-tau"]) == 2 and len(drawn["chart-sparsity"]) == 2
+    assert sorted(drawn["chart-bytes"]) == [
+        "dense · worker 0",
+        "dense · worker 1",
+        "sent · worker 0",
+        "sent · worker 1",
+    ]
+    assert drawn["chart-phases"] == ["data", "forward/backward", "encode", "exchange", "apply"]
+    bars = browser.execute_script("return document.getElementById('chart-phases').data[0].y")
+    assert sorted(set(bars)) == ["worker 0", "worker 1"] and len(bars) == 16  # the latest 8 steps of each worker
+    _usable(browser)
+    _shot(browser, tmp, "gradient-sharing")
+
+
+def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(svc.url + "/ui/models")
+    card = _until(browser, lambda d: d.find_elements(By.ID, "console-a"), "the model is listed", 30)[0]
+    card.find_element(By.CSS_SELECTOR, ".alias-form input").send_keys("champion")
+    card.find_element(By.CSS_SELECTOR, ".alias-form button").click()
+    _until(browser, lambda d: "champion → v1" in d.find_element(By.ID, "console-a").text, "the alias is set", 30)
+    models = {m["name"]: m for m in svc.client.get("/models").json()["items"]}
+    assert models["console-a"]["aliases"] == {"champion": 1}
+    _usable(browser)
+    _shot(browser, tmp, "models")
+    browser.get(svc.url + "/ui/cluster")
+    _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#executors tbody tr"), "executors", 30)
+    assert "local[2]" in browser.find_element(By.ID, "cluster-facts").text
+    _usable(browser)
+    _shot(browser, tmp, "cluster")
