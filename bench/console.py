@@ -233,7 +233,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             for line in out["latency"]:
                 print(f"metric write -> SSE client, {line['clients']:>3} clients: p50 {line['p50_ms']} ms, "
                       f"p99 {line['p99_ms']} ms ({line['received']}/{line['expected']} received)")  # fmt: skip
-            rounds = 1 if args.quick else 3
+            rounds = args.rounds or (1 if args.quick else 3)
             epochs = 2 if args.quick else 4
             training = []
             for r in range(rounds):
@@ -270,6 +270,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--database-url", help="default: the embedded SQLite file")
+    parser.add_argument("--rounds", type=int, help="training rounds (each: without and with clients); 1 quick, 3 full")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         result = asyncio.run(run(args, Path(tmp)))

@@ -292,6 +292,7 @@ def test_the_gradient_sharing_panel_draws_each_worker_and_its_phases(svc: Servic
     bars = browser.execute_script("return document.getElementById('chart-phases').data[0].y")
     assert sorted(set(bars)) == ["worker 0", "worker 1"] and len(bars) == 16  # the latest 8 steps of each worker
     _usable(browser)
+    browser.execute_script("document.getElementById('sharing').scrollIntoView()")
     _shot(browser, tmp, "gradient-sharing")
 
 
