@@ -226,7 +226,7 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     out: dict[str, Any] = {"load": os.getloadavg(), "cores": os.cpu_count(), "database": db_url.split(":")[0]}
     try:
-        wait_ready(url + "/readyz", proc)
+        wait_ready(url + "/readyz", proc, timeout=600)  # a loaded machine starts Spark slowly
         with httpx.Client(base_url=url, timeout=120) as client:
             points = 50 if args.quick else 150
             out["latency"] = [await measure_latency(port, db_url, n, points) for n in (1, args.clients)]
