@@ -233,17 +233,18 @@ async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             for line in out["latency"]:
                 print(f"metric write -> SSE client, {line['clients']:>3} clients: p50 {line['p50_ms']} ms, "
                       f"p99 {line['p99_ms']} ms ({line['received']}/{line['expected']} received)")  # fmt: skip
-            rounds = args.rounds or (1 if args.quick else 3)
+            rounds = 0 if args.skip_training else args.rounds or (1 if args.quick else 3)
             epochs = 2 if args.quick else 4
             training = []
             for r in range(rounds):
                 for n in (0, args.clients) if r % 2 == 0 else (args.clients, 0):  # alternated: load drifts
                     training.append(await train_with_clients(port, client, n, epochs, f"{r}-{n}"))
                     print(f"training with {n:>3} SSE clients: {training[-1]}")
-            base = statistics.median(t["samples_per_s"] for t in training if t["clients"] == 0)
-            loaded = statistics.median(t["samples_per_s"] for t in training if t["clients"] == args.clients)
-            out["training"] = {"runs": training, "ratio_with_clients": round(loaded / base, 3)}
-            print(f"samples/s with {args.clients} clients / without: {loaded / base:.3f} (target >= 0.95)")
+            if training:
+                base = statistics.median(t["samples_per_s"] for t in training if t["clients"] == 0)
+                loaded = statistics.median(t["samples_per_s"] for t in training if t["clients"] == args.clients)
+                out["training"] = {"runs": training, "ratio_with_clients": round(loaded / base, 3)}
+                print(f"samples/s with {args.clients} clients / without: {loaded / base:.3f} (target >= 0.95)")
             seed_jobs(db_url, args.jobs)
             measure_scrape(client, 3)  # warm: the first scrape builds the cluster figures
             scrapes = 20 if args.quick else 100
@@ -270,6 +271,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--database-url", help="default: the embedded SQLite file")
+    parser.add_argument("--skip-training", action="store_true", help="only the event latency and the scrape")
     parser.add_argument("--rounds", type=int, help="training rounds (each: without and with clients); 1 quick, 3 full")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -277,7 +279,8 @@ def main() -> None:
     result["quick"] = args.quick
     line = json.dumps(result)
     (REPO / "bench" / "results").mkdir(exist_ok=True)
-    (REPO / "bench" / "results" / "console.json").write_text(line + "\n")
+    name = "console" if not args.database_url else "console-" + args.database_url.split(":")[0].split("+")[0]
+    (REPO / "bench" / "results" / f"{name}.json").write_text(line + "\n")
     print(line)
 
 
