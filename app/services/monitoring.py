@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Float, and_, case, cast, func, select
+from sqlalchemy import Float, and_, case, cast, func, select, union_all
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -88,56 +88,64 @@ def _seconds(session: Session) -> ColumnElement[Any]:
     return cast(func.extract("epoch", Job.finished_at - Job.started_at), Float)
 
 
-def running_torch(*, session: Session, recent: int = 256) -> list[TorchLive]:
+def running_torch(*, session: Session, newest: int = 64, wire: int = 512) -> list[TorchLive]:
     """The newest samples/s (summed over workers), τ and sparsity (averaged over workers) and wire bytes per second
-    of every running torch training job, from the last ``recent`` points of each key."""
+    of every running torch training job: two queries however many jobs run. The second takes, by the (job_id, key,
+    step) index, each job's last ``newest`` points of each key (a step of up to 64 workers) and its last ``wire``
+    points of bytes sent, all in one UNION ALL."""
     running = session.execute(
         select(Job.id, Job.name).where(
             Job.status == JobStatus.RUNNING.value, Job.type == "train", Job.framework == "torch"
         )
     ).all()
-    out = []
-    for job_id, name in running:
-        live = TorchLive(job_id=job_id, name=name)
-        newest: dict[str, dict[int | None, float]] = {}
-        for key in ("samples_per_s", "tau", "sparsity"):
-            rows = session.execute(
-                select(JobMetric.worker, JobMetric.value)
+    if not running:
+        return []
+    parts = []
+    for job_id, _ in running:
+        for key in ("samples_per_s", "tau", "sparsity", *WIRE_KEYS):
+            recent = wire if key in WIRE_KEYS else newest
+            last = (
+                select(JobMetric.job_id, JobMetric.key, JobMetric.worker, JobMetric.value, JobMetric.time)
                 .where(JobMetric.job_id == job_id, JobMetric.key == key)
                 .order_by(JobMetric.step.desc())
                 .limit(recent)
+                .subquery()
             )
-            for worker, value in rows:
-                newest.setdefault(key, {}).setdefault(worker, float(value))
-        if "samples_per_s" in newest:
-            live.samples_per_s = sum(newest["samples_per_s"].values())
+            parts.append(select(last))
+    rows: dict[tuple[str, str], list[tuple[int | None, float, datetime]]] = defaultdict(list)
+    for job_id, key, worker, value, time in session.execute(union_all(*parts)):
+        rows[(job_id, key)].append((worker, float(value), time))
+    out = []
+    for job_id, name in running:
+        live = TorchLive(job_id=job_id, name=name)
+        latest = {key: _newest_per_worker(rows[(job_id, key)]) for key in ("samples_per_s", "tau", "sparsity")}
+        if latest["samples_per_s"]:
+            live.samples_per_s = sum(latest["samples_per_s"].values())
         for key in ("tau", "sparsity"):
-            if key in newest:
-                setattr(live, key, sum(newest[key].values()) / len(newest[key]))
-        live.workers = max((len(v) for v in newest.values()), default=0)
-        live.wire_bytes_per_s = _wire_rate(session, job_id)
+            if latest[key]:
+                setattr(live, key, sum(latest[key].values()) / len(latest[key]))
+        live.workers = max(len(v) for v in latest.values())
+        sent = next((rows[(job_id, key)] for key in WIRE_KEYS if rows[(job_id, key)]), [])
+        live.wire_bytes_per_s = _wire_rate([(t, v) for _, v, t in sent])
         out.append(live)
     return out
 
 
-def _wire_rate(session: Session, job_id: str) -> float | None:
-    """Bytes the job's workers sent per second over the last RATE_WINDOW_S seconds of points. Points are stored in
+def _newest_per_worker(points: list[tuple[int | None, float, datetime]]) -> dict[int | None, float]:
+    newest: dict[int | None, float] = {}
+    for worker, value, _ in points:  # newest step first
+        newest.setdefault(worker, value)
+    return newest
+
+
+def _wire_rate(points: list[tuple[datetime, float]]) -> float | None:
+    """Bytes sent per second over the last RATE_WINDOW_S seconds of ``points`` (time, bytes). Points are stored in
     batches (the trainer flushes twice a second), so the rate is the bytes of the batches after the oldest one in the
-    window over the time since that one; the database sums each batch."""
-    for key in WIRE_KEYS:
-        where = (JobMetric.job_id == job_id, JobMetric.key == key)
-        newest = session.scalar(select(func.max(JobMetric.time)).where(*where))
-        if newest is None:
-            continue
-        since = newest - timedelta(seconds=RATE_WINDOW_S)
-        batches = session.execute(
-            select(JobMetric.time, func.sum(JobMetric.value))
-            .where(*where, JobMetric.time >= since)
-            .group_by(JobMetric.time)
-        ).all()
-        oldest = min(t for t, _ in batches)
-        span = (newest - oldest).total_seconds()
-        if span <= 0:
-            return None
-        return sum(float(v) for t, v in batches if t > oldest) / span
-    return None
+    window over the time since that one."""
+    if not points:
+        return None
+    newest = max(t for t, _ in points)
+    window = [(t, v) for t, v in points if (newest - t).total_seconds() <= RATE_WINDOW_S]
+    oldest = min(t for t, _ in window)
+    span = (newest - oldest).total_seconds()
+    return sum(v for t, v in window if t > oldest) / span if span > 0 else None
