@@ -22,6 +22,7 @@ from typing import Any
 import uvicorn
 from pydantic import ValidationError
 
+from app.core.logging import configure_logging
 from app.core.settings import load_settings
 
 log = logging.getLogger("sparktrain")
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:
         lines = [f"  {'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()]
         sys.exit("sparktrain cannot start, a setting is wrong:\n" + "\n".join(lines))
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(level=settings.log_level, fmt=settings.log_format)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines carry tracebacks of closed connections
 
     from app.main import create_app
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
+        # JSON lines: uvicorn's loggers go to the root handler too; text keeps uvicorn's own format.
+        log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         timeout_graceful_shutdown=30,
     )
     DriverServer(config, app=app).run()

@@ -14,12 +14,28 @@ from starlette.concurrency import run_in_threadpool
 from app.api.auth import install_keyring
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
+from app.api.event_hub import EventHub
 from app.api.middleware import RequestGuard
 from app.api.openapi import install_openapi
 from app.api.ratelimit import RateLimit
-from app.api.routes import checkpoints, datasets, inference, jobs, models, owners, recipes, service, train, v2
+from app.api.routes import (
+    checkpoints,
+    datasets,
+    events,
+    inference,
+    jobs,
+    metrics,
+    models,
+    owners,
+    recipes,
+    service,
+    train,
+    v2,
+)
+from app.api.telemetry import HttpMetrics, Telemetry
 from app.core.auth import KeyRing
 from app.core.settings import Settings, load_settings
+from app.ui import install_console
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,7 +63,7 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
 
         resolved = settings or load_settings()
         logging.getLogger("sparktrain").setLevel(resolved.log_level)
-        install_keyring(app, KeyRing(resolved.api_keys))
+        install_keyring(app, KeyRing(resolved.api_keys), public_metrics=resolved.metrics_public)
         app.state.runtime = await run_in_threadpool(start_runtime, resolved, spark=spark)
         # Everything built so far (pyspark, torch, SQLAlchemy, ... hundreds of thousands of objects) lives as long
         # as the process: keep it out of the collector's full passes, which otherwise stall requests for
@@ -56,6 +72,7 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
         try:
             yield
         finally:
+            await app.state.events.close()
             await run_in_threadpool(app.state.runtime.close)  # after a stop signal the jobs were handed back already
 
     app = FastAPI(
@@ -68,9 +85,15 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
     )
     app.add_middleware(RateLimit)  # inside the guard: it needs the caller the guard identified
     app.add_middleware(RequestGuard, max_body_bytes=MAX_BODY_BYTES)
+    app.state.telemetry = Telemetry()
+    app.state.telemetry.install(lambda: app)
+    app.add_middleware(HttpMetrics, telemetry=app.state.telemetry)  # outermost: it times the guard too
+    app.state.events = EventHub(lambda: app.state.runtime)
     install_error_handlers(app)
     install_openapi(app)
     install_docs(app)
-    for module in (train, inference, recipes, jobs, checkpoints, models, datasets, owners, service, v2):
+    routers = (train, inference, recipes, jobs, events, checkpoints, models, datasets, owners, service, metrics, v2)
+    for module in routers:
         app.include_router(module.router)
+    install_console(app)
     return app

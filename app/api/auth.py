@@ -19,18 +19,23 @@ from app.core.errors import ServiceUnavailable
 log = logging.getLogger("sparktrain.api.auth")
 
 HEALTH_PATHS = frozenset({"/healthz", "/readyz", "/v2/health/live", "/v2/health/ready"})
+METRICS = "/metrics"
+CONSOLE = "/ui"
+"""The web console's pages and assets are public: they hold no data. Their scripts ask for a key, keep it in the
+browser's session storage and send it as ``Authorization`` on every API call (app/ui)."""
 SCHEME = "bearerAuth"
 
 
-def public_paths(app: Any) -> frozenset[str]:
+def public_paths(app: Any, *, metrics: bool = False) -> frozenset[str]:
     """The paths anyone may call: health checks, the OpenAPI document and the pages that show it (their assets,
-    under ``docs.ASSETS``, too)."""
-    return HEALTH_PATHS | docs.PAGES | ({app.openapi_url} if app.openapi_url else set())
+    under ``docs.ASSETS``, too), the console's pages, and ``/metrics`` with SPARKTRAIN_METRICS_PUBLIC."""
+    paths = HEALTH_PATHS | docs.PAGES | {CONSOLE} | ({app.openapi_url} if app.openapi_url else set())
+    return paths | {METRICS} if metrics else paths
 
 
-def install_keyring(app: Any, keyring: KeyRing) -> None:
+def install_keyring(app: Any, keyring: KeyRing, *, public_metrics: bool = False) -> None:
     """Called at start-up, once the settings are known; until then every request but the public ones is refused."""
-    app.state.public_paths = public_paths(app)
+    app.state.public_paths = public_paths(app, metrics=public_metrics)
     app.state.keyring = keyring
 
 
@@ -42,7 +47,7 @@ def identify(scope: Scope, authorization: str | None) -> Caller | None:
         raise ServiceUnavailable("The service has not started yet; try again in a moment.")
     public = getattr(app.state, "public_paths", None) or public_paths(app)
     path = scope.get("path", "")
-    if path in public or path.startswith(f"{docs.ASSETS}/"):
+    if path in public or path.startswith((f"{docs.ASSETS}/", f"{CONSOLE}/")):
         return None
     keyring: KeyRing | None = getattr(app.state, "keyring", None)
     if keyring is None:

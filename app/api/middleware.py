@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import identify
 from app.core.errors import AppError, BadRequest, NestedJson, PayloadTooLarge, UnsupportedMediaType
+from app.core.logging import REQUEST_ID
 
 _JSON_TYPE = re.compile(r"^application/([a-z0-9.+-]*\+)?json$")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -37,6 +38,7 @@ class RequestGuard:
         given = _header(scope, b"x-request-id")
         request_id = given if given and _SAFE_ID.match(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
+        REQUEST_ID.set(request_id)  # for log lines (app/core/logging.py); each request runs in a task of its own
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":

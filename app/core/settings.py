@@ -161,6 +161,20 @@ class Settings(BaseSettings):
         "key:owner or key:owner:admin; requests send 'Authorization: Bearer <key>'.",
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="json: one JSON object per line with level, logger, message, request_id and job_id "
+        "(app/core/logging.py).",
+    )
+    metrics_public: bool = Field(
+        False, description="Serve GET /metrics (Prometheus) without an API key; otherwise it needs an admin's key."
+    )
+    events_poll_s: float = Field(
+        0.25,
+        gt=0,
+        le=10,
+        description="How often a driver reads the database for each job that has SSE clients (GET /jobs/{id}/events).",
+    )
 
     @field_validator("data_roots", "remote_uri_prefixes", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ class Job(Base):
         UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
         Index("ix_jobs_created_at_id", "created_at", "id"),
         Index("ix_jobs_owner_status", "owner", "status"),
+        Index("ix_jobs_type_state_times", "type", "framework", "status", "started_at", "finished_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -73,7 +74,10 @@ class RateBucket(Base):
 
 class JobMetric(Base):
     __tablename__ = "job_metrics"
-    __table_args__ = (Index("ix_job_metrics_job_key_step", "job_id", "key", "step"),)
+    __table_args__ = (
+        Index("ix_job_metrics_job_key_step", "job_id", "key", "step"),
+        Index("ix_job_metrics_job_id_id", "job_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))

@@ -11,6 +11,7 @@ from typing import Any
 from celery import Celery, Task
 from celery.exceptions import Reject
 
+from app.core.logging import job_scope
 from app.core.settings import Settings
 from app.jobs.runtime import JobRuntime
 from workers.families import FRAMEWORKS, task_name
@@ -122,7 +123,8 @@ def register_tasks(app: Celery) -> None:
         def send(task: str, retried: str, queue: str) -> None:
             send_job(app, task, retried, queue)
 
-        run_job(rt, job_id, queue=str(routing or rt.settings.queue), send=send)
+        with job_scope(job_id):
+            run_job(rt, job_id, queue=str(routing or rt.settings.queue), send=send)
 
     options = {"bind": True, "shared": False, "acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
     for framework in FRAMEWORKS:

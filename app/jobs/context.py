@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -38,6 +39,9 @@ class DbJobContext:
         self._rt = rt
         self._running = running
         self._last_progress = 0.0
+        # One writer of metric points and log lines at a time (the trainer's monitor writes from several threads):
+        # their ids then commit in order, which the event stream (GET /jobs/{id}/events) follows by id.
+        self._write_lock = threading.Lock()
         self.job_id = job_id
         self.attempt = attempt
         self.owner = {"worker_id": rt.worker_id, "attempt": attempt}
@@ -60,11 +64,15 @@ class DbJobContext:
     def metrics(self, points: Iterable[MetricPoint]) -> None:
         rows = [{"key": p.key, "value": p.value, "step": p.step, "epoch": p.epoch, "worker": p.worker} for p in points]
         if rows:
-            self._rt.write(lambda s: jobs.add_metrics(session=s, job_id=self.job_id, points=rows), "recording metrics")
+            with self._write_lock:
+                self._rt.write(
+                    lambda s: jobs.add_metrics(session=s, job_id=self.job_id, points=rows), "recording metrics"
+                )
 
     def log(self, message: str, level: str = "INFO") -> None:
-        log.log(logging.getLevelName(level), "[job %s] %s", self.job_id, message)
-        self._rt.write(lambda s: jobs.add_log(session=s, job_id=self.job_id, message=message, level=level))
+        log.log(logging.getLevelName(level), "[job %s] %s", self.job_id, message, extra={"job_id": self.job_id})
+        with self._write_lock:
+            self._rt.write(lambda s: jobs.add_log(session=s, job_id=self.job_id, message=message, level=level))
 
     def warn(self, message: str) -> None:
         self.log(message, "WARNING")

@@ -16,12 +16,17 @@ class ModelCache:
         self.capacity = max(1, capacity)
         self._items: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        """Lookups answered from the cache and lookups that loaded (``GET /metrics`` exports both)."""
 
     def get(self, key: str, load: Callable[[], Any]) -> Any:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
+                self.hits += 1
                 return self._items[key]
+            self.misses += 1
         value = load()
         with self._lock:
             self._items[key] = value

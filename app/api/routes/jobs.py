@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from app.api.deps import CallerDep, RuntimeDep, SessionDep
+from app.api.routes.events import LastEventId, follow_logs
 from app.core.jobstates import JobStatus, JobType
 from app.schemas.jobs import JobError, JobPage, JobRead, LogLine, LogsRead, MetricPoint, MetricsRead, ModelRef
 from app.services import checkpoints, jobs
@@ -89,14 +90,28 @@ def get_metrics(
     )
 
 
-@router.get("/jobs/{job_id}/logs", response_model=LogsRead, summary="Recent log lines of a job")
+@router.get(
+    "/jobs/{job_id}/logs",
+    response_model=LogsRead,
+    summary="Recent log lines of a job; with follow=true, its lines pushed as they come (Server-Sent Events)",
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
 def get_logs(
     job_id: str,
+    request: Request,
     session: SessionDep,
+    rt: RuntimeDep,
     caller: CallerDep,
     after: Annotated[int | None, Query(ge=0, le=INT32, description="Only lines after this id (to follow it).")] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
-) -> LogsRead:
+    follow: Annotated[
+        bool, Query(description="Stream `log` events (after `after`), then `end` when the job ends.")
+    ] = False,
+    last_event_id: LastEventId = None,
+) -> LogsRead | Response:
+    if follow:
+        session.close()  # the stream reads through sessions of its own: hold no connection while it lasts
+        return follow_logs(request, rt, caller, job_id, after=after, last_event_id=last_event_id)
     job_of(session=session, job_id=job_id, caller=caller)
     rows = jobs.list_logs(session=session, job_id=job_id, after_id=after, limit=limit)
     lines = [LogLine(id=r.id, time=r.time, level=r.level, message=r.message) for r in rows]

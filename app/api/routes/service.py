@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app.api.deps import RuntimeDep
@@ -27,7 +27,7 @@ def healthz() -> Health:
     summary="Readiness: database, broker and SparkSession answer",
     responses={503: {"description": "What failed, as problem+json with `checks`."}},
 )
-def readyz(rt: RuntimeDep) -> Readiness | JSONResponse:
+def readyz(rt: RuntimeDep, request: Request) -> Readiness | JSONResponse:
     checks = readiness(
         engine=rt.engine,
         celery=rt.celery,
@@ -44,6 +44,7 @@ def readyz(rt: RuntimeDep) -> Readiness | JSONResponse:
                 "status": 503,
                 "detail": "; ".join(f"{k} {v}" for k, v in failed.items()),
                 "checks": checks,
+                "request_id": getattr(request.state, "request_id", None),
             },
             status_code=503,
             media_type="application/problem+json",

@@ -1,0 +1,78 @@
+"""The driver's log lines: plain text (the default) or, with ``SPARKTRAIN_LOG_FORMAT=json``, one JSON object per line
+with ``time``, ``level``, ``logger``, ``message`` and, where there is one, the ``request_id`` of the HTTP request and
+the ``job_id`` of the job the line is about.
+
+Both ids travel in context variables: the request guard sets the request id for everything that runs on behalf of a
+request (its thread-pool work included, since Starlette copies the context), and the job runner sets the job id for
+the thread that runs a job. Threads a job starts itself (the torch trainer's monitor) pass ``extra={"job_id": ...}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Literal
+
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter
+
+REQUEST_ID: ContextVar[str | None] = ContextVar("sparktrain_request_id", default=None)
+JOB_ID: ContextVar[str | None] = ContextVar("sparktrain_job_id", default=None)
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_HANDLER_MARK = "_sparktrain_handler"
+_ACCESS_FIELDS = ("client", "method", "path", "http_version", "status")
+
+
+class ContextFilter(logging.Filter):
+    """Adds ``request_id`` and ``job_id`` to every record (None where there is none); values passed in ``extra``
+    win. Lines of uvicorn's access log also get their method, path and status as fields."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "request_id", None) is None:
+            record.request_id = REQUEST_ID.get()
+        if getattr(record, "job_id", None) is None:
+            record.job_id = JOB_ID.get()
+        if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
+            for name, value in zip(_ACCESS_FIELDS, record.args, strict=True):
+                setattr(record, name, value)
+        return True
+
+
+def json_formatter() -> logging.Formatter:
+    return JsonFormatter(
+        "{levelname}{name}{message}{request_id}{job_id}",
+        style="{",
+        rename_fields={"levelname": "level", "name": "logger"},
+        timestamp="time",
+        json_ensure_ascii=False,
+        reserved_attrs=[*RESERVED_ATTRS, "color_message"],  # uvicorn's copy of the message with terminal colours
+    )
+
+
+def configure_logging(*, level: str, fmt: Literal["text", "json"], stream: Any = None) -> logging.Handler:
+    """Send every logger's records (ours, uvicorn's, Celery's, py4j's) to one handler on the root logger, replacing
+    the handler an earlier call installed. Returns the handler."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(json_formatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    setattr(handler, _HANDLER_MARK, True)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _HANDLER_MARK, False)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler
+
+
+@contextmanager
+def job_scope(job_id: str) -> Iterator[None]:
+    """Log lines written inside carry ``job_id`` (the runner wraps each job in one)."""
+    token = JOB_ID.set(job_id)
+    try:
+        yield
+    finally:
+        JOB_ID.reset(token)

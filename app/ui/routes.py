@@ -1,0 +1,102 @@
+"""The console's pages, its own scripts and styles (``/ui/static``) and the charting library (``/ui/vendor``).
+
+The pages are shells rendered by Jinja2 with no data in them, so they need no API key: their scripts read the API
+with the key the user entered once (kept in the browser's session storage, sent as ``Authorization``, never in a
+URL), and draw everything with ``textContent`` (nothing from a request is ever parsed as HTML). The charts are
+plotly.js, served from the installed ``plotly`` package (nothing is fetched from outside the service).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from app.core.errors import NotFound
+
+HERE = Path(__file__).resolve().parent
+STATIC = "/ui/static"
+PLOTLY = "/ui/vendor/plotly.min.js"
+PAGES = {
+    "jobs": "Jobs",
+    "job": "Job",
+    "compare": "Compare",
+    "models": "Models",
+    "cluster": "Cluster",
+}
+_templates = Jinja2Templates(directory=str(HERE / "templates"))
+router = APIRouter(include_in_schema=False)
+
+
+@cache
+def plotly_js() -> Path:
+    """plotly.min.js inside the installed ``plotly`` package, found without importing it."""
+    spec = importlib.util.find_spec("plotly")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        path = Path(location) / "package_data" / "plotly.min.js"
+        if path.is_file():
+            return path
+    raise NotFound("plotly.min.js is not installed: reinstall the service (the plotly package ships it).")
+
+
+def _page(request: Request, page: str, **context: object) -> HTMLResponse:
+    root = request.scope.get("root_path", "")
+    version = metadata.version("plotly")
+    return _templates.TemplateResponse(
+        request,
+        f"{page}.html",
+        {
+            "page": page,
+            "title": PAGES[page],
+            "pages": PAGES,
+            "root": root,
+            "static": f"{root}{STATIC}",
+            "plotly": f"{root}{PLOTLY}?v={version}",
+            **context,
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+@router.get("/ui")
+def jobs_page(request: Request) -> HTMLResponse:
+    return _page(request, "jobs")
+
+
+@router.get("/ui/jobs/{job_id}")
+def job_page(request: Request, job_id: str) -> HTMLResponse:
+    return _page(request, "job", job_id=job_id)
+
+
+@router.get("/ui/compare")
+def compare_page(request: Request) -> HTMLResponse:
+    return _page(request, "compare")
+
+
+@router.get("/ui/models")
+def models_page(request: Request) -> HTMLResponse:
+    return _page(request, "models")
+
+
+@router.get("/ui/cluster")
+def cluster_page(request: Request) -> HTMLResponse:
+    return _page(request, "cluster")
+
+
+@router.get(PLOTLY)
+def plotly_asset() -> FileResponse:
+    return FileResponse(
+        plotly_js(), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400, immutable"}
+    )
+
+
+def install_console(app: FastAPI) -> None:
+    app.include_router(router)
+    app.mount(STATIC, StaticFiles(directory=str(HERE / "static")), name="console-static")

@@ -1,0 +1,237 @@
+/* sparktrain console: the API key, API calls, Server-Sent Events over fetch, and DOM helpers shared by the pages.
+ *
+ * Everything that comes from the service is put in the page as text (textContent, text nodes), never as HTML.
+ * The API key lives in sessionStorage and travels only in the Authorization header: EventSource cannot send
+ * headers, so event streams are read with fetch() and parsed here. */
+"use strict";
+
+const ST = (() => {
+  const root = document.body.dataset.root || "";
+  const KEY = "sparktrain.apiKey";
+  let starter = null;
+
+  function key() {
+    return sessionStorage.getItem(KEY) || "";
+  }
+
+  function headers(extra) {
+    const out = Object.assign({}, extra || {});
+    if (key()) out.Authorization = "Bearer " + key();
+    return out;
+  }
+
+  class ApiError extends Error {
+    constructor(status, problem) {
+      super((problem && problem.detail) || "HTTP " + status);
+      this.status = status;
+      this.problem = problem || {};
+    }
+  }
+
+  async function problemOf(response) {
+    try {
+      return await response.json();
+    } catch (e) {
+      return { detail: response.status + " " + response.statusText };
+    }
+  }
+
+  async function api(path, options) {
+    const opts = Object.assign({}, options || {});
+    opts.headers = headers(opts.headers);
+    if (opts.json !== undefined) {
+      opts.body = JSON.stringify(opts.json);
+      opts.headers["Content-Type"] = "application/json";
+      delete opts.json;
+    }
+    const response = await fetch(root + path, opts);
+    if (response.status === 401) {
+      const problem = await problemOf(response);
+      askKey(key() ? "The key was refused: " + problem.detail : null);
+      throw new ApiError(401, problem);
+    }
+    if (!response.ok) throw new ApiError(response.status, await problemOf(response));
+    const type = response.headers.get("content-type") || "";
+    return type.includes("json") ? response.json() : response;
+  }
+
+  /* The page's start function runs now, and again once a key has been entered. */
+  function start(fn) {
+    starter = fn;
+    document.getElementById("forget-key").hidden = !key();
+    fn();
+  }
+
+  function askKey(error) {
+    document.getElementById("content").hidden = true;
+    const form = document.getElementById("key-form");
+    form.hidden = false;
+    const message = document.getElementById("key-error");
+    message.hidden = !error;
+    message.textContent = error || "";
+    document.getElementById("key-input").focus();
+  }
+
+  function setUpKeyForm() {
+    document.getElementById("key-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const input = document.getElementById("key-input");
+      sessionStorage.setItem(KEY, input.value.trim());
+      input.value = "";
+      document.getElementById("key-form").hidden = true;
+      document.getElementById("content").hidden = false;
+      document.getElementById("forget-key").hidden = false;
+      if (starter) starter();
+    });
+    document.getElementById("forget-key").addEventListener("click", () => {
+      sessionStorage.removeItem(KEY);
+      location.reload();
+    });
+  }
+
+  /* Server-Sent Events read with fetch (so the key can go in a header). Reconnects with Last-Event-ID after a
+   * dropped connection, so every event arrives once; stops after the "end" event or when signal aborts. */
+  async function follow(path, onEvent, signal) {
+    let lastId = "";
+    for (;;) {
+      const h = headers({ Accept: "text/event-stream" });
+      if (lastId) h["Last-Event-ID"] = lastId;
+      let response;
+      try {
+        response = await fetch(root + path, { headers: h, signal: signal });
+      } catch (e) {
+        if (signal && signal.aborted) return;
+        await sleep(1000);
+        continue;
+      }
+      if (response.status === 401) {
+        askKey(null);
+        return;
+      }
+      if (!response.ok) throw new ApiError(response.status, await problemOf(response));
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      let ended = false;
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          const held = buffer.endsWith("\r") ? "\r" : "";
+          buffer = buffer.slice(0, buffer.length - held.length).replace(/\r\n?/g, "\n");
+          let cut;
+          while ((cut = buffer.indexOf("\n\n")) >= 0) {
+            const block = buffer.slice(0, cut);
+            buffer = buffer.slice(cut + 2);
+            const event = parseEvent(block);
+            if (!event) continue;
+            if (event.id) lastId = event.id;
+            onEvent(event.type, event.data);
+            if (event.type === "end") ended = true;
+          }
+          buffer += held;
+          if (ended) {
+            reader.cancel();
+            return;
+          }
+        }
+      } catch (e) {
+        if (signal && signal.aborted) return;
+      }
+      await sleep(1000);
+    }
+  }
+
+  function parseEvent(block) {
+    let type = "message";
+    let id = "";
+    const data = [];
+    for (const line of block.split("\n")) {
+      if (!line || line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "event") type = value;
+      else if (field === "id") id = value;
+      else if (field === "data") data.push(value);
+    }
+    if (!data.length) return null;
+    return { type: type, id: id, data: JSON.parse(data.join("\n")) };
+  }
+
+  function sleep(ms) {
+    return new Promise((resolve) => setTimeout(resolve, ms));
+  }
+
+  /* el("a", {href: url, class: "x"}, "text", child): children that are strings become text nodes. */
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "class") node.className = value;
+      else if (name === "onclick") node.addEventListener("click", value);
+      else node.setAttribute(name, value === true ? "" : String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined) continue;
+      node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function clear(node) {
+    while (node.firstChild) node.removeChild(node.firstChild);
+    return node;
+  }
+
+  function badge(status) {
+    return el("span", { class: "badge " + status }, status);
+  }
+
+  function progress(fraction, message) {
+    const bar = el("div", { class: "bar" });
+    bar.style.width = Math.round(100 * (fraction || 0)) + "%";
+    return el("div", {}, el("div", { class: "progress" }, bar), el("div", { class: "progress-text" },
+      Math.round(100 * (fraction || 0)) + "%" + (message ? " · " + message : "")));
+  }
+
+  function time(iso) {
+    if (!iso) return "—";
+    const d = new Date(iso);
+    return d.toLocaleString(undefined, { hour12: false });
+  }
+
+  function duration(start, end) {
+    if (!start) return "—";
+    const seconds = Math.max(0, ((end ? new Date(end) : new Date()) - new Date(start)) / 1000);
+    if (seconds < 60) return seconds.toFixed(1) + " s";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min " + Math.round(seconds % 60) + " s";
+    return Math.floor(seconds / 3600) + " h " + Math.round((seconds % 3600) / 60) + " min";
+  }
+
+  function notice(text) {
+    const box = document.getElementById("notice");
+    box.hidden = !text;
+    box.textContent = text || "";
+  }
+
+  function facts(dl, pairs) {
+    clear(dl);
+    for (const [name, value] of pairs) {
+      dl.appendChild(el("dt", {}, name));
+      dl.appendChild(el("dd", {}, value instanceof Node ? value : value === null || value === undefined ? "—" : String(value)));
+    }
+  }
+
+  function jobUrl(id) {
+    return root + "/ui/jobs/" + encodeURIComponent(id);
+  }
+
+  const ACTIVE = new Set(["QUEUED", "STARTING", "RUNNING", "CANCELLING"]);
+
+  setUpKeyForm();
+  return { root, api, ApiError, start, follow, el, clear, badge, progress, time, duration, notice, facts, jobUrl,
+    ACTIVE, sleep, headers };
+})();

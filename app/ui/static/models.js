@@ -1,0 +1,100 @@
+/* Models page: every model with its versions, metrics and aliases; set, move and remove aliases; download. */
+"use strict";
+
+(() => {
+  const { api, el, clear, time } = ST;
+  const path = (name) => "/models/" + encodeURIComponent(name);
+
+  function metricsText(metrics) {
+    const parts = [];
+    for (const [k, v] of Object.entries(metrics || {})) {
+      if (typeof v === "number") parts.push(k + " " + Number(v.toPrecision(4)));
+    }
+    return parts.slice(0, 6).join(", ") || "—";
+  }
+
+  async function download(name, version, button) {
+    button.disabled = true;
+    try {
+      const response = await api(path(name) + "/versions/" + version + "/artifact");
+      const url = URL.createObjectURL(await response.blob());
+      const link = el("a", { href: url, download: name + "-v" + version + ".tar.gz" });
+      document.body.appendChild(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10000);
+    } catch (e) {
+      ST.notice("Download: " + e.message);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  function aliasForm(model) {
+    const alias = el("input", { placeholder: "alias, e.g. champion", "aria-label": "alias" });
+    const version = el("select", { "aria-label": "version" }, model.versions.map((v) => el("option", { value: v.version }, "v" + v.version)).reverse());
+    const form = el("form", { class: "alias-form" }, "Point alias ", alias, " at ", version, el("button", { type: "submit" }, "Set"));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      try {
+        await api(path(model.name) + "/aliases/" + encodeURIComponent(alias.value.trim()), { method: "PUT", json: { version: Number(version.value) } });
+        ST.notice(null);
+        refresh();
+      } catch (e) {
+        ST.notice("Alias: " + e.message);
+      }
+    });
+    return form;
+  }
+
+  function aliasList(model) {
+    const entries = Object.entries(model.aliases || {});
+    if (!entries.length) return el("p", { class: "muted" }, "No aliases: set one below (clients can then ask for the model by alias).");
+    return el("p", {}, "Aliases: ", entries.map(([alias, version]) => {
+      const remove = el("button", { type: "button", class: "link-button", title: "remove " + alias }, "×");
+      remove.addEventListener("click", async () => {
+        try {
+          await api(path(model.name) + "/aliases/" + encodeURIComponent(alias), { method: "DELETE" });
+          refresh();
+        } catch (e) {
+          ST.notice("Alias: " + e.message);
+        }
+      });
+      return el("span", { class: "badge" }, alias + " → v" + version + " ", remove);
+    }));
+  }
+
+  function card(model) {
+    const rows = model.versions.slice().reverse().map((v) => {
+      const button = el("button", { type: "button" }, "Download");
+      button.addEventListener("click", () => download(model.name, v.version, button));
+      return el("tr", {}, el("td", {}, "v" + v.version), el("td", {}, v.framework), el("td", {}, time(v.created_at)),
+        el("td", {}, metricsText(v.metrics)),
+        el("td", {}, v.job_id ? el("a", { href: ST.jobUrl(v.job_id) }, v.job_id.slice(0, 12)) : "—"), el("td", {}, button));
+    });
+    return el("div", { class: "model", id: model.name },
+      el("h2", {}, model.name, " ", el("span", { class: "muted" }, "owner " + model.owner)),
+      aliasList(model),
+      el("table", { class: "small" }, el("thead", {}, el("tr", {}, ["Version", "Framework", "Created", "Metrics", "Training job", ""].map((h) => el("th", {}, h)))),
+        el("tbody", {}, rows)),
+      aliasForm(model));
+  }
+
+  async function refresh() {
+    let page;
+    try {
+      page = await api("/models");
+    } catch (e) {
+      if (e.status !== 401) ST.notice("Could not read the models: " + e.message);
+      return;
+    }
+    const box = clear(document.getElementById("models"));
+    page.items.forEach((m) => box.appendChild(card(m)));
+    const empty = document.getElementById("models-empty");
+    empty.hidden = page.items.length > 0;
+    empty.textContent = "No models yet: a training job that succeeds registers its model here (POST /train, or " +
+      "`sparktrain submit examples/xgboost-taxi.json --wait`).";
+  }
+
+  ST.start(refresh);
+})();

@@ -1,0 +1,1 @@
+"""The sparktrain CLI and its Python client."""

@@ -1,0 +1,5 @@
+"""``python -m sparktrain``: the CLI."""
+
+from sparktrain.cli import entry
+
+entry()

@@ -1,0 +1,409 @@
+"""``sparktrain``: the service from a terminal (docs/cli.md).
+
+Exit codes: 0 the job succeeded (or the command did what it was asked), 1 the job failed, 2 a usage error or a
+request the service refused (4xx), 3 the job was cancelled, 4 the service is unreachable (no answer, 502/503/504).
+The service's address and key come from ``--url``/``--api-key`` or ``SPARKTRAIN_URL``/``SPARKTRAIN_API_KEY``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn
+from rich.table import Table
+
+from sparktrain.client import ApiError, Client, Event, ModelRef, SparktrainError, Unreachable
+
+OK, FAILED, USAGE, CANCELLED, UNREACHABLE = 0, 1, 2, 3, 4
+OUTCOME = {"SUCCEEDED": OK, "FAILED": FAILED, "CANCELLED": CANCELLED}
+INLINE_ROWS = 10_000
+"""Rows ``predict --csv`` sends inline; more become a batch job (the service's SPARKTRAIN_MAX_PREDICT_ROWS default)."""
+
+app = typer.Typer(
+    name="sparktrain",
+    help="Train, follow and use models on a sparktrain service (SPARKTRAIN_URL, SPARKTRAIN_API_KEY).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+@dataclass
+class Options:
+    url: str | None
+    api_key: str | None
+    json: bool
+
+    def client(self) -> Client:
+        return Client(self.url, self.api_key)
+
+
+def _options(ctx: typer.Context) -> Options:
+    assert isinstance(ctx.obj, Options)
+    return ctx.obj
+
+
+@app.callback()
+def _main(
+    ctx: typer.Context,
+    url: Annotated[
+        str | None, typer.Option(envvar="SPARKTRAIN_URL", help="The service (default http://127.0.0.1:8000).")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="SPARKTRAIN_API_KEY", help="An API key, when the service has them.", show_default=False),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Machine-readable JSON on stdout, no progress bar.")
+    ] = False,
+) -> None:
+    ctx.obj = Options(url=url, api_key=api_key, json=json_output)
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def _read_body(path: Path) -> dict[str, Any]:
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"{path}: {exc}") from exc
+    if not isinstance(body, dict):
+        raise typer.BadParameter(f"{path}: the body must be a JSON object")
+    return body
+
+
+class _Live:
+    """The live progress bar of ``--wait``: state, progress, message, and the newest metrics."""
+
+    SHOWN = ("loss", "samples_per_s")
+
+    def __init__(self, progress: Progress, task: Any) -> None:
+        self.progress, self.task = progress, task
+        self.latest: dict[str, dict[Any, float]] = {}
+
+    def __call__(self, event: Event) -> None:
+        if event.type == "state":
+            data = event.data
+            self.progress.update(
+                self.task,
+                completed=float(data.get("progress") or 0.0),
+                status=data["status"],
+                description=data.get("progress_message") or "",
+            )
+        elif event.type == "metrics":
+            for point in event.data["points"]:
+                if point["key"] in self.SHOWN or point["key"].startswith("validation_"):
+                    self.latest.setdefault(point["key"], {})[point.get("worker")] = point["value"]
+            self.progress.update(self.task, metrics=self.summary())
+
+    def summary(self) -> str:
+        parts = []
+        for key, by_worker in sorted(self.latest.items()):
+            values = list(by_worker.values())
+            value = sum(values) if key == "samples_per_s" else sum(values) / len(values)
+            parts.append(f"{key} {value:.4g}")
+        return " · ".join(parts)
+
+
+def _follow(opts: Options, api: Client, job: dict[str, Any]) -> int:
+    """Wait for the job with a live progress bar (none with --json); report how it ended; its exit code."""
+    if opts.json:
+        final = api.wait(job["id"])
+        _print_json(final)
+        return OUTCOME.get(final["status"], FAILED)
+    columns = (
+        SpinnerColumn(),
+        TextColumn("[bold]{task.fields[status]:<10}"),
+        BarColumn(bar_width=30),
+        TaskProgressColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("[dim]{task.fields[metrics]}"),
+    )
+    with Progress(*columns, console=err, transient=False) as progress:
+        task = progress.add_task("", total=1.0, status=job["status"], metrics="")
+        final = api.wait(job["id"], on_event=_Live(progress, task))
+    return _report(final)
+
+
+def _report(job: dict[str, Any]) -> int:
+    status = job["status"]
+    if status == "SUCCEEDED":
+        out.print(f"SUCCEEDED job {job['id']}", highlight=False)
+        if job.get("model"):
+            out.print(f"model {job['model']['name']} version {job['model']['version']}", highlight=False)
+        validation = (job.get("result") or {}).get("validation")
+        if isinstance(validation, dict):
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in validation.items() if isinstance(v, int | float))
+            out.print(f"validation: {shown}", highlight=False)
+        return OK
+    error = job.get("error") or {}
+    err.print(f"{status} job {job['id']}: {error.get('reason', '?')}: {error.get('message', '')}", highlight=False)
+    return OUTCOME.get(status, FAILED)
+
+
+def _submitted(opts: Options, api: Client, job: dict[str, Any], wait: bool) -> int:
+    if not wait:
+        if opts.json:
+            _print_json(job)
+        else:
+            out.print(f"{job['status']} job {job['id']}  (follow it: sparktrain logs -f {job['id']})", highlight=False)
+        return OK
+    if not opts.json:
+        err.print(f"job {job['id']} queued; following it (Ctrl-C stops following, not the job)", highlight=False)
+    return _follow(opts, api, job)
+
+
+@app.command()
+def submit(
+    ctx: typer.Context,
+    body: Annotated[Path, typer.Argument(help="A POST /train body (JSON), e.g. examples/xgboost-taxi.json.")],
+    wait: Annotated[bool, typer.Option("--wait", help="Follow the job to its end with a progress bar.")] = False,
+) -> int:
+    """Queue a training job."""
+    opts = _options(ctx)
+    with opts.client() as api:
+        return _submitted(opts, api, api.train(_read_body(body)), wait)
+
+
+@app.command()
+def evaluate(
+    ctx: typer.Context,
+    body: Annotated[Path, typer.Argument(help="A POST /evaluate body (JSON).")],
+    wait: Annotated[bool, typer.Option("--wait", help="Follow the job to its end.")] = False,
+) -> int:
+    """Queue an evaluation of a model version on a dataset."""
+    opts = _options(ctx)
+    with opts.client() as api:
+        code = _submitted(opts, api, job := api.evaluate(_read_body(body)), wait)
+        if wait and code == OK and not opts.json:
+            _print_json(api.job(job["id"])["result"])
+        return code
+
+
+@app.command()
+def jobs(
+    ctx: typer.Context,
+    status: Annotated[str | None, typer.Option(help="Only jobs in this state (QUEUED, RUNNING, ...).")] = None,
+    type_: Annotated[str | None, typer.Option("--type", help="train, evaluate, predict or recipe.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
+) -> int:
+    """List jobs, newest first."""
+    opts = _options(ctx)
+    with opts.client() as api:
+        items = api.jobs(status=status, type=type_, limit=limit)
+    if opts.json:
+        _print_json(items)
+        return OK
+    if not items:
+        err.print("No jobs yet: sparktrain submit examples/xgboost-taxi.json --wait")
+        return OK
+    table = Table("id", "name", "type", "status", "progress", "created")
+    for j in items:
+        kind = j["type"] + (f"/{j['framework']}" if j.get("framework") else "")
+        table.add_row(j["id"], j.get("name") or "", kind, j["status"], f"{100 * j['progress']:.0f}%", j["created_at"])
+    out.print(table)
+    return OK
+
+
+@app.command()
+def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="A job id.")]) -> int:
+    """One job: state, progress, error, model and result."""
+    opts = _options(ctx)
+    with opts.client() as api:
+        job = api.job(job_id)
+    if opts.json:
+        _print_json(job)
+        return OK
+    for key in (
+        "id",
+        "name",
+        "type",
+        "framework",
+        "status",
+        "progress_message",
+        "attempt",
+        "created_at",
+        "finished_at",
+    ):
+        out.print(f"{key:<17}{job.get(key)}", highlight=False)
+    if job.get("error"):
+        out.print(f"{'error':<17}{job['error']['reason']}: {job['error']['message']}", highlight=False)
+    if job.get("model"):
+        out.print(f"{'model':<17}{job['model']['name']} version {job['model']['version']}", highlight=False)
+    if job.get("result") is not None:
+        _print_json(job["result"])
+    return OK
+
+
+@app.command()
+def logs(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(help="A job id.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends.")] = False,
+) -> int:
+    """A job's log lines; with -f, followed until the job ends (exit code: how it ended)."""
+    opts = _options(ctx)
+    with opts.client() as api:
+        lines = api.follow_logs(job_id) if follow else iter(api.logs(job_id))
+        for line in lines:
+            if opts.json:
+                sys.stdout.write(json.dumps(line, default=str) + "\n")
+            else:
+                out.print(f"{line['time']} {line['level']:<7} {line['message']}", highlight=False, markup=False)
+            sys.stdout.flush()
+        return OUTCOME.get(api.job(job_id)["status"], FAILED) if follow else OK
+
+
+@app.command()
+def cancel(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="A job id.")]) -> int:
+    """Cancel a job (a finished one is refused: exit 2)."""
+    opts = _options(ctx)
+    with opts.client() as api:
+        job = api.cancel(job_id)
+    _print_json(job) if opts.json else out.print(f"{job['status']} job {job['id']}", highlight=False)
+    return OK
+
+
+@app.command()
+def models(ctx: typer.Context) -> int:
+    """Registered models: versions, aliases, newest metrics."""
+    opts = _options(ctx)
+    with opts.client() as api:
+        items = api.models()
+    if opts.json:
+        _print_json(items)
+        return OK
+    if not items:
+        err.print("No models yet: a training job that succeeds registers one.")
+        return OK
+    table = Table("name", "versions", "latest", "aliases", "framework")
+    for m in items:
+        latest = m["versions"][-1] if m["versions"] else {}
+        aliases = ", ".join(f"{a}→v{v}" for a, v in m["aliases"].items())
+        table.add_row(
+            m["name"], str(len(m["versions"])), str(m["latest_version"]), aliases, latest.get("framework", "")
+        )
+    out.print(table)
+    return OK
+
+
+@app.command()
+def download(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Argument(help="NAME, NAME:VERSION or NAME@ALIAS.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="A file or a directory.")] = None,
+) -> int:
+    """Download a model version's archive (loads without sparktrain: see sparktrain_model.py inside)."""
+    opts = _options(ctx)
+    ref = _model_ref(model)
+    with opts.client() as api:
+        path = api.download(ref, output)
+    _print_json({"path": str(path)}) if opts.json else out.print(str(path), highlight=False)
+    return OK
+
+
+def _model_ref(text: str) -> ModelRef:
+    try:
+        return ModelRef.parse(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="MODEL") from exc
+
+
+def _csv_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
+    def value(text: str) -> Any:
+        for kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                continue
+        return text
+
+    try:
+        with path.open(newline="") as handle:
+            reader = csv.reader(handle)
+            columns = next(reader)
+            return columns, [[value(cell) for cell in row] for row in reader if row]
+    except (OSError, StopIteration, csv.Error) as exc:
+        raise typer.BadParameter(f"{path}: not a CSV file with a header ({exc or 'empty'})") from exc
+
+
+@app.command()
+def predict(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Argument(help="NAME, NAME:VERSION or NAME@ALIAS.")],
+    csv_file: Annotated[Path, typer.Option("--csv", help="Rows to predict, with a header line.")],
+    key: Annotated[str | None, typer.Option(help="Batch: the id column kept next to each prediction.")] = None,
+    output_uri: Annotated[str | None, typer.Option(help="Batch: where the parquet output goes.")] = None,
+    max_inline: Annotated[int, typer.Option(help="More rows than this run as a batch job.")] = INLINE_ROWS,
+    wait: Annotated[bool, typer.Option("--wait", help="Batch: follow the job to its end.")] = False,
+) -> int:
+    """Predictions for a CSV file: answered at once for up to --max-inline rows, else as a batch job on the
+    executors (the file must then be inside the service's data roots, and --key names its id column)."""
+    opts = _options(ctx)
+    ref = _model_ref(model)
+    with opts.client() as api:
+        columns, rows = _csv_rows(csv_file)
+        if len(rows) <= max_inline:
+            answer = api.predict({"model": ref.selector(), "dataframe_split": {"columns": columns, "data": rows}})
+            if opts.json:
+                _print_json(answer)
+            else:
+                for prediction in answer["predictions"]:
+                    out.print(json.dumps(prediction), highlight=False)
+            return OK
+        if key is None:
+            raise typer.BadParameter(f"{len(rows)} rows go to a batch job, which needs --key (the file's id column)")
+        body: dict[str, Any] = {
+            "model": ref.selector(),
+            "dataset": {"uri": str(csv_file.resolve()), "format": "csv", "key": key},
+        }
+        if output_uri:
+            body["output_uri"] = output_uri
+        return _submitted(opts, api, api.predict(body), wait)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: runs a command and turns what went wrong into an exit code."""
+    try:
+        code = app(args=argv, prog_name="sparktrain", standalone_mode=False)
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except typer.Abort:
+        err.print("interrupted")
+        code = 130
+    except typer.TyperException as exc:  # usage errors (typer's own click)
+        show = getattr(exc, "show", None)
+        show() if callable(show) else err.print(str(exc))
+        code = int(getattr(exc, "exit_code", USAGE))
+    except Unreachable as exc:
+        err.print(f"unreachable: {exc}", highlight=False)
+        code = UNREACHABLE
+    except ApiError as exc:
+        request_id = exc.problem.get("request_id")
+        err.print(f"refused: {exc}" + (f" (request id {request_id})" if request_id else ""), highlight=False)
+        for item in exc.problem.get("errors") or []:
+            err.print(f"  {item.get('loc')}: {item.get('msg')}", highlight=False)
+        code = USAGE if exc.status < 500 else FAILED
+    except SparktrainError as exc:
+        err.print(str(exc), highlight=False)
+        code = FAILED
+    return int(code or 0)
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,270 @@
+"""A small Python client of the sparktrain HTTP API (httpx), the one the ``sparktrain`` CLI stands on.
+
+It talks HTTP only: nothing of the service is imported, so it installs and runs anywhere that reaches the service.
+The service's address and key come from the arguments or from ``SPARKTRAIN_URL`` and ``SPARKTRAIN_API_KEY``.
+
+    with Client() as api:
+        job = api.train(json.load(open("examples/xgboost-taxi.json")))
+        final = api.wait(job["id"], on_event=print)   # follows GET /jobs/{id}/events until the job ends
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+_MODEL_REF = re.compile(r"^(?P<name>[^:@]+)(?::(?P<version>\d+)|@(?P<alias>[^:@]+))?$")
+
+
+class SparktrainError(Exception):
+    """Anything that went wrong talking to the service."""
+
+
+class Unreachable(SparktrainError):
+    """No answer from the service (connection refused, timeout), or a 502/503/504."""
+
+
+class ApiError(SparktrainError):
+    """The service refused the request: its RFC 9457 problem (``status``, ``detail``, ``errors``, ...)."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status, self.problem = status, problem
+        detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
+        super().__init__(f"{status} {problem.get('title', '')}: {detail}".replace("  ", " "))
+
+
+@dataclass(frozen=True)
+class Event:
+    """One Server-Sent Event of ``GET /jobs/{id}/events``: ``state``, ``metrics``, ``log`` or ``end``."""
+
+    type: str
+    id: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """``NAME``, ``NAME:VERSION`` or ``NAME@ALIAS``."""
+
+    name: str
+    version: int | None = None
+    alias: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ModelRef:
+        match = _MODEL_REF.match(text.strip())
+        if match is None:
+            raise ValueError(f"{text!r} is not NAME, NAME:VERSION or NAME@ALIAS")
+        version = match.group("version")
+        return cls(match.group("name"), int(version) if version else None, match.group("alias"))
+
+    def selector(self) -> dict[str, Any]:
+        """The ``model`` member of an evaluate or predict body."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.version is not None:
+            out["version"] = self.version
+        if self.alias is not None:
+            out["alias"] = self.alias
+        return out
+
+
+class Client:
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 60.0,
+        retry_s: float = 1.0,
+        give_up_s: float = 60.0,
+    ) -> None:
+        """``retry_s``: the pause before an event stream reconnects; ``give_up_s``: how long it keeps trying."""
+        self.url = (url or os.environ.get("SPARKTRAIN_URL") or DEFAULT_URL).rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("SPARKTRAIN_API_KEY", "")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self.retry_s, self.give_up_s = retry_s, give_up_s
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- plumbing ---------------------------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise Unreachable(f"no answer from {self.url}: {exc or type(exc).__name__}") from exc
+        _raise_for(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.request(method, path, **kwargs).json()
+
+    # --- jobs -------------------------------------------------------------------------------------------------
+
+    def submit(self, path: str, body: dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """POST a job body to ``/train``, ``/evaluate`` or ``/predict`` (a batch one): the queued job."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return dict(self._json("POST", path, json=body, headers=headers))
+
+    def train(self, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self.submit("/train", body, **kwargs)
+
+    def evaluate(self, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self.submit("/evaluate", body, **kwargs)
+
+    def predict(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Inline rows: the predictions (200). A body with a ``dataset``: the batch job (202)."""
+        return dict(self._json("POST", "/predict", json=body))
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return dict(self._json("GET", f"/jobs/{job_id}"))
+
+    def jobs(self, *, status: str | None = None, type: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        params = {k: v for k, v in {"status": status, "type": type, "limit": limit}.items() if v is not None}
+        return list(self._json("GET", "/jobs", params=params)["items"])
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        return dict(self._json("POST", f"/jobs/{job_id}/cancel"))
+
+    def metrics(self, job_id: str, *, key: str | None = None) -> list[dict[str, Any]]:
+        params = {"key": key} if key else {}
+        return list(self._json("GET", f"/jobs/{job_id}/metrics", params=params)["metrics"])
+
+    def logs(self, job_id: str, *, after: int | None = None) -> list[dict[str, Any]]:
+        params = {"after": after} if after is not None else {}
+        return list(self._json("GET", f"/jobs/{job_id}/logs", params=params)["lines"])
+
+    def events(self, job_id: str, *, path: str | None = None) -> Iterator[Event]:
+        """The job's events until ``end``; a dropped connection is resumed with ``Last-Event-ID`` (no event is
+        lost or repeated)."""
+        last_id = ""
+        failing_since: float | None = None
+        while True:
+            headers = {"Accept": "text/event-stream", **({"Last-Event-ID": last_id} if last_id else {})}
+            try:
+                with self._http.stream(
+                    "GET", path or f"/jobs/{job_id}/events", headers=headers, timeout=httpx.Timeout(60, read=None)
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        _raise_for(response)
+                    for event in parse_events(response.iter_lines()):
+                        failing_since = None
+                        last_id = event.id or last_id
+                        yield event
+                        if event.type == "end":
+                            return
+            except (httpx.TransportError, Unreachable) as exc:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > self.give_up_s:
+                    raise Unreachable(f"lost {self.url} for {self.give_up_s:.0f} s: {exc}") from exc
+            time.sleep(self.retry_s)
+
+    def follow_logs(self, job_id: str, *, after: int | None = None) -> Iterator[dict[str, Any]]:
+        """Log lines as they are written, until the job ends (``GET /jobs/{id}/logs?follow=true``)."""
+        query = f"?follow=true&after={after}" if after is not None else "?follow=true"
+        for event in self.events(job_id, path=f"/jobs/{job_id}/logs{query}"):
+            if event.type == "log":
+                yield from event.data["lines"]
+
+    def wait(self, job_id: str, *, on_event: Callable[[Event], None] | None = None) -> dict[str, Any]:
+        """Follow the job until it ends; returns the finished job."""
+        for event in self.events(job_id):
+            if on_event is not None:
+                on_event(event)
+        return self.job(job_id)
+
+    # --- models -----------------------------------------------------------------------------------------------
+
+    def models(self) -> list[dict[str, Any]]:
+        return list(self._json("GET", "/models", params={"limit": 1000})["items"])
+
+    def resolve(self, ref: ModelRef) -> int:
+        """The version number a reference names: itself, an alias's target, or the newest version."""
+        if ref.version is not None:
+            return ref.version
+        for model in self.models():
+            if model["name"] != ref.name:
+                continue
+            if ref.alias is None:
+                if model["latest_version"] is None:
+                    break
+                return int(model["latest_version"])
+            if ref.alias in model["aliases"]:
+                return int(model["aliases"][ref.alias])
+            raise ApiError(404, {"title": "Not found", "detail": f"model {ref.name} has no alias {ref.alias!r}"})
+        raise ApiError(404, {"title": "Not found", "detail": f"no model named {ref.name!r} (or it has no version)"})
+
+    def download(self, ref: ModelRef, dest: Path | None = None) -> Path:
+        """Save a model version's archive (``.tar.gz``); returns its path."""
+        version = self.resolve(ref)
+        target = dest or Path(f"{ref.name}-v{version}.tar.gz")
+        if target.is_dir():
+            target = target / f"{ref.name}-v{version}.tar.gz"
+        path = f"/models/{ref.name}/versions/{version}/artifact"
+        try:
+            with self._http.stream("GET", path) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _raise_for(response)
+                partial = target.with_name(target.name + ".part")
+                with partial.open("wb") as out:
+                    for chunk in response.iter_bytes():
+                        out.write(chunk)
+                partial.replace(target)
+        except httpx.TransportError as exc:
+            raise Unreachable(f"no answer from {self.url}: {exc}") from exc
+        return target
+
+
+def parse_events(lines: Iterator[str]) -> Iterator[Event]:
+    """Server-Sent Events from the lines of a ``text/event-stream`` body (comments skipped)."""
+    kind, event_id, data = "message", "", list[str]()
+    for line in lines:
+        if not line:
+            if data:
+                yield Event(kind, event_id, json.loads("\n".join(data)))
+            kind, event_id, data = "message", "", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            kind = value
+        elif field == "id":
+            event_id = value
+        elif field == "data":
+            data.append(value)
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = {"title": response.reason_phrase, "detail": response.text[:500]}
+    if not isinstance(problem, dict):
+        problem = {"detail": str(problem)}
+    if response.status_code in (502, 503, 504):
+        raise Unreachable(f"{response.status_code}: {problem.get('detail') or response.reason_phrase}")
+    raise ApiError(response.status_code, problem)

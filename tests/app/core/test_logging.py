@@ -1,0 +1,51 @@
+"""SPARKTRAIN_LOG_FORMAT=json: one JSON object per line, with the request id of a request and the job id of a job."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.core.logging import REQUEST_ID, configure_logging, job_scope
+
+
+@pytest.fixture
+def lines() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    handler = configure_logging(level="INFO", fmt="json", stream=stream)
+    yield stream
+    logging.getLogger().removeHandler(handler)
+
+
+def _records(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_each_line_is_one_object_with_level_logger_and_ids(lines: io.StringIO) -> None:
+    token = REQUEST_ID.set("req-1")
+    try:
+        with job_scope("job-1"):
+            logging.getLogger("sparktrain.jobs").warning("two\nlines and ünïcode")
+        logging.getLogger("sparktrain.api").info("outside a job", extra={"job_id": "job-2"})
+    finally:
+        REQUEST_ID.reset(token)
+    logging.getLogger("other").error("no ids")
+    first, second, third = _records(lines)
+    assert first["level"] == "WARNING" and first["logger"] == "sparktrain.jobs"
+    assert first["message"] == "two\nlines and ünïcode" and first["time"].endswith("+00:00")
+    assert (first["request_id"], first["job_id"]) == ("req-1", "job-1")
+    assert (second["request_id"], second["job_id"]) == ("req-1", "job-2")
+    assert (third["request_id"], third["job_id"]) == (None, None)
+
+
+def test_requests_log_their_request_id(lines: io.StringIO, make_service: Any) -> None:
+    with make_service(api_keys="alice-0123456789abcdef:alice", in_process_consumer=False) as svc:
+        answer = svc.client.get("/jobs", headers={"X-Request-ID": "abc-123"})
+        made = svc.client.get("/jobs").headers["x-request-id"]
+    assert answer.status_code == 401 and answer.json()["request_id"] == "abc-123"
+    refused = [r for r in _records(lines) if r["logger"] == "sparktrain.api.auth"]
+    assert [r["request_id"] for r in refused] == ["abc-123", made]

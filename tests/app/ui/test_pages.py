@@ -1,0 +1,54 @@
+"""The console's pages: public shells with no data and nothing from outside the service; their assets answer."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlparse
+
+import httpx
+import pytest
+
+from tests.helpers import running_service
+
+KEYS = "alice-0123456789abcdef:alice"
+PAGES = ["/ui", "/ui/jobs/0123456789abcdef0123456789abcdef", "/ui/compare?ids=a,b", "/ui/models", "/ui/cluster"]
+_REFERENCE = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']""")
+
+
+@pytest.fixture(scope="module")
+def keyed(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    base: Path = tmp_path_factory.mktemp("ui")
+    with running_service(spark, base, api_keys=KEYS, in_process_consumer=False) as svc:
+        yield svc.url
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_page_loads_without_a_key_and_names_nothing_outside(keyed: str, page: str) -> None:
+    answer = httpx.get(keyed + page)
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/html")
+    assert "This service needs an API key" in answer.text  # the form the scripts show on a 401
+    for reference in _REFERENCE.findall(answer.text):
+        url = urlparse(urljoin(keyed + page, reference))
+        assert f"{url.scheme}://{url.netloc}" == keyed, f"{page} names {reference}, outside the service"
+        if url.path.startswith("/ui/static/") or url.path.startswith("/ui/vendor/"):
+            assert httpx.get(url.geturl()).status_code == 200, reference
+
+
+def test_the_charting_library_comes_from_the_installed_plotly_package(keyed: str) -> None:
+    page = httpx.get(keyed + "/ui/jobs/x").text
+    (script,) = [r for r in _REFERENCE.findall(page) if "plotly" in r]
+    answer = httpx.get(keyed + script)
+    assert answer.status_code == 200 and len(answer.content) > 1_000_000
+    assert answer.headers["content-type"].startswith("text/javascript")
+    assert b"plotly.js" in answer.content[:2000]
+
+
+def test_a_job_id_in_the_url_is_escaped_and_the_data_still_needs_a_key(keyed: str) -> None:
+    answer = httpx.get(keyed + "/ui/jobs/%22%3E%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E")
+    assert answer.status_code == 200
+    assert "<img src=x" not in answer.text and "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in answer.text
+    assert httpx.get(keyed + "/jobs").status_code == 401
+    assert httpx.get(keyed + "/ui/static/nope.js").status_code == 404
