@@ -21,6 +21,8 @@ from workers import storage
 from workers.context import JobCancelled, JobContext, JobFailure, JobOutcome, ModelArtifact
 from workers.data.normalize import Normalizer
 from workers.environment.driver import check_executors
+from workers.inference.examples import example_rows
+from workers.inference.signature import build_signature
 from workers.training.torch.config import DataLayout, TorchPlan, TrainerConfig
 from workers.training.torch.export import stage_input, write_manifest
 from workers.training.torch.monitor import Monitor
@@ -66,8 +68,9 @@ def _monitor_host(ctx: JobContext) -> str:
 
 
 def model_card(plan: TorchPlan, normalizer: Normalizer | None) -> dict[str, Any]:
-    """Everything besides the weights that using the model needs; stored in spec.json and the version's params."""
-    return {
+    """Everything besides the weights that using the model needs; stored in spec.json and the version's params,
+    with the signature (the feature columns' types as planned) that predict requests are checked against."""
+    card = {
         "input_shape": list(plan.input_shape),
         "features": list(plan.train.features),
         "array_column": plan.array_column,
@@ -79,6 +82,7 @@ def model_card(plan: TorchPlan, normalizer: Normalizer | None) -> dict[str, Any]
         # How the rows form sequences (a SequenceSpec as a dict): evaluation and prediction read data the same way.
         "sequence": {**plan.train.sequence, "num_classes": plan.train.num_classes} if plan.train.sequence else None,
     }
+    return {**card, "signature": build_signature(card, plan.train.column_types)}
 
 
 def trainer_config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> TrainerConfig:
@@ -131,6 +135,7 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         export_dir=str(data.export_dir) if data.export_dir else None,
         export_mode=data.export_mode,
     )
+    cfg = replace(cfg, model_card={**cfg.model_card, "input_example": example_rows(ctx.spark, plan.train)})
     if plan.resume:
         ctx.log(
             f"resuming from checkpoint {plan.resume.checkpoint_id} (epoch {plan.resume.epoch} of job "
