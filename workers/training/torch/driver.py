@@ -121,6 +121,7 @@ def trainer_config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | No
         run_id=uuid.uuid4().hex[:12],
         model_card=model_card(plan, normalizer),
         store=ctx.store,
+        early_stopping=plan.early_stopping,
     )
 
 
@@ -145,6 +146,9 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         f"{plan.mode} on {plan.num_workers} workers, {plan.epochs} epochs, batch {plan.batch_size} per worker, "
         f"{rows['train']} training and {rows['validation']} validation rows"
     )
+    if plan.early_stopping and not rows.get("validation"):
+        metric = plan.early_stopping["metric"]
+        raise JobFailure("INVALID_REQUEST", f"early stopping on {metric} needs validation rows, and there are none")
     ctx.check_cancelled()
     with Monitor(ctx, host=_monitor_host(ctx), on_checkpoint=ctx.checkpoint) as monitor:
         cfg = replace(cfg, monitor=(monitor.address[0], monitor.address[1], monitor.token))
@@ -159,6 +163,8 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     if any(r.get("stopped") for r in results):
         raise JobCancelled(ctx.job_id)
     summary = summarize(results, plan, rows)
+    if "early_stopping" in summary:
+        ctx.log(describe_stop(summary["early_stopping"]))
     if not summary["replicas_identical"]:
         ctx.warn("the workers' final parameters differ: the replicas drifted apart (please report this)")
     linear = _linear_model(ctx, plan, cfg.model_card)
@@ -189,6 +195,18 @@ def _model_uri(ctx: JobContext) -> str:
     if ctx.store:
         return storage.join(ctx.store, "jobs", ctx.job_id, "model")
     return (ctx.work_dir / "model").as_uri()
+
+
+def describe_stop(stopping: dict[str, Any]) -> str:
+    """One log line: why the job stopped and which epoch's weights were registered."""
+    why = {"patience": f"no improvement of {stopping['metric']} in {stopping['patience']} epochs",
+           "max_minutes": f"{stopping['max_minutes']} minutes of training passed",
+           "epochs": "every epoch ran"}[stopping["stop_reason"]]  # fmt: skip
+    best = f"best epoch {stopping['best_epoch']} ({stopping['metric']} {stopping['best_score']})"
+    return (
+        f"early stopping: {why} after epoch {stopping['epochs_run']}; {best}; registered the weights of epoch "
+        f"{stopping['registered_epoch']}"
+    )
 
 
 def summarize(results: list[dict[str, Any]], plan: TorchPlan, rows: dict[str, int]) -> dict[str, Any]:
@@ -236,4 +254,9 @@ def summarize(results: list[dict[str, Any]], plan: TorchPlan, rows: dict[str, in
     }
     if rows.get("bad_rows"):
         out["bad_rows"] = rows["bad_rows"]
+    stopping = results[0].get("early_stopping")
+    if stopping is not None:
+        out["early_stopping"] = stopping
+        out["stopped_early"], out["best_epoch"] = stopping["stopped_early"], stopping["best_epoch"]
+        out["best_score"] = {stopping["metric"]: stopping["best_score"]}
     return out
