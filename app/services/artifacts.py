@@ -160,9 +160,12 @@ class _Exports:
         self._running: dict[str, Future[Path]] = {}
 
     def get(self, key: str, run: Any) -> Future[Path]:
+        """The export of ``key``: running, done, or started now. A network ONNX cannot express stays refused; an
+        export that failed otherwise (a timeout, a crash) is tried again."""
         with self._lock:
             future = self._running.get(key)
-            if future is None or (future.done() and future.exception() is not None):
+            failed = future is not None and future.done() and future.exception() is not None
+            if future is None or (failed and not isinstance(future.exception(), ValidationFailed)):
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx-export")
                 future = self._pool.submit(run)

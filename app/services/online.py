@@ -138,9 +138,15 @@ def expected_types(model: ModelRef) -> str:
 FLOAT32_MAX = 3.4028234663852886e38  # models take float32 features: anything larger would become infinite
 
 
+def feature_dtype(model: ModelRef) -> str:
+    """What the model's features are fed as: float32 for torch and xgboost, float64 for a Spark ML pipeline (which
+    was fitted on the data's doubles: rounding them to float32 would change its answers)."""
+    return "float64" if model.framework == "spark_ml" else "float32"
+
+
 def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
-    """(n, width) float32 in the model's feature order; 422 naming what is missing, mistyped or not finite (the
-    column and the type the signature expects)."""
+    """(n, width) in the model's feature order and :func:`feature_dtype`; 422 naming what is missing, mistyped or
+    not finite (the column and the type the signature expects)."""
     import numpy as np
 
     fast = _fast_matrix(rows, model)
@@ -152,7 +158,7 @@ def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
     array_column = bool(model.card.get("array_column"))
     specs = signature.columns(model.signature)
     width = model.width
-    out = np.zeros((len(rows), width), dtype=np.float32)
+    out = np.zeros((len(rows), width), dtype=feature_dtype(model))
     for i, row in enumerate(rows):
         if isinstance(row, dict):
             missing = [f for f in features if f not in row]
@@ -225,7 +231,7 @@ def _fast_matrix(rows: list[Any], model: ModelRef) -> Any:
         return None
     if matrix.shape[1] != model.width or not (np.abs(matrix) <= FLOAT32_MAX).all():  # NaN compares false
         return None
-    return matrix.astype(np.float32)
+    return matrix.astype(feature_dtype(model))
 
 
 def _flatten(values: Any) -> list[Any]:

@@ -109,7 +109,7 @@ def _rows(key: str) -> tuple[list[str], list[list[Any]]]:
         pixels = pd.read_parquet(REPO / "datasets/digits/test.parquet")["pixels"].head(12)
         return ["pixels"], [[list(map(float, p))] for p in pixels]
     taxi = pd.read_parquet(REPO / "datasets/taxi/eval.parquet").head(25)
-    return TAXI, taxi[TAXI].to_numpy().tolist()
+    return TAXI, [list(row) for row in taxi[TAXI].itertuples(index=False)]  # ints stay ints
 
 
 def _sequences(n: int = 6, steps: int = 5) -> list[list[list[float]]]:

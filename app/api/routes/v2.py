@@ -105,7 +105,8 @@ def _infer(rt: Any, name: str, version: str | None, owner: str | None, body: Inf
     if not (np.abs(x) <= online.FLOAT32_MAX).all():  # NaN compares false
         raise ValidationFailed.at("inputs", "a value is NaN, infinite or beyond float32; the model cannot take it")
     online.check_whole_numbers(x, model, "inputs")
-    out = online.predict_rows(model=model, x=x.astype(np.float32), cache=rt.model_cache, spark=rt.spark)
+    x = x.astype(online.feature_dtype(model))
+    out = online.predict_rows(model=model, x=x, cache=rt.model_cache, spark=rt.spark)
     n = len(x)
     outputs: list[InferTensor] = []
     if "probabilities" in out:
