@@ -9,7 +9,7 @@ import json
 import subprocess
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +84,18 @@ def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory, data: Path) -> Ite
 
 
 @pytest.fixture(scope="module")
-def trained(svc: Service) -> dict[str, dict[str, Any]]:
-    jobs = {key: svc.train(body) for key, body in MODELS.items()}
-    return {key: svc.wait(job["id"], {"SUCCEEDED", "FAILED"}, timeout=900) for key, job in jobs.items()}
+def trained(svc: Service) -> Callable[..., dict[str, dict[str, Any]]]:
+    """Train the models a test names, once per module (a test run alone trains only what it needs)."""
+    done: dict[str, dict[str, Any]] = {}
+
+    def need(*keys: str) -> dict[str, dict[str, Any]]:
+        jobs = {key: svc.train(MODELS[key]) for key in keys if key not in done}
+        for key, job in jobs.items():
+            done[key] = svc.wait(job["id"], {"SUCCEEDED", "FAILED"}, timeout=900)
+            assert done[key]["status"] == "SUCCEEDED", (key, done[key]["error"])
+        return {key: done[key] for key in keys}
+
+    return need
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +140,9 @@ def _online(svc: Service, key: str) -> dict[str, Any]:
     return dict(response.json())
 
 
-def test_every_family_loads_in_mlflow_without_sparktrain(svc: Service, trained: dict[str, Any], venv: Path,
+def test_every_family_loads_in_mlflow_without_sparktrain(svc: Service, trained: Any, venv: Path,
                                                           tmp_path: Path) -> None:  # fmt: skip
-    assert {k: job["status"] for k, job in trained.items()} == dict.fromkeys(MODELS, "SUCCEEDED"), trained
+    trained(*MODELS)
     jobs = []
     for key in MODELS:
         directory = _download(svc, key, "mlflow", tmp_path / key)
@@ -193,8 +202,9 @@ def _serve(venv: Path, directory: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise AssertionError("mlflow models serve did not answer /ping in 180 s")
 
 
-def test_mlflow_models_serve_answers_invocations(svc: Service, trained: dict[str, Any], venv: Path,
+def test_mlflow_models_serve_answers_invocations(svc: Service, trained: Any, venv: Path,
                                                  tmp_path: Path) -> None:  # fmt: skip
+    trained("classifier", "xgboost")
     for key in ("classifier", "xgboost"):
         directory = _download(svc, key, "mlflow", tmp_path / key)
         columns, rows = _rows(key)
@@ -218,9 +228,10 @@ def test_mlflow_models_serve_answers_invocations(svc: Service, trained: dict[str
             assert answer.json()["predictions"] == [p[1] for p in online["probabilities"]]
 
 
-def test_torch_networks_download_as_onnx(svc: Service, trained: dict[str, Any], tmp_path: Path) -> None:
+def test_torch_networks_download_as_onnx(svc: Service, trained: Any, tmp_path: Path) -> None:
     import onnxruntime as ort
 
+    trained("cnn", "sequence", "regressor")
     for key in ("cnn", "sequence", "regressor"):
         directory = _download(svc, key, "onnx", tmp_path / key)
         sidecar = json.loads((directory / "sparktrain_onnx.json").read_text())
@@ -250,7 +261,8 @@ def _problem(response: httpx.Response, status: int) -> dict[str, Any]:
     return dict(response.json())
 
 
-def test_formats_a_family_does_not_have(svc: Service, trained: dict[str, Any]) -> None:
+def test_formats_a_family_does_not_have(svc: Service, trained: Any) -> None:
+    trained("cnn", "xgboost", "spark_ml")
     unknown = svc.client.get("/models/el-cnn/versions/1/artifact", params={"format": "pmml"})
     detail = json.dumps(_problem(unknown, 422))
     assert all(f in detail for f in ("archive", "mlflow", "onnx"))
@@ -261,7 +273,8 @@ def test_formats_a_family_does_not_have(svc: Service, trained: dict[str, Any]) -
     assert version["formats"] == ["archive", "mlflow"] and version["signature"]["recorded"] is True
 
 
-def test_predict_checks_the_signature_before_running(svc: Service, trained: dict[str, Any]) -> None:
+def test_predict_checks_the_signature_before_running(svc: Service, trained: Any) -> None:
+    trained("classifier")
     post = svc.client.post
     row = dict(zip(TAXI, _rows("classifier")[1][0], strict=True))
     model = {"name": "el-classifier"}
@@ -288,10 +301,10 @@ def test_predict_checks_the_signature_before_running(svc: Service, trained: dict
     assert "passenger_count: long" in _problem(v2, 422)["detail"]
     assert post("/v2/models/el-classifier/infer", json={"inputs": tensors}).status_code == 200
 
-    jobs_before = len(svc.client.get("/jobs", params={"limit": 1000}).json()["items"])
+    jobs_before = len(svc.client.get("/jobs", params={"limit": 500}).json()["items"])
     batch = post("/predict", json={"model": model, "dataset": {"uri": "taxi-strings.parquet", "key": "trip_id"}})
     assert "'trip_distance' is string; the model expects trip_distance: double" in _problem(batch, 422)["detail"]
-    assert len(svc.client.get("/jobs", params={"limit": 1000}).json()["items"]) == jobs_before
+    assert len(svc.client.get("/jobs", params={"limit": 500}).json()["items"]) == jobs_before
     assert svc.done("/predict", {"model": model, "dataset": {"uri": "taxi-keyed.parquet", "key": "trip_id"}})
 
     version = svc.client.get("/models/el-classifier/versions/1").json()
@@ -301,8 +314,9 @@ def test_predict_checks_the_signature_before_running(svc: Service, trained: dict
     assert "ModelSignature" in schema and "signature" in schema["ModelVersionRead"]["properties"]
 
 
-def test_a_version_from_before_signatures_gets_a_derived_one(svc: Service, trained: dict[str, Any],
+def test_a_version_from_before_signatures_gets_a_derived_one(svc: Service, trained: Any,
                                                              tmp_path: Path) -> None:  # fmt: skip
+    trained("regressor")
     """A version as every release before this one registered it (spec.json and weights, no signature, no MLflow
     files): its signature is derived from its feature names (every feature a number), shown as such, and checked;
     its MLflow download gets the files, saying what was not recorded."""
@@ -335,3 +349,37 @@ def test_a_version_from_before_signatures_gets_a_derived_one(svc: Service, train
         mlmodel = archive.read("el-old-v1/MLmodel").decode()
     assert "signature_recorded: false" in mlmodel and "requirements_recorded: false" in mlmodel
     assert '\\"type\\": \\"double\\"' in mlmodel
+
+
+def test_early_stopping_through_the_service(svc: Service) -> None:
+    """``mode: max`` on val_loss makes epoch 1 (the highest loss) the best: the job stops after epoch 2 and
+    registers epoch 1's weights, which are its checkpoint's bytes. A metric the job does not compute is a 422
+    before any job exists."""
+    from safetensors.torch import load_file
+
+    from workers.storage import local_path
+
+    body = {**MODELS["cnn"], "name": "el-stopping",
+            "training": {**TRAINING, "epochs": 4, "early_stopping": {"mode": "max", "patience": 1}}}  # fmt: skip
+    jobs_before = len(svc.client.get("/jobs", params={"limit": 500}).json()["items"])
+    wrong = {**body, "training": {**body["training"], "early_stopping": {"metric": "val_rmse"}}}
+    problem = _problem(svc.client.post("/train", json=wrong), 422)
+    assert problem["errors"][0]["loc"] == "training.early_stopping.metric" and "val_accuracy" in problem["detail"]
+    assert len(svc.client.get("/jobs", params={"limit": 500}).json()["items"]) == jobs_before
+
+    job = svc.done("/train", body)
+    result = job["result"]
+    assert result["stopped_early"] is True and result["best_epoch"] == 1
+    assert result["early_stopping"]["stop_reason"] == "patience" and result["early_stopping"]["epochs_run"] == 2
+    assert list(result["best_score"]) == ["val_loss"]
+    checkpoints = svc.client.get(f"/jobs/{job['id']}/checkpoints").json()["checkpoints"]
+    assert sorted(c["epoch"] for c in checkpoints) == [1, 2]
+    best = next(c for c in checkpoints if c["epoch"] == 1)
+    version = svc.client.get("/models/el-stopping/versions/1").json()
+    registered = load_file(str(local_path(version["artifact_uri"]) / "weights.safetensors"))
+    saved = load_file(str(local_path(best["uri"]) / "weights.safetensors"))
+    assert {k: v.numpy().tobytes() for k, v in registered.items()} == {k: v.numpy().tobytes() for k, v in saved.items()}
+    assert version["metrics"] == result["validation"] == best["metrics"]
+    logs = svc.client.get(f"/jobs/{job['id']}/logs").json()
+    assert any("early stopping: no improvement of val_loss in 1 epochs after epoch 2" in line["message"]
+               for line in logs["lines"])  # fmt: skip
