@@ -104,18 +104,25 @@ def _names(model: standalone.Model, example: tuple[torch.Tensor, ...]) -> tuple[
 
 
 def _export(graph: nn.Module, example: tuple[torch.Tensor, ...], inputs: list[str], outputs: list[str],
-            path: Path) -> None:  # fmt: skip
-    batch = torch.export.Dim("batch")
-    steps = torch.export.Dim("steps")
-    arg_names = ["x", "mask"][: len(example)]
-    dynamic: dict[str, Any] = {name: ({0: batch, 1: steps} if example[0].dim() == 3 else {0: batch})
-                               for name in arg_names}  # fmt: skip
+            path: Path, dynamo: bool = True) -> None:  # fmt: skip
+    """torch's exporter (``dynamo``), or its TorchScript exporter, which keeps the step axis of stacked recurrent
+    layers dynamic where the first one (torch 2.13) fixes it to the example's."""
+    sequence = example[0].dim() == 3
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(graph, example, str(path), dynamo=True, opset_version=OPSET, input_names=inputs,
-                          output_names=outputs, dynamic_shapes=dynamic, external_data=False,
-                          verbose=False)  # fmt: skip
-    _name_axes(path, example[0].dim() == 3)
+        if dynamo:
+            batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps")
+            axis = {0: batch, 1: steps} if sequence else {0: batch}
+            dynamic = {name: axis for name in ["x", "mask"][: len(example)]}
+            torch.onnx.export(graph, example, str(path), dynamo=True, opset_version=OPSET, input_names=inputs,
+                              output_names=outputs, dynamic_shapes=dynamic, external_data=False,
+                              verbose=False)  # fmt: skip
+        else:
+            axes = {name: {0: "batch", 1: "steps"} if sequence else {0: "batch"} for name in inputs}
+            axes.update({name: {0: "batch"} for name in outputs})
+            torch.onnx.export(graph, example, str(path), dynamo=False, opset_version=OPSET, input_names=inputs,
+                              output_names=outputs, dynamic_axes=axes, verbose=False)  # fmt: skip
+    _name_axes(path, sequence)
 
 
 def _name_axes(path: Path, sequence: bool) -> None:
@@ -135,20 +142,21 @@ def _name_axes(path: Path, sequence: bool) -> None:
     onnx.save(proto, str(path))
 
 
-def _check(path: Path, graph: nn.Module, example: tuple[torch.Tensor, ...], inputs: list[str]) -> None:
-    """The file is valid ONNX and, run by onnx's reference evaluator, answers what torch answers."""
+def _check(path: Path, graph: nn.Module, examples: list[tuple[torch.Tensor, ...]], inputs: list[str]) -> None:
+    """The file is valid ONNX and, run by onnx's reference evaluator, answers what torch answers, also for a
+    batch size and a sequence length that are not the export's example's."""
     import onnx
     from onnx.reference import ReferenceEvaluator
 
     onnx.checker.check_model(str(path), full_check=True)
     session = ReferenceEvaluator(str(path))
-    feeds = {name: t.numpy() for name, t in zip(inputs, example, strict=True)}
-    got = session.run(None, feeds)
-    with torch.no_grad():
-        want = [t.numpy() for t in graph(*example)]
-    for g, w in zip(got, want, strict=True):
-        if g.shape != w.shape or not np.allclose(g, w, rtol=TOLERANCE, atol=TOLERANCE):
-            raise ValueError("the exported graph does not reproduce the network's outputs")
+    for example in examples:
+        got = session.run(None, {name: t.numpy() for name, t in zip(inputs, example, strict=True)})
+        with torch.no_grad():
+            want = [t.numpy() for t in graph(*example)]
+        for g, w in zip(got, want, strict=True):
+            if g.shape != w.shape or not np.allclose(g, w, rtol=TOLERANCE, atol=TOLERANCE):
+                raise ValueError("the exported graph does not reproduce the network's outputs")
 
 
 def _culprit(model: standalone.Model, example: tuple[torch.Tensor, ...], error: Exception) -> ExportError:
@@ -215,13 +223,19 @@ def export(model_dir: Path, out_dir: Path) -> None:
     example = _example(model)
     inputs, outputs = _names(model, example)
     path = out_dir / MODEL_FILE
-    try:
-        _export(graph, example, inputs, outputs, path)
-        _check(path, graph, example, inputs)
-    except Exception as exc:
-        path.unlink(missing_ok=True)
-        raise _culprit(model, example, exc) from exc
-    (out_dir / SIDECAR).write_text(json.dumps(sidecar(model, inputs, outputs), indent=1))
+    failure: Exception | None = None
+    for exporter in ("dynamo", "torchscript"):
+        try:
+            _export(graph, example, inputs, outputs, path, dynamo=exporter == "dynamo")
+            _check(path, graph, [example, _example(model, rows=2, steps=7)], inputs)
+            break
+        except Exception as exc:
+            path.unlink(missing_ok=True)
+            failure = failure or exc
+    else:
+        assert failure is not None
+        raise _culprit(model, example, failure) from failure
+    (out_dir / SIDECAR).write_text(json.dumps({**sidecar(model, inputs, outputs), "exporter": exporter}, indent=1))
 
 
 def main(argv: list[str]) -> int:
