@@ -21,7 +21,7 @@ import pytest
 from tests import mlflow_env
 from tests.helpers import Service, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # training and first ONNX exports on a shared machine
 REPO = Path(__file__).resolve().parents[2]
 TAXI = ["passenger_count", "trip_distance", "hour", "day_of_week", "h_distance"]
 ADAM = {"type": "adam", "learning_rate": 0.01}
