@@ -3,12 +3,52 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 VERSION_MAX = 2**31 - 1  # model_versions.version is a 32-bit integer column
 ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9._-]{0,99}$"
+ArtifactFormat = Literal["archive", "mlflow", "onnx"]
+ARTIFACT_FORMATS: tuple[str, ...] = ("archive", "mlflow", "onnx")
+FAMILY_FORMATS: dict[str, tuple[str, ...]] = {
+    "torch": ("archive", "mlflow", "onnx"),
+    "xgboost": ("archive", "mlflow"),
+    "spark_ml": ("archive", "mlflow"),
+}
+
+
+class TensorSpec(BaseModel):
+    dtype: str = Field(examples=["float32"])
+    shape: list[int] = Field(description="-1: any size (the batch, a sequence's steps)", examples=[[-1, -1, 3]])
+
+
+class ColumnSpec(BaseModel):
+    """One input or output of a model, in MLflow's schema format: a named column, or (``type: tensor``) a tensor."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str | None = Field(None, examples=["trip_distance"])
+    type: str = Field(
+        description="double, long, boolean, string, array (of ``items``) or tensor (``tensor-spec``)",
+        examples=["double"],
+    )
+    items: dict[str, Any] | None = Field(None, description="The element type of an array column.")
+    required: bool | None = None
+    tensor_spec: TensorSpec | None = Field(None, alias="tensor-spec")
+
+
+class ModelSignature(BaseModel):
+    """What a model takes and answers. ``POST /predict``, V2 ``infer`` and batch prediction check requests against
+    ``inputs`` before running anything (a missing, extra or mistyped column is a 422 naming it)."""
+
+    inputs: list[ColumnSpec]
+    outputs: list[ColumnSpec] = Field(description="What the model's MLflow python_function answers.")
+    recorded: bool = Field(
+        description="true: recorded from the training data's column types when the model was trained; false: a "
+        "version trained before signatures were recorded, whose signature is derived from its feature names (every "
+        "feature a number)"
+    )
 
 
 class ModelVersionRead(BaseModel):
@@ -21,6 +61,10 @@ class ModelVersionRead(BaseModel):
     params: dict[str, Any]
     job_id: str | None
     created_at: datetime
+    signature: ModelSignature | None = None
+    formats: list[str] = Field(
+        default_factory=list, description="What GET .../artifact?format= can download for this version."
+    )
 
 
 class ModelRead(BaseModel):

@@ -101,6 +101,23 @@ class ValidationRef(BaseModel):
     options: dict[str, str] = Field(default_factory=dict)
 
 
+class EarlyStopping(BaseModel):
+    """torch: stop when a validation metric stops improving or time runs out (DL4J's EarlyStoppingTrainer)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: Literal["val_loss", "val_accuracy", "val_rmse"] = Field(
+        "val_loss", description="Computed after every epoch: val_loss; val_accuracy (classification), val_rmse."
+    )
+    mode: Literal["min", "max"] | None = Field(None, description="Default: max for val_accuracy, else min.")
+    patience: int = Field(5, ge=1, le=100_000, description="Epochs in a row without an improvement before stopping.")
+    min_delta: float = Field(0.0, ge=0, description="An improvement beats the best score by more than this.")
+    max_minutes: float | None = Field(
+        None, gt=0, description="Stop after the first epoch that ends past this much training time (resumes count)."
+    )
+    restore_best: bool = Field(True, description="Register the best epoch's weights (from its checkpoint).")
+
+
 class TrainingOptions(BaseModel):
     """torch only: how the network is trained across executors."""
 
@@ -122,6 +139,9 @@ class TrainingOptions(BaseModel):
     )
     validation_fraction: float = Field(
         0.1, gt=0, lt=1, description="Held out (seeded) for validation when no validation set is given."
+    )
+    early_stopping: EarlyStopping | None = Field(
+        None, description="Stop before the last epoch on a validation metric's patience or a time limit."
     )
 
 

@@ -19,6 +19,7 @@ from app.db.base import utcnow
 from app.db.models import Job, Model, ModelAlias, ModelVersion
 from app.db.session import savepoint
 from app.schemas.models import ALIAS_PATTERN
+from workers.inference.signature import signature_of
 
 
 class ModelNameTaken(Conflict):
@@ -80,6 +81,11 @@ def register_version(
                 raise
             continue  # another job took this number: take the next one
     raise RuntimeError(f"could not allocate a version number for model {name!r}")
+
+
+def signature(version: ModelVersion) -> dict[str, Any]:
+    """The version's signature: recorded at training, or derived from its card for an older version."""
+    return signature_of(version.params, version.framework)
 
 
 def check_name(*, session: Session, name: str, owner: str | None) -> None:

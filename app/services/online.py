@@ -15,6 +15,8 @@ from app.core.settings import Settings
 from app.schemas.inference import ModelSelector, PredictRequest
 from app.services.planning.inference import resolve_model_and_owner
 from workers import storage
+from workers.errors import SpecError
+from workers.inference import signature
 from workers.inference.spec import ModelRef
 
 if TYPE_CHECKING:
@@ -55,13 +57,19 @@ class ResolvedModels:
 
 
 def inline_rows(request: PredictRequest, model: ModelRef) -> list[dict[str, Any]] | list[list[Any]]:
-    """The rows of an inline request: dicts (by column name) or lists (in the model's feature order)."""
+    """The rows of an inline request: dicts (by column name) or lists (in the model's feature order). Named
+    columns are checked against the model's signature first: a missing or an extra one is a 422 naming it."""
+    names = expected_names(model)
     if request.dataframe_records is not None:
+        _check_record_names(request.dataframe_records, names, model, "dataframe_records")
         return request.dataframe_records
     if request.dataframe_split is not None:
         split = request.dataframe_split
+        _check_names(split.columns, names, model, "dataframe_split.columns")
         return [dict(zip(split.columns, row, strict=False)) for row in split.data]
     if request.instances is not None:
+        if request.instances and isinstance(request.instances[0], dict):
+            _check_record_names(request.instances, names, model, "instances")
         return list(request.instances)
     inputs = request.inputs
     if isinstance(inputs, dict):
@@ -70,37 +78,97 @@ def inline_rows(request: PredictRequest, model: ModelRef) -> list[dict[str, Any]
         if not all(isinstance(v, list) for v in values) or len({len(v) for v in values}) > 1:
             raise ValidationFailed.at("inputs", "an object of columns maps each column to a list, all of one length")
         n = len(values[0]) if values else 0
+        if n:
+            _check_names(columns, names, model, "inputs")
         return [{c: inputs[c][i] for c in columns} for i in range(n)]
     if isinstance(inputs, list):
+        if inputs and isinstance(inputs[0], dict):
+            _check_record_names(inputs, names, model, "inputs")
         return inputs
     raise ValidationFailed.at("inputs", "an object of columns or a list of rows")
+
+
+def expected_names(model: ModelRef) -> list[str]:
+    """The column names a request may (and must) send: the signature's, or a sequence model's features."""
+    named = [spec["name"] for spec in signature.columns(model.signature)]
+    return named or list(model.features)
+
+
+def _name_specs(model: ModelRef, names: list[str]) -> list[dict[str, Any]]:
+    specs = signature.columns(model.signature)
+    if specs:
+        return specs
+    return [{"name": n, "type": "array", "items": {"type": "double"}} for n in names]  # a sequence's per-step values
+
+
+def _check_names(given: Any, names: list[str], model: ModelRef, loc: str) -> None:
+    if list(given) == names:
+        return
+    try:
+        signature.check_names(given, {"inputs": _name_specs(model, names)}, loc, noun="feature")
+    except SpecError as exc:
+        raise ValidationFailed.at(exc.path, exc.message) from exc
+
+
+def _check_record_names(rows: list[Any], names: list[str], model: ModelRef, loc: str) -> None:
+    expected = set(names)
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValidationFailed.at(f"{loc}[{i}]", "rows are all objects (by column) or all lists")
+        if row.keys() != expected:
+            _check_names(list(row), names, model, f"{loc}[{i}]")
+
+
+def check_input_names(given: list[str], model: ModelRef) -> None:
+    """V2 tensors named after the features: a missing or an extra one is a 422 naming it."""
+    names = expected_names(model)
+    if sorted(given) == sorted(names):
+        return
+    try:
+        signature.check_names(given, {"inputs": _name_specs(model, names)}, "inputs", noun="input")
+    except SpecError as exc:
+        raise ValidationFailed.at(exc.path, exc.message) from exc
+
+
+def expected_types(model: ModelRef) -> str:
+    """What a model takes, for messages: ``trip_distance: double, ...`` (a sequence model: its tensor)."""
+    return signature.expected(model.signature) or "a float tensor [batch, steps, features]"
 
 
 FLOAT32_MAX = 3.4028234663852886e38  # models take float32 features: anything larger would become infinite
 
 
+def feature_dtype(model: ModelRef) -> str:
+    """What the model's features are fed as: float32 for torch and xgboost, float64 for a Spark ML pipeline (which
+    was fitted on the data's doubles: rounding them to float32 would change its answers)."""
+    return "float64" if model.framework == "spark_ml" else "float32"
+
+
 def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
-    """(n, width) float32 in the model's feature order; 422 naming what is missing, mistyped or not finite."""
+    """(n, width) in the model's feature order and :func:`feature_dtype`; 422 naming what is missing, mistyped or
+    not finite (the column and the type the signature expects)."""
     import numpy as np
 
     fast = _fast_matrix(rows, model)
     if fast is not None:
+        check_whole_numbers(fast, model, loc)
         return fast
 
     features = model.features
     array_column = bool(model.card.get("array_column"))
+    specs = signature.columns(model.signature)
     width = model.width
-    out = np.zeros((len(rows), width), dtype=np.float32)
+    out = np.zeros((len(rows), width), dtype=feature_dtype(model))
     for i, row in enumerate(rows):
         if isinstance(row, dict):
             missing = [f for f in features if f not in row]
             if missing:
-                raise ValidationFailed.at(
-                    f"{loc}[{i}]", f"missing features {missing}; the model needs {list(features)}"
-                )
-            values = row[features[0]] if array_column else [row[f] for f in features]
+                wanted = signature.expected(model.signature)
+                raise ValidationFailed.at(f"{loc}[{i}]", f"missing features {missing}; the model expects {wanted}")
+            values = [row[f] for f in features]
         else:
-            values = row
+            values = [row] if array_column else row
+        _check_types(values, specs, f"{loc}[{i}]")
         flat = _flatten(values)
         if len(flat) != width:
             raise ValidationFailed.at(f"{loc}[{i}]", f"{len(flat)} values; the model needs {width} ({list(features)})")
@@ -113,7 +181,36 @@ def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
                 f"{loc}[{i}]", "a feature is NaN, infinite, missing or beyond float32; the model cannot take it"
             )
         out[i] = row64
+    check_whole_numbers(out, model, loc)
     return out
+
+
+def _check_types(values: Any, specs: list[dict[str, Any]], loc: str) -> None:
+    if not isinstance(values, list | tuple) or not specs:
+        return
+    try:
+        signature.check_values(values, specs, loc)
+    except SpecError as exc:
+        raise ValidationFailed.at(exc.path, exc.message) from exc
+
+
+def check_whole_numbers(x: Any, model: ModelRef, loc: str) -> None:
+    """A whole-number column (``long`` in the signature) given a fraction is mistyped: 422 naming the column."""
+    import numpy as np
+
+    positions = signature.integer_columns(model.signature)
+    if model.card.get("array_column") or not positions or not len(x):
+        return
+    block = x[:, positions]
+    bad = np.argwhere(np.isfinite(block) & (block != np.round(block)))
+    if len(bad):
+        row, col = int(bad[0][0]), positions[int(bad[0][1])]
+        spec = signature.columns(model.signature)[col]
+        raise ValidationFailed.at(
+            f"{loc}[{row}]",
+            f"column {spec['name']!r} takes whole numbers: {float(x[row, col])!r} is not one; "
+            f"the model expects {signature.describe(spec)}",
+        )
 
 
 def _fast_matrix(rows: list[Any], model: ModelRef) -> Any:
@@ -134,7 +231,7 @@ def _fast_matrix(rows: list[Any], model: ModelRef) -> Any:
         return None
     if matrix.shape[1] != model.width or not (np.abs(matrix) <= FLOAT32_MAX).all():  # NaN compares false
         return None
-    return matrix.astype(np.float32)
+    return matrix.astype(feature_dtype(model))
 
 
 def _flatten(values: Any) -> list[Any]:

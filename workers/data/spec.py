@@ -35,6 +35,8 @@ class ResolvedDataset:
     """A :class:`workers.data.sequences.SequenceSpec` as a dict when the rows form sequences."""
     labels_path: str | None = None
     """A separate label dataset of a sequence dataset (same format), joined by sequence id."""
+    column_types: dict[str, str] = field(default_factory=dict)
+    """The feature columns' Spark types, as planned: a trained model's signature records them."""
 
     @property
     def label_columns(self) -> tuple[str, ...]:

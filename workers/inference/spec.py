@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from workers.data.spec import ResolvedDataset
+from workers.inference.signature import signature_of
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,12 @@ class ModelRef:
     def class_labels(self) -> tuple[Any, ...] | None:
         labels = self.card.get("class_labels")
         return tuple(labels) if labels else None
+
+    @cached_property
+    def signature(self) -> dict[str, Any]:
+        """The model's signature (recorded at training, or derived from the card): what requests are checked
+        against (:mod:`workers.inference.signature`)."""
+        return signature_of(self.card, self.framework)
 
     @property
     def width(self) -> int:

@@ -43,6 +43,11 @@ The card, ``spec.json`` (``model.card``):
 * ``normalizer``: null, or ``{"kind", "shift", "scale", "count"}``: the network was trained on
   ``(x - shift) / scale`` per feature position (one shift and scale for every value with kind ``image``)
 
+The archive is also an MLflow model directory (``MLmodel``; this file is its ``loader_module`` in ``code/``):
+``mlflow.pyfunc.load_model(dir).predict(df)`` takes a DataFrame of the feature columns (a sequence model: an array
+``(n, time, features)``) and answers the values, or for classification a DataFrame of ``prediction``, ``class_index``
+and ``probabilities`` (pandas is imported for that only).
+
 Safe to load: nothing is unpickled. The weights are read with safetensors (plain tensors) and the card with
 json; the only code that runs is this file and torch.
 
@@ -400,6 +405,42 @@ def load(directory: str | Path = ".") -> Model:
     _check_weights(module, tensors, base / WEIGHTS)
     module.load_state_dict(tensors, strict=True)
     return Model(module, card)
+
+
+class _PyFunc:
+    """MLflow's ``python_function`` interface over a :class:`Model` (what :func:`_load_pyfunc` returns)."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
+    def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> Any:
+        import pandas as pd
+
+        card, module = self.model.card, self.model.module
+        rows: Any = model_input
+        if isinstance(model_input, pd.DataFrame):
+            features = list(card.get("features") or [])
+            if module.any_length:  # one sequence per row: each feature column holds the per-step values
+                rows = [[list(step) for step in zip(*(r[f] for f in features), strict=True)]
+                        for r in model_input.to_dict("records")]  # fmt: skip
+            elif card.get("array_column"):
+                rows = np.stack([np.asarray(v, np.float32).reshape(-1) for v in model_input[features[0]]])
+            else:
+                rows = model_input[features].to_numpy(np.float32)
+        out = self.model.predict(rows)
+        if "prediction" not in out:
+            return pd.DataFrame({"prediction": out["label"], "class_index": out["class_index"],
+                                 "probabilities": out["probabilities"]})  # fmt: skip
+        values, labels = np.asarray(out["prediction"], np.float64), list(card.get("labels") or [])
+        if values.ndim == 2 and not module.any_length and len(labels) == values.shape[1]:
+            return pd.DataFrame(values, columns=labels)
+        return values
+
+
+def _load_pyfunc(path: str) -> _PyFunc:
+    """MLflow calls this with the flavor's ``data`` path (``weights.safetensors``); ``spec.json`` lies next to it."""
+    base = Path(path)
+    return _PyFunc(load(base.parent if base.is_file() else base))
 
 
 if __name__ == "__main__":  # python sparktrain_model.py [DIR] ['[[...rows as JSON...]]']

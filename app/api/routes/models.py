@@ -8,8 +8,16 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from app.api.deps import CallerDep, SessionDep
-from app.schemas.models import VERSION_MAX, ModelPage, ModelRead, ModelVersionRead
+from app.api.deps import CallerDep, SessionDep, SettingsDep
+from app.schemas.models import (
+    FAMILY_FORMATS,
+    VERSION_MAX,
+    ArtifactFormat,
+    ModelPage,
+    ModelRead,
+    ModelSignature,
+    ModelVersionRead,
+)
 from app.services import artifacts, models
 
 if TYPE_CHECKING:
@@ -30,6 +38,8 @@ def to_version_read(v: ModelVersion) -> ModelVersionRead:
         params=v.params,
         job_id=v.job_id,
         created_at=v.created_at,
+        signature=ModelSignature.model_validate(models.signature(v)),
+        formats=list(FAMILY_FORMATS.get(v.framework, ("archive",))),
     )
 
 
@@ -57,7 +67,7 @@ def list_models(session: SessionDep, caller: CallerDep, limit: Annotated[int, Qu
 @router.get(
     "/models/{name}/versions/{version}",
     response_model=ModelVersionRead,
-    summary="One version: framework, metrics, artifact URI, training job",
+    summary="One version: framework, metrics, artifact URI, training job, signature, download formats",
 )
 def get_version(name: str, version: VersionPath, session: SessionDep, caller: CallerDep) -> ModelVersionRead:
     return to_version_read(models.get_version(session=session, name=name, version=version, owner=caller.scope))
@@ -81,15 +91,42 @@ def delete_alias(name: str, alias: str, session: SessionDep, caller: CallerDep) 
     return Response(status_code=204)
 
 
+FORMAT_HELP = (
+    "archive (default): a .tar.gz of the model directory (a torch model loads without sparktrain through "
+    "sparktrain_model.py); mlflow: a .zip of the MLflow model directory (MLmodel, signature, input example, "
+    "requirements): mlflow.pyfunc.load_model, mlflow models serve; onnx (torch networks): a .zip of model.onnx "
+    "(opset 18, a dynamic batch axis) and sparktrain_onnx.json (normalizer, class labels). The first ONNX download "
+    "of a version exports it (seconds); later ones are served from the export."
+)
+
+
 @router.get(
     "/models/{name}/versions/{version}/artifact",
-    summary="Download the model as a .tar.gz (loads without sparktrain: see sparktrain_model.py inside)",
+    summary="Download the model: a .tar.gz archive, an MLflow model directory (zip) or ONNX (zip)",
+    description=FORMAT_HELP,
     response_class=StreamingResponse,
-)
-def download(name: str, version: VersionPath, session: SessionDep, caller: CallerDep) -> StreamingResponse:
+    responses={
+        200: {"content": {"application/gzip": {}, "application/zip": {}}, "description": "The file."},
+        422: {"description": "An unknown format, a format this family does not have, or a network ONNX cannot "
+              "express (the layer is named)."},
+    },
+)  # fmt: skip
+def download(
+    name: str,
+    version: VersionPath,
+    session: SessionDep,
+    caller: CallerDep,
+    settings: SettingsDep,
+    format: Annotated[ArtifactFormat, Query(description=FORMAT_HELP)] = "archive",
+) -> StreamingResponse:
     row = models.get_version(session=session, name=name, version=version, owner=caller.scope)
-    stream = artifacts.model_archive(row)
-    filename = f"{name}-v{version}.tar.gz"
-    return StreamingResponse(
-        stream, media_type="application/gzip", headers={"Content-Disposition": f'attachment; filename="{filename}"'}
-    )
+    artifacts.check_format(row, format)
+    if format == "mlflow":
+        stream, media, filename = artifacts.mlflow_zip(row), "application/zip", f"{name}-v{version}-mlflow.zip"
+    elif format == "onnx":
+        stream = artifacts.onnx_zip(row, artifact_root=settings.artifact_root)
+        media, filename = "application/zip", f"{name}-v{version}-onnx.zip"
+    else:
+        stream, media, filename = artifacts.model_archive(row), "application/gzip", f"{name}-v{version}.tar.gz"
+    return StreamingResponse(stream, media_type=media,
+                             headers={"Content-Disposition": f'attachment; filename="{filename}"'})  # fmt: skip

@@ -57,15 +57,13 @@ def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
     if len(body.inputs) == 1 and (model.card.get("array_column") or len(model.features) != 1 or
                                   body.inputs[0].name not in model.features):  # fmt: skip
         tensor = body.inputs[0]
-        data = _values(tensor)
+        data = _values(tensor, model)
         if data.size % width:
             raise ValidationFailed.at("inputs[0].shape", f"{tensor.shape} does not hold rows of {width} features")
         return data.reshape(-1, width)
     by_name = {t.name: t for t in body.inputs}
-    missing = [f for f in model.features if f not in by_name]
-    if missing:
-        raise ValidationFailed.at("inputs", f"missing inputs {missing}; the model needs {list(model.features)}")
-    values = {f: _values(by_name[f]) for f in model.features}
+    online.check_input_names(list(by_name), model)
+    values = {f: _values(by_name[f], model) for f in model.features}
     counts = {f: by_name[f].shape[0] for f in model.features}
     if len(set(counts.values())) != 1:
         raise ValidationFailed.at("inputs", f"the inputs hold different numbers of rows: {counts}")
@@ -78,9 +76,9 @@ def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
     return x
 
 
-def _values(tensor: InferTensor) -> np.ndarray:
-    """A tensor's values, flat, checked against its type and shape."""
-    _check_type(tensor)
+def _values(tensor: InferTensor, model: ModelRef | None = None) -> np.ndarray:
+    """A tensor's values, flat, checked against its type (and the model's signature) and its shape."""
+    _check_type(tensor, model)
     try:
         data = np.asarray(tensor.data, dtype=np.float64).reshape(-1)
     except (ValueError, TypeError, OverflowError) as exc:
@@ -90,9 +88,12 @@ def _values(tensor: InferTensor) -> np.ndarray:
     return data
 
 
-def _check_type(tensor: InferTensor) -> None:
+def _check_type(tensor: InferTensor, model: ModelRef | None = None) -> None:
     if tensor.datatype not in FLOAT_TYPES:
-        raise ValidationFailed.at(f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not a numeric tensor")
+        wanted = f"; the model expects {online.expected_types(model)}" if model is not None else ""
+        raise ValidationFailed.at(
+            f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not a numeric tensor{wanted}"
+        )
 
 
 def _infer(rt: Any, name: str, version: str | None, owner: str | None, body: InferRequest) -> InferResponse:
@@ -103,7 +104,9 @@ def _infer(rt: Any, name: str, version: str | None, owner: str | None, body: Inf
     online.check_row_limit(len(x), rt.settings)
     if not (np.abs(x) <= online.FLOAT32_MAX).all():  # NaN compares false
         raise ValidationFailed.at("inputs", "a value is NaN, infinite or beyond float32; the model cannot take it")
-    out = online.predict_rows(model=model, x=x.astype(np.float32), cache=rt.model_cache, spark=rt.spark)
+    online.check_whole_numbers(x, model, "inputs")
+    x = x.astype(online.feature_dtype(model))
+    out = online.predict_rows(model=model, x=x, cache=rt.model_cache, spark=rt.spark)
     n = len(x)
     outputs: list[InferTensor] = []
     if "probabilities" in out:
@@ -126,7 +129,7 @@ def _infer_sequences(rt: Any, name: str, model: ModelRef, body: InferRequest) ->
     model ``[batch, steps]``; probabilities add the classes as the last dimension."""
     width = int((model.card.get("input_shape") or [0, len(model.features)])[-1])
     tensor = body.inputs[0]
-    data = _values(tensor)
+    data = _values(tensor, model)
     if len(body.inputs) != 1 or len(tensor.shape) != 3 or tensor.shape[2] != width or 0 in tensor.shape:
         raise ValidationFailed.at(
             "inputs", f"a sequence model takes one tensor of shape [batch, steps, {width}] (got {tensor.shape})"

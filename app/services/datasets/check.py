@@ -126,6 +126,7 @@ def resolve_dataset(
         split_seed=ref.split.seed if ref.split else 7,
         sequence=sequence,
         labels_path=labels_path,
+        column_types={f: schema[f] for f in features if f in schema},
     )
     return resolved, schema
 

@@ -21,6 +21,7 @@ from app.services.datasets.check import resolve_dataset
 from app.services.datasets.paths import check_output_target
 from workers import storage
 from workers.families import FRAMEWORKS
+from workers.inference.signature import dataset_problem
 from workers.inference.spec import EvaluationPlan, ModelRef, PredictionPlan
 from workers.training.torch.meta import read_meta
 
@@ -99,12 +100,17 @@ def _check_sequence_options(model: ModelRef, ref: DatasetRef) -> None:
         raise ValidationFailed.at("dataset.sequence.labels", f"the model was trained with {sequence['labels']} labels")
 
 
-def _check_features(model: ModelRef, dataset_features: tuple[str, ...]) -> None:
+def _check_features(model: ModelRef, dataset_features: tuple[str, ...], schema: dict[str, str]) -> None:
+    """The dataset's feature columns against the model's: the same names, and types the signature takes (checked
+    before the job exists; a string column where the model takes numbers is a 422 naming it)."""
     if tuple(dataset_features) != model.features:
         raise ValidationFailed.at(
             "dataset.features",
             f"the model was trained on {list(model.features)}; the dataset names {list(dataset_features)}",
         )
+    problem = dataset_problem(schema, model.signature)
+    if problem is not None:
+        raise ValidationFailed.at("dataset.features", problem[1])
 
 
 def plan_evaluation(
@@ -120,10 +126,12 @@ def plan_evaluation(
         raise ValidationFailed.at("model", f"evaluation of {model.framework} models is not available yet")
     _check_sequence_options(model, request.dataset)
     ref = _dataset_for(model, request.dataset, need_labels=True)
-    dataset, _ = resolve_dataset(ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db)
+    dataset, schema = resolve_dataset(
+        ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db
+    )
     if dataset.sequence is not None:
         dataset = replace(dataset, sequence={**dataset.sequence, "num_classes": model.card.get("num_classes")})
-    _check_features(model, dataset.features)
+    _check_features(model, dataset.features, schema)
     return EvaluationPlan(
         model=model,
         dataset=dataset,
@@ -189,7 +197,7 @@ def plan_prediction(
         dataset = replace(dataset, sequence={**dataset.sequence, "num_classes": model.card.get("num_classes")})
     if key not in schema:
         raise ValidationFailed.at("dataset.key", f"no column {key!r} in {request.dataset.uri}")
-    _check_features(model, dataset.features)
+    _check_features(model, dataset.features, schema)
     return PredictionPlan(
         model=model,
         dataset=dataset,

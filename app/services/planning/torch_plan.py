@@ -26,6 +26,7 @@ from workers.training.torch.meta import read_meta
 from workers.training.torch.spec import (
     check_loss_for_task,
     check_optimizer_l2,
+    parse_early_stopping,
     parse_network,
     parse_optimizer,
     spec_to_dict,
@@ -128,6 +129,8 @@ def plan_torch(
         optimizer = parse_optimizer(options.optimizer)
         check_optimizer_l2(optimizer, spec.l2)
         sharing = parse_sharing(options.gradient_sharing, optimizer)
+        stopping = options.early_stopping.model_dump(exclude_none=True) if options.early_stopping else None
+        early_stopping = parse_early_stopping(stopping, ds.task or "regression")
     except SpecError as exc:
         raise ValidationFailed.at(exc.path, exc.message) from exc
     if options.epochs > settings.max_epochs:
@@ -168,6 +171,7 @@ def plan_torch(
         class_labels=class_labels,
         data_path=options.data_path or settings.data_path,
         export_root=str(settings.artifact_root / "exports"),
+        early_stopping=early_stopping,
     )
 
 

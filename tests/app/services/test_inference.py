@@ -3,6 +3,7 @@ of tests/e2e/test_fuzz.py), and batch output paths are checked before a job is q
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,10 @@ def test_features_a_model_cannot_take(rows: list[Any], words: str) -> None:
 
 def test_features_at_the_float32_limit() -> None:
     biggest = float(np.finfo(np.float32).max)
-    x = feature_matrix([[biggest, -biggest]], MODEL, "rows")
+    x = feature_matrix([[biggest, -biggest]], replace(MODEL, framework="torch"), "rows")
     assert x.dtype == np.float32 and np.isfinite(x).all()
+    exact = feature_matrix([[0.1, 3.23]], MODEL, "rows")  # a Spark ML pipeline takes the doubles as they are
+    assert exact.dtype == np.float64 and exact.tolist() == [[0.1, 3.23]]
 
 
 @pytest.mark.parametrize("given", ["out\x00.parquet", "o" * 300, "sub/" + "d" * 300 + "/out.parquet"])

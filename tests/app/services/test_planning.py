@@ -79,3 +79,21 @@ def test_partitioned_local_parquet_plans_without_spark(spark: Any, tmp_path: Pat
     xgb = {"name": "x", "framework": "xgboost", "params": {"num_round": 5}, "dataset": dataset}
     with pytest.raises(Exception, match="numeric columns"):  # xgboost takes columns, not an array: still no job
         _plan_without_spark_jobs(spark, xgb, [tmp_path])
+
+
+def test_early_stopping_is_planned_and_a_metric_the_job_does_not_compute_is_a_422(spark: Any) -> None:
+    from app.core.errors import ValidationFailed
+
+    body = json.loads((REPO / "examples/taxi-mlp.json").read_text())
+    body["training"]["early_stopping"] = {"metric": "val_rmse", "patience": 2, "max_minutes": 30}
+    plan = _plan_without_spark_jobs(spark, body, [REPO / "datasets"])
+    assert plan.early_stopping == {"metric": "val_rmse", "mode": "min", "patience": 2, "min_delta": 0.0,
+                                   "max_minutes": 30.0, "restore_best": True}  # fmt: skip
+    assert _round_trip(plan) == plan
+    assert plan.train.column_types["passenger_count"] == "int" and plan.train.column_types["trip_distance"] == "double"
+    body["training"]["early_stopping"] = {"metric": "val_accuracy"}  # a regression computes no accuracy
+    with pytest.raises(ValidationFailed) as error:
+        plan_training(request=TrainRequest.model_validate(body), settings=Settings(data_roots=[REPO / "datasets"]),
+                      spark=spark)  # fmt: skip
+    assert error.value.problem()["errors"][0]["loc"] == "training.early_stopping.metric"
+    assert "val_loss, val_rmse" in error.value.detail

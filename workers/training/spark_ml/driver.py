@@ -13,6 +13,9 @@ from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
+from workers.inference.examples import example_rows
+from workers.inference.mlflow_format import write_mlflow_files
+from workers.inference.signature import build_signature
 from workers.spark_progress import StageProgress
 from workers.training.spark_ml.spec import SparkMLPlan, SparkMLSpec
 from workers.training.validation import validation_metrics
@@ -90,9 +93,23 @@ def _fit(
     total_steps = max(1, len(cv_table))
     ctx.metrics(MetricPoint(f"validation_{k}", v, step=total_steps) for k, v in val_metrics.items())
 
+    params = {
+        "algorithm": spec.algorithm,
+        "task": spec.task,
+        "features": list(ds.features),
+        "label": ds.label,
+        "best_params": best_params,
+        "labels": [ds.label],
+        "class_labels": labels,
+        "num_classes": len(labels) if labels else ds.num_classes,
+        "spec": spec.to_dict(),
+    }
+    params["signature"] = build_signature(params, ds.column_types, "spark_ml")
+    params["input_example"] = example_rows(ctx.spark, ds)
     ctx.progress(0.97, "saving the model")
     local = ctx.work_dir / "model"
     model.write().overwrite().save(str(local))
+    write_mlflow_files(local, "spark_ml", params)
     uri = local.as_uri()
     if ctx.store:
         uri = storage.publish_dir(local, storage.join(ctx.store, "jobs", ctx.job_id, "model"))
@@ -108,17 +125,6 @@ def _fit(
         result["cross_validation"] = {"num_folds": spec.num_folds, "grid": cv_table}
     if dropped or ds.bad_rows == "skip":
         result["bad_rows"] = dropped
-    params = {
-        "algorithm": spec.algorithm,
-        "task": spec.task,
-        "features": list(ds.features),
-        "label": ds.label,
-        "best_params": best_params,
-        "labels": [ds.label],
-        "class_labels": labels,
-        "num_classes": len(labels) if labels else ds.num_classes,
-        "spec": spec.to_dict(),
-    }
     ctx.progress(1.0, "done")
     return JobOutcome(
         result=result,

@@ -13,7 +13,8 @@ flushed to disk (fsync) and renamed. Rank 0 renames the directory to ``epoch-<n>
 and only then reports it to the driver, which registers it. So a directory named ``epoch-<n>`` is always
 complete, and what a kill at any moment leaves behind (``*.tmp`` files, ``epoch-<n>.partial-*`` directories)
 is never registered, never resumed from, and removed when that epoch is published again. A model directory
-(``model/``) holds ``spec.json`` and ``weights.safetensors`` and loads with plain torch + safetensors.
+(``model/``) holds ``spec.json`` and ``weights.safetensors`` and loads with plain torch + safetensors; it is also an
+MLflow model directory (``MLmodel``, ``code/sparktrain_model.py``, requirements).
 
 Executor-side: stdlib, torch and safetensors.
 """
@@ -173,7 +174,11 @@ def discard(directory: str | Path) -> None:
 
 
 def save_model(directory: Path, model: torch.nn.Module, spec: dict[str, Any]) -> None:
-    """The registered artifact: ``spec.json`` + ``weights.safetensors``."""
+    """The registered artifact: ``spec.json`` + ``weights.safetensors``, and the MLflow files that make the
+    directory an MLflow model too (:mod:`workers.inference.mlflow_format`)."""
+    from workers.inference.mlflow_format import write_mlflow_files
+
     directory.mkdir(parents=True, exist_ok=True)
     _write_json(directory / "spec.json", spec)
     _save_tensors(directory / WEIGHTS, model_tensors(model))
+    write_mlflow_files(directory, "torch", spec)

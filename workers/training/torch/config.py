@@ -139,6 +139,8 @@ class TrainerConfig:
     model_card: dict[str, Any] = field(default_factory=dict)
     """What ``spec.json`` of the trained model says besides the network: task, columns, class labels,
     normalizer, so the artifact is usable without sparktrain."""
+    early_stopping: dict[str, Any] | None = None
+    """``training.early_stopping`` as parsed (:mod:`workers.training.torch.early_stopping`); None: every epoch."""
 
     def replace_threads(self, threads: int) -> TrainerConfig:
         return replace(self, threads=max(1, int(threads)))
@@ -193,3 +195,5 @@ class TorchPlan:
     """String class labels in index order (the label column holds strings); None when labels are indices."""
     data_path: Literal["direct", "export"] = "direct"
     export_root: str | None = None
+    early_stopping: dict[str, Any] | None = None
+    """``training.early_stopping`` with every default spelled out (workers/training/torch/spec/early_stopping.py)."""

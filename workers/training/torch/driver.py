@@ -21,6 +21,8 @@ from workers import storage
 from workers.context import JobCancelled, JobContext, JobFailure, JobOutcome, ModelArtifact
 from workers.data.normalize import Normalizer
 from workers.environment.driver import check_executors
+from workers.inference.examples import example_rows
+from workers.inference.signature import build_signature
 from workers.training.torch.config import DataLayout, TorchPlan, TrainerConfig
 from workers.training.torch.export import stage_input, write_manifest
 from workers.training.torch.monitor import Monitor
@@ -66,8 +68,9 @@ def _monitor_host(ctx: JobContext) -> str:
 
 
 def model_card(plan: TorchPlan, normalizer: Normalizer | None) -> dict[str, Any]:
-    """Everything besides the weights that using the model needs; stored in spec.json and the version's params."""
-    return {
+    """Everything besides the weights that using the model needs; stored in spec.json and the version's params,
+    with the signature (the feature columns' types as planned) that predict requests are checked against."""
+    card = {
         "input_shape": list(plan.input_shape),
         "features": list(plan.train.features),
         "array_column": plan.array_column,
@@ -79,6 +82,7 @@ def model_card(plan: TorchPlan, normalizer: Normalizer | None) -> dict[str, Any]
         # How the rows form sequences (a SequenceSpec as a dict): evaluation and prediction read data the same way.
         "sequence": {**plan.train.sequence, "num_classes": plan.train.num_classes} if plan.train.sequence else None,
     }
+    return {**card, "signature": build_signature(card, plan.train.column_types)}
 
 
 def trainer_config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> TrainerConfig:
@@ -117,6 +121,7 @@ def trainer_config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | No
         run_id=uuid.uuid4().hex[:12],
         model_card=model_card(plan, normalizer),
         store=ctx.store,
+        early_stopping=plan.early_stopping,
     )
 
 
@@ -131,6 +136,7 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         export_dir=str(data.export_dir) if data.export_dir else None,
         export_mode=data.export_mode,
     )
+    cfg = replace(cfg, model_card={**cfg.model_card, "input_example": example_rows(ctx.spark, plan.train)})
     if plan.resume:
         ctx.log(
             f"resuming from checkpoint {plan.resume.checkpoint_id} (epoch {plan.resume.epoch} of job "
@@ -140,6 +146,9 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         f"{plan.mode} on {plan.num_workers} workers, {plan.epochs} epochs, batch {plan.batch_size} per worker, "
         f"{rows['train']} training and {rows['validation']} validation rows"
     )
+    if plan.early_stopping and not rows.get("validation"):
+        metric = plan.early_stopping["metric"]
+        raise JobFailure("INVALID_REQUEST", f"early stopping on {metric} needs validation rows, and there are none")
     ctx.check_cancelled()
     with Monitor(ctx, host=_monitor_host(ctx), on_checkpoint=ctx.checkpoint) as monitor:
         cfg = replace(cfg, monitor=(monitor.address[0], monitor.address[1], monitor.token))
@@ -154,6 +163,8 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     if any(r.get("stopped") for r in results):
         raise JobCancelled(ctx.job_id)
     summary = summarize(results, plan, rows)
+    if "early_stopping" in summary:
+        ctx.log(describe_stop(summary["early_stopping"]))
     if not summary["replicas_identical"]:
         ctx.warn("the workers' final parameters differ: the replicas drifted apart (please report this)")
     linear = _linear_model(ctx, plan, cfg.model_card)
@@ -184,6 +195,18 @@ def _model_uri(ctx: JobContext) -> str:
     if ctx.store:
         return storage.join(ctx.store, "jobs", ctx.job_id, "model")
     return (ctx.work_dir / "model").as_uri()
+
+
+def describe_stop(stopping: dict[str, Any]) -> str:
+    """One log line: why the job stopped and which epoch's weights were registered."""
+    why = {"patience": f"no improvement of {stopping['metric']} in {stopping['patience']} epochs",
+           "max_minutes": f"{stopping['max_minutes']} minutes of training passed",
+           "epochs": "every epoch ran"}[stopping["stop_reason"]]  # fmt: skip
+    best = f"best epoch {stopping['best_epoch']} ({stopping['metric']} {stopping['best_score']})"
+    return (
+        f"early stopping: {why} after epoch {stopping['epochs_run']}; {best}; registered the weights of epoch "
+        f"{stopping['registered_epoch']}"
+    )
 
 
 def summarize(results: list[dict[str, Any]], plan: TorchPlan, rows: dict[str, int]) -> dict[str, Any]:
@@ -231,4 +254,9 @@ def summarize(results: list[dict[str, Any]], plan: TorchPlan, rows: dict[str, in
     }
     if rows.get("bad_rows"):
         out["bad_rows"] = rows["bad_rows"]
+    stopping = results[0].get("early_stopping")
+    if stopping is not None:
+        out["early_stopping"] = stopping
+        out["stopped_early"], out["best_epoch"] = stopping["stopped_early"], stopping["best_epoch"]
+        out["best_score"] = {stopping["metric"]: stopping["best_score"]}
     return out

@@ -27,6 +27,7 @@ from workers.training.torch import checkpoint as ckpt
 from workers.training.torch.comm import Comm
 from workers.training.torch.config import TrainerConfig
 from workers.training.torch.data import Split
+from workers.training.torch.early_stopping import META_KEY, EarlyStopping
 from workers.training.torch.modes import GradientSharing, flatten_parameters, make_strategy
 from workers.training.torch.network import build_network, make_loss, predict_transform
 from workers.training.torch.optim import build_optimizer, build_scheduler
@@ -196,6 +197,7 @@ def _train(
     )
     classification = cfg.data.task == "classification"
     global_step = resume(cfg, rank, comm, model, optimizer, scheduler, strategy, reporter) if cfg.resume_dir else 0
+    stopping = EarlyStopping.start(cfg, rank, model)
 
     batch = cfg.batch_size
     steps_per_epoch = comm.min_int(len(train) // batch)
@@ -216,6 +218,8 @@ def _train(
         )
     c = _Counters(dense_bytes_per_step=flat.numel() * 4)
     for epoch in range(cfg.start_epoch, cfg.epochs):
+        if stopping is not None and stopping.should_stop(comm):
+            break
         seed = cfg.seed * 1_000_003 + epoch * 10_007 + rank
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))
         torch.manual_seed(seed + 1)  # dropout
@@ -272,9 +276,12 @@ def _train(
                 reporter.send(event)
         strategy.end_epoch()
         c.last_validation = _evaluate(model, spec, val, comm, device, loss_fn, classification)
+        if stopping is not None:
+            stopping.update(epoch + 1, c.last_validation, model)
         sums = comm.gather_floats([_checksum(flat)])
         identical = len({row[0] for row in sums}) == 1
-        saved = save_checkpoint(cfg, rank, epoch + 1, global_step, comm, model, optimizer, scheduler, strategy)
+        extra = {META_KEY: stopping.state()} if stopping is not None else None
+        saved = save_checkpoint(cfg, rank, epoch + 1, global_step, comm, model, optimizer, scheduler, strategy, extra)
         if rank == 0:
             reporter.send(
                 {
@@ -294,6 +301,7 @@ def _train(
                     "metrics": c.last_validation,
                 }
             )
+    restored = stopping.restore(model) if stopping is not None else False
     if rank == 0:
         ckpt.save_model(
             Path(cfg.model_dir),
@@ -319,6 +327,8 @@ def _train(
         "checksum": sums[rank][0],
         "replicas_identical": len({row[0] for row in sums}) == 1,
     }
+    if stopping is not None:
+        result.update(stopping.result(c.last_validation, restored))
     if isinstance(strategy, GradientSharing):
         result.update(
             encode_s=strategy.encode_s, exchange_s=strategy.exchange_s, threshold=strategy.algorithm.state_dict()

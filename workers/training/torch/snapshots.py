@@ -33,8 +33,10 @@ def save_checkpoint(
     optimizer: Any,
     scheduler: Any,
     strategy: Strategy,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Every rank writes its state into ``epoch-<n>.partial-<run>``; rank 0 renames it when all are done."""
+    """Every rank writes its state into ``epoch-<n>.partial-<run>``; rank 0 renames it when all are done.
+    ``extra`` goes into ``meta.json`` too (the early-stopping counters)."""
     partial = ckpt.partial_dir(cfg.checkpoint_dir, epoch, cfg.run_id)
     if rank == 0:
         ckpt.write_meta(
@@ -49,6 +51,7 @@ def save_checkpoint(
                 "seed": cfg.seed,
                 "job_id": cfg.job_id,
                 "model_card": cfg.model_card,
+                **(extra or {}),
             },
         )
         ckpt.save_weights(partial, model)

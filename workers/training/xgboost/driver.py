@@ -18,6 +18,9 @@ from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, Mod
 from workers.data.clean import clean
 from workers.data.spec import read_dataframe
 from workers.environment.driver import check_executors
+from workers.inference.examples import example_rows
+from workers.inference.mlflow_format import write_mlflow_files
+from workers.inference.signature import build_signature
 from workers.inference.xgboost_model import CARD_FILE, MODEL_FILE
 from workers.spark_progress import StageProgress
 from workers.training.validation import validation_metrics
@@ -100,11 +103,14 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
 
     ctx.progress(0.95, "saving the model")
     card = _card(plan)
+    card["signature"] = build_signature(card, ds.column_types, "xgboost")
+    card["input_example"] = example_rows(session, ds)
     local = ctx.work_dir / "model"
     local.mkdir(parents=True, exist_ok=True)
     booster.feature_names = list(ds.features)  # plain xgboost users then see names (and DMatrix checks them)
     booster.save_model(str(local / MODEL_FILE))
     (local / CARD_FILE).write_text(json.dumps(card, indent=1))
+    write_mlflow_files(local, "xgboost", card)
     uri = local.as_uri()
     if ctx.store:
         uri = storage.publish_dir(local, storage.join(ctx.store, "jobs", ctx.job_id, "model"))

@@ -19,11 +19,13 @@ each with the choices the JSON contract leaves open in its part:
 * :mod:`~workers.training.torch.spec.optimizer`: the optimizer and learning-rate schedule
   (:func:`parse_optimizer`, ``network.l2`` as weight decay, schedules counted in steps).
 * :mod:`~workers.training.torch.spec.serialize`: :func:`spec_to_dict`, the JSON round trip.
+* :mod:`~workers.training.torch.spec.early_stopping`: ``training.early_stopping`` (:func:`parse_early_stopping`).
 """
 
 from __future__ import annotations
 
 from workers.errors import SpecError
+from workers.training.torch.spec.early_stopping import parse_early_stopping
 from workers.training.torch.spec.layers import (
     ACTIVATIONS,
     LAYER_TYPES,
@@ -93,6 +95,7 @@ __all__ = [
     "check_loss_for_task",
     "check_optimizer_l2",
     "parameter_count",
+    "parse_early_stopping",
     "parse_network",
     "parse_optimizer",
     "spec_to_dict",

@@ -1,0 +1,71 @@
+"""An exported model's input example (MLflow's ``input_example.json``): the first rows of the training data that
+a model can take, as JSON values. Runs on the driver; reading a couple of rows is a small Spark job.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from workers.data.spec import ResolvedDataset, read_dataframe
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROWS = 2
+MAX_VALUES = 4096
+"""An example larger than this (big images, long sequences) is left out: it travels in the model card."""
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, list | tuple):
+        return all(_finite(v) for v in value)
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _size(value: Any) -> int:
+    return sum(_size(v) for v in value) if isinstance(value, list | tuple) else 1
+
+
+def example_rows(spark: SparkSession, ds: ResolvedDataset) -> list[Any]:
+    """Up to two rows (dicts by feature column), or for sequence data one sequence (a list of steps, each a list
+    of the features' values); empty when the data has none that fit or they are too large."""
+    try:
+        frame = read_dataframe(spark, ds)
+        if ds.sequence:
+            return _sequence(frame, ds)
+        rows = [r.asDict() for r in frame.select(*ds.features).limit(20).collect()]
+    except Exception:  # an example is a convenience: never the reason a model is not registered
+        return []
+    good = [{k: _plain(v) for k, v in row.items()} for row in rows if _finite(list(row.values()))][:ROWS]
+    while good and _size([list(r.values()) for r in good]) > MAX_VALUES:
+        good = good[:-1]
+    return good
+
+
+def _plain(value: Any) -> Any:
+    return [_plain(v) for v in value] if isinstance(value, list | tuple) else value
+
+
+def _sequence(frame: Any, ds: ResolvedDataset) -> list[Any]:
+    from pyspark.sql import functions as F
+
+    assert ds.sequence is not None
+    features = list(ds.features)
+    if ds.sequence.get("layout") == "arrays":
+        first = frame.select(*features).limit(1).collect()
+        if not first:
+            return []
+        columns = [first[0][f] for f in features]
+        steps = [list(step) for step in zip(*columns, strict=False)]
+    else:
+        sid, step = ds.sequence["sequence_id"], ds.sequence["step"]
+        head = frame.select(sid).limit(1).collect()
+        if not head:
+            return []
+        limit = int(ds.sequence.get("max_length") or 64)
+        rows = frame.where(F.col(sid) == head[0][0]).orderBy(step).select(*features).limit(limit).collect()
+        steps = [[r[f] for f in features] for r in rows]
+    if not steps or not _finite(steps) or _size(steps) > MAX_VALUES:
+        return []
+    return [steps]
