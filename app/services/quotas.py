@@ -214,8 +214,11 @@ class RequestLimiter:
 
     @staticmethod
     def bucket(authorization: str | None) -> str:
-        """A bucket id for a key that never reveals it."""
-        return hashlib.sha256((authorization or "anonymous").encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        """A bucket id for a key that never reveals it: the key itself, not the header's spelling, names the bucket
+        (``Bearer k``, ``bearer  k`` and ``Bearer k `` all spend from the same one)."""
+        scheme, _, token = (authorization or "").strip().partition(" ")
+        key = token.strip() if scheme.lower() == "bearer" and token.strip() else "anonymous"
+        return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
     def take(self, bucket: str, rate: int) -> float:
         if self._redis is not None:

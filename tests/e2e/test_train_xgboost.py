@@ -65,7 +65,7 @@ def test_regression_matches_plain_xgboost_and_serves_everywhere(svc: Service) ->
     job = finished(svc, xgb_request("taxi-xgb", {**params, "num_round": 60, "num_workers": 2}))
     result = job["result"]
     assert result["device"] == "cpu" and result["num_workers"] == 2
-    assert result["rounds"] == {"requested": 60, "trained": 60, "kept": 60}
+    assert result["rounds"] == {"requested": 60, "trained": 60, "kept": 60, "resumed_from": 0}
     plain = plain_rmse({**params, "objective": "reg:squarederror"}, 60)
     assert abs(result["validation"]["rmse"] - plain) / plain < 0.05, (result["validation"], plain)
     gain = result["feature_importance"]["gain"]

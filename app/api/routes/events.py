@@ -27,6 +27,19 @@ class EventStream(Response):
 
 
 PING_S = 15
+EVENT_SCHEMA = {
+    "description": "One Server-Sent Event: its kind, its JSON payload and its id (for Last-Event-ID).",
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "event": {"type": "string", "enum": ["state", "metrics", "log", "end"]},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
+"""The OpenAPI 3.1 schema of one event of an event stream (``schema`` of ``text/event-stream`` describes each event)."""
+STREAM_CONTENT = {"text/event-stream": {"schema": EVENT_SCHEMA}}
 LOG_KINDS = frozenset({"log", "end"})
 LastEventId = Annotated[
     str | None,
@@ -68,7 +81,7 @@ def follow_logs(
     summary="A job's state, metric points and log lines, pushed as they happen (Server-Sent Events)",
     description=EVENTS_DOC,
     response_class=EventStream,
-    responses={200: {"description": "The event stream."}},
+    responses={200: {"description": "The event stream.", "content": STREAM_CONTENT}},
 )
 async def job_events(
     job_id: str, request: Request, rt: RuntimeDep, caller: CallerDep, last_event_id: LastEventId = None

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import APIRouter, Query, Request, Response, status
 
 from app.api.deps import CallerDep, RuntimeDep, SessionDep
-from app.api.routes.events import LastEventId, follow_logs
+from app.api.routes.events import STREAM_CONTENT, LastEventId, follow_logs
 from app.core.jobstates import JobStatus, JobType
 from app.schemas.jobs import JobError, JobPage, JobRead, LogLine, LogsRead, MetricPoint, MetricsRead, ModelRef
 from app.services import checkpoints, jobs
@@ -94,7 +94,7 @@ def get_metrics(
     "/jobs/{job_id}/logs",
     response_model=LogsRead,
     summary="Recent log lines of a job; with follow=true, its lines pushed as they come (Server-Sent Events)",
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={200: {"content": STREAM_CONTENT}},
 )
 def get_logs(
     job_id: str,

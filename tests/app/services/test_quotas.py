@@ -135,3 +135,11 @@ def test_the_request_bucket_is_shared_by_two_drivers(limiters: Any) -> None:
     assert all(0 < w <= 0.25 + 0.05 for w in waits[4:]), waits
     other = quotas.RequestLimiter.bucket(f"Bearer {uuid.uuid4().hex}")
     assert first.take(other, 4) == 0.0, "every key has its own bucket"
+
+
+def test_the_bucket_is_named_by_the_key_not_by_how_the_header_spells_it() -> None:
+    key = uuid.uuid4().hex
+    spellings = {quotas.RequestLimiter.bucket(h) for h in (f"Bearer {key}", f"bearer  {key}", f" BEARER {key} ")}
+    assert len(spellings) == 1, "one key, one bucket: a changed spelling must not buy a fresh bucket"
+    assert quotas.RequestLimiter.bucket(f"Bearer {uuid.uuid4().hex}") not in spellings
+    assert key not in spellings.pop(), "the bucket id never reveals the key"
