@@ -70,7 +70,7 @@ class ServiceRuntime:
             self.consumer.stop_taking()
         if self.reconciler is not None:
             self.reconciler.stop(wait=False)
-        return hand_back_all(self.jobs)
+        return hand_back_all(self.jobs, quiet=self.owns_spark)
 
     def close(self) -> None:
         """Stop everything; never raises (a failed shutdown is an operator's page of tracebacks)."""

@@ -33,8 +33,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# No console markup: job names, log lines and messages come from users and the server, and a "[/x]" in one must
+# print as written, not fail (rich parses markup in every printed string and table cell unless told not to).
+out = Console(soft_wrap=True, markup=False)
+err = Console(stderr=True, soft_wrap=True, markup=False)
 
 
 @dataclass
@@ -124,11 +126,11 @@ def _follow(opts: Options, api: Client, job: dict[str, Any]) -> int:
         return OUTCOME.get(final["status"], FAILED)
     columns = (
         SpinnerColumn(),
-        TextColumn("[bold]{task.fields[status]:<10}"),
+        TextColumn("{task.fields[status]:<10}", style="bold", markup=False),
         BarColumn(bar_width=30),
         TaskProgressColumn(),
-        TextColumn("{task.description}"),
-        TextColumn("[dim]{task.fields[metrics]}"),
+        TextColumn("{task.description}", markup=False),
+        TextColumn("{task.fields[metrics]}", style="dim", markup=False),
     )
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task("", total=1.0, status=job["status"], metrics="")

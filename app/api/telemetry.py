@@ -26,6 +26,9 @@ CLUSTER_TTL_S = 5.0
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 class Telemetry:
     """The registry of one app and the measures its middleware feeds."""
 
@@ -78,7 +81,8 @@ class HttpMetrics:
         finally:
             elapsed = time.perf_counter() - started
             route = route_template(scope)
-            self.telemetry.http.labels(scope["method"], route, str(status)).observe(elapsed)
+            method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"  # a client names any method
+            self.telemetry.http.labels(method, route, str(status)).observe(elapsed)
             if status == 200 and route in ONLINE_PREDICT_ROUTES and scope["method"] == "POST":
                 self.telemetry.predict.labels(route).observe(elapsed)
 

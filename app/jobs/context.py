@@ -13,7 +13,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,15 +64,19 @@ class DbJobContext:
     def metrics(self, points: Iterable[MetricPoint]) -> None:
         rows = [{"key": p.key, "value": p.value, "step": p.step, "epoch": p.epoch, "worker": p.worker} for p in points]
         if rows:
-            with self._write_lock:
-                self._rt.write(
-                    lambda s: jobs.add_metrics(session=s, job_id=self.job_id, points=rows), "recording metrics"
-                )
+            self._in_order(lambda s: jobs.add_metrics(session=s, job_id=self.job_id, points=rows), "recording metrics")
 
     def log(self, message: str, level: str = "INFO") -> None:
         log.log(logging.getLevelName(level), "[job %s] %s", self.job_id, message, extra={"job_id": self.job_id})
+        self._in_order(lambda s: jobs.add_log(session=s, job_id=self.job_id, message=message, level=level))
+
+    def _in_order(self, work: Callable[[Session], object], what: str = "") -> None:
+        """One write at a time, so that ids commit in order. The database-away budget counts from the call, not
+        from when the lock is won: threads queued behind a write that retries for ``db_retry_s`` then give up
+        with it instead of each retrying for another ``db_retry_s`` in turn."""
+        deadline = time.monotonic() + self._rt.settings.db_retry_s
         with self._write_lock:
-            self._rt.write(lambda s: jobs.add_log(session=s, job_id=self.job_id, message=message, level=level))
+            self._rt.write(work, what, budget_s=max(0.0, deadline - time.monotonic()))
 
     def warn(self, message: str) -> None:
         self.log(message, "WARNING")

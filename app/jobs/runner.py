@@ -105,9 +105,9 @@ def _run(rt: JobRuntime, job: TakenJob, running: RunningJob, send: Send | None) 
     watcher = Watcher(rt, running, job.attempt)
     sc = rt.spark.sparkContext
     work_dir = rt.settings.artifact_root / "jobs" / job_id
-    work_dir.mkdir(parents=True, exist_ok=True)
     ctx = DbJobContext(rt, job_id, job.attempt, running, work_dir)
     try:
+        work_dir.mkdir(parents=True, exist_ok=True)  # inside: a full or unwritable disk settles the job, not STARTING
         sc.setJobGroup(job_id, f"sparktrain {job.type} job {job_id}", interruptOnCancel=True)
         watcher.start()
         ctx.log(f"attempt {job.attempt} started on {rt.worker_id} (Spark application {sc.applicationId})")

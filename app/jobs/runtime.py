@@ -95,12 +95,14 @@ class JobRuntime:
         what: str = "",
         *,
         begin: Callable[[], AbstractContextManager[Any]] | None = None,
+        budget_s: float | None = None,
     ) -> T:
-        """A write of the job runner: retried while the database is away, for up to ``db_retry_s`` (``begin``: see
-        app.db.session.retrying)."""
+        """A write of the job runner: retried while the database is away, for up to ``budget_s`` (default
+        ``db_retry_s``; ``begin``: see app.db.session.retrying)."""
         from app.db.session import retrying
 
-        return retrying(self.db, work, budget_s=self.settings.db_retry_s, what=what, begin=begin)
+        budget = self.settings.db_retry_s if budget_s is None else budget_s
+        return retrying(self.db, work, budget_s=budget, what=what, begin=begin)
 
     def cancel_local(self, job_id: str) -> bool:
         """Stop a job this process runs: set its stop flag and cancel its Spark job group. False if not here."""

@@ -23,7 +23,11 @@ from app.spark.session import spark_alive
 from workers.context import JobOutcome
 
 log = logging.getLogger("sparktrain.jobs")
-SPARK_GONE = "Spark stopped under the job (the driver is stopping, or its JVM died); the attempt was handed back"
+SPARK_STOPPED = "Spark stopped under the job because the driver is stopping; the attempt was handed back"
+SPARK_DIED = (
+    "the driver's Spark JVM died under the job (look for an OutOfMemoryError or a crash in the driver's log); "
+    "the attempt was handed back and counts against max_attempts"
+)
 
 
 def settle(
@@ -131,9 +135,13 @@ def _finish_cancelled(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> 
 
 def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: Send | None) -> None:
     reason, message = describe_failure(exc)
-    gone = rt.stopping or (spark_gone_error(exc) and not spark_alive(rt.spark))
-    if reason in ("SPARK_ERROR", "INTERNAL", "WORKER_LOST") and gone:
-        reason, message = "DRIVER_STOPPED", SPARK_GONE
+    if reason in ("SPARK_ERROR", "INTERNAL", "WORKER_LOST"):
+        # A stop the operator asked for costs the job no attempt (DRIVER_STOPPED); a JVM that died on its own is a
+        # lost driver and costs one (DRIVER_LOST), so a job that kills the JVM every time cannot retry forever.
+        if rt.stopping:
+            reason, message = "DRIVER_STOPPED", SPARK_STOPPED
+        elif spark_gone_error(exc) and not spark_alive(rt.spark):
+            reason, message = "DRIVER_LOST", SPARK_DIED
     quiet = reason == "DRIVER_STOPPED"
     if not quiet:
         log.warning("job %s failed: %s: %s", ctx.job_id, reason, message, exc_info=reason == "INTERNAL")

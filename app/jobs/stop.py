@@ -73,12 +73,15 @@ def jvm_in_its_own_session() -> Iterator[None]:
         context.launch_gateway = launch_gateway
 
 
-def hand_back_all(rt: JobRuntime) -> list[dict[str, Any]]:
+def hand_back_all(rt: JobRuntime, *, quiet: bool = True) -> list[dict[str, Any]]:
     """Stop taking jobs here and give every running one back (see the module); returns what was done to each.
-    Spark's own log goes quiet first: cancelling the jobs makes it log each cancelled task and fit (Spark ML's
-    Instrumentation logs a cancelled fit at ERROR with a Java stack trace), which is the stop, not a fault."""
-    quiet_py4j()
-    spark_call(lambda: rt.spark.sparkContext.setLogLevel("OFF"))
+    With ``quiet`` (the driver owns Spark and the process: ``python -m app``) Spark's own log goes quiet first:
+    cancelling the jobs makes it log each cancelled task and fit (Spark ML's Instrumentation logs a cancelled fit at
+    ERROR with a Java stack trace), which is the stop, not a fault. A runtime embedded in a process that goes on
+    (an application's own SparkSession, a test's) leaves the process's logging and Spark's log level alone."""
+    if quiet:
+        quiet_py4j()
+        spark_call(lambda: rt.spark.sparkContext.setLogLevel("OFF"))
     done: list[dict[str, Any]] = []
     for running in rt.running.stop():
         outcome: dict[str, Any] | None = None

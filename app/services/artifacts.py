@@ -21,10 +21,11 @@ import threading
 import zipfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import IO, Any
 
-from app.core.errors import NotFound, ValidationFailed
+from app.core.errors import NotFound, ServiceUnavailable, ValidationFailed
 from app.db.models import Checkpoint, ModelVersion
 from app.schemas.models import ARTIFACT_FORMATS, FAMILY_FORMATS
 from workers.inference import mlflow_format
@@ -33,6 +34,9 @@ from workers.storage import fetch_dir
 STANDALONE = Path(__file__).resolve().parents[2] / "workers" / "inference" / "standalone.py"
 CHUNK = 1 << 20
 EXPORT_TIMEOUT_S = 600
+EXPORT_WAIT_S = 30
+"""How long one download request waits for a running ONNX export before it answers 503 with Retry-After (a request
+thread is not held for the whole export; ``curl --retry`` honours the header)."""
 EXPORT_ERROR_EXIT = 3  # workers.inference.onnx_export's exit status for a network ONNX cannot express
 ONNX_FILES = ("model.onnx", "sparktrain_onnx.json")  # what that module writes (it imports torch: not here)
 README = """This is a sparktrain model: spec.json (network, columns, classes, normalizer) and weights.safetensors.
@@ -170,6 +174,10 @@ class _Exports:
                     self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="onnx-export")
                 future = self._pool.submit(run)
                 self._running[key] = future
+            # An export that succeeded is on disk (``_export`` returns at once for it): forget its future, so the
+            # table holds only running exports and refusals, not one entry per version ever downloaded.
+            for done in [k for k, f in self._running.items() if k != key and f.done() and f.exception() is None]:
+                del self._running[done]
             return future
 
 
@@ -217,7 +225,21 @@ def onnx_zip(version: ModelVersion, *, artifact_root: Path) -> Iterator[bytes]:
     model_dir = fetch_dir(version.artifact_uri)
     if not (model_dir / "spec.json").is_file():
         raise NotFound(f"The files of this artifact are gone from {model_dir}.")
-    done = _EXPORTS.get(str(target), lambda: _export(model_dir, target)).result(timeout=EXPORT_TIMEOUT_S + 30)
+    export = _EXPORTS.get(str(target), lambda: _export(model_dir, target))
+    try:
+        done = export.result(timeout=EXPORT_WAIT_S)
+    except FutureTimeout:
+        raise ServiceUnavailable(
+            f"The ONNX export of {version.model.name} version {version.version} is still running; ask again in a "
+            "few seconds (the export runs once, later downloads are served from it).",
+            headers={"Retry-After": "10"},
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise ServiceUnavailable(
+            f"The ONNX export of {version.model.name} version {version.version} took longer than "
+            f"{EXPORT_TIMEOUT_S} s and was stopped; the next download tries it again.",
+            headers={"Retry-After": "10"},
+        ) from None
     prefix = f"{_prefix(version)}-onnx"
     return _zip([(f"{prefix}/{name}", done / name) for name in ONNX_FILES])
 

@@ -102,3 +102,12 @@ def test_exit_codes_for_refusals_usage_and_an_unreachable_service(svc: Service, 
     finished = json.loads(cli(svc, "--json", "jobs", "--status", "SUCCEEDED").stdout)
     if finished:  # cancelling a finished job is a 409
         assert cli(svc, "cancel", finished[0]["id"]).returncode == 2
+
+
+def test_names_and_messages_print_as_written_never_as_console_markup() -> None:
+    from sparktrain import cli as module
+
+    for console in (module.out, module.err):
+        with console.capture() as captured:
+            console.print("job [/oops] [bold]x[/bold]")  # a user's job name, a server message: not markup
+        assert captured.get().strip() == "job [/oops] [bold]x[/bold]"

@@ -96,7 +96,8 @@ FORMAT_HELP = (
     "sparktrain_model.py); mlflow: a .zip of the MLflow model directory (MLmodel, signature, input example, "
     "requirements): mlflow.pyfunc.load_model, mlflow models serve; onnx (torch networks): a .zip of model.onnx "
     "(opset 18, a dynamic batch axis) and sparktrain_onnx.json (normalizer, class labels). The first ONNX download "
-    "of a version exports it (seconds); later ones are served from the export."
+    "of a version exports it (seconds; a request waits up to 30 s, then answers 503 with Retry-After); later ones are "
+    "served from the export."
 )
 
 
@@ -109,6 +110,8 @@ FORMAT_HELP = (
         200: {"content": {"application/gzip": {}, "application/zip": {}}, "description": "The file."},
         422: {"description": "An unknown format, a format this family does not have, or a network ONNX cannot "
               "express (the layer is named)."},
+        503: {"description": "format=onnx: the export is still running (the first download of a version starts it); "
+              "`Retry-After` says when to ask again."},
     },
 )  # fmt: skip
 def download(

@@ -4,7 +4,7 @@ started_at, finished_at): the Prometheus scrape counts and times every job from 
 rows (their request and result JSON).
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-01
 """
 
