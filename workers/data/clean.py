@@ -53,7 +53,9 @@ def _value_checks(column: str, value: Column, dtype: str, array_length: int | No
         bad_element = F.exists(value, lambda v: v.isNull() | F.isnan(v) | (F.abs(v) == float("inf")))
         checks.append((bad_element, F.lit(f"{column} has a null, NaN or infinite element")))
         if array_length is not None:
-            wrong = F.concat(F.lit(f"{column} has "), F.size(value).cast("string"), F.lit(f" values, not {array_length}"))
+            wrong = F.concat(
+                F.lit(f"{column} has "), F.size(value).cast("string"), F.lit(f" values, not {array_length}")
+            )
             checks.append((F.size(value) != array_length, wrong))
     elif dtype in _FLOATS:
         checks.append((F.isnan(value) | (F.abs(value) == float("inf")), F.lit(f"{column} is NaN or infinite")))

@@ -75,9 +75,8 @@ def read_dataframe(spark: SparkSession, ds: ResolvedDataset, *, malformed: bool 
     df = spark.read.format(ds.format).options(**options).load(ds.path)
     if not malformed or ds.format not in ("csv", "json") or "mode" in options:
         return df
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    fields = [f for f in df.schema.fields if f.name != CORRUPT]
-    schema = StructType([*fields, StructField(CORRUPT, StringType(), True)])
+    schema = type(df.schema).fromJson(df.schema.jsonValue())  # a copy: add() changes the schema it is called on
+    if CORRUPT not in df.columns:  # JSON inference adds it when a line does not parse
+        schema = schema.add(CORRUPT, "string", True)
     permissive = {**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     return spark.read.format(ds.format).options(**permissive).schema(schema).load(ds.path)

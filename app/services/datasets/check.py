@@ -13,13 +13,13 @@ from app.schemas.train import DatasetRef
 from app.services.datasets import paths, registry
 from app.services.datasets.schema import NUMERIC_TYPES, is_numeric_array, read_schema, reader_options
 from workers.data.spec import ResolvedDataset
-
-PARSED_FORMATS = ("csv", "json")
-"""Formats whose column types are inferred from the text: a declared numeric column of them is parsed row by row."""
 from workers.inference.sequences import PLACEHOLDER_LABEL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+PARSED_FORMATS = ("csv", "json")
+"""Formats whose column types are inferred from the text: a declared numeric column of them is parsed row by row."""
 
 
 def _locate(

@@ -131,7 +131,12 @@ def _read(
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as {fmt}: {first_line[:500]}") from exc
     columns = [
-        {"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable, "not_numbers": not_numbers.get(f.name)}
+        {
+            "name": f.name,
+            "type": f.dataType.simpleString(),
+            "nullable": f.nullable,
+            "not_numbers": not_numbers.get(f.name),
+        }
         for f in df.schema.fields
     ]
     return columns, rows, sample, bad_rows

@@ -81,7 +81,7 @@ def test_short_long_and_repeated_header_lines_are_bad_rows(spark: Any, tmp_path:
     lines.insert(300, HEADER)  # a second file concatenated onto the first
     lines += ["4.5,2", '7.5,1,"Elm St, 9",12.0,surprise']  # too few and too many fields
     path = write(tmp_path / "messy.csv", lines)
-    frame, rows, dropped, _ = cleaned(spark, dataset(path, "skip"))
+    _, rows, dropped, _ = cleaned(spark, dataset(path, "skip"))
     assert (rows, dropped) == (600, 3)
     with pytest.raises(JobFailure) as failed:
         cleaned(spark, dataset(path))
@@ -93,7 +93,7 @@ def test_short_long_and_repeated_header_lines_are_bad_rows(spark: Any, tmp_path:
 
 def test_a_quoted_separator_is_one_field(spark: Any, tmp_path: Path) -> None:
     path = write(tmp_path / "quoted.csv", fare_lines(missing=()))
-    frame, rows, dropped, _ = cleaned(spark, dataset(path))
+    _, rows, dropped, _ = cleaned(spark, dataset(path))
     assert (rows, dropped) == (600, 0)
     whole = read_dataframe(spark, dataset(path)).select("pickup").first()
     assert whole is not None and whole["pickup"] == "Main St, 0"

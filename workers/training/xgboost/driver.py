@@ -74,7 +74,8 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     ctx.log(
         f"xgboost {spec.objective}: {spec.num_round} rounds on {plan.num_workers} workers ({plan.device}"
         f"{f', {plan.threads} threads each' if plan.threads else ''}), "
-        f"{rows} training and {val_rows} validation rows, {len(ds.features)} features; data read and checked in {time.perf_counter() - started:.1f} s"
+        f"{rows} training and {val_rows} validation rows, {len(ds.features)} features; "
+        f"data read and checked in {time.perf_counter() - started:.1f} s"
     )
     fit_started = time.perf_counter()
     done = resumed_rounds(ctx, plan)
