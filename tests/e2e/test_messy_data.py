@@ -51,6 +51,9 @@ def test_the_messy_fare_table_registers_and_trains(svc: Service) -> None:
     assert skipped["result"]["bad_rows"] == 3
     assert rows["train"] + rows["validation"] == 597 and rows["validation"] > 0
     assert any(w.startswith("dropped 3 rows of") for w in skipped["warnings"])
+    version = svc.client.get(f"/models/fares-skip/versions/{skipped['model']['version']}").json()
+    example = version["params"]["input_example"]
+    assert example and all(isinstance(row["distance"], float) for row in example)  # as trained: numbers
 
     failed = svc.wait(svc.train(fare_request("fares.csv", "fail"))["id"], {"SUCCEEDED", "FAILED"})
     assert failed["status"] == "FAILED"
