@@ -35,6 +35,12 @@ class ColumnRead(BaseModel):
     name: str
     type: str
     nullable: bool
+    not_numbers: int | None = Field(
+        None,
+        description="CSV / JSON: how many values of the column do not parse as numbers (0 for a numeric column; "
+        "a string column declared numeric in a training request trains with these rows as bad rows); "
+        "null where not counted (parquet, whose types are the file's own).",
+    )
 
 
 class DatasetRead(BaseModel):

@@ -1,34 +1,100 @@
 """Bad rows (docs/datasets.md): by default the job fails with their count and the first few; ``skip`` drops them
-and reports how many. Never a silent drop. Counting and checking take one pass over the data."""
+and reports how many. Never a silent drop. Counting and checking take one pass over the data.
+
+A row is bad when a line of a CSV / JSON file does not parse (too few or too many fields: the reader's corrupt
+record column, :data:`workers.data.spec.CORRUPT`), when a column the request declares numeric (a feature, a
+regression's label, the weight) holds a token that is not a number, or when such a value is null, NaN or infinite.
+Why parse here: Spark's CSV and JSON schema inference makes a numeric column with one ``n/a`` in it a string
+column; the request accepts it (docs/datasets.md) and each row then says for itself whether it is a number.
+Every bad row carries its first reason (``not a number: 'n/a' (distance)``), which the failure shows."""
 
 from __future__ import annotations
 
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from workers.context import JobContext, JobFailure
-from workers.data.spec import ResolvedDataset
+from workers.data.spec import CORRUPT, ResolvedDataset
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 EXAMPLES = 5
+REASON = "_reason"
 _FLOATS = ("double", "float")
+_SHOWN = 200
+"""At most this many characters of a malformed line in a reason."""
 
 
-def _bad_value(df: DataFrame, column: str, array_length: int | None) -> Column:
+def numeric_columns(ds: ResolvedDataset) -> tuple[str, ...]:
+    """The columns the request declares numeric: the features, a regression's labels and the weight. A
+    classification label is not one of them: string class names are allowed."""
+    labels = ds.label_columns if ds.task == "regression" else ()
+    return (*ds.features, *labels, *((ds.weight,) if ds.weight else ()))
+
+
+def _value(df: DataFrame, column: str, numeric: bool) -> tuple[Column, str, list[tuple[Column, Column]]]:
+    """(the column as the job reads it, its type then, the (bad, reason) checks of its raw text): a string column
+    the request declares numeric is parsed as a double, and a token that does not parse is a bad row."""
     from pyspark.sql import functions as F
 
     col, dtype = F.col(column), dict(df.dtypes)[column]
+    if not numeric or dtype != "string":
+        return col, dtype, []
+    parsed = col.try_cast("double")
+    reason = F.concat(F.lit("not a number: '"), F.substring(col, 1, _SHOWN), F.lit(f"' ({column})"))
+    return parsed, "double", [(col.isNotNull() & parsed.isNull(), reason)]
+
+
+def _value_checks(column: str, value: Column, dtype: str, array_length: int | None) -> list[tuple[Column, Column]]:
+    from pyspark.sql import functions as F
+
+    checks = [(value.isNull(), F.lit(f"{column} is null"))]
     if dtype.startswith("array"):
-        cond = col.isNull() | F.exists(col, lambda v: v.isNull() | F.isnan(v) | (F.abs(v) == float("inf")))
+        bad_element = F.exists(value, lambda v: v.isNull() | F.isnan(v) | (F.abs(v) == float("inf")))
+        checks.append((bad_element, F.lit(f"{column} has a null, NaN or infinite element")))
         if array_length is not None:
-            cond = cond | (F.size(col) != array_length)
-        return cond
-    cond = col.isNull()
-    if dtype in _FLOATS:
-        cond = cond | F.isnan(col) | (F.abs(col) == float("inf"))
-    return cond
+            wrong = F.concat(
+                F.lit(f"{column} has "), F.size(value).cast("string"), F.lit(f" values, not {array_length}")
+            )
+            checks.append((F.size(value) != array_length, wrong))
+    elif dtype in _FLOATS:
+        checks.append((F.isnan(value) | (F.abs(value) == float("inf")), F.lit(f"{column} is NaN or infinite")))
+    return checks
+
+
+def _checks(
+    df: DataFrame, ds: ResolvedDataset, array_length: int | None
+) -> tuple[dict[str, Column], list[tuple[Column, Column]], str]:
+    """(each kept column's value as the job reads it, the (bad, reason) checks in order, the reasons in words)."""
+    from pyspark.sql import functions as F
+
+    numeric = set(numeric_columns(ds))
+    values: dict[str, Column] = {}
+    checks: list[tuple[Column, Column]] = []
+    words = ["a null, NaN or infinite value"]
+    if CORRUPT in df.columns:
+        line = F.concat(F.lit("malformed line: '"), F.substring(F.col(CORRUPT), 1, _SHOWN), F.lit("'"))
+        checks.append((F.col(CORRUPT).isNotNull(), line))
+        words.insert(0, "a line that does not parse (too few or too many fields)")
+    parsed = False
+    for column in dict.fromkeys([*ds.features, *ds.label_columns, *([ds.weight] if ds.weight else [])]):
+        value, dtype, parse_checks = _value(df, column, column in numeric)
+        parsed |= bool(parse_checks)
+        values[column] = value
+        checks += parse_checks + _value_checks(column, value, dtype, array_length)
+    if parsed:
+        words.insert(0, "a value that is not a number")
+    if array_length:
+        words.append(f"an array whose length is not {array_length}")
+    if ds.weight:
+        checks.append((values[ds.weight] < 0, F.lit(f"{ds.weight} is negative")))
+        words.append("a negative weight")
+    if ds.label and ds.task == "classification" and ds.num_classes is not None:
+        label = values[ds.label]
+        outside = (label < 0) | (label >= ds.num_classes) | (label != F.floor(label))
+        checks.append((outside, F.lit(f"{ds.label} is not a class in 0..{ds.num_classes - 1}")))
+        words.append(f"a label outside 0..{ds.num_classes - 1}")
+    return values, checks, " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
 def clean(
@@ -39,46 +105,80 @@ def clean(
     array_length: int | None = None,
     extra_columns: tuple[str, ...] = (),
 ) -> tuple[DataFrame, int, int]:
-    """Keep the dataset's features, label and ``extra_columns``; apply the bad-row policy. A row is bad when a
-    feature or the label is null or NaN, an array feature has the wrong length, or a class label lies outside
-    ``0..num_classes-1``. Returns (clean frame, usable rows, dropped rows)."""
+    """Keep the dataset's features, label and ``extra_columns``; parse the columns declared numeric; apply the
+    bad-row policy. A class label outside ``0..num_classes-1`` is bad too. Returns (clean frame, usable rows,
+    dropped rows)."""
+    frame, usable, _held, dropped = _clean(ctx, df, ds, array_length, extra_columns, None)
+    return frame, usable, dropped
+
+
+def clean_holdout(
+    ctx: JobContext,
+    df: DataFrame,
+    ds: ResolvedDataset,
+    fraction: float,
+    split_column: str,
+    *,
+    array_length: int | None = None,
+    extra_columns: tuple[str, ...] = (),
+) -> tuple[DataFrame, int, int, int]:
+    """:func:`clean`, and hold out a seeded ``fraction`` of the rows for validation: ``split_column`` is 1 on a
+    held-out row, 0 on a training row. The split is marked before the bad rows go (so the same rows are held out
+    whichever rows are bad) and counted in the same pass. Returns (frame, training rows, validation rows,
+    dropped rows)."""
     from pyspark.sql import functions as F
 
-    columns = [*ds.features, *ds.label_columns, *([ds.weight] if ds.weight else [])]
-    conditions = [_bad_value(df, c, array_length) for c in columns]
-    reasons = "a null, NaN or infinite value"
-    if array_length:
-        reasons += f" or an array whose length is not {array_length}"
-    if ds.weight:
-        conditions.append(F.col(ds.weight) < 0)
-        reasons += " or a negative weight"
-    if ds.label and ds.task == "classification" and ds.num_classes is not None:
-        label = F.col(ds.label)
-        conditions.append((label < 0) | (label >= ds.num_classes) | (label != F.floor(label)))
-        reasons += f" or a label outside 0..{ds.num_classes - 1}"
-    bad = reduce(lambda a, b: a | b, conditions)
-    flagged = df.select(*columns, *extra_columns).withColumn("_bad", bad)
-    counts = flagged.agg(F.count(F.lit(1)).alias("n"), F.sum(F.col("_bad").cast("int")).alias("bad")).first()
+    marked = df.withColumn(split_column, (F.rand(ds.split_seed) < fraction).cast("int"))
+    frame, usable, held, dropped = _clean(ctx, marked, ds, array_length, (*extra_columns, split_column), split_column)
+    return frame, usable - held, held, dropped
+
+
+def _clean(
+    ctx: JobContext,
+    df: DataFrame,
+    ds: ResolvedDataset,
+    array_length: int | None,
+    extra_columns: tuple[str, ...],
+    split_column: str | None,
+) -> tuple[DataFrame, int, int, int]:
+    """(clean frame, usable rows, usable rows whose ``split_column`` is 1, dropped rows), in one pass."""
+    from pyspark.sql import functions as F
+
+    values, checks, reasons = _checks(df, ds, array_length)
+    reason = F.coalesce(*[F.when(bad, why) for bad, why in checks])
+    kept = [value.alias(column) for column, value in values.items()]
+    flagged = df.select(*kept, *[c for c in extra_columns if c not in values], reason.alias(REASON))
+    aggregates = [F.count(F.lit(1)).alias("n"), F.count(REASON).alias("bad")]
+    if split_column is not None:
+        aggregates.append(F.count(F.when(F.col(REASON).isNull() & (F.col(split_column) == 1), 1)).alias("held"))
+    counts = flagged.agg(*aggregates).first()
     assert counts is not None
     total, bad_count = int(counts["n"]), int(counts["bad"] or 0)
+    held = int(counts["held"]) if split_column is not None else 0
     if bad_count == 0:
-        return flagged.drop("_bad"), total, 0
-    if ds.bad_rows == "fail":
-        examples: list[dict[str, Any]] = [
-            _short(r.asDict()) for r in flagged.where(F.col("_bad")).drop("_bad").limit(EXAMPLES).collect()
-        ]
+        return flagged.drop(REASON), total, held, 0
+    columns = ", ".join(values)
+    if bad_count == total or ds.bad_rows == "fail":
+        examples = [_example(r.asDict()) for r in flagged.where(F.col(REASON).isNotNull()).limit(EXAMPLES).collect()]
+        if bad_count == total:
+            raise JobFailure(
+                "BAD_ROWS",
+                f"every row of {ds.path} ({total}) is bad: {reasons} in {columns}; first ones: {examples}. "
+                "Check the separator (options.sep) and the header option (options.header): a file read with the "
+                "wrong ones has no usable row.",
+            )
         raise JobFailure(
             "BAD_ROWS",
-            f"{bad_count} rows of {ds.path} have {reasons} in {', '.join(columns)}; first ones: {examples}. "
+            f"{bad_count} rows of {ds.path} have {reasons} in {columns}; first ones: {examples}. "
             'Fix the data or set dataset.bad_rows to "skip" to drop them.',
         )
     ctx.warn(f"dropped {bad_count} rows of {ds.path} with {reasons} (bad_rows=skip)")
-    return flagged.where(~F.col("_bad")).drop("_bad"), total - bad_count, bad_count
+    return flagged.where(F.col(REASON).isNull()).drop(REASON), total - bad_count, held, bad_count
 
 
-def _short(row: dict[str, Any]) -> dict[str, Any]:
-    """Long arrays shown as their length and first values, so a message stays readable."""
-    out = {}
+def _example(row: dict[str, Any]) -> dict[str, Any]:
+    """A bad row as the failure shows it: its reason first, long arrays as their length and first values."""
+    out = {"reason": row.pop(REASON)}
     for k, v in row.items():
         out[k] = f"[{len(v)} values: {v[:3]}...]" if isinstance(v, list) and len(v) > 6 else v
     return out

@@ -9,6 +9,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 Task = Literal["classification", "regression"]
+CORRUPT = "_corrupt_record"
+"""The column ``read_dataframe(..., malformed=True)`` adds to CSV / JSON data: the text of a line that does not
+parse (too few or too many fields, an unclosed quote), null on a good line."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,17 @@ class ResolvedDataset:
         }
 
 
-def read_dataframe(spark: SparkSession, ds: ResolvedDataset) -> DataFrame:
+def read_dataframe(spark: SparkSession, ds: ResolvedDataset, *, malformed: bool = False) -> DataFrame:
+    """The dataset as Spark reads it (CSV: a header and inferred types unless its options say otherwise).
+    ``malformed``: CSV / JSON data gets the :data:`CORRUPT` column, so that a line with too few or too many fields
+    is a bad row (:mod:`workers.data.clean`) rather than a row padded with nulls or cut short; not when the
+    options choose their own ``mode``."""
     options = {"header": "true", "inferSchema": "true", **ds.options} if ds.format == "csv" else ds.options
-    return spark.read.format(ds.format).options(**options).load(ds.path)
+    df = spark.read.format(ds.format).options(**options).load(ds.path)
+    if not malformed or ds.format not in ("csv", "json") or "mode" in options:
+        return df
+    schema = type(df.schema).fromJson(df.schema.jsonValue())  # a copy: add() changes the schema it is called on
+    if CORRUPT not in df.columns:  # JSON inference adds it when a line does not parse
+        schema = schema.add(CORRUPT, "string", True)
+    permissive = {**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    return spark.read.format(ds.format).options(**permissive).schema(schema).load(ds.path)

@@ -34,13 +34,23 @@ def example_rows(spark: SparkSession, ds: ResolvedDataset) -> list[Any]:
         frame = read_dataframe(spark, ds)
         if ds.sequence:
             return _sequence(frame, ds)
-        rows = [r.asDict() for r in frame.select(*ds.features).limit(20).collect()]
+        rows = [r.asDict() for r in frame.select(*_as_trained(frame, ds)).limit(20).collect()]
     except Exception:  # an example is a convenience: never the reason a model is not registered
         return []
     good = [{k: _plain(v) for k, v in row.items()} for row in rows if _finite(list(row.values()))][:ROWS]
     while good and _size([list(r.values()) for r in good]) > MAX_VALUES:
         good = good[:-1]
     return good
+
+
+def _as_trained(frame: Any, ds: ResolvedDataset) -> list[Any]:
+    """The features as the job read them: a string column the request declared numeric (CSV / JSON whose
+    inference found a token that is not a number) parsed as doubles, as workers/data/clean.py does."""
+    from pyspark.sql import functions as F
+
+    types = dict(frame.dtypes)
+    parsed = {f for f in ds.features if types.get(f) == "string" and ds.column_types.get(f) == "double"}
+    return [F.col(f).try_cast("double").alias(f) if f in parsed else F.col(f) for f in ds.features]
 
 
 def _plain(value: Any) -> Any:

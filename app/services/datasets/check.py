@@ -18,6 +18,9 @@ from workers.inference.sequences import PLACEHOLDER_LABEL
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+PARSED_FORMATS = ("csv", "json")
+"""Formats whose column types are inferred from the text: a declared numeric column of them is parsed row by row."""
+
 
 def _locate(
     uri: str, fmt: Any, options: dict[str, str], *, settings: Settings, db: sessionmaker[Session] | None, loc: str
@@ -33,7 +36,17 @@ def _locate(
     return path, fmt, reader_options(fmt, options)
 
 
-def _features(ref: DatasetRef, schema: dict[str, str], labels: list[str], loc: str, allow_array: bool) -> list[str]:
+def _numeric(dtype: str, parsed: bool) -> bool:
+    """Whether a column of this type can be read as numbers. A string column of a ``parsed`` dataset can (a CSV or
+    JSON file, not a sequence dataset): schema inference makes a numeric column with one unparseable token (``n/a``)
+    a string column, and the job parses each value, a token that is not a number being a bad row
+    (workers/data/clean.py)."""
+    return dtype in NUMERIC_TYPES or (dtype == "string" and parsed)
+
+
+def _features(
+    ref: DatasetRef, schema: dict[str, str], labels: list[str], loc: str, allow_array: bool, parsed: bool
+) -> list[str]:
     available = ", ".join(f"{c} ({t})" for c, t in schema.items())
     taken = {*labels, *([ref.weight] if ref.weight else [])}
     if ref.sequence is not None:
@@ -63,7 +76,7 @@ def _features(ref: DatasetRef, schema: dict[str, str], labels: list[str], loc: s
                 raise ValidationFailed.at(
                     f"{loc}.features", "an array column must be the only feature (with dataset.input_shape)"
                 )
-        elif dtype not in NUMERIC_TYPES:
+        elif not _numeric(dtype, parsed):
             raise ValidationFailed.at(where, f"{column!r} is {dtype}; features must be numeric")
     if len(set(features)) != len(features):
         raise ValidationFailed.at(f"{loc}.features", "a column is listed twice")
@@ -79,14 +92,17 @@ def resolve_dataset(
     allow_array: bool = False,
     db: sessionmaker[Session] | None = None,
     labelled: bool = True,
+    parse_numbers: bool = False,
 ) -> tuple[ResolvedDataset, dict[str, str]]:
     """Resolve the URI (or registered dataset id), read the schema with Spark and check the columns the request
     names. Returns the dataset and its schema (column -> Spark type). ``allow_array`` accepts one numeric array
     column as the only feature (images, embeddings); ``labelled=False``: a sequence dataset without labels (for
-    prediction)."""
+    prediction); ``parse_numbers``: a string column of a CSV / JSON file may be a declared numeric column (a
+    training job parses it, see :func:`_numeric`)."""
     path, fmt, options = _locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc=f"{loc}.uri")
     schema = read_schema(spark, path, fmt, options, loc=f"{loc}.uri")
     available = ", ".join(f"{c} ({t})" for c, t in schema.items())
+    parsed = parse_numbers and fmt in PARSED_FORMATS and ref.sequence is None
     labels = [] if ref.label is None else [ref.label] if isinstance(ref.label, str) else list(ref.label)
     if len(labels) > 1 and ref.task != "regression":
         raise ValidationFailed.at(f"{loc}.label", "several label columns are a regression's; use task regression")
@@ -96,18 +112,18 @@ def resolve_dataset(
             continue  # checked against the label dataset
         if column not in schema:
             raise ValidationFailed.at(f"{loc}.label", f"no column {column!r} in {ref.uri}; columns: {available}")
-        if ref.task == "regression" and schema[column] not in NUMERIC_TYPES:
+        if ref.task == "regression" and not _numeric(schema[column], parsed):
             dtype = schema[column]
             raise ValidationFailed.at(f"{loc}.label", f"{column!r} is {dtype}; a regression label must be numeric")
     if ref.weight is not None:
         if ref.weight not in schema:
             raise ValidationFailed.at(f"{loc}.weight", f"no column {ref.weight!r} in {ref.uri}; columns: {available}")
-        if schema[ref.weight] not in NUMERIC_TYPES:
+        if not _numeric(schema[ref.weight], parsed):
             raise ValidationFailed.at(f"{loc}.weight", f"{ref.weight!r} is {schema[ref.weight]}; weights are numbers")
     sequence, labels_path = _sequence(
         ref, schema, labels, settings=settings, spark=spark, db=db, loc=loc, labelled=labelled
     )
-    features = _features(ref, schema, labels, loc, allow_array)
+    features = _features(ref, schema, labels, loc, allow_array, parsed)
     if sequence is not None:
         sequence["features"] = features
     resolved = ResolvedDataset(
@@ -126,7 +142,7 @@ def resolve_dataset(
         split_seed=ref.split.seed if ref.split else 7,
         sequence=sequence,
         labels_path=labels_path,
-        column_types={f: schema[f] for f in features if f in schema},
+        column_types={f: "double" if schema[f] == "string" else schema[f] for f in features if f in schema},
     )
     return resolved, schema
 

@@ -21,7 +21,7 @@ from app.db.base import utcnow
 from app.db.models import Dataset
 from app.schemas.datasets import DatasetCreate
 from app.services.datasets.paths import detect_format, missing, resolve_uri
-from app.services.datasets.schema import infers_partition_types, local_summary, reader_options
+from app.services.datasets.schema import NUMERIC_TYPES, infers_partition_types, local_summary, reader_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -93,6 +93,7 @@ def _read(
     try:
         df = spark.read.format(fmt).options(**options).load(path)
         bad_rows = 0
+        not_numbers: dict[str, int] = {}
         if fmt in ("csv", "json"):
             schema = StructType([*df.schema.fields, StructField(CORRUPT, StringType(), True)])
             raw = (
@@ -103,9 +104,13 @@ def _read(
                 .cache()
             )
             try:
-                counts = raw.agg(F.count(F.lit(1)).alias("n"), F.count(CORRUPT).alias("bad")).first()
+                counts = raw.agg(
+                    F.count(F.lit(1)).alias("n"), F.count(CORRUPT).alias("bad"), *_not_numbers(df, CORRUPT)
+                ).first()
                 assert counts is not None
                 rows, bad_rows = int(counts["n"]), int(counts["bad"])
+                not_numbers = {name: int(counts[f"_nan_{i}"]) for i, name in enumerate(df.columns)
+                               if f"_nan_{i}" in counts.asDict()}  # fmt: skip
                 if bad_rows and body.bad_rows == "fail":
                     first = [r[CORRUPT] for r in raw.where(F.col(CORRUPT).isNotNull()).limit(SAMPLE_ROWS).collect()]
                     raise ValidationFailed.at(
@@ -125,8 +130,34 @@ def _read(
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as {fmt}: {first_line[:500]}") from exc
-    columns = [{"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable} for f in df.schema.fields]
+    columns = [
+        {
+            "name": f.name,
+            "type": f.dataType.simpleString(),
+            "nullable": f.nullable,
+            "not_numbers": not_numbers.get(f.name),
+        }
+        for f in df.schema.fields
+    ]
     return columns, rows, sample, bad_rows
+
+
+def _not_numbers(df: Any, corrupt: str) -> list[Any]:
+    """Per column of CSV / JSON data (in the pass that counts the lines): how many values of a parsed line do not
+    parse as numbers (``_nan_<position>``). A numeric column has none, so only string columns are counted: a
+    column with a few (``n/a`` among 600 fares) can still train as numbers, each such row a bad row; a text column
+    has them all."""
+    from pyspark.sql import functions as F
+
+    counted = []
+    for i, (name, dtype) in enumerate(df.dtypes):
+        col = F.col(f"`{name}`")
+        if dtype == "string" and name != corrupt:
+            unparsed = F.col(corrupt).isNull() & col.isNotNull() & col.try_cast("double").isNull()
+            counted.append(F.count(F.when(unparsed, 1)).alias(f"_nan_{i}"))
+        elif dtype in NUMERIC_TYPES:
+            counted.append(F.lit(0).alias(f"_nan_{i}"))
+    return counted
 
 
 def get_dataset(*, session: Session, dataset_id: str, owner: str | None = None) -> Dataset:

@@ -11,9 +11,11 @@ from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import DatasetRef, TrainRequest, ValidationRef
 from app.services.datasets.check import resolve_dataset
+from app.services.datasets.schema import NUMERIC_TYPES
 from app.services.planning.tabular import plan_spark_ml
 from app.services.planning.torch_plan import plan_torch
 from app.services.planning.xgboost_plan import plan_xgboost
+from workers.data.clean import numeric_columns
 from workers.families import FRAMEWORKS
 
 if TYPE_CHECKING:
@@ -42,7 +44,9 @@ def plan_training(
     if request.dataset.task is None:
         raise ValidationFailed.at("dataset.task", "required for training: classification or regression")
     allow_array = request.framework == "torch"
-    train, schema = resolve_dataset(request.dataset, settings=settings, spark=spark, allow_array=allow_array, db=db)
+    train, schema = resolve_dataset(
+        request.dataset, settings=settings, spark=spark, allow_array=allow_array, db=db, parse_numbers=True
+    )
     validation = None
     if request.validation is not None:
         validation, val_schema = resolve_dataset(
@@ -52,9 +56,11 @@ def plan_training(
             loc="validation",
             allow_array=allow_array,
             db=db,
+            parse_numbers=True,
         )
+        numeric = set(numeric_columns(train))
         for column in (*train.features, *train.label_columns):
-            if val_schema.get(column) != schema[column]:
+            if not _same_type(schema[column], val_schema.get(column), parsed=column in numeric):
                 raise ValidationFailed.at(
                     "validation.uri",
                     f"column {column!r} is {schema[column]} in the training data but "
@@ -71,3 +77,12 @@ def plan_training(
             request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark
         )
     raise AssertionError(f"no planner for {request.framework}")
+
+
+def _same_type(train: str, validation: str | None, *, parsed: bool) -> bool:
+    """Whether a column's type in the validation data fits its type in the training data. A declared numeric
+    column that one file's inference made a string (a token that is not a number) fits a numeric one: both are
+    parsed as numbers by the job (docs/datasets.md)."""
+    if train == validation or validation is None:
+        return train == validation
+    return parsed and "string" in (train, validation) and {train, validation} <= {"string", *NUMERIC_TYPES}

@@ -39,7 +39,7 @@ def test_register_parquet_and_look_it_up(svc: Service) -> None:
     ds = response.json()
     assert response.headers["location"] == f"/datasets/{ds['id']}"
     assert ds["format"] == "parquet" and ds["row_count"] == 8000
-    assert {"name": "fare_amount", "type": "double", "nullable": True} in ds["schema"]
+    assert {"name": "fare_amount", "type": "double", "nullable": True, "not_numbers": None} in ds["schema"]
     assert len(ds["sample"]) == 5 and "trip_distance" in ds["sample"][0]
     assert svc.client.get(f"/datasets/{ds['id']}").json() == ds
     assert [d["id"] for d in svc.client.get("/datasets").json()["items"]] == [ds["id"]]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
-from workers.data.clean import clean
+from workers.data.clean import clean, clean_holdout
 from workers.data.spec import read_dataframe
 from workers.inference.examples import example_rows
 from workers.inference.mlflow_format import write_mlflow_files
@@ -26,31 +26,38 @@ if TYPE_CHECKING:
 
 FEATURES_COL = "features"
 LABEL_INDEX_COL = "_label_index"
+SPLIT_COL = "_split"
 
 
 def train(ctx: JobContext, plan: SparkMLPlan) -> JobOutcome:
+    from pyspark.sql import functions as F
+
     spec, ds = plan.spec, plan.train
     ctx.progress(0.0, "reading data")
-    train_df, rows, dropped = clean(ctx, read_dataframe(ctx.spark, ds), ds)
-    if rows == 0:
-        raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
+    source = read_dataframe(ctx.spark, ds, malformed=True)
     if plan.validation is not None:
-        val_df, _, val_dropped = clean(ctx, read_dataframe(ctx.spark, plan.validation), plan.validation)
+        train_df, rows, dropped = clean(ctx, source, ds)
+        validation = read_dataframe(ctx.spark, plan.validation, malformed=True)
+        val_df, val_rows, val_dropped = clean(ctx, validation, plan.validation)
         dropped += val_dropped
     else:
         fraction = ds.validation_fraction or spec.validation_fraction
-        train_df, val_df = train_df.randomSplit([1 - fraction, fraction], ds.split_seed)
-        ctx.log(f"no validation set given: holding out {fraction:.0%} of the training data")
-    ctx.log(f"training on {rows} rows with {len(ds.features)} features")
+        frame, rows, val_rows, dropped = clean_holdout(ctx, source, ds, fraction, SPLIT_COL)
+        train_df = frame.where(F.col(SPLIT_COL) == 0).drop(SPLIT_COL)
+        val_df = frame.where(F.col(SPLIT_COL) == 1).drop(SPLIT_COL)
+        ctx.log(f"no validation set given: {val_rows} of {rows + val_rows} rows held out ({fraction:.0%})")
+    if rows == 0:
+        raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
+    ctx.log(f"training on {rows} rows with {len(ds.features)} features, validating on {val_rows}")
     train_df = train_df.cache()
     try:
-        return _fit(ctx, plan, train_df, val_df, rows, dropped)
+        return _fit(ctx, plan, train_df, val_df, {"train": rows, "validation": val_rows}, dropped)
     finally:
         train_df.unpersist()
 
 
 def _fit(
-    ctx: JobContext, plan: SparkMLPlan, train_df: DataFrame, val_df: DataFrame, rows: int, dropped: int
+    ctx: JobContext, plan: SparkMLPlan, train_df: DataFrame, val_df: DataFrame, rows: dict[str, int], dropped: int
 ) -> JobOutcome:
     from pyspark.ml import Pipeline
     from pyspark.ml.feature import StandardScaler, StringIndexer, VectorAssembler
@@ -116,7 +123,7 @@ def _fit(
     result: dict[str, Any] = {
         "algorithm": spec.algorithm,
         "task": spec.task,
-        "rows": {"train": rows},
+        "rows": rows,
         "validation": val_metrics,
         "best_params": best_params,
         "metric": spec.metric,

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from workers.context import JobContext, JobFailure
-from workers.data.clean import clean
+from workers.data.clean import clean, clean_holdout
 from workers.data.normalize import Normalizer
 from workers.data.normalize import fit as fit_normalizer
 from workers.data.spec import ResolvedDataset, read_dataframe
@@ -34,20 +34,18 @@ def prepare(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int]
     if plan.train.sequence is not None:
         return _prepare_sequences(ctx, plan)
     length = math.prod(plan.input_shape) if plan.array_column else None
-    train_raw = _index_labels(read_dataframe(ctx.spark, plan.train), plan)
+    train_raw = _index_labels(read_dataframe(ctx.spark, plan.train, malformed=True), plan)
     if plan.validation is not None:
         train, rows, dropped = clean(ctx, train_raw, plan.train, array_length=length)
-        val_raw = _index_labels(read_dataframe(ctx.spark, plan.validation), plan)
+        val_raw = _index_labels(read_dataframe(ctx.spark, plan.validation, malformed=True), plan)
         val, val_rows, val_dropped = clean(ctx, val_raw, plan.validation, array_length=length)
         frame = train.withColumn(SPLIT, F.lit(0)).unionByName(val.withColumn(SPLIT, F.lit(1)), allowMissingColumns=True)
     else:
         fraction = plan.train.validation_fraction or plan.validation_fraction
-        marked = train_raw.withColumn(SPLIT, (F.rand(plan.train.split_seed) < fraction).cast("int"))
-        frame, total, dropped = clean(ctx, marked, plan.train, array_length=length, extra_columns=(SPLIT,))
+        # the split is counted in the bad-row pass: no separate count job
+        frame, rows, val_rows, dropped = clean_holdout(ctx, train_raw, plan.train, fraction, SPLIT, array_length=length)
         val_dropped = 0
-        counts = {int(r[SPLIT]): int(r["count"]) for r in frame.groupBy(SPLIT).count().collect()}
-        rows, val_rows = counts.get(0, 0), counts.get(1, 0)
-        held = f"{val_rows} of {total} rows held out ({fraction:.0%}, seed {plan.train.split_seed})"
+        held = f"{val_rows} of {rows + val_rows} rows held out ({fraction:.0%}, seed {plan.train.split_seed})"
         ctx.log(f"no validation set given: {held}")
     _check_rows(plan, rows)
     normalizer = None

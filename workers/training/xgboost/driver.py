@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
-from workers.data.clean import clean
+from workers.data.clean import clean, clean_holdout
 from workers.data.spec import read_dataframe
 from workers.environment.driver import check_executors
 from workers.inference.examples import example_rows
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 LABEL_INDEX_COL = "_label_index"
 VALIDATION_COL = "_is_validation"
+SPLIT_COL = "_split"
 FEATURES_COL = "_features"
 IMPORTANCE_TYPES = ("gain", "weight", "cover")
 
@@ -47,18 +48,21 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     # String classes are checked by their mapping (below), not as numbers 0..k-1.
     checked = replace(ds, num_classes=None) if plan.class_labels else ds
     session = _training_session(ctx)
-    train_df, rows, dropped = clean(ctx, read_dataframe(session, ds), checked)
-    if rows == 0:
-        raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
+    source = read_dataframe(session, ds, malformed=True)
     if plan.validation is not None:
+        train_df, rows, dropped = clean(ctx, source, checked)
         val_checked = replace(plan.validation, num_classes=None) if plan.class_labels else plan.validation
-        val_df, val_rows, val_dropped = clean(ctx, read_dataframe(session, plan.validation), val_checked)
+        validation = read_dataframe(session, plan.validation, malformed=True)
+        val_df, val_rows, val_dropped = clean(ctx, validation, val_checked)
         dropped += val_dropped
     else:
         fraction = ds.validation_fraction or spec.validation_fraction
-        train_df, val_df = train_df.randomSplit([1 - fraction, fraction], ds.split_seed)
-        val_rows = -1
-        ctx.log(f"no validation set given: holding out {fraction:.0%} of the training data")
+        frame, rows, val_rows, dropped = clean_holdout(ctx, source, checked, fraction, SPLIT_COL)
+        train_df = frame.where(frame[SPLIT_COL] == 0).drop(SPLIT_COL)
+        val_df = frame.where(frame[SPLIT_COL] == 1).drop(SPLIT_COL)
+        ctx.log(f"no validation set given: {val_rows} of {rows + val_rows} rows held out ({fraction:.0%})")
+    if rows == 0:
+        raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
     label_col = ds.label
     assert label_col is not None
     if plan.class_labels:
@@ -70,14 +74,14 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     ctx.log(
         f"xgboost {spec.objective}: {spec.num_round} rounds on {plan.num_workers} workers ({plan.device}"
         f"{f', {plan.threads} threads each' if plan.threads else ''}), "
-        f"{rows} rows, {len(ds.features)} features; data read and checked in {time.perf_counter() - started:.1f} s"
+        f"{rows} training and {val_rows} validation rows, {len(ds.features)} features; "
+        f"data read and checked in {time.perf_counter() - started:.1f} s"
     )
     fit_started = time.perf_counter()
     done = resumed_rounds(ctx, plan)
     if ds.weight and ds.weight not in val_df.columns:  # weights concern training; validation rows count once
         val_df = val_df.withColumn(ds.weight, _lit(1.0).cast(dict(train_df.dtypes)[ds.weight]))
-    expected_val = val_rows if val_rows >= 0 else int(rows * (ds.validation_fraction or spec.validation_fraction))
-    columnar = _columnar_fits(rows + max(val_rows, 0), expected_val, plan.num_workers)
+    columnar = _columnar_fits(rows + val_rows, val_rows, plan.num_workers)
     if not columnar:
         train_df, val_df = _with_features(train_df, ds.features), _with_features(val_df, ds.features)
     data = train_df.withColumn(VALIDATION_COL, _lit(False)).unionByName(val_df.withColumn(VALIDATION_COL, _lit(True)))
@@ -119,7 +123,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         "objective": spec.objective,
         "device": plan.device,
         "num_workers": plan.num_workers,
-        "rows": {"train": rows, **({"validation": val_rows} if val_rows >= 0 else {})},
+        "rows": {"train": rows, "validation": val_rows},
         "rounds": {"requested": spec.num_round, "trained": rounds, "kept": kept, "resumed_from": done},
         "best_iteration": best,
         "validation": val_metrics,

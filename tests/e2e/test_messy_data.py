@@ -1,0 +1,84 @@
+"""A new user's messy CSV through the real service: a fare table where three of 600 ``distance`` values are
+``n/a`` is registered (``POST /datasets`` counts the values that do not parse) and trained with ``bad_rows``
+``skip`` (exact counts) and ``fail`` (the reason shown); and every family says how many rows it trained on and how
+many it validated on when it holds out a fraction itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.helpers import TAXI_FEATURES, Service, running_service
+from tests.workers.data.test_clean import fare_lines, write
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    data = tmp_path_factory.mktemp("data")
+    write(data / "fares.csv", fare_lines())
+    pd.read_csv(data / "fares.csv", dtype={"distance": str}).to_parquet(data / "fares.parquet")
+    with running_service(spark, tmp_path_factory.mktemp("svc"), data_roots=[data, REPO / "datasets"]) as service:
+        yield service
+
+
+def fare_request(uri: str, bad_rows: str) -> dict[str, Any]:
+    return {
+        "name": f"fares-{bad_rows}",
+        "framework": "spark_ml",
+        "dataset": {"uri": uri, "features": ["distance", "passengers"], "label": "fare", "task": "regression",
+                    "bad_rows": bad_rows},
+        "params": {"algorithm": "linear_regression"},
+    }  # fmt: skip
+
+
+def test_the_messy_fare_table_registers_and_trains(svc: Service) -> None:
+    registered = svc.client.post("/datasets", json={"uri": "fares.csv", "name": "fares"})
+    assert registered.status_code == 201, registered.text
+    columns = {c["name"]: c for c in registered.json()["schema"]}
+    assert columns["distance"]["type"] == "string" and columns["distance"]["not_numbers"] == 3
+    assert columns["fare"]["not_numbers"] == 0 and columns["pickup"]["not_numbers"] == 600  # text: none parse
+    dataset_id = registered.json()["id"]
+
+    skipped = svc.wait(svc.train(fare_request(dataset_id, "skip"))["id"], {"SUCCEEDED", "FAILED"})
+    assert skipped["status"] == "SUCCEEDED", skipped["error"]
+    rows = skipped["result"]["rows"]
+    assert skipped["result"]["bad_rows"] == 3
+    assert rows["train"] + rows["validation"] == 597 and rows["validation"] > 0
+    assert any(w.startswith("dropped 3 rows of") for w in skipped["warnings"])
+    version = svc.client.get(f"/models/fares-skip/versions/{skipped['model']['version']}").json()
+    example = version["params"]["input_example"]
+    assert example and all(isinstance(row["distance"], float) for row in example)  # as trained: numbers
+
+    failed = svc.wait(svc.train(fare_request("fares.csv", "fail"))["id"], {"SUCCEEDED", "FAILED"})
+    assert failed["status"] == "FAILED"
+    assert failed["error"]["reason"] == "BAD_ROWS"
+    assert failed["error"]["message"].startswith("3 rows of")
+    assert "not a number: 'n/a' (distance)" in failed["error"]["message"]
+
+
+def test_a_string_column_of_parquet_is_still_refused(svc: Service) -> None:
+    """Parquet's types are the file's own, not inferred from text: a string there is not a number to parse."""
+    refused = svc.client.post("/train", json=fare_request("fares.parquet", "skip"))
+    assert refused.status_code == 422
+    assert "'distance' is string; features must be numeric" in refused.text
+
+
+def test_xgboost_reports_its_held_out_rows(svc: Service) -> None:
+    body = {
+        "name": "taxi-xgb-held-out",
+        "framework": "xgboost",
+        "dataset": {"uri": "taxi/train.parquet", "features": TAXI_FEATURES, "label": "fare_amount",
+                    "task": "regression", "split": {"validation_fraction": 0.25, "seed": 3}},
+        "params": {"num_round": 5, "max_depth": 3},
+    }  # fmt: skip
+    job = svc.wait(svc.train(body)["id"], {"SUCCEEDED", "FAILED"})
+    assert job["status"] == "SUCCEEDED", job["error"]
+    rows = job["result"]["rows"]
+    assert rows["train"] + rows["validation"] == 8000
+    assert 1800 < rows["validation"] < 2200
