@@ -2,8 +2,9 @@
 
 Every collective counts what this rank puts on the wire (``wire_bytes``), from what the algorithm sends
 (:func:`ring_allgather_bytes`, :func:`ring_allreduce_bytes`): payload with its padding, the length exchange, the
-flags, every hop of the ring. Not counted: gloo's per-message framing and TCP/IP headers (constant per send, see
-docs/torch-trainer.md), and the TCPStore traffic of the rendezvous.
+flags, every hop of the ring, and gloo's TCP framing of each send and receive. Not counted: TCP/IP headers and
+the TCPStore traffic of the rendezvous. The count is checked against the kernel's per-socket counters in
+``tests/workers/training/torch/test_many_workers.py``; under NCCL it is the same ring model, not measured.
 
 Executor-side: imports only torch. Rendezvous goes through a TCPStore that rank 0 opens on a port the OS
 picks (no probe-then-bind race); the port reaches the other ranks through Spark's barrier ``allGather`` or,
@@ -32,19 +33,32 @@ def _round_up(a: int, multiple: int) -> int:
     return _ceil_div(a, multiple) * multiple
 
 
-def ring_allgather_bytes(nbytes: int, world_size: int) -> int:
-    """Bytes one rank sends in gloo's ring all-gather of ``nbytes`` per rank: its own block and every block it
-    forwards, W - 1 hops of ``nbytes`` each."""
-    return (world_size - 1) * nbytes
+GLOO_SEND_FRAME_BYTES = 96
+"""What gloo's TCP transport adds to each send of an unbound buffer: the operation's 48-byte preamble and a
+48-byte notice that the send is ready. Measured (tcp_info's bytes_sent around 50 collectives at W = 2 and 3,
+torch 2.13): 96 per send plus 48 per receive, exactly, for all-gathers and all-reduces of 8 B to 40 kB."""
+GLOO_RECV_FRAME_BYTES = 48
+"""The 48-byte notice a receiving rank sends its peer that a receive is posted."""
 
 
-def ring_allreduce_bytes(nbytes: int, element_size: int, world_size: int, rank: int) -> int:
+def ring_allgather_bytes(nbytes: int, world_size: int, *, framing: bool = True) -> int:
+    """Bytes one rank sends in gloo's ring all-gather (``gloo/allgather.cc``) of ``nbytes`` per rank: W - 1 hops of
+    its block, each as two halves (2(W - 1) sends and as many receives, each framed)."""
+    if world_size < 2:
+        return 0
+    ops = 2 * (world_size - 1)
+    frames = ops * (GLOO_SEND_FRAME_BYTES + GLOO_RECV_FRAME_BYTES) if framing else 0
+    return (world_size - 1) * nbytes + frames
+
+
+def ring_allreduce_bytes(nbytes: int, element_size: int, world_size: int, rank: int, *, framing: bool = True) -> int:
     """Bytes ``rank`` sends in gloo's ring all-reduce (``gloo/allreduce.cc``, ``ring``) of ``nbytes``.
 
     The buffer is cut into ``S`` segments (a multiple of W, at least 2W, at most 1 MiB each, rounded up to whole
     elements); reduce-scatter and all-gather each send ``S - S/W`` of them, and segments past the end of the
-    buffer are short or empty. About ``2(W-1)/W · nbytes`` for large buffers; a few bytes of uneven split for
-    small ones, which is why this follows the algorithm instead of the formula.
+    buffer are short or empty (an empty one is neither sent nor received). About ``2(W-1)/W · nbytes`` for large
+    buffers; for small ones the uneven split and the framing dominate, which is why this follows the algorithm
+    instead of the formula.
     """
     if world_size < 2 or nbytes == 0:
         return 0
@@ -54,14 +68,19 @@ def ring_allreduce_bytes(nbytes: int, element_size: int, world_size: int, rank: 
     segment_bytes = _round_up(_ceil_div(nbytes, segments), element_size)
     span = segments * segment_bytes
 
-    def sent(first: int) -> int:
-        total = 0
-        for i in range(segments - per_rank):
-            offset = ((first + i) * segment_bytes) % span
-            total += max(0, min(segment_bytes, nbytes - offset))
-        return total
+    def lengths(first: int) -> list[int]:
+        """The lengths of the segments one phase moves, starting at segment ``first``."""
+        return [
+            max(0, min(segment_bytes, nbytes - ((first + i) * segment_bytes) % span))
+            for i in range(segments - per_rank)
+        ]
 
-    return sent((rank + 1) * per_rank) + sent(rank * per_rank)
+    sends = lengths((rank + 1) * per_rank) + lengths(rank * per_rank)  # reduce-scatter, then all-gather
+    recvs = lengths((rank + 2) * per_rank) + lengths((rank + 1) * per_rank)
+    total = sum(sends)
+    if framing:
+        total += GLOO_SEND_FRAME_BYTES * sum(1 for n in sends if n) + GLOO_RECV_FRAME_BYTES * sum(1 for n in recvs if n)
+    return total
 
 
 class Comm:

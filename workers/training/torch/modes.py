@@ -110,6 +110,16 @@ class Strategy:
     def step(self, global_step: int) -> StepStats:
         raise NotImplementedError
 
+    def flagged_step(self, global_step: int, *, stop: bool, nan_loss: bool) -> tuple[bool, bool, StepStats | None]:
+        """Whether any rank asked to stop or saw a non-finite loss and, when none did, the step taken.
+
+        Here the flags take an all-reduce of their own before the step; gradient sharing overrides this and
+        carries them in its length exchange, one collective fewer per step."""
+        stop, nan = self.comm.any_flags(stop, nan_loss)
+        if stop or nan:
+            return stop, nan, None
+        return False, False, self.step(global_step)
+
     def parameter_at(self, index: int) -> str:
         """The name of the parameter that element ``index`` of the flat buffer belongs to."""
         names, starts, start = [], [], 0
@@ -191,8 +201,8 @@ class GradientSharing(Strategy):
         self.exchange_s = 0.0
 
     def _non_finite(self) -> int:
-        """0 when the residual is finite, else a code naming its first non-finite element: 2·index + 1 for NaN,
-        2·index + 2 for ±inf. One reduction on the fast path (a NaN or inf anywhere makes the sum non-finite;
+        """0 when the residual is finite, else a code naming its first non-finite element: 2*index + 1 for NaN,
+        2*index + 2 for inf. One reduction on the fast path (a NaN or inf anywhere makes the sum non-finite;
         a finite sum that overflowed is checked element by element before being called bad)."""
         if math.isfinite(float(self.residual.sum())):
             return 0
@@ -203,10 +213,18 @@ class GradientSharing(Strategy):
         return 2 * index + (1 if math.isnan(float(self.residual[index])) else 2)
 
     def step(self, global_step: int) -> StepStats:
+        stop, _, stats = self.flagged_step(global_step, stop=False, nan_loss=False)
+        if stats is None:
+            raise RuntimeError(f"another worker {'stopped' if stop else 'saw a non-finite loss'} at this step")
+        return stats
+
+    def flagged_step(self, global_step: int, *, stop: bool, nan_loss: bool) -> tuple[bool, bool, StepStats | None]:
+        """The step, with this rank's flags in its length exchange: bit 0 stop, bit 1 a non-finite loss, the bits
+        above the residual's :meth:`_non_finite` code. Any flag on any rank skips the payload on every rank."""
         with torch.no_grad():
             optimizer_update(self.optimizer, self.flat, self._update, self._before)
             self.residual.add_(self._update)
-            flag = self._non_finite()
+            flag = int(stop) | int(nan_loss) << 1 | self._non_finite() << 2
 
             t0 = time.perf_counter()
             tau = self.algorithm.next_threshold()
@@ -215,7 +233,10 @@ class GradientSharing(Strategy):
             )
             t1 = time.perf_counter()
             messages, flags = self.comm.all_gather_bytes(encoded.message, flag=flag)
-            bad = next(((rank, f) for rank, f in enumerate(flags) if f), None)
+            any_stop, any_nan = any(f & 1 for f in flags), any(f & 2 for f in flags)
+            if any_stop or any_nan:
+                return any_stop, any_nan, None
+            bad = next(((rank, f >> 2) for rank, f in enumerate(flags) if f >> 2), None)
             if bad is not None:
                 rank, code = bad
                 raise NonFiniteUpdate(
@@ -234,15 +255,19 @@ class GradientSharing(Strategy):
             self.encode_s += t1 - t0 + (time.perf_counter() - t2)
             self.exchange_s += t2 - t1
             debug = residual_stats(self.residual, encoded.tau) if self.sharing.encoding_debug else None
-        return StepStats(
-            bytes_sent=encoded.nbytes,
-            dense_bytes=self.dense_bytes,
-            clipped_mass=clipped,
-            bitmap=encoded.kind == MessageKind.BITMAP,
-            tau=encoded.tau,
-            sparsity=encoded.count / encoded.n,
-            residual_norm=float(self.residual.norm()),
-            debug=debug,
+        return (
+            False,
+            False,
+            StepStats(
+                bytes_sent=encoded.nbytes,
+                dense_bytes=self.dense_bytes,
+                clipped_mass=clipped,
+                bitmap=encoded.kind == MessageKind.BITMAP,
+                tau=encoded.tau,
+                sparsity=encoded.count / encoded.n,
+                residual_norm=float(self.residual.norm()),
+                debug=debug,
+            ),
         )
 
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

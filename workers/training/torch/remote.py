@@ -263,7 +263,12 @@ def _train(
             loss = _loss(loss_fn, model(x, lengths=lengths), y, mask, weight)
             loss.backward()
             loss_value = float(loss.detach())
-            stop, nan = comm.any_flags(reporter.stop_requested, not math.isfinite(loss_value))
+            try:
+                stop, nan, stats = strategy.flagged_step(
+                    global_step, stop=reporter.stop_requested, nan_loss=not math.isfinite(loss_value)
+                )
+            except NonFiniteUpdate as exc:
+                return _failed(base, "NON_FINITE_UPDATE", _non_finite_message(exc, epoch))
             if nan:
                 value = loss_value if not math.isfinite(loss_value) else "non-finite on another worker"
                 where = f"step {global_step + 1} (epoch {epoch + 1})"
@@ -271,12 +276,8 @@ def _train(
                 return _failed(
                     base, "NAN_LOSS", f"the loss became {value} at {where}; the last checkpoint is kept; {advice}"
                 )
-            if stop:
+            if stop or stats is None:
                 return {**base, "stopped": True, "step": global_step}
-            try:
-                stats = strategy.step(global_step)
-            except NonFiniteUpdate as exc:
-                return _failed(base, "NON_FINITE_UPDATE", _non_finite_message(exc, epoch))
             wire = comm.wire_bytes - wire_before
             if scheduler is not None:
                 scheduler.step()

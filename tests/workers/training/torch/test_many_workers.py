@@ -61,15 +61,15 @@ def test_every_mode_keeps_bitwise_replicas_with_batch_norm_and_uneven_partitions
             assert results[0]["wire_compression"] < 1.0  # the flags cost something on top of the dense exchange
             assert results[0]["codec_compression"] is None
         if mode == "gradient_sharing":
-            assert results[0]["wire_compression"] > 5
+            # a ~600-parameter model: gloo's framing of two all-gathers weighs as much as the messages, so the
+            # wire ratio is far below the codec's, yet still cheaper than the dense ring all-reduce
+            assert 1 < results[0]["wire_compression"] < results[0]["codec_compression"]
             # the (W - 1)-fold fan-out and the padding make the wire dearer than the codec's message sizes
             for r in results:
                 assert r["wire_bytes"] > (world - 1) * r["bytes_sent"]
 
 
-def _scaled_step(comm: Comm, aggregation: str) -> dict[str, list[float]]:
-    """One gradient-sharing step on a 4-weight model with SGD(lr=1) and a fixed tau of 0.5: rank r's update is
-    1.0 at element r (r < 3) and -0.6 at element 3, so it sends +tau at r and -tau at 3."""
+def _sharing(comm: Comm, aggregation: str) -> GradientSharing:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1, bias=False)
     with torch.no_grad():
@@ -77,13 +77,31 @@ def _scaled_step(comm: Comm, aggregation: str) -> dict[str, list[float]]:
     flat = flatten_parameters(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     sharing = SharingConfig(threshold_algorithm={"type": "fixed", "threshold": 0.5}, aggregation=aggregation)  # type: ignore[arg-type]
-    strategy = GradientSharing(model, flat, optimizer, comm, sharing=sharing)
+    return GradientSharing(model, flat, optimizer, comm, sharing=sharing)
+
+
+def _flags(comm: Comm) -> list[Any]:
+    """Rank 1 saw a NaN loss, then rank 2 asks to stop: every rank learns it from the length exchange alone."""
+    out = []
+    for stop, nan in (((False, comm.rank == 1)), (comm.rank == 2, False)):
+        strategy = _sharing(comm, "sum")
+        strategy.model.weight.grad = torch.ones(1, 4)
+        before = comm.wire_bytes
+        result = strategy.flagged_step(0, stop=stop, nan_loss=nan)
+        out.append([result[0], result[1], result[2] is None, comm.wire_bytes - before])
+    return out
+
+
+def _scaled_step(comm: Comm, aggregation: str) -> dict[str, list[float]]:
+    """One gradient-sharing step on a 4-weight model with SGD(lr=1) and a fixed tau of 0.5: rank r's update is
+    1.0 at element r (r < 3) and -0.6 at element 3, so it sends +tau at r and -tau at 3."""
+    strategy = _sharing(comm, aggregation)
     grad = torch.zeros(1, 4)
     grad[0, comm.rank % 3] = 1.0
     grad[0, 3] = -0.6
-    model.weight.grad = grad
+    strategy.model.weight.grad = grad
     stats = strategy.step(0)
-    return {"theta": flat.tolist(), "residual": strategy.residual.tolist(), "bytes": [stats.bytes_sent]}
+    return {"theta": strategy.flat.tolist(), "residual": strategy.residual.tolist(), "bytes": [stats.bytes_sent]}
 
 
 def _on_three_ranks(comm: Comm) -> dict[str, Any]:
@@ -92,6 +110,7 @@ def _on_three_ranks(comm: Comm) -> dict[str, Any]:
         "sum": _scaled_step(comm, "sum"),
         "mean": _scaled_step(comm, "mean"),
         "wire": _collectives(comm, 20),
+        "flags": _flags(comm),
     }
 
 
@@ -136,24 +155,33 @@ def test_gradient_sharing_sums_or_averages_the_messages(three_ranks: list[dict[s
         assert o[aggregation]["residual"] == pytest.approx(residual, rel=1e-6)
 
 
+def test_stop_and_nan_flags_ride_on_the_length_exchange(three_ranks: list[dict[str, Any]]) -> None:
+    header = ring_allgather_bytes(16, 3)  # (length, flags) as two int64, nothing else on the wire
+    for o in three_ranks:
+        assert o["flags"] == [[False, True, True, header], [True, False, True, header]]
+
+
 def test_counted_wire_bytes_match_the_kernels_tcp_counters(three_ranks: list[dict[str, Any]]) -> None:
     """Each rank's count against the bytes its process's TCP sockets sent (tcp_info's bytes_sent), W = 3."""
     if any(o["wire"]["measured"] < 0 for o in three_ranks):
         pytest.skip("ss with tcp_info byte counters is not available here")
     for o in three_ranks:
-        # what the count leaves out: gloo's framing of each send (tens of bytes)
-        assert o["wire"]["counted"] <= o["wire"]["measured"] <= o["wire"]["counted"] * 1.10, o["wire"]
+        # framing included, the count is what TCP carried, to a few bytes (a retransmission adds some)
+        assert abs(o["wire"]["measured"] - o["wire"]["counted"]) <= 0.01 * o["wire"]["counted"], o["wire"]
 
 
 def test_ring_formulas() -> None:
     assert ring_allgather_bytes(100, 1) == 0
-    assert ring_allgather_bytes(100, 4) == 300
+    assert ring_allgather_bytes(100, 4, framing=False) == 300
+    assert ring_allgather_bytes(100, 4) == 300 + 6 * (96 + 48)  # six half-block sends and receives, framed
     assert ring_allreduce_bytes(4_000_000, 4, 1, 0) == 0
     # large buffers: 2 (W - 1) / W of the buffer per rank, summed over the ranks exactly 2 (W - 1) buffers
     for world in (2, 3, 4, 8):
-        total = sum(ring_allreduce_bytes(4_000_000, 4, world, r) for r in range(world))
+        total = sum(ring_allreduce_bytes(4_000_000, 4, world, r, framing=False) for r in range(world))
         assert total == 2 * (world - 1) * 4_000_000
     # 3 int32 at W = 4: 8 one-element segments, 3 of them real; each rank sends the real ones it owns or forwards
-    sends = [ring_allreduce_bytes(12, 4, 4, r) for r in range(4)]
+    sends = [ring_allreduce_bytes(12, 4, 4, r, framing=False) for r in range(4)]
     assert sum(sends) == 2 * 3 * 12
     assert max(sends) > min(sends)  # the uneven split the plain formula misses
+    # 2 int32 at W = 3, as measured: ranks 0, 1, 2 send 2, 2, 3 framed segments and receive 2, 4, 4
+    assert [ring_allreduce_bytes(8, 4, 3, r) for r in range(3)] == [8 + 288, 8 + 384, 16 + 480]
