@@ -1,9 +1,10 @@
 """The executor-side trainer past two workers (gloo over loopback, no Spark): bitwise replicas in every mode with
-uneven partitions and batch norm, the sum/mean scaling of gradient sharing, and wire bytes that follow gloo's
-ring algorithms."""
+uneven partitions and batch norm, exact resume, the sum/mean scaling of gradient sharing, and wire bytes that
+follow gloo's ring algorithms."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from tests.workers.training.torch.test_remote import _blobs, _cfg
+from workers.training.torch.checkpoint import final_dir
 from workers.training.torch.comm import Comm, ring_allgather_bytes, ring_allreduce_bytes
 from workers.training.torch.config import SharingConfig
 from workers.training.torch.local import run_local_many, run_ranks
@@ -39,8 +41,20 @@ def test_every_mode_keeps_bitwise_replicas_with_batch_norm_and_uneven_partitions
         _cfg(tmp_path / mode, mode=mode, network=BN_MLP, epochs=2, num_workers=world, averaging_frequency=2)
         for mode in MODES
     ]
-    runs = run_local_many(cfgs, _uneven(world))
-    for mode, results in zip(MODES, runs, strict=True):
+    # and each mode resumed from its own epoch-1 checkpoint (written by the run before it in the same processes)
+    resumed = [
+        dataclasses.replace(
+            cfg,
+            checkpoint_dir=str(tmp_path / f"resumed-{cfg.mode}"),
+            model_dir=str(tmp_path / f"resumed-{cfg.mode}-model"),
+            resume_dir=str(final_dir(cfg.checkpoint_dir, 1)),
+            start_epoch=1,
+        )
+        for cfg in cfgs
+    ]
+    runs = run_local_many([*cfgs, *resumed], _uneven(world))
+    for mode, results, again in zip(MODES, runs[: len(MODES)], runs[len(MODES) :], strict=True):
+        assert [r["checksum"] for r in again] == [r["checksum"] for r in results], mode  # resume is exact
         for r in results:
             assert "error" not in r and "exception" not in r, (mode, r)
         # the checksum covers parameters and buffers (batch-norm running statistics and counters)
