@@ -47,14 +47,15 @@ class NonFiniteUpdate(RuntimeError):
         self.step, self.worker, self.parameter, self.kind = step, worker, parameter, kind
 
 
-def optimizer_update(optimizer: Any, flat: torch.Tensor, out: torch.Tensor, before: torch.Tensor) -> None:
-    """Write into ``out`` the update ``u`` that ``optimizer.step()`` would subtract from the parameters, and take
-    the optimizer's step (its state moves on) without changing the parameters.
+def add_optimizer_update(optimizer: Any, flat: torch.Tensor, residual: torch.Tensor, before: torch.Tensor) -> None:
+    """Add to ``residual`` the update ``u`` that ``optimizer.step()`` would subtract from the parameters, and take
+    the optimizer's step (its state moves on) without changing the parameters (``before`` is scratch space).
 
     ``θ_before - θ_after`` in float32 loses every update below half an ulp of its weight (θ = 1: 1e-8 reads
     as 0). Instead the step runs on parameters set to zero, so what it writes is exactly ``-u``; the only
     terms that read θ, weight decay, are added explicitly: L2 (``weight_decay`` of SGD, Adam, RMSprop) into the
-    gradients as torch would, AdamW's decoupled decay as ``lr·wd·θ`` into ``u``.
+    gradients as torch would, AdamW's decoupled decay as ``lr·wd·θ``. Same number of passes over the
+    parameters as the subtraction it replaces.
     """
     decoupled = isinstance(optimizer, torch.optim.AdamW)
     before.copy_(flat)
@@ -73,17 +74,15 @@ def optimizer_update(optimizer: Any, flat: torch.Tensor, out: torch.Tensor, befo
     finally:
         for group, decay in zip(optimizer.param_groups, saved, strict=True):
             group["weight_decay"] = decay
-    torch.neg(flat, out=out)
+    residual.sub_(flat)  # flat holds -u
     if decoupled:
-        # params are views of flat and of before alike: add lr * wd * θ per parameter
-        offsets = {p.data_ptr(): p.data_ptr() - flat.data_ptr() for g in optimizer.param_groups for p in g["params"]}
         for group, decay in zip(optimizer.param_groups, saved, strict=True):
             if not decay:
                 continue
             for p in group["params"]:
-                start = offsets[p.data_ptr()] // flat.element_size()
+                start = (p.data_ptr() - flat.data_ptr()) // flat.element_size()  # params are views of flat
                 n = p.numel()
-                out[start : start + n].add_(before[start : start + n], alpha=float(group["lr"]) * decay)
+                residual[start : start + n].add_(before[start : start + n], alpha=float(group["lr"]) * decay)
     flat.copy_(before)
 
 
@@ -194,7 +193,6 @@ class GradientSharing(Strategy):
         self.residual = torch.zeros_like(self.flat)
         self.clipped_mass = 0.0
         self._before = torch.empty_like(self.flat)
-        self._update = torch.empty_like(self.flat)
         self._delta = torch.empty_like(self.flat)
         self.scale = 1.0 if sharing.aggregation == "sum" else 1.0 / self.comm.world_size
         self.encode_s = 0.0
@@ -222,8 +220,7 @@ class GradientSharing(Strategy):
         """The step, with this rank's flags in its length exchange: bit 0 stop, bit 1 a non-finite loss, the bits
         above the residual's :meth:`_non_finite` code. Any flag on any rank skips the payload on every rank."""
         with torch.no_grad():
-            optimizer_update(self.optimizer, self.flat, self._update, self._before)
-            self.residual.add_(self._update)
+            add_optimizer_update(self.optimizer, self.flat, self.residual, self._before)
             flag = int(stop) | int(nan_loss) << 1 | self._non_finite() << 2
 
             t0 = time.perf_counter()

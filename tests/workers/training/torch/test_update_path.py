@@ -12,7 +12,7 @@ import torch
 from tests.workers.training.torch.test_remote import MLP, _cfg, _splits
 from workers.training.torch.checkpoint import final_dir
 from workers.training.torch.local import run_local_many
-from workers.training.torch.modes import optimizer_update
+from workers.training.torch.modes import add_optimizer_update
 from workers.training.torch.remote import replica_checksum
 
 
@@ -27,11 +27,11 @@ def test_an_update_below_half_an_ulp_of_its_weight_reaches_the_residual() -> Non
     param, flat = _one_parameter([1.0, 1.0, -3.0])
     optimizer = torch.optim.SGD([param], lr=1.0)
     param.grad = torch.tensor([1e-8, 5e-8, 1e-7])
-    update, before = torch.empty_like(flat), torch.empty_like(flat)
-    optimizer_update(optimizer, flat, update, before)
-    # the parameters are untouched; the update is the gradient itself, not what survives 1 - 1e-8 in float32
+    residual, before = torch.zeros_like(flat), torch.empty_like(flat)
+    add_optimizer_update(optimizer, flat, residual, before)
+    # the parameters are untouched; the residual holds the gradient itself, not what survives 1 - 1e-8 in float32
     assert flat.tolist() == [1.0, 1.0, -3.0]
-    assert update.tolist() == torch.tensor([1e-8, 5e-8, 1e-7]).tolist()
+    assert residual.tolist() == torch.tensor([1e-8, 5e-8, 1e-7]).tolist()
     # what the old subtraction read
     assert float(torch.tensor(1.0) - (torch.tensor(1.0) - torch.tensor(1e-8))) == 0.0
 
@@ -54,7 +54,8 @@ def test_the_update_is_what_the_optimizer_would_apply(kind: str) -> None:
     for _ in range(3):
         grad = torch.randn(64, generator=gen)
         param.grad, reference.grad = grad.clone(), grad.double()
-        optimizer_update(optimizer, flat, update, before)
+        update.zero_()
+        add_optimizer_update(optimizer, flat, update, before)
         start = reference.detach().clone()
         ref_optimizer.step()
         expected = start - reference.detach()
