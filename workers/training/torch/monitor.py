@@ -36,6 +36,7 @@ TOTAL_KEYS = {
     "codec_compression": "codec_compression",
     "wire_compression": "wire_compression",
     "wire_bytes_per_step": "wire_bytes_per_step",
+    "wire_bytes_total": "wire_bytes_total",
     "clipped_mass": "clipped_mass_total",
 }
 """A worker's figures over the whole run (its last event), as job metrics at the final step: key -> metric."""

@@ -394,6 +394,9 @@ def _non_finite_message(exc: NonFiniteUpdate, epoch: int) -> str:
 def _totals(c: _Counters, comm: Comm, mode: str) -> dict[str, Any]:
     """This worker's byte ratios over its steps and the residual mass its clipping discarded.
 
+    ``wire_bytes`` sums the steps' collectives; ``wire_bytes_total`` is everything this worker sent in
+    collectives so far, end-of-epoch work (buffer averaging, validation, checksums, checkpoint barriers) included.
+
     ``codec_compression``: dense bytes (4 per parameter) over the codec's message bytes (gradient sharing only).
     ``wire_compression``: what a dense ring all-reduce step would put on the wire from this rank over what this
     rank's steps actually put there (every collective: lengths, padding, flags, the W - 1 hops). Both None
@@ -402,6 +405,7 @@ def _totals(c: _Counters, comm: Comm, mode: str) -> dict[str, Any]:
     steps = max(1, c.steps)
     return {
         "wire_bytes": c.wire_bytes,
+        "wire_bytes_total": comm.wire_bytes,
         "wire_bytes_per_step": c.wire_bytes / steps,
         "dense_wire_bytes_per_step": dense_wire,
         "wire_compression": dense_wire * c.steps / c.wire_bytes if c.wire_bytes and dense_wire else None,

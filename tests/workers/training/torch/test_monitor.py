@@ -44,6 +44,7 @@ def test_step_and_totals_events_become_metrics_per_worker() -> None:
                 "codec_compression": 100.0,
                 "wire_compression": 30.0,
                 "wire_bytes_per_step": 133.0,
+                "wire_bytes_total": 2000,
                 "clipped_mass": 1.5,
             }
         )
@@ -59,3 +60,4 @@ def test_step_and_totals_events_become_metrics_per_worker() -> None:
     assert found[("wire_compression", 10, 1)] == 30.0
     assert found[("wire_bytes_per_step", 10, 1)] == 133.0
     assert found[("clipped_mass_total", 10, 1)] == 1.5
+    assert found[("wire_bytes_total", 10, 1)] == 2000
