@@ -343,6 +343,9 @@ def _train(
                 }
             )
     restored = stopping.restore(model) if stopping is not None else False
+    diverged = _diverged(comm, model, "at the end of training")
+    if diverged is not None:
+        return _failed(base, "REPLICAS_DIVERGED", diverged)
     if rank == 0:
         ckpt.save_model(
             Path(cfg.model_dir),
@@ -351,9 +354,6 @@ def _train(
         )
         if cfg.store:
             storage.publish_dir(Path(cfg.model_dir), published(cfg, "model"))
-    diverged = _diverged(comm, model, "at the end of training")
-    if diverged is not None:
-        return _failed(base, "REPLICAS_DIVERGED", diverged)
     checksum = replica_checksum(model)
     totals = _totals(c, comm, cfg.mode)
     reporter.send({"t": "totals", "rank": rank, "step": global_step, **totals})
