@@ -1,5 +1,11 @@
 """Collectives between the training workers (torch.distributed over gloo on CPU, NCCL on CUDA).
 
+Every collective counts what this rank puts on the wire (``wire_bytes``), from what the algorithm sends
+(:func:`ring_allgather_bytes`, :func:`ring_allreduce_bytes`): payload with its padding, the length exchange, the
+flags, every hop of the ring, and gloo's TCP framing of each send and receive. Not counted: TCP/IP headers and
+the TCPStore traffic of the rendezvous. The count is checked against the kernel's per-socket counters in
+``tests/workers/training/torch/test_many_workers.py``; under NCCL it is the same ring model, not measured.
+
 Executor-side: imports only torch. Rendezvous goes through a TCPStore that rank 0 opens on a port the OS
 picks (no probe-then-bind race); the port reaches the other ranks through Spark's barrier ``allGather`` or,
 without Spark, through the caller. Every collective has a timeout, so a lost peer fails the stage instead of
@@ -10,9 +16,72 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+GLOO_MAX_SEGMENT_BYTES = 1 << 20
+"""gloo's ``AllreduceOptionsImpl::kMaxSegmentSize``: the ring all-reduce sends segments of at most 1 MiB."""
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, multiple: int) -> int:
+    return _ceil_div(a, multiple) * multiple
+
+
+GLOO_SEND_FRAME_BYTES = 96
+"""What gloo's TCP transport adds to each send of an unbound buffer: the operation's 48-byte preamble and a
+48-byte notice that the send is ready. Measured (tcp_info's bytes_sent around 50 collectives at W = 2 and 3,
+torch 2.13): 96 per send plus 48 per receive, exactly, for all-gathers and all-reduces of 8 B to 40 kB (a 4 MB
+all-reduce showed a few hundred bytes more per operation, 0.0004%)."""
+GLOO_RECV_FRAME_BYTES = 48
+"""The 48-byte notice a receiving rank sends its peer that a receive is posted."""
+
+
+def ring_allgather_bytes(nbytes: int, world_size: int, *, framing: bool = True) -> int:
+    """Bytes one rank sends in gloo's ring all-gather (``gloo/allgather.cc``) of ``nbytes`` per rank: W - 1 hops of
+    its block, each as two halves (2(W - 1) sends and as many receives, each framed)."""
+    if world_size < 2:
+        return 0
+    ops = 2 * (world_size - 1)
+    frames = ops * (GLOO_SEND_FRAME_BYTES + GLOO_RECV_FRAME_BYTES) if framing else 0
+    return (world_size - 1) * nbytes + frames
+
+
+def ring_allreduce_bytes(nbytes: int, element_size: int, world_size: int, rank: int, *, framing: bool = True) -> int:
+    """Bytes ``rank`` sends in gloo's ring all-reduce (``gloo/allreduce.cc``, ``ring``) of ``nbytes``.
+
+    The buffer is cut into ``S`` segments (a multiple of W, at least 2W, at most 1 MiB each, rounded up to whole
+    elements); reduce-scatter and all-gather each send ``S - S/W`` of them, and segments past the end of the
+    buffer are short or empty (an empty one is neither sent nor received). About ``2(W-1)/W · nbytes`` for large
+    buffers; for small ones the uneven split and the framing dominate, which is why this follows the algorithm
+    instead of the formula.
+    """
+    if world_size < 2 or nbytes == 0:
+        return 0
+    max_segment = element_size * max(1, GLOO_MAX_SEGMENT_BYTES // element_size)
+    segments = _round_up(max(_ceil_div(nbytes, max_segment), 2 * world_size), world_size)
+    per_rank = segments // world_size
+    segment_bytes = _round_up(_ceil_div(nbytes, segments), element_size)
+    span = segments * segment_bytes
+
+    def lengths(first: int) -> list[int]:
+        """The lengths of the segments one phase moves, starting at segment ``first``."""
+        return [
+            max(0, min(segment_bytes, nbytes - ((first + i) * segment_bytes) % span))
+            for i in range(segments - per_rank)
+        ]
+
+    sends = lengths((rank + 1) * per_rank) + lengths(rank * per_rank)  # reduce-scatter, then all-gather
+    recvs = lengths((rank + 2) * per_rank) + lengths((rank + 1) * per_rank)
+    total = sum(sends)
+    if framing:
+        total += GLOO_SEND_FRAME_BYTES * sum(1 for n in sends if n) + GLOO_RECV_FRAME_BYTES * sum(1 for n in recvs if n)
+    return total
 
 
 class Comm:
@@ -30,6 +99,8 @@ class Comm:
         """Join the process group. Rank 0 opens the store: on ``port``, or on a free port when ``port`` is None,
         which ``share_port`` (rank 0's port in, rank 0's port out on every rank) hands to the others."""
         self.rank, self.world_size, self.device = rank, world_size, device
+        self.wire_bytes = 0
+        """Bytes this rank has put on the wire in collectives so far."""
         timeout = timedelta(seconds=timeout_s)
         if rank == 0:
             store = dist.TCPStore(host, port or 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
@@ -49,38 +120,52 @@ class Comm:
     def _on_device(self, t: torch.Tensor) -> torch.Tensor:
         return t if t.device == self.device else t.to(self.device)
 
-    def all_gather_bytes(self, message: torch.Tensor) -> list[torch.Tensor]:
-        """Every rank's uint8 message, in rank order. gloo's all_gather needs equal sizes: gather the lengths,
-        then buffers padded to the longest, then trim."""
-        length = torch.tensor([message.numel()], dtype=torch.int64, device=self.device)
-        lengths = [torch.zeros_like(length) for _ in range(self.world_size)]
-        dist.all_gather(lengths, length)
-        sizes = [int(x.item()) for x in lengths]
+    def _all_gather(self, out: list[torch.Tensor], tensor: torch.Tensor) -> None:
+        self.wire_bytes += ring_allgather_bytes(tensor.numel() * tensor.element_size(), self.world_size)
+        dist.all_gather(out, tensor)
+
+    def _all_reduce(self, tensor: torch.Tensor, op: Any = None) -> None:
+        self.wire_bytes += ring_allreduce_bytes(
+            tensor.numel() * tensor.element_size(), tensor.element_size(), self.world_size, self.rank
+        )
+        dist.all_reduce(tensor, op=op if op is not None else dist.ReduceOp.SUM)
+
+    def all_gather_bytes(self, message: torch.Tensor, *, flag: int = 0) -> tuple[list[torch.Tensor], list[int]]:
+        """Every rank's uint8 message and ``flag``, in rank order. gloo's all_gather needs equal sizes: gather the
+        lengths (each with its rank's flag), then buffers padded to the longest, then trim. When any rank raised
+        a flag the payload exchange is skipped (every rank sees the same flags) and the messages are empty."""
+        header = torch.tensor([message.numel(), flag], dtype=torch.int64, device=self.device)
+        headers = [torch.zeros_like(header) for _ in range(self.world_size)]
+        self._all_gather(headers, header)
+        sizes = [int(h[0].item()) for h in headers]
+        flags = [int(h[1].item()) for h in headers]
+        if any(flags):
+            return [], flags
         longest = max(sizes)
         padded = torch.zeros(longest, dtype=torch.uint8, device=self.device)
         padded[: message.numel()] = self._on_device(message)
         out = [torch.empty(longest, dtype=torch.uint8, device=self.device) for _ in range(self.world_size)]
-        dist.all_gather(out, padded)
-        return [buf[:size] for buf, size in zip(out, sizes, strict=True)]
+        self._all_gather(out, padded)
+        return [buf[:size] for buf, size in zip(out, sizes, strict=True)], flags
 
     def any_flags(self, *flags: bool) -> list[bool]:
         """For each flag: is it set on any rank? (stop requests, a NaN loss)."""
         t = torch.tensor([int(f) for f in flags], dtype=torch.int32, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        self._all_reduce(t, dist.ReduceOp.MAX)
         return [bool(v) for v in t.tolist()]
 
     def min_int(self, value: int) -> int:
         t = torch.tensor([value], dtype=torch.int64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        self._all_reduce(t, dist.ReduceOp.MIN)
         return int(t.item())
 
     def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
         """All-reduce (sum) in place; CPU tensors take a round trip through the device under NCCL."""
         if tensor.device == self.device:
-            dist.all_reduce(tensor)
+            self._all_reduce(tensor)
             return tensor
         on_device = tensor.to(self.device)
-        dist.all_reduce(on_device)
+        self._all_reduce(on_device)
         tensor.copy_(on_device)
         return tensor
 
@@ -92,7 +177,7 @@ class Comm:
         """Every rank's list of floats (same length everywhere), in rank order."""
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         out = [torch.zeros_like(t) for _ in range(self.world_size)]
-        dist.all_gather(out, t)
+        self._all_gather(out, t)
         return [o.tolist() for o in out]
 
     def barrier(self) -> None:

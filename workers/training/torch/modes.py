@@ -11,13 +11,15 @@ checksums touch one tensor. Executor-side: torch and the codec only.
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from workers.codecs.threshold import HEADER_BYTES, MessageKind, decode_accumulate, encode_threshold
+from workers.codecs.threshold import MessageKind, decode_accumulate, encode_threshold
 from workers.training.torch.comm import Comm
 from workers.training.torch.config import SharingConfig
 from workers.training.torch.residuals import make_residual_clipping, residual_stats
@@ -36,11 +38,61 @@ def flatten_parameters(model: torch.nn.Module) -> torch.Tensor:
     return flat
 
 
+class NonFiniteUpdate(RuntimeError):
+    """A worker's update or residual holds NaN or inf: every rank raises it at the same step (the flag travels
+    with the message lengths), and the trainer fails the job as ``NON_FINITE_UPDATE``."""
+
+    def __init__(self, *, step: int, worker: int, parameter: str, kind: str) -> None:
+        super().__init__(f"the {kind} update of parameter {parameter!r} on worker {worker} at step {step}")
+        self.step, self.worker, self.parameter, self.kind = step, worker, parameter, kind
+
+
+def add_optimizer_update(optimizer: Any, flat: torch.Tensor, residual: torch.Tensor, before: torch.Tensor) -> None:
+    """Add to ``residual`` the update ``u`` that ``optimizer.step()`` would subtract from the parameters, and take
+    the optimizer's step (its state moves on) without changing the parameters (``before`` is scratch space).
+
+    ``θ_before - θ_after`` in float32 loses every update below half an ulp of its weight (θ = 1: 1e-8 reads
+    as 0). Instead the step runs on parameters set to zero, so what it writes is exactly ``-u``; the only
+    terms that read θ, weight decay, are added explicitly: L2 (``weight_decay`` of SGD, Adam, RMSprop) into the
+    gradients as torch would, AdamW's decoupled decay as ``lr·wd·θ``. Same number of passes over the
+    parameters as the subtraction it replaces.
+    """
+    decoupled = isinstance(optimizer, torch.optim.AdamW)
+    before.copy_(flat)
+    saved = []
+    for group in optimizer.param_groups:
+        decay = float(group.get("weight_decay", 0.0) or 0.0)
+        saved.append(decay)
+        if decay and not decoupled:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.add_(p, alpha=decay)
+        group["weight_decay"] = 0.0
+    flat.zero_()
+    try:
+        optimizer.step()
+    finally:
+        for group, decay in zip(optimizer.param_groups, saved, strict=True):
+            group["weight_decay"] = decay
+    residual.sub_(flat)  # flat holds -u
+    if decoupled:
+        for group, decay in zip(optimizer.param_groups, saved, strict=True):
+            if not decay:
+                continue
+            for p in group["params"]:
+                start = (p.data_ptr() - flat.data_ptr()) // flat.element_size()  # params are views of flat
+                n = p.numel()
+                residual[start : start + n].add_(before[start : start + n], alpha=float(group["lr"]) * decay)
+    flat.copy_(before)
+
+
 @dataclass
 class StepStats:
     bytes_sent: int
-    """What this worker put on the wire this step (a message, or its share of a dense exchange)."""
+    """The codec's size of what this worker contributed this step (its message, or its dense buffer): what a
+    codec ratio compares with ``dense_bytes``."""
     dense_bytes: int
+    clipped_mass: float = 0.0
     bitmap: bool = False
     tau: float | None = None
     sparsity: float | None = None
@@ -56,6 +108,25 @@ class Strategy:
 
     def step(self, global_step: int) -> StepStats:
         raise NotImplementedError
+
+    def flagged_step(self, global_step: int, *, stop: bool, nan_loss: bool) -> tuple[bool, bool, StepStats | None]:
+        """Whether any rank asked to stop or saw a non-finite loss and, when none did, the step taken.
+
+        Here the flags take an all-reduce of their own before the step; gradient sharing overrides this and
+        carries them in its length exchange, one collective fewer per step."""
+        stop, nan = self.comm.any_flags(stop, nan_loss)
+        if stop or nan:
+            return stop, nan, None
+        return False, False, self.step(global_step)
+
+    def parameter_at(self, index: int) -> str:
+        """The name of the parameter that element ``index`` of the flat buffer belongs to."""
+        names, starts, start = [], [], 0
+        for name, p in self.model.named_parameters():
+            names.append(name)
+            starts.append(start)
+            start += p.numel()
+        return names[bisect.bisect_right(starts, index) - 1]
 
     def end_epoch(self) -> None:
         """Make the replicas identical where the mode lets them drift (buffers such as batch-norm statistics)."""
@@ -120,21 +191,37 @@ class GradientSharing(Strategy):
         self.algorithm = make_threshold_algorithm(sharing.threshold_algorithm)
         self.clipping = make_residual_clipping(sharing.residual_clipping)
         self.residual = torch.zeros_like(self.flat)
+        self.clipped_mass = 0.0
         self._before = torch.empty_like(self.flat)
-        self._update = torch.empty_like(self.flat)
         self._delta = torch.empty_like(self.flat)
         self.scale = 1.0 if sharing.aggregation == "sum" else 1.0 / self.comm.world_size
         self.encode_s = 0.0
         self.exchange_s = 0.0
 
+    def _non_finite(self) -> int:
+        """0 when the residual is finite, else a code naming its first non-finite element: 2*index + 1 for NaN,
+        2*index + 2 for inf. One reduction on the fast path (a NaN or inf anywhere makes the sum non-finite;
+        a finite sum that overflowed is checked element by element before being called bad)."""
+        if math.isfinite(float(self.residual.sum())):
+            return 0
+        bad = torch.nonzero(~torch.isfinite(self.residual))
+        if bad.numel() == 0:
+            return 0
+        index = int(bad[0, 0])
+        return 2 * index + (1 if math.isnan(float(self.residual[index])) else 2)
+
     def step(self, global_step: int) -> StepStats:
+        stop, _, stats = self.flagged_step(global_step, stop=False, nan_loss=False)
+        if stats is None:
+            raise RuntimeError(f"another worker {'stopped' if stop else 'saw a non-finite loss'} at this step")
+        return stats
+
+    def flagged_step(self, global_step: int, *, stop: bool, nan_loss: bool) -> tuple[bool, bool, StepStats | None]:
+        """The step, with this rank's flags in its length exchange: bit 0 stop, bit 1 a non-finite loss, the bits
+        above the residual's :meth:`_non_finite` code. Any flag on any rank skips the payload on every rank."""
         with torch.no_grad():
-            # the update the optimizer would apply, u = theta_before - theta_after; then undo it
-            self._before.copy_(self.flat)
-            self.optimizer.step()
-            torch.sub(self._before, self.flat, out=self._update)
-            self.flat.copy_(self._before)
-            self.residual.add_(self._update)
+            add_optimizer_update(self.optimizer, self.flat, self.residual, self._before)
+            flag = int(stop) | int(nan_loss) << 1 | self._non_finite() << 2
 
             t0 = time.perf_counter()
             tau = self.algorithm.next_threshold()
@@ -142,24 +229,42 @@ class GradientSharing(Strategy):
                 self.residual, tau, index_coding=self.sharing.index_coding, bitmap_ratio=self.sharing.bitmap_ratio
             )
             t1 = time.perf_counter()
-            messages = self.comm.all_gather_bytes(encoded.message)
+            messages, flags = self.comm.all_gather_bytes(encoded.message, flag=flag)
+            any_stop, any_nan = any(f & 1 for f in flags), any(f & 2 for f in flags)
+            if any_stop or any_nan:
+                return any_stop, any_nan, None
+            bad = next(((rank, f >> 2) for rank, f in enumerate(flags) if f >> 2), None)
+            if bad is not None:
+                rank, code = bad
+                raise NonFiniteUpdate(
+                    step=global_step + 1,
+                    worker=rank,
+                    parameter=self.parameter_at((code - 1) // 2),
+                    kind="NaN" if code % 2 else "infinite",
+                )
             t2 = time.perf_counter()
             self._delta.zero_()
             decode_accumulate(messages, self._delta, scale=self.scale)
             self.flat.sub_(self._delta)
             self.algorithm.observe(encoded.count, encoded.n)
-            self.clipping.apply(self.residual, encoded.tau, global_step)
+            clipped = self.clipping.apply(self.residual, encoded.tau, global_step)
+            self.clipped_mass += clipped
             self.encode_s += t1 - t0 + (time.perf_counter() - t2)
             self.exchange_s += t2 - t1
             debug = residual_stats(self.residual, encoded.tau) if self.sharing.encoding_debug else None
-        return StepStats(
-            bytes_sent=max(encoded.nbytes, HEADER_BYTES),
-            dense_bytes=self.dense_bytes,
-            bitmap=encoded.kind == MessageKind.BITMAP,
-            tau=encoded.tau,
-            sparsity=encoded.count / encoded.n,
-            residual_norm=float(self.residual.norm()),
-            debug=debug,
+        return (
+            False,
+            False,
+            StepStats(
+                bytes_sent=encoded.nbytes,
+                dense_bytes=self.dense_bytes,
+                clipped_mass=clipped,
+                bitmap=encoded.kind == MessageKind.BITMAP,
+                tau=encoded.tau,
+                sparsity=encoded.count / encoded.n,
+                residual_norm=float(self.residual.norm()),
+                debug=debug,
+            ),
         )
 
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -21,7 +21,25 @@ from typing import Any
 from workers.context import JobContext, MetricPoint
 
 log = logging.getLogger(__name__)
-STEP_KEYS = ("loss", "samples_per_s", "bytes", "dense_bytes", "tau", "sparsity", "residual_norm")
+STEP_KEYS = (
+    "loss",
+    "samples_per_s",
+    "bytes",
+    "wire_bytes",
+    "dense_bytes",
+    "tau",
+    "sparsity",
+    "residual_norm",
+    "clipped_mass",
+)
+TOTAL_KEYS = {
+    "codec_compression": "codec_compression",
+    "wire_compression": "wire_compression",
+    "wire_bytes_per_step": "wire_bytes_per_step",
+    "wire_bytes_total": "wire_bytes_total",
+    "clipped_mass": "clipped_mass_total",
+}
+"""A worker's figures over the whole run (its last event), as job metrics at the final step: key -> metric."""
 FLUSH_S = 0.5
 
 
@@ -108,6 +126,13 @@ class Monitor:
                 self._points.extend(points)
             if rank == 0 and self.plan:
                 self._progress(step)
+        elif kind == "totals":
+            rank, step = int(event["rank"]), int(event["step"])
+            self.ctx.metrics(
+                MetricPoint(metric, float(event[key]), step=step, worker=rank)
+                for key, metric in TOTAL_KEYS.items()
+                if event.get(key) is not None
+            )
         elif kind == "plan":
             self.plan = event
             self.ctx.log(

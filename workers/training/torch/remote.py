@@ -24,11 +24,11 @@ import torch
 
 from workers import storage
 from workers.training.torch import checkpoint as ckpt
-from workers.training.torch.comm import Comm
+from workers.training.torch.comm import Comm, ring_allreduce_bytes
 from workers.training.torch.config import TrainerConfig
 from workers.training.torch.data import Split
 from workers.training.torch.early_stopping import META_KEY, EarlyStopping
-from workers.training.torch.modes import GradientSharing, flatten_parameters, make_strategy
+from workers.training.torch.modes import GradientSharing, NonFiniteUpdate, flatten_parameters, make_strategy
 from workers.training.torch.network import build_network, make_loss, predict_transform
 from workers.training.torch.optim import build_optimizer, build_scheduler
 from workers.training.torch.report import NullReporter, Reporter
@@ -71,14 +71,41 @@ class _Counters:
     bytes_after_first_epoch: int = 0
     steps_after_first_epoch: int = 0
     dense_bytes_per_step: int = 0
+    wire_bytes: int = 0
+    clipped_mass: float = 0.0
     train_s: float = 0.0
     last_validation: dict[str, float] = field(default_factory=dict)
 
 
-def _checksum(flat: torch.Tensor) -> float:
-    """A 48-bit digest of the exact parameter bytes (fits a float64): equal on every rank iff bitwise equal."""
-    digest = hashlib.sha256(flat.detach().to("cpu").contiguous().numpy().tobytes()).digest()
+def _digest(tensors: Sequence[torch.Tensor]) -> float:
+    """A 48-bit digest of the tensors' exact bytes (fits a float64): equal on every rank iff bitwise equal."""
+    sha = hashlib.sha256()
+    for t in tensors:
+        sha.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    digest = sha.digest()
     return float(int.from_bytes(digest[:6], "big"))
+
+
+def replica_checksum(model: torch.nn.Module) -> float:
+    """Digest of every parameter and every buffer (batch-norm statistics and counters included)."""
+    return _digest([*model.parameters(), *model.buffers()])
+
+
+def _diverged(comm: Comm, model: torch.nn.Module, where: str) -> str | None:
+    """None when every rank's parameters and buffers are bitwise equal; else a message naming the first tensor
+    that differs and the ranks that disagree with rank 0 (one gather; a second one only on a mismatch)."""
+    sums = comm.gather_floats([replica_checksum(model)])
+    if len({row[0] for row in sums}) == 1:
+        return None
+    named = [*model.named_parameters(), *model.named_buffers()]
+    per_tensor = comm.gather_floats([_digest([t]) for _, t in named])
+    differ = next((name for i, (name, _) in enumerate(named) if len({row[i] for row in per_tensor}) > 1), "?")
+    ranks = [r for r, row in enumerate(sums) if row[0] != sums[0][0]]
+    return (
+        f"the workers' replicas differ {where}: tensor {differ!r} on workers {ranks} is not bitwise what worker 0 "
+        "holds; the last checkpoint is kept. Every worker must run the same code, network, seed and library "
+        "versions; if they do, please report this"
+    )
 
 
 def _loss(loss_fn: Any, out: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None,
@@ -226,6 +253,7 @@ def _train(
         model.train()
         for s in range(steps_per_epoch):
             t0 = time.perf_counter()
+            wire_before = comm.wire_bytes
             idx = order[s * batch : (s + 1) * batch]
             x, y = train.x[idx].to(device), train.y[idx].to(device)
             weight = train.w[idx].to(device) if train.w is not None else None
@@ -235,7 +263,12 @@ def _train(
             loss = _loss(loss_fn, model(x, lengths=lengths), y, mask, weight)
             loss.backward()
             loss_value = float(loss.detach())
-            stop, nan = comm.any_flags(reporter.stop_requested, not math.isfinite(loss_value))
+            try:
+                stop, nan, stats = strategy.flagged_step(
+                    global_step, stop=reporter.stop_requested, nan_loss=not math.isfinite(loss_value)
+                )
+            except NonFiniteUpdate as exc:
+                return _failed(base, "NON_FINITE_UPDATE", _non_finite_message(exc, epoch))
             if nan:
                 value = loss_value if not math.isfinite(loss_value) else "non-finite on another worker"
                 where = f"step {global_step + 1} (epoch {epoch + 1})"
@@ -243,15 +276,17 @@ def _train(
                 return _failed(
                     base, "NAN_LOSS", f"the loss became {value} at {where}; the last checkpoint is kept; {advice}"
                 )
-            if stop:
+            if stop or stats is None:
                 return {**base, "stopped": True, "step": global_step}
-            stats = strategy.step(global_step)
+            wire = comm.wire_bytes - wire_before
             if scheduler is not None:
                 scheduler.step()
             global_step += 1
             dt = time.perf_counter() - t0
             c.steps, c.samples, c.train_s = c.steps + 1, c.samples + len(idx), c.train_s + dt
             c.bytes_sent += stats.bytes_sent
+            c.wire_bytes += wire
+            c.clipped_mass += stats.clipped_mass
             c.bitmap_bytes += stats.bytes_sent if stats.bitmap else 0
             if epoch > 0:
                 c.bytes_after_first_epoch += stats.bytes_sent
@@ -265,11 +300,16 @@ def _train(
                     "loss": loss_value,
                     "samples_per_s": len(idx) / dt,
                     "bytes": stats.bytes_sent,
+                    "wire_bytes": wire,
                     "dense_bytes": stats.dense_bytes,
                 }
                 if stats.tau is not None:
                     event.update(
-                        tau=stats.tau, sparsity=stats.sparsity, residual_norm=stats.residual_norm, bitmap=stats.bitmap
+                        tau=stats.tau,
+                        sparsity=stats.sparsity,
+                        residual_norm=stats.residual_norm,
+                        bitmap=stats.bitmap,
+                        clipped_mass=stats.clipped_mass,
                     )
                 if stats.debug:
                     event["debug"] = stats.debug
@@ -278,8 +318,9 @@ def _train(
         c.last_validation = _evaluate(model, spec, val, comm, device, loss_fn, classification)
         if stopping is not None:
             stopping.update(epoch + 1, c.last_validation, model)
-        sums = comm.gather_floats([_checksum(flat)])
-        identical = len({row[0] for row in sums}) == 1
+        diverged = _diverged(comm, model, f"after epoch {epoch + 1} (step {global_step})")
+        if diverged is not None:
+            return _failed(base, "REPLICAS_DIVERGED", diverged)
         extra = {META_KEY: stopping.state()} if stopping is not None else None
         saved = save_checkpoint(cfg, rank, epoch + 1, global_step, comm, model, optimizer, scheduler, strategy, extra)
         if rank == 0:
@@ -289,7 +330,7 @@ def _train(
                     "epoch": epoch + 1,
                     "step": global_step,
                     "validation": c.last_validation,
-                    "replicas_identical": identical,
+                    "replicas_identical": True,
                 }
             )
             reporter.send(
@@ -302,6 +343,9 @@ def _train(
                 }
             )
     restored = stopping.restore(model) if stopping is not None else False
+    diverged = _diverged(comm, model, "at the end of training")
+    if diverged is not None:
+        return _failed(base, "REPLICAS_DIVERGED", diverged)
     if rank == 0:
         ckpt.save_model(
             Path(cfg.model_dir),
@@ -310,7 +354,9 @@ def _train(
         )
         if cfg.store:
             storage.publish_dir(Path(cfg.model_dir), published(cfg, "model"))
-    sums = comm.gather_floats([_checksum(flat)])
+    checksum = replica_checksum(model)
+    totals = _totals(c, comm, cfg.mode)
+    reporter.send({"t": "totals", "rank": rank, "step": global_step, **totals})
     result = {
         **base,
         "steps": c.steps,
@@ -324,8 +370,9 @@ def _train(
         "steps_after_first_epoch": c.steps_after_first_epoch,
         "dense_bytes_per_step": c.dense_bytes_per_step,
         "validation": c.last_validation,
-        "checksum": sums[rank][0],
-        "replicas_identical": len({row[0] for row in sums}) == 1,
+        "checksum": checksum,
+        "replicas_identical": True,
+        **totals,
     }
     if stopping is not None:
         result.update(stopping.result(c.last_validation, restored))
@@ -334,6 +381,39 @@ def _train(
             encode_s=strategy.encode_s, exchange_s=strategy.exchange_s, threshold=strategy.algorithm.state_dict()
         )
     return result
+
+
+def _non_finite_message(exc: NonFiniteUpdate, epoch: int) -> str:
+    return (
+        f"the update of parameter {exc.parameter!r} became {exc.kind} on worker {exc.worker} at step {exc.step} "
+        f"(epoch {epoch + 1}) while the loss was finite: nothing of it can be sent, so that parameter would "
+        "freeze. The last checkpoint is kept; lower the learning rate or look for extreme values in the data"
+    )
+
+
+def _totals(c: _Counters, comm: Comm, mode: str) -> dict[str, Any]:
+    """This worker's byte ratios over its steps and the residual mass its clipping discarded.
+
+    ``wire_bytes`` sums the steps' collectives; ``wire_bytes_total`` is everything this worker sent in
+    collectives so far, end-of-epoch work (buffer averaging, validation, checksums, checkpoint barriers) included.
+
+    ``codec_compression``: dense bytes (4 per parameter) over the codec's message bytes (gradient sharing only).
+    ``wire_compression``: what a dense ring all-reduce step would put on the wire from this rank over what this
+    rank's steps actually put there (every collective: lengths, padding, flags, the W - 1 hops). Both None
+    where undefined (no steps; one worker has no wire)."""
+    dense_wire = ring_allreduce_bytes(c.dense_bytes_per_step, 4, comm.world_size, comm.rank)
+    steps = max(1, c.steps)
+    return {
+        "wire_bytes": c.wire_bytes,
+        "wire_bytes_total": comm.wire_bytes,
+        "wire_bytes_per_step": c.wire_bytes / steps,
+        "dense_wire_bytes_per_step": dense_wire,
+        "wire_compression": dense_wire * c.steps / c.wire_bytes if c.wire_bytes and dense_wire else None,
+        "codec_compression": (
+            c.dense_bytes_per_step * c.steps / c.bytes_sent if mode == "gradient_sharing" and c.bytes_sent else None
+        ),
+        "clipped_mass": c.clipped_mass,
+    }
 
 
 def barrier_partition(

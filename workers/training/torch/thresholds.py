@@ -13,9 +13,10 @@ Sparsity is always *what was sent* divided by N: an empty message (fewer than 2 
 bitmap step instead; since a bitmap is only chosen when ``count >= N/16`` and every sparsity band here must
 stay below 1/16, both give the same decision, and the true figure is the one worth reporting.
 
-State (``state_dict``) is a plain JSON-able dict, so the trainer can reduce it across workers
-(:func:`reduce_threshold_states`, DL4J's mean of last threshold and last sparsity), carry it to the next
-epoch and store it in checkpoints.
+State (``state_dict``) is a plain JSON-able dict that checkpoints store per worker. Each worker keeps its own
+tau for the whole run: the workers live across epochs, so DL4J's between-epoch reduction of the workers'
+states (mean threshold, mean sparsity), which re-seeds fresh workers, has nothing to re-seed here and is not
+done. A resume with a different number of workers starts tau afresh.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import math
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # torch is imported where tensors are touched: the API validates specs without it
@@ -39,7 +40,6 @@ __all__ = [
     "TargetSparsityThreshold",
     "ThresholdAlgorithm",
     "make_threshold_algorithm",
-    "reduce_threshold_states",
 ]
 
 DEFAULT_DECAY = 0.5 ** (1 / 20)
@@ -323,24 +323,3 @@ def make_threshold_algorithm(spec: Mapping[str, Any]) -> ThresholdAlgorithm:
         raise ValueError("threshold algorithm 'fixed' needs 'threshold'")
     kwargs = {argument: spec[key] for key, argument in allowed.items() if key in spec}
     return _ALGORITHMS[kind](**kwargs)
-
-
-def reduce_threshold_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Combine workers' states as DL4J does between epochs: mean threshold, mean last sparsity, max steps.
-
-    ``None`` entries (a worker that never ran a step) are left out of the means.
-    """
-    if not states:
-        raise ValueError("no threshold states to reduce")
-    types = {state.get("type") if isinstance(state, Mapping) else None for state in states}
-    if len(types) != 1:
-        raise ValueError(f"cannot reduce threshold states of different types: {sorted(map(str, types))}")
-    checked = [_check_state(state, None) for state in states]
-    thresholds = [t for t, _, _ in checked if t is not None]
-    sparsities = [s for _, s, _ in checked if s is not None]
-    return {
-        "type": states[0]["type"],
-        "threshold": math.fsum(thresholds) / len(thresholds) if thresholds else None,
-        "last_sparsity": math.fsum(sparsities) / len(sparsities) if sparsities else None,
-        "steps": max(steps for _, _, steps in checked),
-    }

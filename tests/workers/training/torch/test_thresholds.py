@@ -17,7 +17,6 @@ from workers.training.torch.thresholds import (
     TargetSparsityThreshold,
     ThresholdAlgorithm,
     make_threshold_algorithm,
-    reduce_threshold_states,
 )
 
 # First calls into torch/numpy can exceed hypothesis's 200 ms deadline on a loaded CI machine.
@@ -261,31 +260,6 @@ def test_observe_validates() -> None:
     for count, n in ((11, 10), (-1, 10), (1.5, 10)):
         with pytest.raises(ValueError, match="count"):
             algo.observe(count, n)  # type: ignore[arg-type]
-
-
-def test_reduce_threshold_states() -> None:
-    states = []
-    for tau, count in ((1e-2, 10), (3e-2, 30), (2e-2, 0)):
-        algo = FixedThreshold(tau)
-        algo.next_threshold()
-        algo.observe(count, 1000)
-        states.append(algo.state_dict())
-    fresh = FixedThreshold(1.0).state_dict()
-    reduced = reduce_threshold_states([*states, fresh])
-    assert reduced == {
-        "type": "fixed",
-        "threshold": pytest.approx(2e-2),
-        "last_sparsity": pytest.approx(40 / 3000),
-        "steps": 1,
-    }
-    adaptive = AdaptiveThreshold()
-    adaptive.load_state_dict(reduced | {"type": "adaptive"})
-    assert adaptive.next_threshold() == pytest.approx(2e-2 / DEFAULT_DECAY)
-    assert reduce_threshold_states([fresh]) == fresh
-    with pytest.raises(ValueError, match="different types"):
-        reduce_threshold_states([states[0], AdaptiveThreshold().state_dict()])
-    with pytest.raises(ValueError, match="no threshold states"):
-        reduce_threshold_states([])
 
 
 def test_adaptive_settles_in_band_on_stationary_updates() -> None:
