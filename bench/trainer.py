@@ -76,7 +76,9 @@ class BenchContext:
     def warn(self, message: str) -> None:
         self.warnings.append(message)
 
-    def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any]) -> str:
+    def checkpoint(
+        self, epoch: int, step: int, uri: str, metrics: dict[str, Any], *, keep_epoch: int | None = None
+    ) -> str:
         return uuid.uuid4().hex
 
     @property

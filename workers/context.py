@@ -72,8 +72,11 @@ class JobContext(Protocol):
         """Record a warning on the job (visible in ``warnings``) and in its log."""
         ...
 
-    def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any]) -> str:
-        """Register a complete checkpoint of this job (one per epoch; a replayed epoch replaces the row)."""
+    def checkpoint(
+        self, epoch: int, step: int, uri: str, metrics: dict[str, Any], *, keep_epoch: int | None = None
+    ) -> str:
+        """Register a complete checkpoint of this job (one per epoch; a replayed epoch replaces the row).
+        ``keep_epoch``: a checkpoint the job still needs whatever the retention (early stopping's best epoch)."""
         ...
 
     @property

@@ -82,7 +82,9 @@ class DbJobContext:
         self.log(message, "WARNING")
         self._rt.write(lambda s: jobs.add_warning(session=s, job_id=self.job_id, message=message))
 
-    def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any]) -> str:
+    def checkpoint(
+        self, epoch: int, step: int, uri: str, metrics: dict[str, Any], *, keep_epoch: int | None = None
+    ) -> str:
         """The checkpoint's id. A runner whose job is no longer its own records nothing: JobCancelled, or, once its
         driver handed the job back on a stop, quietly "" (the stop is no error of the job's)."""
 
@@ -98,7 +100,8 @@ class DbJobContext:
             row = checkpoints.record(
                 session=s, job_id=self.job_id, attempt=self.attempt, epoch=epoch, step=step, uri=uri, metrics=metrics
             )
-            return row.id, checkpoints.prune(session=s, job_id=self.job_id, keep=self._rt.settings.checkpoint_retention)
+            keep = self._rt.settings.checkpoint_retention
+            return row.id, checkpoints.prune(session=s, job_id=self.job_id, keep=keep, keep_epoch=keep_epoch)
 
         checkpoint_id, stale = self._rt.write(record, f"recording checkpoint {epoch}")
         for old in stale:  # the rows are gone; now their files

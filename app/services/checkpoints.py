@@ -53,14 +53,15 @@ def to_dict(c: Checkpoint) -> dict[str, Any]:
     }
 
 
-def prune(*, session: Session, job_id: str, keep: int) -> list[str]:
-    """Drop all but the newest ``keep`` checkpoints of a job; returns the URIs whose files can go."""
+def prune(*, session: Session, job_id: str, keep: int, keep_epoch: int | None = None) -> list[str]:
+    """Drop all but the newest ``keep`` checkpoints of a job, and ``keep_epoch``'s (early stopping's best epoch,
+    whose weights a resumed job registers at the end); returns the URIs whose files can go."""
     if keep <= 0:
         return []
     rows = session.scalars(
         select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.epoch.desc())
     ).all()
-    gone = list(rows[keep:])
+    gone = [row for row in rows[keep:] if row.epoch != keep_epoch]
     for row in gone:
         session.delete(row)
     return [row.uri for row in gone]

@@ -158,6 +158,15 @@ def test_gradient_sharing_matches_allreduce(service: Service) -> None:
     shared_wire = _per_worker(service, shared_job, "wire_compression")
     codec = _per_worker(service, shared_job, "codec_compression")
     assert all(10 < shared_wire[w] < codec[w] for w in (0, 1)), (shared_wire, codec)
+    in_result = {w["rank"]: w["wire_compression"] for w in shared["per_worker"]}
+    assert in_result == pytest.approx(shared_wire)
+    assert min(in_result.values()) <= shared["wire_compression"] <= max(in_result.values())
+    # the console's phase timeline reads these, per worker and step: every phase of a step, measured by the trainer
+    for job in (shared_job, dense_job):
+        for phase in ("data", "compute", "encode", "exchange", "apply"):
+            timings = service.client.get(f"/jobs/{job['id']}/metrics", params={"key": f"phase_{phase}_ms"}).json()
+            assert {int(p["worker"]) for p in timings["metrics"]} == {0, 1}, (job["name"], phase)
+            assert all(p["value"] >= 0 for p in timings["metrics"]), (job["name"], phase)
 
 
 @pytest.mark.slow

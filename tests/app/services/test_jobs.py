@@ -160,3 +160,19 @@ def test_metrics_and_logs(db: Any) -> None:
         assert recent[0].message == "line 50" and recent[-1].message == "line 249"
         after = jobs.list_logs(session=s, job_id=job_id, after_id=recent[-2].id)
         assert [r.message for r in after] == ["line 249"]
+
+
+def test_checkpoint_retention_keeps_the_newest_and_the_pinned_best_epoch(db: Any) -> None:
+    from app.services import checkpoints
+
+    job_id = _create(db)
+    gone: list[str] = []
+    for epoch in range(1, 7):
+        with transaction(db) as s:
+            checkpoints.record(session=s, job_id=job_id, attempt=1, epoch=epoch, step=epoch * 10,
+                               uri=f"file:///ckpt/{epoch}", metrics={})  # fmt: skip
+            gone += checkpoints.prune(session=s, job_id=job_id, keep=2, keep_epoch=2)
+    with db() as s:
+        kept = sorted(row.epoch for row in checkpoints.list_for_job(session=s, job_id=job_id))
+    assert kept == [2, 5, 6], "the newest two, and early stopping's best epoch whatever its age"
+    assert sorted(gone) == ["file:///ckpt/1", "file:///ckpt/3", "file:///ckpt/4"]

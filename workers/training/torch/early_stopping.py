@@ -141,6 +141,11 @@ class EarlyStopping:
             "best_checkpoint": best,
         }
 
+    def pinned_epoch(self) -> int | None:
+        """The epoch whose checkpoint must outlive the checkpoint retention: the best one, when ``restore_best``
+        may have to read its weights back after a resume."""
+        return self.best_epoch if self.settings["restore_best"] else None
+
     def restore(self, model: torch.nn.Module) -> bool:
         """Put the best epoch's weights back (``restore_best``); whether the model now holds them."""
         if not self.settings["restore_best"] or self._best_weights is None:

@@ -98,6 +98,9 @@ class StepStats:
     sparsity: float | None = None
     residual_norm: float | None = None
     debug: dict[str, float] | None = None
+    phases: dict[str, float] | None = None
+    """Milliseconds of this step's communication part by phase (``encode``, ``exchange``, ``apply``): the
+    console's per-worker phase timeline, beside the trainer's own ``data`` and ``compute``."""
 
 
 class Strategy:
@@ -144,10 +147,13 @@ class Strategy:
 
 class AllReduce(Strategy):
     def step(self, global_step: int) -> StepStats:
+        t0 = time.perf_counter()
         grads = torch.cat(
             [p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1) for p in self.params]
         )
+        t1 = time.perf_counter()
         self.comm.mean_(grads)
+        t2 = time.perf_counter()
         offset = 0
         for p in self.params:
             n = p.numel()
@@ -156,7 +162,9 @@ class AllReduce(Strategy):
             p.grad.copy_(grads[offset : offset + n].view_as(p))
             offset += n
         self.optimizer.step()
-        return StepStats(bytes_sent=self.dense_bytes, dense_bytes=self.dense_bytes)
+        return StepStats(
+            bytes_sent=self.dense_bytes, dense_bytes=self.dense_bytes, phases=_phases(t0, t1, t2, time.perf_counter())
+        )
 
 
 class ParameterAveraging(Strategy):
@@ -175,9 +183,13 @@ class ParameterAveraging(Strategy):
         return sent
 
     def step(self, global_step: int) -> StepStats:
+        t0 = time.perf_counter()
         self.optimizer.step()
+        t1 = time.perf_counter()
         sent = self._average() if (global_step + 1) % self.frequency == 0 else 0
-        return StepStats(bytes_sent=sent, dense_bytes=self.dense_bytes)
+        t2 = time.perf_counter()
+        phases = {"encode": 0.0, "exchange": (t2 - t1) * 1e3, "apply": (t1 - t0) * 1e3}
+        return StepStats(bytes_sent=sent, dense_bytes=self.dense_bytes, phases=phases)
 
     def end_epoch(self) -> None:
         self._average()
@@ -220,6 +232,7 @@ class GradientSharing(Strategy):
         """The step, with this rank's flags in its length exchange: bit 0 stop, bit 1 a non-finite loss, the bits
         above the residual's :meth:`_non_finite` code. Any flag on any rank skips the payload on every rank."""
         with torch.no_grad():
+            started = time.perf_counter()
             add_optimizer_update(self.optimizer, self.flat, self.residual, self._before)
             flag = int(stop) | int(nan_loss) << 1 | self._non_finite() << 2
 
@@ -249,7 +262,8 @@ class GradientSharing(Strategy):
             self.algorithm.observe(encoded.count, encoded.n)
             clipped = self.clipping.apply(self.residual, encoded.tau, global_step)
             self.clipped_mass += clipped
-            self.encode_s += t1 - t0 + (time.perf_counter() - t2)
+            t3 = time.perf_counter()
+            self.encode_s += t1 - t0 + (t3 - t2)
             self.exchange_s += t2 - t1
             debug = residual_stats(self.residual, encoded.tau) if self.sharing.encoding_debug else None
         return (
@@ -264,6 +278,7 @@ class GradientSharing(Strategy):
                 sparsity=encoded.count / encoded.n,
                 residual_norm=float(self.residual.norm()),
                 debug=debug,
+                phases=_phases(started, t1, t2, t3),  # encode: the optimizer's update into the residual too
             ),
         )
 
@@ -294,3 +309,8 @@ def make_strategy(
     if mode == "allreduce":
         return AllReduce(model, flat, optimizer, comm)
     raise ValueError(f"unknown mode {mode!r}")
+
+
+def _phases(t0: float, t1: float, t2: float, t3: float) -> dict[str, float]:
+    """Encode (t0..t1), exchange (t1..t2) and apply (t2..t3), in milliseconds."""
+    return {"encode": (t1 - t0) * 1e3, "exchange": (t2 - t1) * 1e3, "apply": (t3 - t2) * 1e3}

@@ -31,6 +31,11 @@ STEP_KEYS = (
     "sparsity",
     "residual_norm",
     "clipped_mass",
+    "phase_data_ms",
+    "phase_compute_ms",
+    "phase_encode_ms",
+    "phase_exchange_ms",
+    "phase_apply_ms",
 )
 TOTAL_KEYS = {
     "codec_compression": "codec_compression",
@@ -49,7 +54,7 @@ class Monitor:
         ctx: JobContext,
         *,
         host: str,
-        on_checkpoint: Callable[[int, int, str, dict[str, Any]], object],
+        on_checkpoint: Callable[..., object],
     ) -> None:
         self.ctx, self.on_checkpoint = ctx, on_checkpoint
         self.token = secrets.token_hex(16)
@@ -150,7 +155,8 @@ class Monitor:
             same = "" if event.get("replicas_identical") else "; WARNING: replicas differ"
             self.ctx.log(f"epoch {event['epoch']} done at step {event['step']}: validation {shown}{same}")
         elif kind == "checkpoint":
-            self.on_checkpoint(int(event["epoch"]), int(event["step"]), str(event["path"]), event.get("metrics") or {})
+            self.on_checkpoint(int(event["epoch"]), int(event["step"]), str(event["path"]), event.get("metrics") or {},
+                               keep_epoch=event.get("keep_epoch"))  # fmt: skip
         elif kind == "warn":
             message = str(event.get("msg"))
             if message not in self.warnings:

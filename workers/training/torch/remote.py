@@ -259,10 +259,12 @@ def _train(
             weight = train.w[idx].to(device) if train.w is not None else None
             lengths = train.lengths[idx] if train.lengths is not None else None
             mask = train.mask[idx].to(device) if train.mask is not None else None
+            t_data = time.perf_counter()
             optimizer.zero_grad(set_to_none=False)
             loss = _loss(loss_fn, model(x, lengths=lengths), y, mask, weight)
             loss.backward()
-            loss_value = float(loss.detach())
+            loss_value = float(loss.detach())  # waits for the device: the compute phase ends here
+            t_compute = time.perf_counter()
             try:
                 stop, nan, stats = strategy.flagged_step(
                     global_step, stop=reporter.stop_requested, nan_loss=not math.isfinite(loss_value)
@@ -313,6 +315,9 @@ def _train(
                     )
                 if stats.debug:
                     event["debug"] = stats.debug
+                event["phase_data_ms"], event["phase_compute_ms"] = (t_data - t0) * 1e3, (t_compute - t_data) * 1e3
+                for phase, ms in (stats.phases or {}).items():
+                    event[f"phase_{phase}_ms"] = ms
                 reporter.send(event)
         strategy.end_epoch()
         c.last_validation = _evaluate(model, spec, val, comm, device, loss_fn, classification)
@@ -340,6 +345,7 @@ def _train(
                     "step": global_step,
                     "path": published(cfg, f"checkpoints/epoch-{epoch + 1}") if cfg.store else str(saved),
                     "metrics": c.last_validation,
+                    "keep_epoch": stopping.pinned_epoch() if stopping is not None else None,
                 }
             )
     restored = stopping.restore(model) if stopping is not None else False

@@ -31,7 +31,7 @@ class _Recorded:
 
 def test_step_and_totals_events_become_metrics_per_worker() -> None:
     ctx = _Recorded()
-    with Monitor(ctx, host="127.0.0.1", on_checkpoint=lambda *a: None) as monitor:  # type: ignore[arg-type]
+    with Monitor(ctx, host="127.0.0.1", on_checkpoint=lambda *a, **k: None) as monitor:  # type: ignore[arg-type]
         host, port = monitor.address
         reporter = SocketReporter(host, port, monitor.token, 1)
         step: dict[str, Any] = {"t": "step", "rank": 1, "epoch": 1, "step": 5, "loss": 0.5, "bytes": 40}
