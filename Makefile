@@ -18,7 +18,8 @@ install: $(STAMP)
 run: install
 	$(BIN)/python -m app
 
-## Lint, type-check, check the import contracts (lint-imports) and run every test (slow ones included). Starts Redis and PostgreSQL when they are
+## Lint, type-check, check the import contracts (lint-imports) and run every test (slow ones included; two pytest-xdist
+## workers, each with its own SparkSession: docs/testing.md). Starts Redis and PostgreSQL when they are
 ## installed but stopped; SPARKTRAIN_REQUIRE_SERVICES=1 makes their absence fail the tests instead of skip them.
 test: install
 	scripts/services.sh
@@ -26,7 +27,7 @@ test: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy && $(BIN)/lint-imports

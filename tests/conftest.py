@@ -24,14 +24,20 @@ REDIS_DB = 13  # a database of its own: tests flush nothing but their own queues
 
 # An S3-compatible server (moto) for the storage tests. Its address must be in the environment before the test
 # session's SparkSession starts: Spark's Python workers inherit the JVM's environment from then.
+# Every pytest-xdist worker is a process of its own with its own SparkSession and moto server: each sets its own
+# address (a worker inherits the controller's environment, which names the controller's port, not its own).
 S3_PORT = free_port()
-for _key, _value in {
+_S3 = {
     "AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_PORT}",
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
-}.items():
-    os.environ.setdefault(_key, _value)
+}
+for _key, _value in _S3.items():
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ[_key] = _value
+    else:
+        os.environ.setdefault(_key, _value)
 
 
 def _missing(what: str) -> None:
@@ -154,3 +160,13 @@ def service(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     """The embedded default (SQLite database, SQLite broker), shared by a test module."""
     with running_service(spark, tmp_path_factory.mktemp("svc")) as svc:
         yield svc
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadfile``) the files with slow tests are handed out
+    first, so that a long chaos test does not end the run on one worker while the other idles. The order within a
+    file, and among the fast files, is kept; a run without xdist keeps the collection order."""
+    if config.getoption("dist", "no") == "no":
+        return
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

@@ -11,12 +11,10 @@ Executor-side: stdlib, numpy, pyarrow, torch, safetensors and this package's exe
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,8 @@ import torch
 
 from workers import storage
 from workers.training.torch import checkpoint as ckpt
-from workers.training.torch.comm import Comm, ring_allreduce_bytes
+from workers.training.torch.bookkeeping import Counters, diverged, non_finite_message, replica_checksum, totals
+from workers.training.torch.comm import Comm
 from workers.training.torch.config import TrainerConfig
 from workers.training.torch.data import Split
 from workers.training.torch.early_stopping import META_KEY, EarlyStopping
@@ -60,52 +59,6 @@ def select_device(requested: str, gpu_addresses: Sequence[str]) -> tuple[torch.d
             "spark.task.resource.gpu.amount and a discovery script) or use device auto/cpu"
         )
     return torch.device("cpu"), None
-
-
-@dataclass
-class _Counters:
-    steps: int = 0
-    samples: int = 0
-    bytes_sent: int = 0
-    bitmap_bytes: int = 0
-    bytes_after_first_epoch: int = 0
-    steps_after_first_epoch: int = 0
-    dense_bytes_per_step: int = 0
-    wire_bytes: int = 0
-    clipped_mass: float = 0.0
-    train_s: float = 0.0
-    last_validation: dict[str, float] = field(default_factory=dict)
-
-
-def _digest(tensors: Sequence[torch.Tensor]) -> float:
-    """A 48-bit digest of the tensors' exact bytes (fits a float64): equal on every rank iff bitwise equal."""
-    sha = hashlib.sha256()
-    for t in tensors:
-        sha.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    digest = sha.digest()
-    return float(int.from_bytes(digest[:6], "big"))
-
-
-def replica_checksum(model: torch.nn.Module) -> float:
-    """Digest of every parameter and every buffer (batch-norm statistics and counters included)."""
-    return _digest([*model.parameters(), *model.buffers()])
-
-
-def _diverged(comm: Comm, model: torch.nn.Module, where: str) -> str | None:
-    """None when every rank's parameters and buffers are bitwise equal; else a message naming the first tensor
-    that differs and the ranks that disagree with rank 0 (one gather; a second one only on a mismatch)."""
-    sums = comm.gather_floats([replica_checksum(model)])
-    if len({row[0] for row in sums}) == 1:
-        return None
-    named = [*model.named_parameters(), *model.named_buffers()]
-    per_tensor = comm.gather_floats([_digest([t]) for _, t in named])
-    differ = next((name for i, (name, _) in enumerate(named) if len({row[i] for row in per_tensor}) > 1), "?")
-    ranks = [r for r, row in enumerate(sums) if row[0] != sums[0][0]]
-    return (
-        f"the workers' replicas differ {where}: tensor {differ!r} on workers {ranks} is not bitwise what worker 0 "
-        "holds; the last checkpoint is kept. Every worker must run the same code, network, seed and library "
-        "versions; if they do, please report this"
-    )
 
 
 def _loss(loss_fn: Any, out: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None,
@@ -243,7 +196,7 @@ def _train(
                 "parameters": flat.numel(),
             }
         )
-    c = _Counters(dense_bytes_per_step=flat.numel() * 4)
+    c = Counters(dense_bytes_per_step=flat.numel() * 4)
     for epoch in range(cfg.start_epoch, cfg.epochs):
         if stopping is not None and stopping.should_stop(comm):
             break
@@ -270,7 +223,7 @@ def _train(
                     global_step, stop=reporter.stop_requested, nan_loss=not math.isfinite(loss_value)
                 )
             except NonFiniteUpdate as exc:
-                return _failed(base, "NON_FINITE_UPDATE", _non_finite_message(exc, epoch))
+                return _failed(base, "NON_FINITE_UPDATE", non_finite_message(exc, epoch))
             if nan:
                 value = loss_value if not math.isfinite(loss_value) else "non-finite on another worker"
                 where = f"step {global_step + 1} (epoch {epoch + 1})"
@@ -323,9 +276,9 @@ def _train(
         c.last_validation = _evaluate(model, spec, val, comm, device, loss_fn, classification)
         if stopping is not None:
             stopping.update(epoch + 1, c.last_validation, model)
-        diverged = _diverged(comm, model, f"after epoch {epoch + 1} (step {global_step})")
-        if diverged is not None:
-            return _failed(base, "REPLICAS_DIVERGED", diverged)
+        differs = diverged(comm, model, f"after epoch {epoch + 1} (step {global_step})")
+        if differs is not None:
+            return _failed(base, "REPLICAS_DIVERGED", differs)
         extra = {META_KEY: stopping.state()} if stopping is not None else None
         saved = save_checkpoint(cfg, rank, epoch + 1, global_step, comm, model, optimizer, scheduler, strategy, extra)
         if rank == 0:
@@ -349,9 +302,9 @@ def _train(
                 }
             )
     restored = stopping.restore(model) if stopping is not None else False
-    diverged = _diverged(comm, model, "at the end of training")
-    if diverged is not None:
-        return _failed(base, "REPLICAS_DIVERGED", diverged)
+    differs = diverged(comm, model, "at the end of training")
+    if differs is not None:
+        return _failed(base, "REPLICAS_DIVERGED", differs)
     if rank == 0:
         ckpt.save_model(
             Path(cfg.model_dir),
@@ -361,8 +314,8 @@ def _train(
         if cfg.store:
             storage.publish_dir(Path(cfg.model_dir), published(cfg, "model"))
     checksum = replica_checksum(model)
-    totals = _totals(c, comm, cfg.mode)
-    reporter.send({"t": "totals", "rank": rank, "step": global_step, **totals})
+    counted = totals(c, comm, cfg.mode)
+    reporter.send({"t": "totals", "rank": rank, "step": global_step, **counted})
     result = {
         **base,
         "steps": c.steps,
@@ -378,7 +331,7 @@ def _train(
         "validation": c.last_validation,
         "checksum": checksum,
         "replicas_identical": True,
-        **totals,
+        **counted,
     }
     if stopping is not None:
         result.update(stopping.result(c.last_validation, restored))
@@ -387,39 +340,6 @@ def _train(
             encode_s=strategy.encode_s, exchange_s=strategy.exchange_s, threshold=strategy.algorithm.state_dict()
         )
     return result
-
-
-def _non_finite_message(exc: NonFiniteUpdate, epoch: int) -> str:
-    return (
-        f"the update of parameter {exc.parameter!r} became {exc.kind} on worker {exc.worker} at step {exc.step} "
-        f"(epoch {epoch + 1}) while the loss was finite: nothing of it can be sent, so that parameter would "
-        "freeze. The last checkpoint is kept; lower the learning rate or look for extreme values in the data"
-    )
-
-
-def _totals(c: _Counters, comm: Comm, mode: str) -> dict[str, Any]:
-    """This worker's byte ratios over its steps and the residual mass its clipping discarded.
-
-    ``wire_bytes`` sums the steps' collectives; ``wire_bytes_total`` is everything this worker sent in
-    collectives so far, end-of-epoch work (buffer averaging, validation, checksums, checkpoint barriers) included.
-
-    ``codec_compression``: dense bytes (4 per parameter) over the codec's message bytes (gradient sharing only).
-    ``wire_compression``: what a dense ring all-reduce step would put on the wire from this rank over what this
-    rank's steps actually put there (every collective: lengths, padding, flags, the W - 1 hops). Both None
-    where undefined (no steps; one worker has no wire)."""
-    dense_wire = ring_allreduce_bytes(c.dense_bytes_per_step, 4, comm.world_size, comm.rank)
-    steps = max(1, c.steps)
-    return {
-        "wire_bytes": c.wire_bytes,
-        "wire_bytes_total": comm.wire_bytes,
-        "wire_bytes_per_step": c.wire_bytes / steps,
-        "dense_wire_bytes_per_step": dense_wire,
-        "wire_compression": dense_wire * c.steps / c.wire_bytes if c.wire_bytes and dense_wire else None,
-        "codec_compression": (
-            c.dense_bytes_per_step * c.steps / c.bytes_sent if mode == "gradient_sharing" and c.bytes_sent else None
-        ),
-        "clipped_mass": c.clipped_mass,
-    }
 
 
 def barrier_partition(

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from tests.workers.training.torch.test_remote import MLP, _cfg, _splits
+from workers.training.torch.bookkeeping import replica_checksum
 from workers.training.torch.checkpoint import final_dir
 from workers.training.torch.local import run_local_many
 from workers.training.torch.modes import add_optimizer_update
-from workers.training.torch.remote import replica_checksum
 
 
 def _one_parameter(values: list[float]) -> tuple[torch.nn.Parameter, torch.Tensor]:
