@@ -46,6 +46,9 @@ TOTAL_KEYS = {
 }
 """A worker's figures over the whole run (its last event), as job metrics at the final step: key -> metric."""
 FLUSH_S = 0.5
+DRAIN_S = 60.0
+"""How long the end of a stage waits for the workers' last events to be handled (a checkpoint's row is written
+to the database as its event is handled)."""
 
 
 class Monitor:
@@ -62,6 +65,8 @@ class Monitor:
         self._points: list[MetricPoint] = []
         self._clients: list[socket.socket] = []
         self._halt = threading.Event()
+        self._serving = 0  # connections whose events are still being read and handled
+        self._drained = threading.Condition(self._lock)
         self._stop_sent = False
         self.warnings: set[str] = set()
         self.plan: dict[str, Any] = {}
@@ -89,8 +94,12 @@ class Monitor:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()  # no new connections; the open ones are read to their end below
+        with self._drained:
+            # The stage has ended, so every worker closed its reporter: wait until the events it sent last (the
+            # last epoch's checkpoint, its totals) are handled, instead of cutting them off by closing the socket.
+            self._drained.wait_for(lambda: self._serving == 0, timeout=DRAIN_S)
         self._halt.set()
-        self._server.shutdown()
         self._server.server_close()
         with self._lock:
             for client in self._clients:
@@ -108,11 +117,19 @@ class Monitor:
             return
         with self._lock:
             self._clients.append(conn)
-        for line in rfile:
-            try:
-                self._handle(json.loads(line))
-            except Exception:
-                log.exception("monitor: bad event %r", line[:200])
+            self._serving += 1
+        try:
+            for line in rfile:
+                try:
+                    self._handle(json.loads(line))
+                except Exception:
+                    log.exception("monitor: bad event %r", line[:200])
+        except OSError:
+            pass  # the connection was cut (a lost worker, or the driver stopping)
+        finally:
+            with self._drained:
+                self._serving -= 1
+                self._drained.notify_all()
 
     def _handle(self, event: dict[str, Any]) -> None:
         kind = event.get("t")
