@@ -40,13 +40,15 @@ class DriverServer(uvicorn.Server):
         self.app = app
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self.should_exit:
+        # Marked before anything else: a second signal can run its handler inside this one (Python checks for
+        # signals between any two bytecodes), and it must find the first one already counted.
+        second, self.should_exit = self.should_exit, True
+        if second:
             log.warning("second stop signal: exiting now")
             logging.shutdown()
             os._exit(0)
         log.warning("%s: stopping; running jobs are handed back, a second signal exits at once",
                     signal.Signals(sig).name)  # fmt: skip
-        self.should_exit = True
         runtime = getattr(self.app.state, "runtime", None)
         if runtime is not None:
             threading.Thread(target=runtime.begin_stop, name="hand-back", daemon=True).start()
