@@ -191,3 +191,21 @@ LONGEST_FILES = (
     "test_standalone.py",
     "test_gpu_scheduling.py",
 )
+
+
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Sums each file's setup, call and teardown times (on the controller too, from the workers' reports)."""
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The 15 files that took longest: what ``LONGEST_FILES`` should follow."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _FILE_SECONDS:
+        return
+    terminalreporter.write_sep("=", "slowest 15 files")
+    for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {path}")
