@@ -89,7 +89,9 @@ class BenchContext:
         return None
 
 
-def _request(network: dict[str, Any], lr: float, epochs: int, mode: str, coding: str, data_path: str) -> Any:
+def _request(
+    network: dict[str, Any], lr: float, epochs: int, mode: str, coding: str, data_path: str, workers: int = WORKERS
+) -> Any:
     from app.schemas.train import TrainRequest
 
     return TrainRequest.model_validate(
@@ -108,7 +110,7 @@ def _request(network: dict[str, Any], lr: float, epochs: int, mode: str, coding:
             "training": {
                 "epochs": epochs,
                 "batch_size_per_worker": BATCH,
-                "num_workers": WORKERS,
+                "num_workers": workers,
                 "seed": SEED,
                 "optimizer": {"type": "adam", "learning_rate": lr},
                 "mode": mode,
@@ -128,6 +130,7 @@ def run_sparktrain(
     mode: str,
     coding: str = "compact",
     data_path: str = "direct",
+    workers: int = WORKERS,
 ) -> dict[str, Any]:
     from app.services.planning.training import plan_training
     from workers.training.torch.driver import train
@@ -135,7 +138,7 @@ def run_sparktrain(
     with tempfile.TemporaryDirectory() as tmp:
         ctx = BenchContext(spark, Path(tmp))
         t0 = time.perf_counter()
-        request = _request(network, lr, epochs, mode, coding, data_path)
+        request = _request(network, lr, epochs, mode, coding, data_path, workers)
         plan = plan_training(request=request, settings=settings, spark=spark)
         result = train(ctx, plan).result
         wall = time.perf_counter() - t0
@@ -149,10 +152,13 @@ def run_sparktrain(
         "bitmap_byte_share": result["bitmap_byte_share"],
         "steps_per_worker": result["steps_per_worker"],
         "replicas_identical": result["replicas_identical"],
+        "wire_compression": result.get("wire_compression"),
+        "wire_bytes_total": sum(w.get("wire_bytes_total") or 0 for w in result["per_worker"]),
+        "train_s": max(w["train_s"] for w in result["per_worker"]),
     }
 
 
-def run_torch_distributor(network: dict[str, Any], lr: float, epochs: int) -> dict[str, Any]:
+def run_torch_distributor(network: dict[str, Any], lr: float, epochs: int, workers: int = WORKERS) -> dict[str, Any]:
     from pyspark import cloudpickle
     from pyspark.ml.torch.distributor import TorchDistributor
 
@@ -160,7 +166,7 @@ def run_torch_distributor(network: dict[str, Any], lr: float, epochs: int) -> di
 
     cloudpickle.register_pickle_by_value(ddp_baseline)  # executors cannot import bench/
     t0 = time.perf_counter()
-    out = TorchDistributor(num_processes=WORKERS, local_mode=False, use_gpu=False).run(
+    out = TorchDistributor(num_processes=workers, local_mode=False, use_gpu=False).run(
         ddp_baseline.ddp_train, network, lr, epochs, BATCH, SEED, TRAIN, TEST
     )
     assert out is not None, "TorchDistributor returned no result"
@@ -173,6 +179,7 @@ def run_torch_distributor(network: dict[str, Any], lr: float, epochs: int) -> di
         "bytes_per_step": dense,
         "compression": 1.0,
         "steps_per_worker": out["steps"],
+        "train_s": out["train_s"],
     }
 
 

@@ -246,6 +246,7 @@ def summarize(results: list[dict[str, Any]], plan: TorchPlan, rows: dict[str, in
                     "encode_s",
                     "exchange_s",
                     "wire_bytes_per_step",
+                    "wire_bytes_total",
                     "wire_compression",
                     "codec_compression",
                     "clipped_mass",
