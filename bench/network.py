@@ -117,11 +117,13 @@ def child(workers: int, tag: str, links: list[str], models: list[str], modes: li
                     else:
                         r["accounted_vs_link"] = r["wire_bytes_total"] / link_bytes
                     r["parameters"] = parameters
+                    r["load_avg_1m"] = os.getloadavg()[0]  # on a shared machine, how busy it was
                     r["train_samples_per_s"] = r["steps_per_worker"] * workers * BATCH / r["train_s"]
                     out.setdefault(link, {}).setdefault(model, {})[mode] = r
                     print(
                         f"  w{workers} {link:<8} {model:<7} {mode:<19} acc {r['accuracy']:.4f} "
-                        f"wall {r['wall_s']:6.1f} s  link {r['link_bytes_per_step']:>11,.0f} B/step",
+                        f"wall {r['wall_s']:6.1f} s  link {r['link_bytes_per_step']:>11,.0f} B/step  "
+                        f"load {r['load_avg_1m']:.1f}",
                         flush=True,
                     )
     finally:
