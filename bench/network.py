@@ -88,6 +88,11 @@ def child(workers: int, tag: str, links: list[str], models: list[str], modes: li
         var_dir=work / "var", spark_master=cluster.master, data_roots=[REPO / "datasets"], spark_conf=conf
     )
     spark = build_spark_session(settings)
+    deadline = time.monotonic() + 120  # every executor registered before a barrier stage asks for W slots
+    while len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1 < workers:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{workers} executors did not register; see {work}/cluster/*.log")
+        time.sleep(0.5)
     out: dict[str, Any] = {}
     try:
         # Warm-up, not measured: the executors' Python workers and torch imports, the Export path's tensor shards of

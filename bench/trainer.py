@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 import uuid
@@ -71,7 +72,8 @@ class BenchContext:
         self.points.extend(points)
 
     def log(self, message: str, level: str = "INFO") -> None:
-        return None
+        if os.environ.get("BENCH_TRACE"):  # the job's log lines, timed, to see where a run's time goes
+            print(f"    [{time.strftime('%H:%M:%S')} {time.perf_counter():.2f}] {message[:200]}", flush=True)
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
