@@ -3,8 +3,8 @@
 Reads the training (and validation) data, drops or fails bad rows (:mod:`workers.data.clean`), turns string
 class labels into their indices, marks each row's split (a ``_split`` column: 0 training, 1 validation, the
 validation set given or a seeded fraction held out), fits the normalizer on the training rows, and spreads the
-rows into ``num_workers`` equal partitions, each sorted by a stable row id (``_row``). Sequence datasets become
-one row per sequence first (:mod:`workers.data.sequences.frame`).
+rows into ``num_workers`` equal partitions, each row with a stable row id (``_row``; the tasks sort by it).
+Sequence datasets become one row per sequence first (:mod:`workers.data.sequences.frame`).
 """
 
 from __future__ import annotations
@@ -58,12 +58,57 @@ def prepare(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dict[str, int]
 
 
 def _spread(frame: DataFrame, plan: TorchPlan) -> DataFrame:
-    """``num_workers`` partitions, each sorted by a stable row id."""
+    """``num_workers`` partitions of equal size (to one row per input partition), each row with a stable row id.
+
+    One shuffle and no sort: each input partition deals its rows to the workers in turn, as a round-robin
+    ``repartition`` does, but on a key whose hash lands on the wanted worker (:func:`worker_keys`), so Spark's
+    hash partitioning places each row exactly. A round-robin repartition would sort every input partition first
+    (to stay deterministic on a retry), and the barrier tasks sort their rows by ``_row`` themselves
+    (:func:`workers.training.torch.data.to_splits`), so neither sort is needed here."""
     from pyspark.sql import functions as F
 
-    return (
-        frame.withColumn(ROW, F.monotonically_increasing_id()).repartition(plan.num_workers).sortWithinPartitions(ROW)
-    )
+    n = plan.num_workers
+    keys = F.array(*[F.lit(k).cast("long") for k in worker_keys(n)])  # hashed as longs
+    turn = F.pmod(F.col(ROW) + F.spark_partition_id(), F.lit(n)).cast("int")
+    dealt = frame.withColumn(ROW, F.monotonically_increasing_id()).withColumn(_WORKER, F.element_at(keys, turn + 1))
+    return dealt.repartition(n, _WORKER).drop(_WORKER)
+
+
+_WORKER = "_worker"
+
+
+def worker_keys(n: int) -> list[int]:
+    """For each worker 0..n-1, a long whose Spark hash partitioning over ``n`` partitions is that worker:
+    ``pmod(hash(key), n)``, Spark's Murmur3 hash of a long with seed 42 (:func:`spark_hash_long`), here on the driver
+    without a job."""
+    found: dict[int, int] = {}
+    key = 0
+    while len(found) < n:
+        found.setdefault(spark_hash_long(key) % n, key)  # Python's % of a signed int is Spark's pmod
+        key += 1
+    return [found[w] for w in range(n)]
+
+
+def spark_hash_long(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of one long (``Murmur3_x86_32.hashLong``), as a signed 32-bit int."""
+    mask = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    def mix(h1: int, k1: int) -> int:
+        k1 = rotl((k1 * 0xCC9E2D51) & mask, 15) * 0x1B873593 & mask
+        return (rotl(h1 ^ k1, 13) * 5 + 0xE6546B64) & mask
+
+    value &= 0xFFFFFFFFFFFFFFFF
+    h1 = mix(mix(seed & mask, value & mask), value >> 32)
+    h1 ^= 8
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & mask
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & mask
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
 
 
 def _index_labels(df: DataFrame, plan: TorchPlan) -> DataFrame:
