@@ -121,14 +121,15 @@ def clean_holdout(
     *,
     array_length: int | None = None,
     extra_columns: tuple[str, ...] = (),
+    split: Column | None = None,
 ) -> tuple[DataFrame, int, int, int]:
     """:func:`clean`, and hold out a seeded ``fraction`` of the rows for validation: ``split_column`` is 1 on a
-    held-out row, 0 on a training row. The split is marked before the bad rows go (so the same rows are held out
-    whichever rows are bad) and counted in the same pass. Returns (frame, training rows, validation rows,
-    dropped rows)."""
+    held-out row, 0 on a training row (``split``: the expression that says so, by default a seeded ``rand``). The
+    split is marked before the bad rows go (so the same rows are held out whichever rows are bad) and counted in
+    the same pass. Returns (frame, training rows, validation rows, dropped rows)."""
     from pyspark.sql import functions as F
 
-    marked = df.withColumn(split_column, (F.rand(ds.split_seed) < fraction).cast("int"))
+    marked = df.withColumn(split_column, split if split is not None else (F.rand(ds.split_seed) < fraction).cast("int"))
     frame, usable, held, dropped = _clean(ctx, marked, ds, array_length, (*extra_columns, split_column), split_column)
     return frame, usable - held, held, dropped
 

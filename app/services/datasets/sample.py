@@ -23,7 +23,8 @@ SAMPLE_BYTES = 1 << 20
 """How much text the schema is inferred from."""
 _VALUE_ONLY = {
     "mode", "columnnameofcorruptrecord", "dateformat", "timestampformat", "timestampntzformat",
-    "ignoreleadingwhitespace", "ignoretrailingwhitespace", "nanvalue", "positiveinf", "negativeinf", "enforceschema", "samplingratio",
+    "ignoreleadingwhitespace", "ignoretrailingwhitespace", "nanvalue", "positiveinf", "negativeinf", "enforceschema",
+    "samplingratio",
     "emptyvalue", "locale", "maxcolumns", "maxcharspercolumn", "unescapedquotehandling", "multiline",
     "allownumericleadingzeros", "allowcomments", "allowsinglequotes", "allowunquotedfieldnames", "dropfieldifallnull",
     "primitivesasstring", "prefersdecimal", "charset", "encoding",
