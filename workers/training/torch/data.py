@@ -75,7 +75,8 @@ def to_splits(batches: Iterable[pa.RecordBatch], layout: DataLayout, rank: int =
     if table is None or table.num_rows == 0:
         empty = Split(torch.zeros((0, *layout.input_shape)), torch.zeros(0))
         return empty, empty
-    table = table.sort_by(layout.order_column)
+    if layout.source is None:  # a task's own read of the files is in row order already
+        table = table.sort_by(layout.order_column)
     if layout.sequence is not None:
         return _sequence_splits(table, layout)
     x = _features(table, layout)

@@ -24,7 +24,7 @@ from workers.training.torch.prepare import prepare
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: the split of local parquet is a hash of the row's place in the files
 MANIFEST = "manifest.json"
 
 
