@@ -1,10 +1,14 @@
 """Rows per second from a parquet data set to ready torch tensors on the executors, against a plain
 single-process pyarrow -> numpy -> torch read of the same file, in the same run.
 
-The sparktrain path is the torch family's own data preparation (read, bad-row check with its count, seeded
-split, stable row ids, repartition to the workers) followed by one barrier stage whose tasks turn their Arrow
-batches into tensors exactly as training does (``workers.training.torch.data.to_splits``) and stop there. The
-Export path is measured too: the first job writes per-worker shards, a later job reads them.
+The sparktrain path is the torch family's own data preparation (read, bad-row check with its counts and the seeded
+split in one Spark pass; then each barrier task reads its share of the file, or, for data that needs it, the rows
+are dealt to the workers in one shuffle) followed by one barrier stage whose tasks turn their rows into tensors
+exactly as training does (``workers.training.torch.data.to_splits``) and stop there. The Export path is measured
+too: the first job writes per-worker shards, a later job reads them. Every Spark job is printed with its duration.
+
+Also measured first: how long ``POST /train``'s planning takes on CSV, JSON-lines and partitioned parquet copies of
+the data while a barrier stage holds every task slot, and whether a Spark job ran.
 
 Data: the synthetic taxi generator (11 numeric features), written once to a temporary parquet file.
 Run: ``python -m bench.data [--quick] [--rows N]``; prints a table and, last, one JSON object.
