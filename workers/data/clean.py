@@ -32,12 +32,12 @@ def numeric_columns(ds: ResolvedDataset) -> tuple[str, ...]:
     return (*ds.features, *labels, *((ds.weight,) if ds.weight else ()))
 
 
-def _value(df: DataFrame, column: str, numeric: bool) -> tuple[Column, str, list[tuple[Column, Column]]]:
+def _value(dtypes: dict[str, str], column: str, numeric: bool) -> tuple[Column, str, list[tuple[Column, Column]]]:
     """(the column as the job reads it, its type then, the (bad, reason) checks of its raw text): a string column
     the request declares numeric is parsed as a double, and a token that does not parse is a bad row."""
     from pyspark.sql import functions as F
 
-    col, dtype = F.col(column), dict(df.dtypes)[column]
+    col, dtype = F.col(column), dtypes[column]
     if not numeric or dtype != "string":
         return col, dtype, []
     parsed = col.try_cast("double")
@@ -77,8 +77,9 @@ def _checks(
         checks.append((F.col(CORRUPT).isNotNull(), line))
         words.insert(0, "a line that does not parse (too few or too many fields)")
     parsed = False
+    dtypes = dict(df.dtypes)  # once: each call asks the JVM for the schema
     for column in dict.fromkeys([*ds.features, *ds.label_columns, *([ds.weight] if ds.weight else [])]):
-        value, dtype, parse_checks = _value(df, column, column in numeric)
+        value, dtype, parse_checks = _value(dtypes, column, column in numeric)
         parsed |= bool(parse_checks)
         values[column] = value
         checks += parse_checks + _value_checks(column, value, dtype, array_length)
