@@ -1,10 +1,14 @@
 """Rows per second from a parquet data set to ready torch tensors on the executors, against a plain
 single-process pyarrow -> numpy -> torch read of the same file, in the same run.
 
-The sparktrain path is the torch family's own data preparation (read, bad-row check with its count, seeded
-split, stable row ids, repartition to the workers) followed by one barrier stage whose tasks turn their Arrow
-batches into tensors exactly as training does (``workers.training.torch.data.to_splits``) and stop there. The
-Export path is measured too: the first job writes per-worker shards, a later job reads them.
+The sparktrain path is the torch family's own data preparation (read, bad-row check with its counts and the seeded
+split in one Spark pass; then each barrier task reads its share of the file, or, for data that needs it, the rows
+are dealt to the workers in one shuffle) followed by one barrier stage whose tasks turn their rows into tensors
+exactly as training does (``workers.training.torch.data.to_splits``) and stop there. The Export path is measured
+too: the first job writes per-worker shards, a later job reads them. Every Spark job is printed with its duration.
+
+Also measured first: how long ``POST /train``'s planning takes on CSV, JSON-lines and partitioned parquet copies of
+the data while a barrier stage holds every task slot, and whether a Spark job ran.
 
 Data: the synthetic taxi generator (11 numeric features), written once to a temporary parquet file.
 Run: ``python -m bench.data [--quick] [--rows N]``; prints a table and, last, one JSON object.
@@ -60,7 +64,7 @@ def _tensors_only(cfg: dict[str, Any]) -> Any:
                 pass
             train, val = load_splits(Path(config.export_dir or ""), rank)
         else:
-            train, val = to_splits(batches, config.data)
+            train, val = to_splits(batches, config.data, rank)
             if config.export_mode == "write":
                 save_splits(Path(config.export_dir or ""), rank, train, val)
         rows = len(train) + len(val)
@@ -71,8 +75,30 @@ def _tensors_only(cfg: dict[str, Any]) -> Any:
     return convert
 
 
+def spark_jobs(spark: Any, after: int) -> list[tuple[int, str, float]]:
+    """(job id, description, seconds) of every Spark job with an id above ``after``, from the driver's status store
+    (what the Spark UI shows; it is kept with the UI disabled too)."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    jobs = store.jobsList(None)
+    out = []
+    for i in range(jobs.size()):
+        job = jobs.apply(i)
+        if job.jobId() <= after or job.submissionTime().isEmpty() or job.completionTime().isEmpty():
+            continue
+        seconds = (job.completionTime().get().getTime() - job.submissionTime().get().getTime()) / 1000
+        out.append((int(job.jobId()), str(job.name())[:70], seconds))
+    return sorted(out)
+
+
+def last_job(spark: Any) -> int:
+    ids = [int(i) for i in spark.sparkContext.statusTracker().getJobIdsForGroup(None)]
+    store = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    ids += [int(store.apply(i).jobId()) for i in range(store.size())]
+    return max(ids, default=-1)
+
+
 def sparktrain(spark: Any, settings: Any, path: Path, data_path: str) -> tuple[float, int]:
-    """Seconds from a planned job to tensors on every worker, and the rows that arrived."""
+    """Seconds from a planned job to tensors on every worker, and the rows that arrived; prints each Spark job."""
     from dataclasses import replace
 
     from app.schemas.train import TrainRequest
@@ -91,19 +117,107 @@ def sparktrain(spark: Any, settings: Any, path: Path, data_path: str) -> tuple[f
         }
     )
     plan = plan_training(request=request, settings=settings, spark=spark)
+    before = last_job(spark)
     with tempfile.TemporaryDirectory() as tmp:
         ctx = BenchContext(spark, Path(tmp))
         t0 = time.perf_counter()
         data = stage_input(ctx, plan)
+        prepared = time.perf_counter() - t0
         cfg = replace(
-            trainer_config(ctx, plan, data.normalizer),
+            trainer_config(ctx, plan, data.normalizer, data.source),
             export_dir=str(data.export_dir) if data.export_dir else None,
             export_mode=data.export_mode,
         )
+        t1 = time.perf_counter()
         out = data.frame.mapInArrow(_tensors_only(cfg.to_dict()), "rows long, s double", barrier=True).collect()
+        staged = time.perf_counter() - t1
         if data.export_mode == "write":
             write_manifest(data, "b")
-        return time.perf_counter() - t0, sum(int(r["rows"]) for r in out)
+        seconds = time.perf_counter() - t0
+    read = "tasks read the files" if data.source else "rows through Spark"
+    print(f"  {data_path} ({data.export_mode or 'direct'}, {read}): {seconds:.2f} s = preparation {prepared:.2f} s "
+          f"+ barrier stage {staged:.2f} s + rest {seconds - prepared - staged:.2f} s; Spark jobs:")  # fmt: skip
+    for job_id, name, job_s in spark_jobs(spark, before):
+        print(f"    job {job_id:>3} {job_s:6.2f} s  {name}")
+    print("    task times:", [round(float(r["s"]), 3) for r in out])
+    return seconds, sum(int(r["rows"]) for r in out)
+
+
+def hold_every_slot(spark: Any, release: Path) -> Any:
+    """A barrier job with one task per slot, each waiting until ``release`` exists (as a training job holds them),
+    started in a thread; returns the thread once every task runs."""
+    import threading
+
+    sc = spark.sparkContext
+    slots, path = sc.defaultParallelism, str(release)
+
+    def wait(_rows: Any) -> Any:
+        import os
+        import time as clock
+
+        while not os.path.exists(path):
+            clock.sleep(0.05)
+        yield 1
+
+    def run() -> None:
+        sc.setJobGroup("hold-every-slot", "holds the slots")
+        sc.parallelize(range(slots), slots).barrier().mapPartitions(wait).collect()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    tracker = sc.statusTracker()
+    while sum(s.numActiveTasks for s in map(tracker.getStageInfo, tracker.getActiveStageIds()) if s) < slots:
+        time.sleep(0.05)
+    return thread
+
+
+def _request(dataset: dict[str, Any]) -> Any:
+    from app.schemas.train import TrainRequest
+
+    return TrainRequest.model_validate(
+        {
+            "name": "bench-request",
+            "framework": "torch",
+            "dataset": dataset,
+            "network": {"layers": [{"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]},
+            "training": {"num_workers": WORKERS},
+        }
+    )
+
+
+def request_latency(spark: Any, settings: Any, tmp: Path, path: Path) -> dict[str, float]:
+    """Seconds to plan a torch job (what ``POST /train`` does with the data) on CSV, JSON lines and partitioned
+    parquet copies of the data while a barrier stage holds every task slot, and whether a Spark job ran."""
+    import pandas as pd
+
+    from app.services.planning.training import plan_training
+
+    frame = pd.read_parquet(path).head(200_000)
+    frame.to_csv(tmp / "taxi.csv", index=False)
+    frame.to_json(tmp / "taxi.json", orient="records", lines=True)
+    frame.to_parquet(tmp / "parts", partition_cols=["is_weekend"])
+    warm = {"uri": str(path), "features": list(FEATURES), "label": "fare_amount", "task": "regression"}
+    plan_training(request=_request(warm), settings=settings, spark=spark)  # imports, as a running service has them
+    release = tmp / "release"
+    holder = hold_every_slot(spark, release)
+    out: dict[str, float] = {}
+    try:
+        for name in ("taxi.csv", "taxi.json", "parts"):
+            features = [f for f in FEATURES if f != "is_weekend"]
+            request = _request(
+                {"uri": str(tmp / name), "features": features, "label": "fare_amount", "task": "regression"}
+            )
+            before = last_job(spark)
+            t0 = time.perf_counter()
+            plan_training(request=request, settings=settings, spark=spark)
+            out[name] = time.perf_counter() - t0
+            ran = last_job(spark) != before
+            print(f"  request plan on {name} (200,000 rows) with every slot held: {out[name] * 1000:.0f} ms, "
+                  f"Spark job ran: {ran}")  # fmt: skip
+    finally:
+        release.touch()
+        holder.join()
+    return out
 
 
 def main() -> None:
@@ -125,6 +239,7 @@ def main() -> None:
             artifact_root=Path(tmp) / "artifacts", spark_conf={"spark.ui.enabled": "false"},
         )  # fmt: skip
         spark = build_spark_session(settings)
+        latency = request_latency(spark, settings, Path(tmp), path)
         sparktrain(spark, settings, path, "direct")  # warm-up: Python workers, JIT
         baseline = min(single_process(path) for _ in range(3))
         direct, got = sparktrain(spark, settings, path, "direct")
@@ -142,9 +257,9 @@ def main() -> None:
     print(f"{'path':<30} {'seconds':>8} {'rows/s':>12} {'vs pyarrow':>11}")
     for name, seconds in table.items():
         print(f"{name:<30} {seconds:>8.2f} {rows / seconds:>12,.0f} {baseline / seconds:>10.2f}x")
-    print(
-        json.dumps({"rows": rows, **{k: {"s": round(v, 3), "rows_per_s": round(rows / v)} for k, v in table.items()}})
-    )
+    figures = {k: {"s": round(v, 3), "rows_per_s": round(rows / v)} for k, v in table.items()}
+    held = {k: round(v, 3) for k, v in latency.items()}
+    print(json.dumps({"rows": rows, **figures, "request_s_with_every_slot_held": held}))
 
 
 if __name__ == "__main__":

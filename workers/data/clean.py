@@ -32,12 +32,12 @@ def numeric_columns(ds: ResolvedDataset) -> tuple[str, ...]:
     return (*ds.features, *labels, *((ds.weight,) if ds.weight else ()))
 
 
-def _value(df: DataFrame, column: str, numeric: bool) -> tuple[Column, str, list[tuple[Column, Column]]]:
+def _value(dtypes: dict[str, str], column: str, numeric: bool) -> tuple[Column, str, list[tuple[Column, Column]]]:
     """(the column as the job reads it, its type then, the (bad, reason) checks of its raw text): a string column
     the request declares numeric is parsed as a double, and a token that does not parse is a bad row."""
     from pyspark.sql import functions as F
 
-    col, dtype = F.col(column), dict(df.dtypes)[column]
+    col, dtype = F.col(column), dtypes[column]
     if not numeric or dtype != "string":
         return col, dtype, []
     parsed = col.try_cast("double")
@@ -77,8 +77,9 @@ def _checks(
         checks.append((F.col(CORRUPT).isNotNull(), line))
         words.insert(0, "a line that does not parse (too few or too many fields)")
     parsed = False
+    dtypes = dict(df.dtypes)  # once: each call asks the JVM for the schema
     for column in dict.fromkeys([*ds.features, *ds.label_columns, *([ds.weight] if ds.weight else [])]):
-        value, dtype, parse_checks = _value(df, column, column in numeric)
+        value, dtype, parse_checks = _value(dtypes, column, column in numeric)
         parsed |= bool(parse_checks)
         values[column] = value
         checks += parse_checks + _value_checks(column, value, dtype, array_length)
@@ -121,14 +122,15 @@ def clean_holdout(
     *,
     array_length: int | None = None,
     extra_columns: tuple[str, ...] = (),
+    split: Column | None = None,
 ) -> tuple[DataFrame, int, int, int]:
     """:func:`clean`, and hold out a seeded ``fraction`` of the rows for validation: ``split_column`` is 1 on a
-    held-out row, 0 on a training row. The split is marked before the bad rows go (so the same rows are held out
-    whichever rows are bad) and counted in the same pass. Returns (frame, training rows, validation rows,
-    dropped rows)."""
+    held-out row, 0 on a training row (``split``: the expression that says so, by default a seeded ``rand``). The
+    split is marked before the bad rows go (so the same rows are held out whichever rows are bad) and counted in
+    the same pass. Returns (frame, training rows, validation rows, dropped rows)."""
     from pyspark.sql import functions as F
 
-    marked = df.withColumn(split_column, (F.rand(ds.split_seed) < fraction).cast("int"))
+    marked = df.withColumn(split_column, split if split is not None else (F.rand(ds.split_seed) < fraction).cast("int"))
     frame, usable, held, dropped = _clean(ctx, marked, ds, array_length, (*extra_columns, split_column), split_column)
     return frame, usable - held, held, dropped
 

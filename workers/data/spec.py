@@ -72,6 +72,9 @@ def read_dataframe(spark: SparkSession, ds: ResolvedDataset, *, malformed: bool 
     is a bad row (:mod:`workers.data.clean`) rather than a row padded with nulls or cut short; not when the
     options choose their own ``mode``."""
     options = {"header": "true", "inferSchema": "true", **ds.options} if ds.format == "csv" else ds.options
+    footer = _footer_schema(ds) if ds.format == "parquet" and not options else None
+    if footer is not None:  # Spark would run a job to read the same footer
+        return spark.read.schema(footer).parquet(ds.path)
     df = spark.read.format(ds.format).options(**options).load(ds.path)
     if not malformed or ds.format not in ("csv", "json") or "mode" in options:
         return df
@@ -80,3 +83,40 @@ def read_dataframe(spark: SparkSession, ds: ResolvedDataset, *, malformed: bool 
         schema = schema.add(CORRUPT, "string", True)
     permissive = {**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     return spark.read.format(ds.format).options(**permissive).schema(schema).load(ds.path)
+
+
+def _footer_schema(ds: ResolvedDataset) -> str | None:
+    """The Spark schema (DDL) of a local parquet file (or a flat directory of part files) from its footer, read here
+    with pyarrow; None when Spark should infer it (remote data, subdirectories such as partitions, types other than
+    numbers, booleans, strings and arrays of numbers)."""
+    import os
+
+    if "://" in ds.path and not ds.path.startswith("file://"):
+        return None
+    path = ds.path.removeprefix("file://")
+    try:
+        if os.path.isdir(path):
+            entries = sorted(e for e in os.listdir(path) if not e.startswith(("_", ".")))
+            if any(os.path.isdir(os.path.join(path, e)) for e in entries) or not entries:
+                return None
+            path = os.path.join(path, entries[0])
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        names = {
+            pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "int", pa.int64(): "bigint",
+            pa.float32(): "float", pa.float64(): "double", pa.bool_(): "boolean", pa.string(): "string",
+        }  # fmt: skip
+
+        def ddl(t: pa.DataType) -> str | None:
+            if pa.types.is_list(t):
+                inner = ddl(t.value_type)
+                return f"array<{inner}>" if inner else None
+            return names.get(t)
+
+        fields = [(f.name, ddl(f.type)) for f in pq.read_schema(path)]
+        if not fields or any(t is None or "`" in name for name, t in fields):
+            return None
+        return ", ".join(f"`{name}` {t}" for name, t in fields)
+    except Exception:  # Spark reads it, and says what is wrong when it cannot
+        return None

@@ -1,12 +1,14 @@
 """What a dataset's columns are, and the few facts of its values a request needs (an array column's width, the
-classes of a label column), read without a Spark job wherever the data is local parquet.
+classes of a label column), read without a Spark job wherever the data is local (parquet, CSV, JSON lines).
 
 Why without Spark: a Spark job started from a request waits for a free task slot, and a training job's barrier
 stage holds every slot while it trains, so a request that ran one would hang for as long as another job trains.
 Local parquet (a file, a directory of part files, or hive-style ``key=value`` partition directories) is read on
-the driver with pyarrow: the schema from the footers, the facts by streaming one column in batches. Everything
-else (CSV, JSON lines, remote URIs, parquet with reader options, links below a dataset directory, partition values
-whose type is not certain here) is read by Spark.
+the driver with pyarrow: the schema from the footers, the facts by streaming one column in batches. Local CSV and
+JSON lines likewise: the schema from a bounded sample of the text, the facts by streaming the one column
+(:mod:`app.services.datasets.sample`). What is left to Spark: remote URIs, parquet with reader options, reader
+options of CSV / JSON that the sample does not know, links below a dataset directory, partition values whose
+type is not certain here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from app.core.errors import ValidationFailed
+from app.services.datasets import sample
 from app.services.datasets.paths import Format
 
 if TYPE_CHECKING:
@@ -52,12 +55,34 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
         local = parquet_schema(path, infer_partition_types=infers_partition_types(spark))
         if local is not None:
             return local
+    if fmt in ("csv", "json"):
+        text = text_schema_of(path, fmt, options, infer_partition_types=infers_partition_types(spark))
+        if text is not None:
+            return text
     probe = ResolvedDataset(path=path, format=fmt, features=(), label=None, task=None, options=options)
     try:
         return dict(read_dataframe(spark, probe).dtypes)
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {first_line[:500]}") from exc
+
+
+def text_schema_of(
+    path: str, fmt: str, options: dict[str, str], *, infer_partition_types: bool = True
+) -> dict[str, str] | None:
+    """The schema Spark would infer for local CSV / JSON-lines data, from a bounded sample of the text
+    (:mod:`app.services.datasets.sample`) and the partition directories' names; None when Spark must decide."""
+    found = _local_parquet(path)  # the file walk is the same for any format
+    if found is None or (found[1] and not infer_partition_types):
+        return None
+    inferred = sample.text_schema(found[0], fmt, options)
+    if inferred is None:
+        return None
+    columns = dict(inferred[0])
+    for key, spark_type in found[1].items():
+        columns.pop(key, None)
+        columns[key] = spark_type
+    return columns
 
 
 def infers_partition_types(spark: SparkSession) -> bool:
@@ -116,6 +141,12 @@ def _schema(found: tuple[list[Path], dict[str, str]], infer_partition_types: boo
 def first_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
     """The first non-null value of a column of local parquet data (None when every value is null), reading batch
     by batch until one is found; :data:`NOT_LOCAL` when Spark must read the data."""
+    if fmt == "json":
+        found = _local_parquet(path)
+        if found is None or column in found[1]:
+            return NOT_LOCAL
+        seen, value = sample.first_json_value(found[0], column)
+        return value if seen else NOT_LOCAL
     dataset = _dataset(path, fmt, options)
     if dataset is None:
         return NOT_LOCAL
@@ -135,11 +166,15 @@ def first_value(path: str, fmt: str, options: dict[str, str], column: str) -> An
 def distinct_values(path: str, fmt: str, options: dict[str, str], column: str, *, limit: int) -> list[Any] | None:
     """The distinct non-null values of a column of local parquet data, streamed; at most ``limit + 1`` of them (the
     caller refuses more than ``limit``). None when Spark must read the data."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = _text_column(path, fmt, options, column, "string")
+    if text is not None:
+        return pc.unique(pc.drop_null(text)).to_pylist()
     dataset = _dataset(path, fmt, options)
     if dataset is None:
         return None
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     seen: set[Any] = set()
     try:
@@ -155,11 +190,15 @@ def distinct_values(path: str, fmt: str, options: dict[str, str], column: str, *
 def max_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
     """The largest value of a column of local parquet data (of its elements, for per-step label arrays), streamed;
     None when every value is null, :data:`NOT_LOCAL` when Spark must read the data."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = _text_column(path, fmt, options, column, "double")
+    if text is not None:
+        return pc.max(text).as_py()
     dataset = _dataset(path, fmt, options)
     if dataset is None:
         return NOT_LOCAL
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     top: Any = None
     try:
@@ -173,6 +212,14 @@ def max_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
     except (pa.ArrowException, OSError):
         return NOT_LOCAL
     return top
+
+
+def _text_column(path: str, fmt: str, options: dict[str, str], column: str, dtype: str) -> Any:
+    """A column of local CSV / JSON-lines data, streamed with pyarrow; None when Spark must read it."""
+    found = _local_parquet(path) if fmt in ("csv", "json") else None
+    if found is None or column in found[1]:
+        return None
+    return sample.column_values(found[0], fmt, options, column, dtype)
 
 
 def _dataset(path: str, fmt: str, options: dict[str, str]) -> pads.Dataset | None:

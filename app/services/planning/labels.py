@@ -1,6 +1,7 @@
 """The classes of a classification job, found in the data when the request does not say: integer indices
 0..k-1 as they are (k from the largest label), or strings mapped to indices in sorted order (the mapping is stored
-with the model). Local parquet is read on the driver without a Spark job (app/services/datasets/schema.py)."""
+with the model). Local parquet, CSV and JSON lines are read on the driver without a Spark job
+(app/services/datasets/schema.py)."""
 
 from __future__ import annotations
 

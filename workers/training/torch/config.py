@@ -100,6 +100,9 @@ class DataLayout:
     """A fitted :class:`workers.data.normalize.Normalizer` as a dict, applied to the features on load."""
     sequence: dict[str, Any] | None = None
     """A :class:`workers.data.sequences.SequenceSpec` as a dict: rows are sequences (``_x``, ``_y``, ``_len``)."""
+    source: dict[str, Any] | None = None
+    """Set when each task reads its rows from the files itself (:func:`workers.data.arrow_read.read_share`); the
+    stage's rows are then placeholders."""
 
 
 @dataclass(frozen=True)

@@ -63,14 +63,20 @@ def _labels(table: pa.Table, layout: DataLayout) -> np.ndarray:
     return np.stack([table.column(c).to_numpy().astype(np.float32) for c in layout.labels], axis=1)
 
 
-def to_splits(batches: Iterable[pa.RecordBatch], layout: DataLayout) -> tuple[Split, Split]:
-    """(training rows, validation rows) of this task, sorted by the stable row id so reruns see the same order."""
+def to_splits(batches: Iterable[pa.RecordBatch], layout: DataLayout, rank: int = 0) -> tuple[Split, Split]:
+    """(training rows, validation rows) of this task, sorted by the stable row id so reruns see the same order.
+    With ``layout.source`` the batches are placeholders and the task reads its share of the files."""
     batch_list = list(batches)
+    if layout.source is not None:
+        from workers.data.arrow_read import read_share
+
+        batch_list = read_share(layout.source, rank, layout.split_column, layout.order_column).to_batches()
     table = pa.Table.from_batches(batch_list) if batch_list else None
     if table is None or table.num_rows == 0:
         empty = Split(torch.zeros((0, *layout.input_shape)), torch.zeros(0))
         return empty, empty
-    table = table.sort_by(layout.order_column)
+    if layout.source is None:  # a task's own read of the files is in row order already
+        table = table.sort_by(layout.order_column)
     if layout.sequence is not None:
         return _sequence_splits(table, layout)
     x = _features(table, layout)

@@ -85,7 +85,9 @@ def model_card(plan: TorchPlan, normalizer: Normalizer | None) -> dict[str, Any]
     return {**card, "signature": build_signature(card, plan.train.column_types)}
 
 
-def trainer_config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None) -> TrainerConfig:
+def trainer_config(
+    ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | None, source: dict[str, Any] | None = None
+) -> TrainerConfig:
     """What every barrier task is told, less the export and the monitor (set once those are known)."""
     threads = int(ctx.spark.sparkContext.getConf().get("spark.task.cpus", "1"))
     return TrainerConfig(
@@ -112,6 +114,7 @@ def trainer_config(ctx: JobContext, plan: TorchPlan, normalizer: Normalizer | No
             weight=plan.train.weight,
             normalizer=normalizer.to_dict() if normalizer else None,
             sequence={**plan.train.sequence, "num_classes": plan.train.num_classes} if plan.train.sequence else None,
+            source=source,
         ),
         checkpoint_dir=str(ctx.work_dir / "checkpoints"),
         model_dir=str(ctx.work_dir / "model"),
@@ -132,7 +135,7 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     data = stage_input(ctx, plan)
     rows = data.rows
     cfg = replace(
-        trainer_config(ctx, plan, data.normalizer),
+        trainer_config(ctx, plan, data.normalizer, data.source),
         export_dir=str(data.export_dir) if data.export_dir else None,
         export_mode=data.export_mode,
     )

@@ -24,7 +24,7 @@ from workers.training.torch.prepare import prepare
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: the split of local parquet is a hash of the row's place in the files
 MANIFEST = "manifest.json"
 
 
@@ -39,6 +39,8 @@ class StageInput:
     export_dir: Path | None
     export_mode: Literal["write", "read"] | None
     """None: tensors from the rows; write: from the rows, and saved; read: from a saved export"""
+    source: dict[str, Any] | None = None
+    """the files each task reads its share of itself (:mod:`workers.data.arrow_read`); the rows are placeholders"""
 
 
 def _files(path: str) -> list[tuple[str, int, int]] | None:
@@ -76,10 +78,10 @@ def stage_input(ctx: JobContext, plan: TorchPlan) -> StageInput:
         saved = json.loads(manifest.read_text())
         ctx.log(f"training from exported tensors {key} (made by job {saved['job_id']})")
         normalizer = Normalizer.from_dict(saved["normalizer"]) if saved["normalizer"] else None
-        placeholders = ctx.spark.range(plan.num_workers).repartition(plan.num_workers)
+        placeholders = ctx.spark.range(0, plan.num_workers, 1, plan.num_workers)  # one per worker, no shuffle
         return StageInput(placeholders, saved["rows"], normalizer, export_dir, "read")
-    frame, rows, normalizer = prepare(ctx, plan)
-    return StageInput(frame, rows, normalizer, export_dir, "write" if export_dir else None)
+    frame, rows, normalizer, source = prepare(ctx, plan)
+    return StageInput(frame, rows, normalizer, export_dir, "write" if export_dir else None, source)
 
 
 def write_manifest(data: StageInput, job_id: str) -> None:

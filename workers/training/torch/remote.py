@@ -369,7 +369,7 @@ def barrier_partition(
             pass
         train, val = load_splits(Path(cfg.export_dir or ""), rank)
     else:
-        train, val = to_splits(batches, cfg.data)
+        train, val = to_splits(batches, cfg.data, rank)
         if cfg.export_mode == "write":
             save_splits(Path(cfg.export_dir or ""), rank, train, val)
 

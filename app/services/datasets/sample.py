@@ -1,0 +1,288 @@
+"""Local CSV and JSON-lines data read on the driver without a Spark job: the schema from a bounded sample of the
+text, a column's values streamed with pyarrow (app/services/datasets/schema.py says why no Spark job).
+
+The schema is the one Spark's inference would give on the sample (the first :data:`SAMPLE_BYTES` of the files,
+whole lines only): CSV with the header and the reader options Spark uses (``sep``, ``header``, ``quote``,
+``escape``, ``nullValue``, ``comment``, ``inferSchema``, ``encoding``), integers as ``int`` or ``bigint`` by
+their range; JSON lines with Spark's JSON inference (integers are ``bigint``, fields sorted by name, a line that
+does not parse adds ``_corrupt_record``). A column whose later rows hold other values may be typed otherwise by the
+job's full inference: columns declared numeric are parsed per row there anyway (workers/data/clean.py).
+Options this module does not know make the caller let Spark read the data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+SAMPLE_BYTES = 1 << 20
+"""How much text the schema is inferred from."""
+_VALUE_ONLY = {
+    "mode", "columnnameofcorruptrecord", "dateformat", "timestampformat", "timestampntzformat",
+    "ignoreleadingwhitespace", "ignoretrailingwhitespace", "nanvalue", "positiveinf", "negativeinf", "enforceschema",
+    "samplingratio",
+    "emptyvalue", "locale", "maxcolumns", "maxcharspercolumn", "unescapedquotehandling", "multiline",
+    "allownumericleadingzeros", "allowcomments", "allowsinglequotes", "allowunquotedfieldnames", "dropfieldifallnull",
+    "primitivesasstring", "prefersdecimal", "charset", "encoding",
+}  # fmt: skip
+"""Reader options that change values, not which columns there are (or that are handled below)."""
+_CSV_OPTIONS = {"sep", "delimiter", "header", "quote", "escape", "nullvalue", "comment", "inferschema"}
+_INT32 = 2**31
+
+
+def _known(fmt: str, options: dict[str, str]) -> bool:
+    allowed = _VALUE_ONLY | (_CSV_OPTIONS if fmt == "csv" else set())
+    lowered = {k.lower(): v for k, v in options.items()}
+    if fmt == "json" and lowered.get("primitivesasstring", "false").lower() == "true":
+        return False
+    if fmt == "json" and lowered.get("multiline", "false").lower() == "true":
+        return False
+    return all(k in allowed for k in lowered)
+
+
+def _sample(files: list[Path], encoding: str) -> tuple[str, bool]:
+    """(the first whole lines of the files, up to :data:`SAMPLE_BYTES`, whether that is all of them)."""
+    parts: list[str] = []
+    left = SAMPLE_BYTES
+    for file in files:
+        with file.open("rb") as f:
+            data = f.read(left + 1)
+        complete = len(data) <= left
+        if not complete:
+            data = data[: data.rfind(b"\n") + 1]
+        text = data.decode(encoding, errors="replace")
+        parts.append(text if text.endswith("\n") or not text else text + "\n")
+        left -= len(data)
+        if not complete or left <= 0:
+            return "".join(parts), False
+    return "".join(parts), True
+
+
+def text_schema(files: list[Path], fmt: str, options: dict[str, str]) -> tuple[dict[str, str], bool] | None:
+    """(column -> Spark type as Spark would infer it from the sample, whether the sample is all the data); None
+    when Spark must read it (options not known here, text pyarrow cannot read)."""
+    if fmt not in ("csv", "json") or not _known(fmt, options) or not files:
+        return None
+    lowered = {k.lower(): v for k, v in options.items()}
+    encoding = lowered.get("encoding", lowered.get("charset", "utf-8"))
+    try:
+        text, complete = _sample(files[:1] if fmt == "csv" else files, encoding)
+    except (OSError, LookupError):
+        return None
+    schema = _csv_schema(text, lowered) if fmt == "csv" else _json_schema(text)
+    return (schema, complete) if schema is not None else None
+
+
+def _csv_options(options: dict[str, str]) -> tuple[Any, Any, Any, bool] | None:
+    import pyarrow.csv as pcsv
+
+    sep = options.get("sep", options.get("delimiter", ","))
+    quote, escape = options.get("quote", '"'), options.get("escape", "\\")
+    if len(sep) != 1 or len(quote) > 1 or len(escape) > 1:
+        return None
+    header = options.get("header", "false").lower() == "true"
+    parse = pcsv.ParseOptions(
+        delimiter=sep,
+        quote_char=quote or False,
+        escape_char=escape or False,
+        double_quote=True,
+        invalid_row_handler=lambda _row: "skip",  # a malformed line is a bad row of the job, not of the schema
+    )
+    convert = pcsv.ConvertOptions(
+        null_values=[options.get("nullvalue", "")],
+        strings_can_be_null=True,
+        true_values=["true", "True", "TRUE"],
+        false_values=["false", "False", "FALSE"],
+    )
+    read = pcsv.ReadOptions(autogenerate_column_names=not header)
+    return parse, convert, read, header
+
+
+def _csv_schema(text: str, options: dict[str, str]) -> dict[str, str] | None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    if options.get("comment"):
+        text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(options["comment"]))
+    parsed = _csv_options(options)
+    if parsed is None or not text.strip():
+        return None
+    parse, convert, read, _header = parsed
+    if _header:  # Spark's inference skips every line equal to the header line, not only the first
+        first, _, rest = text.partition("\n")
+        text = first + "\n" + "".join(line for line in rest.splitlines(keepends=True) if line.rstrip("\r\n") != first)
+    try:
+        table = pcsv.read_csv(
+            io.BytesIO(text.encode()), read_options=read, parse_options=parse, convert_options=convert
+        )
+    except (pa.ArrowException, ValueError):
+        return None
+    infer = options.get("inferschema", "false").lower() == "true"
+    names = table.column_names if _header else [f"_c{i}" for i in range(table.num_columns)]
+    return {name: _spark_type(table.column(i)) if infer else "string" for i, name in enumerate(names)}
+
+
+def _spark_type(column: pa.ChunkedArray) -> str:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = column.type
+    if pa.types.is_integer(t):
+        bounds = pc.min_max(column).as_py()
+        small = bounds["min"] is None or (bounds["min"] >= -_INT32 and bounds["max"] < _INT32)
+        return "int" if small else "bigint"
+    if pa.types.is_floating(t):
+        return "double"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    if pa.types.is_date(t):
+        return "date"
+    return "string"  # strings, and columns with no value in the sample (Spark: string)
+
+
+_JSON_ORDER = ("boolean", "bigint", "double", "string")
+
+
+def _json_type(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        inner = _merge([_json_type(v) for v in value])
+        return f"array<{inner or 'string'}>"
+    return "struct"
+
+
+def _merge(types: list[str | None]) -> str | None:
+    """Spark's widening of JSON types: bigint + double is double, anything else mixed is string."""
+    found = {t for t in types if t is not None}
+    if not found:
+        return None
+    if len(found) == 1:
+        return found.pop()
+    if found == {"bigint", "double"}:
+        return "double"
+    arrays = {t for t in found if t.startswith("array<")}
+    if arrays == found:
+        inner = _merge([t[6:-1] for t in arrays])
+        return f"array<{inner}>"
+    return "string"
+
+
+def _json_schema(text: str) -> dict[str, str] | None:
+    seen: dict[str, list[str | None]] = {}
+    corrupt = False
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            corrupt = True
+            continue
+        if not isinstance(record, dict):
+            corrupt = True
+            continue
+        for key, value in record.items():
+            seen.setdefault(key, []).append(_json_type(value))
+    if not seen:
+        return None
+    if corrupt:
+        seen.setdefault("_corrupt_record", ["string"])
+    return {key: _merge(types) or "string" for key, types in sorted(seen.items())}
+
+
+def column_values(files: list[Path], fmt: str, options: dict[str, str], column: str, dtype: str) -> Any:
+    """A column of local CSV / JSON-lines data as one pyarrow array (strings for a ``string`` column, else numbers),
+    streamed from every file; None when pyarrow cannot read it as that type (Spark then decides)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    target = pa.string()
+    lowered = {k.lower(): v for k, v in options.items()}
+    if not _known(fmt, options) or (fmt == "csv" and "comment" in lowered):
+        return None
+    chunks: list[pa.Array] = []
+    try:
+        for file in files:
+            chunks.extend(_read_column(file, fmt, lowered, column, target))
+    except (pa.ArrowException, ValueError, OSError, KeyError):
+        return None
+    values = pa.chunked_array(chunks, target)
+    if dtype == "string":
+        return values
+    if fmt == "csv" and lowered.get("header", "false").lower() == "true":  # a repeated header line is no value
+        values = pc.if_else(pc.equal(values, column), None, values)
+    try:
+        return pc.cast(values, pa.float64())
+    except (pa.ArrowException, ValueError):
+        return None
+
+
+def _read_column(file: Path, fmt: str, options: dict[str, str], column: str, target: pa.DataType) -> list[pa.Array]:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+
+    if fmt == "json":
+        try:
+            table = pjson.read_json(file, parse_options=pjson.ParseOptions(unexpected_field_behavior="infer"))
+        except pa.ArrowInvalid:  # a line that is not JSON: Python reads the lines one by one
+            return [pa.array(_json_lines(file, column), pa.string())]
+        values = table.column(column) if column in table.column_names else pa.nulls(table.num_rows)
+        return [pa.array([None if v is None else str(v) for v in values.to_pylist()], target)]
+    parsed = _csv_options(options)
+    if parsed is None:
+        raise ValueError("options")
+    parse, convert, read, header = parsed
+    name = column if header else None
+    if name is None:
+        if not column.startswith("_c"):
+            raise KeyError(column)
+        name = f"f{int(column[2:])}"
+    convert.include_columns = [name]
+    convert.column_types = {name: target}
+    reader = pcsv.open_csv(file, read_options=read, parse_options=parse, convert_options=convert)
+    return [batch.column(0) for batch in reader]
+
+
+def _json_lines(file: Path, column: str) -> list[str | None]:
+    out: list[str | None] = []
+    with file.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            value = record.get(column) if isinstance(record, dict) else None
+            out.append(None if value is None else str(value))
+    return out
+
+
+def first_json_value(files: list[Path], column: str) -> tuple[bool, Any]:
+    """(found, the first non-null value of a JSON-lines column in the sample); not found when the sample has none
+    and is not all the data."""
+    text, complete = _sample(files, "utf-8")
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get(column) is not None:
+            return True, record[column]
+    return complete, None

@@ -1,0 +1,104 @@
+"""No Spark job in the request: while a barrier stage holds every task slot of the session (as a training job
+does), ``POST /train`` on a CSV, a JSON-lines and a partitioned parquet dataset still answers 202, and no Spark
+job ran while it was answered (what it must know came from the files on the driver). How long the request takes
+in that situation is measured by ``bench.data``."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.helpers import Service, running_service
+
+pytestmark = pytest.mark.slow
+
+
+def hold_every_slot(spark: Any, release: Path) -> threading.Thread:
+    """A barrier job with one task per slot, each waiting until ``release`` exists, started in a thread; returns once
+    every task runs."""
+    sc = spark.sparkContext
+    slots = sc.defaultParallelism
+    path = str(release)
+
+    def wait(_rows: Any) -> Any:
+        import os
+        import time as clock
+
+        while not os.path.exists(path):
+            clock.sleep(0.05)
+        yield 1
+
+    def run() -> None:
+        sc.setJobGroup("hold-every-slot", "holds the slots while requests are answered")
+        sc.parallelize(range(slots), slots).barrier().mapPartitions(wait).collect()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+        if sum(s.numActiveTasks for s in stages if s is not None) >= slots:
+            return thread
+        time.sleep(0.05)
+    release.touch()
+    raise AssertionError("the barrier stage did not start")
+
+
+def all_jobs(spark: Any) -> set[int]:
+    """Every Spark job the session has seen (running, finished, waiting for slots), from its status store."""
+    store = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    return {int(store.apply(i).jobId()) for i in range(store.size())}
+
+
+@pytest.fixture(scope="module")
+def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    data = tmp_path_factory.mktemp("data")
+    rows = [(i % 7 * 0.5, (i * 3) % 11, "cat" if i % 3 else "dog", i % 3, i % 2) for i in range(400)]
+    frame = pd.DataFrame(rows, columns=["a", "b", "animal", "klass", "part"])
+    frame.drop(columns=["part", "klass"]).to_csv(data / "animals.csv", index=False)
+    with (data / "rows.json").open("w") as f:
+        for a, b, _animal, klass, _part in rows:
+            f.write(json.dumps({"a": a, "b": b, "klass": klass}) + "\n")
+    frame.drop(columns=["animal"]).to_parquet(data / "parts", partition_cols=["part"])
+    with running_service(spark, tmp_path_factory.mktemp("svc"), data_roots=[data], in_process_consumer=False) as s:
+        yield s
+
+
+def torch_request(uri: str, label: str, task: str, units: int) -> dict[str, Any]:
+    loss = "cross_entropy" if task == "classification" else "mse"
+    activation = "softmax" if task == "classification" else "identity"
+    return {
+        "name": f"no-spark-{label}",
+        "framework": "torch",
+        "dataset": {"uri": uri, "features": ["a", "b"], "label": label, "task": task},
+        "network": {"layers": [{"type": "output", "units": units, "activation": activation, "loss": loss}]},
+        "training": {"num_workers": 2, "epochs": 1, "batch_size_per_worker": 8},
+    }
+
+
+def test_train_requests_answer_while_every_slot_is_held(spark: Any, svc: Service, tmp_path: Path) -> None:
+    requests = [
+        torch_request("animals.csv", "animal", "classification", 2),  # string classes, from the CSV
+        torch_request("rows.json", "klass", "classification", 3),  # integer classes: the largest label
+        torch_request("parts", "klass", "regression", 1),  # partitioned parquet: the partition column's type
+    ]
+    release = tmp_path / "release"
+    holder = hold_every_slot(spark, release)
+    try:
+        for body in requests:
+            before = all_jobs(spark)
+            answer = svc.client.post("/train", json=body)
+            assert answer.status_code == 202, answer.text
+            assert all_jobs(spark) == before, f"a Spark job ran during POST /train of {body['dataset']['uri']}"
+    finally:
+        release.touch()
+        holder.join(timeout=60)
+    assert not holder.is_alive()

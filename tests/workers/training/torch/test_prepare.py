@@ -1,0 +1,74 @@
+"""How a torch job's rows are dealt to its workers: one shuffle on a key whose Spark hash partition is the worker,
+so every worker gets an equal share (to one row per input partition) with no sort."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.training.torch.prepare import spark_hash_long, worker_keys
+
+
+def test_worker_keys_follow_sparks_hash_partitioning(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    values = [0, 1, 5, -1, 2**40 + 7, -(2**62), 123456789]
+    hashed = spark.createDataFrame([(v,) for v in values], "k long").select(F.hash("k").alias("h")).collect()
+    assert [r["h"] for r in hashed] == [spark_hash_long(v) for v in values]
+    for n in (2, 3, 7):
+        keys = worker_keys(n)
+        frame = spark.createDataFrame([(k,) for k in keys], "k long").repartition(n, "k")
+        placed = frame.select(F.spark_partition_id().alias("p"), "k").collect()
+        assert sorted((r["p"], r["k"]) for r in placed) == [(w, keys[w]) for w in range(n)]
+
+
+def test_rows_are_dealt_equally(spark: Any) -> None:
+    from dataclasses import dataclass
+
+    from workers.training.torch.prepare import ROW, _spread
+
+    @dataclass
+    class Plan:
+        num_workers: int
+
+    frame = spark.range(0, 1003, 1, 5)  # five input partitions of 200 or 201 rows
+    spread = _spread(frame, Plan(3))  # type: ignore[arg-type]
+    from pyspark.sql import functions as F
+
+    sizes = [r["count"] for r in spread.groupBy(F.spark_partition_id()).count().collect()]
+    assert len(sizes) == 3 and max(sizes) - min(sizes) <= 5 and sum(sizes) == 1003
+    assert spread.select(ROW).distinct().count() == 1003
+
+
+def test_tasks_read_the_rows_spark_counted(spark: Any, tmp_path: Any) -> None:
+    """A local parquet directory read by the tasks themselves: the shares cover every row once in file order, and
+    each row's split is the one the Spark bad-row pass counts with."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    from workers.data.arrow_read import file_rows, held_out, local_files, read_share, shares
+    from workers.training.torch.prepare import split_column
+
+    for i, n in enumerate((1000, 537)):
+        table = pa.table(
+            {"x": np.arange(n, dtype=np.float64) + 10_000 * i, "y": ["a", "b", "c"] * (n // 3) + ["a"] * (n % 3)}
+        )
+        pq.write_table(table, tmp_path / f"part-{i}.parquet", row_group_size=300)
+    files = local_files(str(tmp_path))
+    assert files is not None
+    rows = file_rows(files)
+    split = split_column(files, rows, 7, 0.2)
+    got = spark.read.parquet(str(tmp_path)).select("x", split.alias("s")).collect()
+    by_x = {r["x"]: r["s"] for r in got}
+    spec = {"files": files, "rows": rows, "shares": shares(sum(rows), 3), "columns": ["x", "y"], "label": "y",
+            "class_labels": ["a", "b", "c"], "seed": 7, "fraction": 0.2}  # fmt: skip
+    parts = [read_share(spec, r, "_split", "_row") for r in range(3)]
+    whole = pa.concat_tables(parts)
+    assert whole.column("_row").to_pylist() == list(range(1537))
+    assert whole.column("x").to_pylist() == [float(v) for v in [*range(1000), *range(10_000, 10_537)]]
+    assert whole.column("_split").to_pylist() == [by_x[x] for x in whole.column("x").to_pylist()]
+    assert held_out(np.arange(1537), 7, 0.2).sum() == sum(by_x.values()) and 200 < sum(by_x.values()) < 420
+    assert set(whole.column("y").to_pylist()) == {0, 1, 2}
+    assert [p.num_rows for p in parts] == [512, 512, 513]
+    assert spark.read.parquet(str(tmp_path)).where(F.col("x") < 0).count() == 0
