@@ -107,10 +107,13 @@ class _Search:
                 if child.status in TERMINAL:
                     self._settle(record, child, curve)
                     state = optuna.trial.TrialState.COMPLETE if record.state == "COMPLETE" else _state(record.state)
-                    self.study.add_trial(optuna.trial.create_trial(
-                        params=params, distributions=self.dists, state=state, intermediate_values=curve,
-                        value=record.metric if record.state == "COMPLETE" else None,
-                    ))  # fmt: skip
+                    try:
+                        self.study.add_trial(optuna.trial.create_trial(
+                            params=params, distributions=self.dists, state=state, intermediate_values=curve,
+                            value=record.metric if record.state == "COMPLETE" else None,
+                        ))  # fmt: skip
+                    except ValueError as exc:  # a value outside today's space: on the leaderboard, not in the study
+                        log.warning("trial %d of tune job %s not added to the study: %s", number, self.ctx.job_id, exc)
                     self.finished.append(record)
                 else:
                     self.study.enqueue_trial(params)
