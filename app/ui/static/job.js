@@ -73,6 +73,7 @@
       document.getElementById("error-message").textContent = s.error.message;
     }
     document.getElementById("result").textContent = s.result ? JSON.stringify(s.result, null, 2) : "No result yet.";
+    if (job) TuneView.show(Object.assign({}, job, { result: s.result }));
   }
 
   function appendLog(lines) {
