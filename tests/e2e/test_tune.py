@@ -65,6 +65,7 @@ def test_random_search_ends_with_a_leaderboard_and_the_best_alias(svc: Service) 
     best = result["best"]
     assert best["trial"] == board[0]["trial"] and best["metric"] == board[0]["metric"] > 0.5
     assert best["model"]["name"] == "tune-random"
+    assert result["importances"] is None or set(result["importances"]) == set(space)
 
     children = _children(svc, job["id"])
     assert sorted(children) == [0, 1, 2]

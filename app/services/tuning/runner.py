@@ -35,7 +35,7 @@ from app.services.planning.training import plan_training
 from app.services.tuning import space as spaces
 from app.services.tuning.report import TrialRecord, outcome
 from app.services.tuning.submit import train_request
-from workers.context import JobCancelled, JobFailure, JobOutcome
+from workers.context import JobFailure, JobOutcome
 
 if TYPE_CHECKING:
     import optuna
@@ -326,7 +326,7 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
                     active.pruning = True
             ctx.progress(done / search.tune.trials, f"{done} of {search.tune.trials} trials finished")
             time.sleep(POLL_S)
-    except JobCancelled:
+    except BaseException:  # JobCancelled, or the Spark job of a trial's planning cancelled with the tune's group
         if search.cancel_requested():
             search.cancel_trials("the tune job was cancelled")
         raise
