@@ -271,14 +271,18 @@ class _Search:
         reconciler, nor handed back by a stopping driver: then its trials are left running)."""
         if self.driver.stopping():
             return False
-        with self.driver.db() as s:
-            row = s.get(Job, self.ctx.job_id)
-            return (
-                row is not None
-                and row.status == JobStatus.CANCELLING
-                and row.worker_id == self.driver.owner["worker_id"]
-                and row.attempt == self.driver.owner["attempt"]
-            )
+        try:
+            with self.driver.db() as s:
+                row = s.get(Job, self.ctx.job_id)
+                return (
+                    row is not None
+                    and row.status == JobStatus.CANCELLING
+                    and row.worker_id == self.driver.owner["worker_id"]
+                    and row.attempt == self.driver.owner["attempt"]
+                )
+        except Exception:  # the database is away: the trials then run to their end
+            log.exception("tune job %s: could not read whether it was cancelled", self.ctx.job_id)
+            return False
 
 
 def _state(name: str) -> Any:
