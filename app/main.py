@@ -30,6 +30,7 @@ from app.api.routes import (
     recipes,
     service,
     train,
+    tune,
     v2,
 )
 from app.api.telemetry import HttpMetrics, Telemetry
@@ -92,7 +93,8 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
     install_error_handlers(app)
     install_openapi(app)
     install_docs(app)
-    routers = (train, inference, recipes, jobs, events, checkpoints, models, datasets, owners, service, metrics, v2)
+    routers = (train, tune, inference, recipes, jobs, events, checkpoints, models, datasets, owners, service, metrics,
+               v2)  # fmt: skip
     for module in routers:
         app.include_router(module.router)
     install_console(app)

@@ -21,6 +21,8 @@ class JobType(StrEnum):
     PREDICT = "predict"
     RECIPE = "recipe"
     """A named, self-contained Spark job that checks the cluster (``POST /recipes/gpu-smoke``)."""
+    TUNE = "tune"
+    """A hyperparameter search whose trials are child training jobs (``POST /tune``)."""
 
 
 TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})

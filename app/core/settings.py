@@ -129,6 +129,7 @@ class Settings(BaseSettings):
     checkpoint_retention: int = Field(0, ge=0, description="Checkpoints kept per job (the newest); 0 keeps all.")
     max_epochs: int = Field(1000, ge=1)
     max_workers_per_job: int = Field(64, ge=1)
+    max_trials: int = Field(100, ge=1, le=100_000, description="Trials one tuning job (POST /tune) may ask for.")
 
     # --- failures ------------------------------------------------------------------------------------------
     db_retry_s: float = Field(

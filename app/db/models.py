@@ -18,6 +18,7 @@ class Job(Base):
         Index("ix_jobs_created_at_id", "created_at", "id"),
         Index("ix_jobs_owner_status", "owner", "status"),
         Index("ix_jobs_type_state_times", "type", "framework", "status", "started_at", "finished_at"),
+        UniqueConstraint("parent_id", "trial", name="uq_jobs_parent_id_trial"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -59,6 +60,10 @@ class Job(Base):
     """The quota a QUEUED job waits for (``concurrent_jobs``, ``task_slots``); None once a driver takes it."""
     woken_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     """When a waiting job's message was last sent again because its owner had room (app/services/quotas.py)."""
+    parent_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    """The tune job a trial belongs to (plain value, not a foreign key); None for every other job."""
+    trial: Mapped[int | None] = mapped_column(Integer)
+    """A trial's number in its tune job (0, 1, ...): one job per number, however often the tune job resumes."""
 
 
 class RateBucket(Base):

@@ -129,5 +129,5 @@ def register_tasks(app: Celery) -> None:
     options = {"bind": True, "shared": False, "acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
     for framework in FRAMEWORKS:
         app.task(name=task_name("train", framework), **options)(run)
-    for job_type in ("evaluate", "predict", "recipe"):
+    for job_type in ("evaluate", "predict", "recipe", "tune"):
         app.task(name=task_name(job_type, ""), **options)(run)

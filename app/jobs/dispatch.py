@@ -56,7 +56,22 @@ def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
         from workers.inference.batch import predict
 
         return predict(ctx, _plan(rt, ctx, job))
+    if job.type == JobType.TUNE:  # the search runs here; its trials are training jobs of their own
+        return _tune(rt, ctx, job)
     raise JobFailure("UNSUPPORTED", f"no runner for {job.type} jobs")
+
+
+def _tune(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
+    from app.services.tuning.runner import TuneDriver, run_tune
+
+    def enqueue(task: str, job_id: str) -> None:
+        if rt.send is None:
+            raise RuntimeError("this driver has no broker to send trials with")
+        rt.send(task, job_id, rt.settings.queue)
+
+    driver = TuneDriver(db=rt.db, settings=rt.settings, spark=rt.spark, enqueue=enqueue, cancel_local=rt.cancel_local,
+                        stopping=lambda: rt.stopping, owner=dict(ctx.owner))  # fmt: skip
+    return run_tune(ctx, job.request, driver, owner=job.owner)
 
 
 def _check_fits(rt: JobRuntime, plan: Any) -> None:

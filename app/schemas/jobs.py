@@ -56,6 +56,8 @@ class JobRead(BaseModel):
     waiting_for: str | None = Field(
         None, description="A QUEUED job waiting for its owner's quota (concurrent_jobs or task_slots) to free up."
     )
+    parent_id: str | None = Field(None, description="A trial's tune job (POST /tune); None for other jobs.")
+    trial: int | None = Field(None, description="A trial's number in its tune job.")
 
 
 class JobPage(BaseModel):

@@ -45,6 +45,8 @@ def create_job(
     idempotency_key: str | None = None,
     max_attempts: int = 3,
     slots: int = 1,
+    parent_id: str | None = None,
+    trial: int | None = None,
 ) -> tuple[Job, bool]:
     """Insert a QUEUED job (:func:`submit` also queues it); returns ``(job, created)``. With an idempotency key,
     the same key and body give back the first job (``created`` False) and the same key with another body is a 409."""
@@ -70,6 +72,8 @@ def create_job(
         request_hash=fingerprint,
         created_at=utcnow(),
         slots=slots,
+        parent_id=parent_id,
+        trial=trial,
     )
     try:
         with savepoint(session):
@@ -110,6 +114,9 @@ def submit(
     idempotency_key: str | None = None,
     max_attempts: int = 3,
     limits: quotas.Limits | None = None,
+    slots: int | None = None,
+    parent_id: str | None = None,
+    trial: int | None = None,
 ) -> tuple[Job, bool]:
     """Every kind of job starts here: write the QUEUED job with the request and the plan it was checked into
     (``plan``, a workers plan dataclass; the runner executes exactly it), commit, then send its message by explicit
@@ -118,8 +125,9 @@ def submit(
 
     When the broker refuses the message, the job becomes FAILED (ENQUEUE_FAILED) and the caller gets a 503: nothing
     stays queued that no consumer will ever see. ``limits`` are the owner's quotas: a job that could never fit its
-    task slots is a 422, one over its queued jobs a 429 (app/services/quotas.py)."""
-    slots = quotas.job_slots(plan)
+    task slots is a 422, one over its queued jobs a 429 (app/services/quotas.py). ``slots`` overrides the plan's
+    (a tune job holds none); ``parent_id`` and ``trial`` make the job a trial of a tune job."""
+    slots = quotas.job_slots(plan) if slots is None else slots
     with quotas.owner_lock(db, owner, needed=bool(limits and limits.queued_jobs)) as session:
         repeated = idempotency_key is not None and _job_by_key(session, owner, idempotency_key) is not None
         if limits is not None and not repeated:
@@ -135,6 +143,8 @@ def submit(
             idempotency_key=idempotency_key,
             max_attempts=max_attempts,
             slots=slots,
+            parent_id=parent_id,
+            trial=trial,
         )
         if created and model is not None:
             job.model_name, job.model_version = model

@@ -46,8 +46,10 @@ def to_job_read(job: Job) -> JobRead:
         owner=job.owner,
         worker_id=job.worker_id,
         spark_app_id=job.spark_app_id,
-        slots=job.slots or 1,
+        slots=job.slots if job.slots is not None else 1,
         waiting_for=job.waiting_for,
+        parent_id=job.parent_id,
+        trial=job.trial,
     )
 
 

@@ -26,7 +26,7 @@
     document.getElementById("job-name").textContent = j.name || j.type + " job " + j.id.slice(0, 8);
     document.getElementById("request").textContent = JSON.stringify(j.request, null, 2);
     document.getElementById("compare-link").href = ST.root + "/ui/compare?ids=" + encodeURIComponent(j.id);
-    document.getElementById("sharing").hidden = j.framework !== "torch";
+    document.getElementById("sharing").hidden = j.framework !== "torch" || j.type === "tune";
     const model = j.model
       ? el("a", { href: ST.root + "/ui/models#" + encodeURIComponent(j.model.name) }, j.model.name + " v" + j.model.version)
       : null;
@@ -73,6 +73,7 @@
       document.getElementById("error-message").textContent = s.error.message;
     }
     document.getElementById("result").textContent = s.result ? JSON.stringify(s.result, null, 2) : "No result yet.";
+    if (job) TuneView.show(Object.assign({}, job, { result: s.result }));
   }
 
   function appendLog(lines) {

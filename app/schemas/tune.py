@@ -1,0 +1,108 @@
+"""Wire model of ``POST /tune``: a search space over a ``/train`` body (docs/tuning.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.schemas.train import NAME_PATTERN
+
+
+class Distribution(BaseModel):
+    """Where one value of the base body is sampled from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["uniform", "loguniform", "int", "choice"]
+    low: float | None = Field(None, description="uniform, loguniform, int: the smallest value.")
+    high: float | None = Field(None, description="uniform, loguniform, int: the largest value.")
+    step: float | None = Field(None, gt=0, description="int (and uniform): sample on this grid from low.")
+    values: list[Any] | None = Field(None, min_length=1, max_length=1000, description="choice: the candidates.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> Distribution:
+        if self.type == "choice":
+            if not self.values:
+                raise ValueError("a choice needs values")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError(f"a {self.type} distribution needs low and high")
+        if self.low > self.high:
+            raise ValueError("low must not be above high")
+        if self.type == "loguniform" and self.low <= 0:
+            raise ValueError("a loguniform distribution needs low > 0")
+        if self.type == "int" and (not float(self.low).is_integer() or not float(self.high).is_integer()):
+            raise ValueError("an int distribution needs whole low and high")
+        if self.type == "int" and self.step is not None and not float(self.step).is_integer():
+            raise ValueError("an int distribution needs a whole step")
+        return self
+
+    def extremes(self) -> list[Any]:
+        """The values that bound the range: every value a sample can take lies between them (or is one of them)."""
+        if self.type == "choice":
+            return list(self.values or [])
+        if self.type == "int":
+            return [int(self.low or 0), int(self.high or 0)]
+        return [self.low, self.high]
+
+
+class TuneRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="Model name every trial registers its version under.")
+    base: dict[str, Any] = Field(description="A complete POST /train body (its own name is replaced by `name`).")
+    space: dict[str, Distribution] = Field(
+        min_length=1,
+        max_length=50,
+        description="Dotted paths into `base` (training.optimizer.learning_rate, network.layers.0.units, "
+        "params.max_depth) to the distribution each is sampled from.",
+    )
+    sampler: Literal["random", "tpe", "grid"] = "tpe"
+    pruner: Literal["none", "asha", "median"] = "none"
+    trials: int = Field(10, ge=1, description="Trials in all (at most SPARKTRAIN_MAX_TRIALS).")
+    parallel: int = Field(1, ge=1, le=64, description="Trials running at once.")
+    metric: str | None = Field(
+        None,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_]+$",
+        description="A validation metric of the trials' results (loss, accuracy, rmse, ...); default: loss for "
+        "torch, rmse for regression, accuracy for classification.",
+    )
+    mode: Literal["min", "max"] | None = Field(None, description="Default: max for accuracy, f1, r2, auc; else min.")
+    timeout_minutes: float | None = Field(
+        None, gt=0, le=7 * 24 * 60, description="No new trial starts after this long; running ones are cancelled."
+    )
+    seed: int | None = Field(None, ge=0, le=2**31 - 1, description="The sampler's seed (reproducible searches).")
+
+
+TUNE_EXAMPLE = {
+    "digits_mlp_random": {
+        "summary": "random search over the digits MLP's learning rate and width, with ASHA pruning",
+        "value": {
+            "name": "digits-tuned",
+            "base": {
+                "name": "digits-tuned",
+                "framework": "torch",
+                "dataset": {"uri": "datasets/digits/train.parquet", "features": ["pixels"], "label": "label",
+                            "task": "classification", "num_classes": 10},
+                "validation": {"uri": "datasets/digits/test.parquet"},
+                "network": {"layers": [{"type": "dense", "units": 32, "activation": "relu"},
+                                       {"type": "output", "units": 10, "activation": "softmax",
+                                        "loss": "cross_entropy"}]},
+                "training": {"epochs": 5, "batch_size_per_worker": 64, "num_workers": 1,
+                             "optimizer": {"type": "adam", "learning_rate": 0.003}},
+            },
+            "space": {
+                "training.optimizer.learning_rate": {"type": "loguniform", "low": 1e-4, "high": 3e-2},
+                "network.layers.0.units": {"type": "int", "low": 16, "high": 128, "step": 16},
+            },
+            "sampler": "random",
+            "pruner": "asha",
+            "trials": 8,
+            "parallel": 2,
+            "metric": "accuracy",
+            "mode": "max",
+        },
+    }
+}  # fmt: skip

@@ -1,0 +1,99 @@
+"""The result of a tune job: the leaderboard, the best trial (its model version gets the alias ``best``) and the
+parameters' importances."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.services import models
+from workers.context import JobOutcome
+
+if TYPE_CHECKING:
+    import optuna
+
+log = logging.getLogger("sparktrain.jobs")
+BEST_ALIAS = "best"
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    params: dict[str, Any]
+    job_id: str | None = None
+    state: str = "RUNNING"
+    """COMPLETE, PRUNED, CANCELLED (cancelled other than by the pruner: a user, or the timeout) or FAIL."""
+    metric: float | None = None
+    epochs: int | None = None
+    """torch: epochs trained; xgboost: boosting rounds (kept, or reached when pruned)."""
+    duration_s: float | None = None
+    finished: float | None = None
+    model: dict[str, Any] | None = None
+
+    def row(self, framework: str) -> dict[str, Any]:
+        unit = "rounds" if framework == "xgboost" else "epochs"
+        return {"trial": self.number, "params": self.params, "metric": self.metric, "state": self.state,
+                unit: self.epochs, "duration_s": self.duration_s, "job_id": self.job_id,
+                "model": self.model}  # fmt: skip
+
+
+def leaderboard(records: list[TrialRecord], mode: str) -> list[TrialRecord]:
+    """Completed trials best first, then the others by number."""
+    sign = -1.0 if mode == "max" else 1.0
+    done = [r for r in records if r.state == "COMPLETE" and r.metric is not None and not math.isnan(r.metric)]
+    rest = sorted((r for r in records if r not in done), key=lambda r: r.number)
+    return sorted(done, key=lambda r: (sign * float(r.metric or 0), r.number)) + rest
+
+
+def importances(study: optuna.Study) -> dict[str, float] | None:
+    """Optuna's parameter importances (PED-ANOVA: quick, and defined from a couple of completed trials); None when
+    they cannot be computed."""
+    import optuna
+
+    try:
+        evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+        return {k: float(v) for k, v in optuna.importance.get_param_importances(study, evaluator=evaluator).items()}
+    except Exception as exc:  # too few trials, a single parameter, a constant metric, ...
+        log.info("no parameter importances: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+def outcome(
+    ctx: Any,
+    study: optuna.Study,
+    records: list[TrialRecord],
+    *,
+    metric: str,
+    db: sessionmaker[Session],
+    name: str,
+    framework: str,
+) -> JobOutcome:
+    """The tune job's result; sets the alias ``best`` on the best trial's model version."""
+    mode = "max" if study.direction.name == "MAXIMIZE" else "min"
+    board = leaderboard(records, mode)
+    best = board[0]
+    result: dict[str, Any] = {
+        "metric": metric,
+        "mode": mode,
+        "trials": len(records),
+        "states": {s: sum(r.state == s for r in records) for s in sorted({r.state for r in records})},
+        "leaderboard": [r.row(framework) for r in board],
+        "best": {
+            "trial": best.number,
+            "params": best.params,
+            "metric": best.metric,
+            "model": best.model,
+            "job_id": best.job_id,
+        },
+        "importances": importances(study),
+    }
+    if best.model is not None:
+        with db.begin() as s:
+            models.set_alias(session=s, name=name, alias=BEST_ALIAS, version=int(best.model["version"]))
+        ctx.log(f"best trial {best.number}: {metric} {best.metric}; alias {BEST_ALIAS!r} -> {name} "
+                f"version {best.model['version']}")  # fmt: skip
+    return JobOutcome(result=result)

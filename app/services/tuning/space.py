@@ -1,0 +1,85 @@
+"""Search spaces: dotted paths into a ``/train`` body, the values they take, and Optuna's distributions."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from app.schemas.tune import Distribution
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
+
+_MISSING = object()
+
+
+def _key(node: Any, part: str) -> Any:
+    if isinstance(node, list):
+        return int(part) if part.isdigit() and int(part) < len(node) else _MISSING
+    if isinstance(node, dict):
+        return part if part in node else _MISSING
+    return _MISSING
+
+
+def lookup(body: dict[str, Any], path: str) -> Any:
+    """The value at ``path`` (``network.layers.0.units``), or ``_MISSING``."""
+    node: Any = body
+    for part in path.split("."):
+        key = _key(node, part)
+        if key is _MISSING:
+            return _MISSING
+        node = node[key]
+    return node
+
+
+def exists(body: dict[str, Any], path: str) -> bool:
+    return lookup(body, path) is not _MISSING
+
+
+def substitute(body: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``body`` with each path's value replaced (every path exists: checked before)."""
+    out = copy.deepcopy(body)
+    for path, value in values.items():
+        *parents, last = path.split(".")
+        node: Any = out
+        for part in parents:
+            node = node[_key(node, part)]
+        node[_key(node, last)] = value
+    return out
+
+
+def params_of(body: dict[str, Any], space: dict[str, Distribution]) -> dict[str, Any]:
+    """The sampled values a trial's body holds (how a resumed study reads its trials back)."""
+    return {path: lookup(body, path) for path in space}
+
+
+def to_optuna(dist: Distribution) -> BaseDistribution:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if dist.type == "choice":
+        return CategoricalDistribution(list(dist.values or []))
+    low, high = float(dist.low or 0), float(dist.high or 0)
+    if dist.type == "int":
+        return IntDistribution(int(low), int(high), step=int(dist.step or 1))
+    if dist.type == "loguniform":
+        return FloatDistribution(low, high, log=True)
+    return FloatDistribution(low, high, step=dist.step)
+
+
+def grid(space: dict[str, Distribution]) -> list[dict[str, Any]] | None:
+    """Every point of a grid search, in the order the values are listed (None: a range without a grid)."""
+    axes: list[list[Any]] = []
+    for dist in space.values():
+        if dist.type == "choice":
+            axes.append(list(dist.values or []))
+        elif dist.type == "int" or (dist.type == "uniform" and dist.step is not None):
+            low, high, step = float(dist.low or 0), float(dist.high or 0), float(dist.step or 1)
+            count = int((high - low) // step) + 1
+            if count > 10_000:
+                return None
+            points = [low + i * step for i in range(count)]
+            axes.append([int(p) for p in points] if dist.type == "int" else points)
+        else:
+            return None
+    return [dict(zip(space, combo, strict=True)) for combo in itertools.product(*axes)]

@@ -1,0 +1,137 @@
+"""``POST /tune``: check the search against the data before the job exists, then submit the ``tune`` job.
+
+Every check is the one ``/train`` runs: the base body, and the base body with each end of each range substituted,
+go through the same schema and the same planning (app/services/planning), so a trial can never fail on a value
+the search was allowed to sample. Nothing is written until every check passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.errors import AppError, ValidationFailed
+from app.core.jobstates import JobType
+from app.core.settings import Settings
+from app.db.models import Job
+from app.schemas.train import TrainRequest
+from app.schemas.tune import TuneRequest
+from app.services import jobs, quotas
+from app.services.planning.training import plan_training
+from app.services.tuning import space as spaces
+from workers import cluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+HIGHER_IS_BETTER = frozenset({"accuracy", "f1", "precision", "recall", "r2", "auc", "areaUnderROC"})
+
+
+def default_metric(train: TrainRequest) -> str:
+    if train.framework == "torch":
+        return "loss"
+    return "accuracy" if train.dataset.task == "classification" else "rmse"
+
+
+def resolved(request: TuneRequest, train: TrainRequest) -> dict[str, Any]:
+    """The request as stored with the job: its base named after the tune, the metric and mode filled in."""
+    body = request.model_dump(mode="json", exclude_none=True)
+    body["base"] = {**request.base, "name": request.name}
+    body["metric"] = (request.metric or default_metric(train)).removeprefix("validation_")
+    body["mode"] = request.mode or ("max" if body["metric"] in HIGHER_IS_BETTER else "min")
+    return body
+
+
+def train_request(body: dict[str, Any], loc: str) -> TrainRequest:
+    """``body`` as a ``/train`` request; a 422 naming ``loc`` and the field inside it otherwise."""
+    try:
+        return TrainRequest.model_validate(body)
+    except ValidationError as exc:
+        errors = [
+            {"loc": ".".join([loc, *(str(p) for p in e["loc"])]), "msg": e["msg"], "type": e["type"]}
+            for e in exc.errors()
+        ]
+        raise ValidationFailed(f"{errors[0]['loc']}: {errors[0]['msg']}", errors=errors) from None
+
+
+def _located(exc: AppError, loc: str, what: str = "") -> ValidationFailed:
+    """A planning error of a body the search would run, as a 422 at ``loc`` (the field inside it kept as
+    ``inner``)."""
+    inner = (exc.errors or [{}])[0].get("loc")
+    return ValidationFailed.at(loc, f"{what}: {exc.detail}" if what else exc.detail, inner=inner)
+
+
+def check(
+    *, request: TuneRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session] | None
+) -> tuple[TrainRequest, int]:
+    """Every check of the search (422 naming the field); returns the base request and the slots one trial holds."""
+    base = {**request.base, "name": request.name}
+    train = train_request(base, "base")
+    for path in request.space:
+        if not spaces.exists(base, path):
+            raise ValidationFailed.at(f"space.{path}", "no such path in the base body (dotted keys, list indices)")
+    if request.trials > settings.max_trials:
+        raise ValidationFailed.at(
+            "trials", f"{request.trials} trials asked for; this service runs at most {settings.max_trials} per search "
+            "(SPARKTRAIN_MAX_TRIALS)"
+        )  # fmt: skip
+    if request.sampler == "grid":
+        points = spaces.grid(request.space)
+        if points is None:
+            raise ValidationFailed.at("sampler", "grid needs choice, int or stepped uniform distributions only")
+        if request.trials > len(points):
+            raise ValidationFailed.at("trials", f"the grid has {len(points)} points; ask for at most that many trials")
+    try:
+        plans = [plan_training(request=train, settings=settings, spark=spark, db=db)]
+    except ValidationFailed as exc:
+        raise _located(exc, "base") from None
+    for path, dist in request.space.items():
+        for value in dist.extremes():
+            if value == spaces.lookup(base, path):
+                continue
+            loc = f"space.{path}"
+            what = f"the value {value!r} makes an invalid /train body"
+            body = spaces.substitute(base, {path: value})
+            try:
+                plans.append(plan_training(request=train_request(body, "base"), settings=settings, spark=spark, db=db))
+            except ValidationFailed as exc:
+                raise _located(exc, loc, what) from None
+    per_trial = max(quotas.job_slots(plan) for plan in plans)
+    total = cluster.task_slots(spark)
+    if request.parallel * per_trial > total:
+        raise ValidationFailed.at(
+            "parallel",
+            f"{request.parallel} trials of {per_trial} barrier workers need {request.parallel * per_trial} task "
+            f"slots at once and the cluster has {total}: ask for parallel <= {max(1, total // per_trial)}",
+        )
+    return train, per_trial
+
+
+def submit_tune(
+    *,
+    db: sessionmaker[Session],
+    settings: Settings,
+    spark: SparkSession,
+    enqueue: Callable[[str, str], None],
+    request: TuneRequest,
+    owner: str = "anonymous",
+    idempotency_key: str | None = None,
+) -> tuple[Job, bool]:
+    """Check the search (422 naming the field, nothing written), then write the QUEUED ``tune`` job and queue it.
+    The tune job holds no task slots: its trials do, each as the training job it is."""
+    train, _ = check(request=request, settings=settings, spark=spark, db=db)
+    return jobs.submit(
+        db=db,
+        enqueue=enqueue,
+        job_type=JobType.TUNE,
+        request=resolved(request, train),
+        framework=train.framework,
+        name=request.name,
+        owner=owner,
+        idempotency_key=idempotency_key,
+        limits=quotas.limits_for(settings=settings, owner=owner),
+        slots=0,
+    )

@@ -1,0 +1,110 @@
+"""A tune job that starts again (its driver died, the reconciler queued it again) rebuilds its study from its trial
+jobs on a real database (SQLite and PostgreSQL): finished trials are added as they ended and never submitted
+again, trials still running are attached to (their metrics keep reaching the pruner), new trials take the next
+numbers, and one job per (tune job, trial) is all the database accepts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from app.core.jobstates import JobStatus
+from app.core.settings import Settings
+from app.db.base import utcnow
+from app.db.models import Job
+from app.db.session import transaction
+from app.schemas.train import TrainRequest
+from app.schemas.tune import TuneRequest
+from app.services import jobs
+from app.services.tuning import space as spaces
+from app.services.tuning.runner import PRUNED_NOTE, TuneDriver, _Search
+from app.services.tuning.submit import resolved
+from bench.chaos import digits_job
+
+SPACE = {"training.optimizer.learning_rate": {"type": "loguniform", "low": 1e-4, "high": 1e-1}}
+
+
+class Recorded:
+    """The job context the search reports through, keeping what it was told."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id, self.lines = job_id, []
+
+    def log(self, message: str, level: str = "INFO") -> None:
+        self.lines.append(message)
+
+    def warn(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def _tune_request() -> dict[str, Any]:
+    tune = TuneRequest.model_validate({"name": "resumed", "base": digits_job("resumed", epochs=5, workers=1),
+                                       "space": SPACE, "trials": 5, "parallel": 2, "pruner": "median",
+                                       "metric": "accuracy"})  # fmt: skip
+    return resolved(tune, TrainRequest.model_validate(tune.base))
+
+
+def _child(db: Any, tune_id: str, trial: int, lr: float, status: JobStatus, **values: Any) -> str:
+    body = spaces.substitute(digits_job("resumed", epochs=5, workers=1), {"training.optimizer.learning_rate": lr})
+    with transaction(db) as s:
+        job, _ = jobs.create_job(session=s, job_type="train", request=body, framework="torch", name="resumed",
+                                 parent_id=tune_id, trial=trial)  # fmt: skip
+        row = s.get(Job, job.id)
+        row.status = status.value
+        now = utcnow()
+        row.started_at, row.finished_at = now - timedelta(seconds=30), now
+        for key, value in values.items():
+            setattr(row, key, value)
+        return job.id
+
+
+def _curve(db: Any, job_id: str, values: list[float]) -> None:
+    with transaction(db) as s:
+        points = [{"key": "validation_accuracy", "step": 10 * (e + 1), "epoch": e + 1, "value": v}
+                  for e, v in enumerate(values)]  # fmt: skip
+        jobs.add_metrics(session=s, job_id=job_id, points=points)
+
+
+def test_a_resumed_study_keeps_finished_trials_and_attaches_to_running_ones(db: Any, tmp_path: Any) -> None:
+    request = _tune_request()
+    with transaction(db) as s:
+        tune, _ = jobs.create_job(session=s, job_type="tune", request=request, framework="torch", name="resumed")
+        tune_id = tune.id
+    done = _child(db, tune_id, 0, 0.003, JobStatus.SUCCEEDED, result={"validation": {"accuracy": 0.9}},
+                  model_name="resumed", model_version=1)  # fmt: skip
+    _curve(db, done, [0.6, 0.8, 0.9])
+    pruned = _child(db, tune_id, 1, 0.0001, JobStatus.CANCELLED, warnings=[f"{PRUNED_NOTE} {tune_id} at epoch 1"])
+    _curve(db, pruned, [0.1])
+    running = _child(db, tune_id, 2, 0.01, JobStatus.RUNNING)
+    _curve(db, running, [0.7])
+
+    driver = TuneDriver(db=db, settings=Settings(var_dir=tmp_path), spark=None, enqueue=lambda t, j: None,
+                        cancel_local=lambda j: False, stopping=lambda: False,
+                        owner={"worker_id": "w", "attempt": 2})  # fmt: skip
+    search = _Search(Recorded(tune_id), request, driver, "anonymous")
+    search.rebuild()
+
+    states = {r.number: (r.state, r.metric, r.epochs) for r in search.finished}
+    assert states == {0: ("COMPLETE", 0.9, 3), 1: ("PRUNED", None, 1)}
+    assert list(search.active) == [2] and search.next_number == 3
+    attached = search.active[2]
+    assert attached.record.job_id == running and attached.record.params == {"training.optimizer.learning_rate": 0.01}
+    assert attached.trial.params == {"training.optimizer.learning_rate": 0.01}
+    assert attached.reported == {1}, "the running trial's epochs reach the pruner again"
+    assert [t.state.name for t in search.study.trials] == ["COMPLETE", "PRUNED", "RUNNING"]
+    assert search.study.best_value == 0.9
+
+    # the running trial ends: the next poll records it, and the study then knows three finished trials
+    with transaction(db) as s:
+        row = s.get(Job, running)
+        row.status, row.result = JobStatus.SUCCEEDED.value, {"validation": {"accuracy": 0.95}}
+        row.model_name, row.model_version = "resumed", 2
+    search.poll()
+    assert not search.active and search.finished[-1].state == "COMPLETE" and search.finished[-1].metric == 0.95
+    assert search.study.best_value == 0.95
+
+    with pytest.raises(IntegrityError), transaction(db) as s:  # one job per trial number, whatever resumes
+        jobs.create_job(session=s, job_type="train", request={}, parent_id=tune_id, trial=2)

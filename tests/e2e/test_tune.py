@@ -1,0 +1,146 @@
+"""POST /tune on the shipped digits with a tiny MLP (one barrier worker per trial, local[2]): a random search that
+ends with a leaderboard and the alias ``best``; an ASHA search that prunes a trial with a hopeless learning rate;
+bad searches refused with a 422 naming the field and nothing written; a cancel that stops the running trial and
+keeps the finished one."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bench.chaos import digits_job
+from tests.e2e.chaos_support import wait_final
+from tests.helpers import Service, running_service
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    # the tune job takes one consumer thread, its trials the others
+    with running_service(spark, tmp_path_factory.mktemp("tune"), consumer_concurrency=3, max_trials=20) as service:
+        yield service
+
+
+def _tune(name: str, *, epochs: int = 1, **search: Any) -> dict[str, Any]:
+    base = digits_job(name, epochs=epochs, units=16, batch=128, workers=1)
+    return {"name": name, "base": base, **search}
+
+
+def _post(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
+    response = svc.client.post("/tune", json=body)
+    assert response.status_code == 202, response.text
+    assert response.headers["location"] == f"/jobs/{response.json()['id']}"
+    return dict(response.json())
+
+
+def _children(svc: Service, tune_id: str) -> dict[int, dict[str, Any]]:
+    items = svc.client.get("/jobs", params={"type": "train", "limit": 500}).json()["items"]
+    return {j["trial"]: j for j in items if j["parent_id"] == tune_id}
+
+
+def test_random_search_ends_with_a_leaderboard_and_the_best_alias(svc: Service) -> None:
+    space = {
+        "training.optimizer.learning_rate": {"type": "loguniform", "low": 3e-3, "high": 3e-2},
+        "network.layers.0.units": {"type": "int", "low": 16, "high": 32, "step": 16},
+    }
+    job = _post(svc, _tune("tune-random", space=space, sampler="random", seed=3, trials=3, parallel=2,
+                           metric="accuracy"))  # fmt: skip
+    assert job["type"] == "tune" and job["status"] == "QUEUED"
+    assert job["id"] in [j["id"] for j in svc.client.get("/jobs", params={"type": "tune"}).json()["items"]]
+    done = wait_final(svc.client, job["id"], timeout=300)
+    assert done["status"] == "SUCCEEDED", done["error"]
+    result = done["result"]
+    board = result["leaderboard"]
+    assert len(board) == 3 and {r["trial"] for r in board} == {0, 1, 2}
+    assert all(r["state"] == "COMPLETE" and r["epochs"] == 1 for r in board), board
+    assert [r["metric"] for r in board] == sorted((r["metric"] for r in board), reverse=True)  # mode max
+    for row in board:
+        assert set(row["params"]) == set(space)
+        assert 3e-3 <= row["params"]["training.optimizer.learning_rate"] <= 3e-2
+        assert row["params"]["network.layers.0.units"] in (16, 32)
+    best = result["best"]
+    assert best["trial"] == board[0]["trial"] and best["metric"] == board[0]["metric"] > 0.5
+    assert best["model"]["name"] == "tune-random"
+    assert result["importances"] is None or set(result["importances"]) == set(space)
+
+    children = _children(svc, job["id"])
+    assert sorted(children) == [0, 1, 2]
+    for row in board:  # every trial is an ordinary training job with the sampled body and its own version
+        child = children[row["trial"]]
+        assert child["id"] == row["job_id"] and child["status"] == "SUCCEEDED"
+        assert child["request"]["network"]["layers"][0]["units"] == row["params"]["network.layers.0.units"]
+        assert child["result"]["validation"]["accuracy"] == row["metric"]
+        assert svc.client.get(f"/jobs/{child['id']}/metrics", params={"key": "validation_accuracy"}).json()["metrics"]
+    model = next(m for m in svc.client.get("/models").json()["items"] if m["name"] == "tune-random")
+    assert len(model["versions"]) == 3
+    assert model["aliases"] == {"best": best["model"]["version"]}
+    version = svc.client.get(f"/models/tune-random/versions/{best['model']['version']}").json()
+    assert version["job_id"] == best["job_id"]
+
+
+def test_asha_prunes_the_hopeless_learning_rate(svc: Service) -> None:
+    # grid order is the listed order: the good rate sets the rung, then the hopeless one falls below it at epoch 1
+    space = {"training.optimizer.learning_rate": {"type": "choice", "values": [0.01, 1e-7]}}
+    body = _tune("tune-asha", epochs=15, space=space, sampler="grid", pruner="asha", trials=2, parallel=1,
+                 metric="loss")  # fmt: skip
+    done = wait_final(svc.client, _post(svc, body)["id"], timeout=300)
+    assert done["status"] == "SUCCEEDED", done["error"]
+    board = {r["trial"]: r for r in done["result"]["leaderboard"]}
+    assert board[0]["state"] == "COMPLETE" and board[0]["epochs"] == 15, board
+    assert board[1]["state"] == "PRUNED" and 1 <= board[1]["epochs"] < 15, board
+    assert done["result"]["best"]["trial"] == 0 and done["result"]["mode"] == "min"
+    pruned = svc.client.get(f"/jobs/{board[1]['job_id']}").json()
+    assert pruned["status"] == "CANCELLED" and pruned["model"] is None
+    assert any(w.startswith(f"pruned by tune job {done['id']}") for w in pruned["warnings"]), pruned["warnings"]
+
+
+def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -> None:
+    before = len(svc.client.get("/jobs", params={"limit": 500}).json()["items"])
+    lr = {"training.optimizer.learning_rate": {"type": "uniform", "low": 1e-3, "high": 1e-2}}
+    cases = [
+        ({"space": {"training.optimizer.momentum": {"type": "uniform", "low": 0, "high": 1}}},
+         "space.training.optimizer.momentum"),
+        ({"space": {"network.layers.3.units": {"type": "int", "low": 1, "high": 4}}}, "space.network.layers.3.units"),
+        ({"space": {"training.epochs": {"type": "int", "low": 1, "high": 10**9}}}, "space.training.epochs"),
+        ({"space": {"training.batch_size_per_worker": {"type": "choice", "values": [64, 0]}}},
+         "space.training.batch_size_per_worker"),
+        ({"space": lr, "trials": 21}, "trials"),
+        ({"space": lr, "parallel": 3}, "parallel"),
+        ({"space": lr, "sampler": "grid"}, "sampler"),
+    ]  # fmt: skip
+    for search, loc in cases:
+        response = svc.client.post("/tune", json=_tune("tune-bad", **search))
+        assert response.status_code == 422, (loc, response.text)
+        assert response.headers["content-type"].startswith("application/problem+json")
+        assert response.json()["errors"][0]["loc"] == loc, response.json()
+    broken = _tune("tune-bad", space=lr)
+    broken["base"]["dataset"]["uri"] = "datasets/digits/nothing.parquet"
+    response = svc.client.post("/tune", json=broken)
+    assert response.status_code == 422 and response.json()["errors"][0]["loc"].startswith("base"), response.text
+    assert len(svc.client.get("/jobs", params={"limit": 500}).json()["items"]) == before
+
+
+def test_cancel_stops_the_running_trial_and_keeps_the_finished_one(svc: Service) -> None:
+    space = {"training.epochs": {"type": "choice", "values": [1, 500]}}
+    tune = _post(svc, _tune("tune-cancel", space=space, sampler="grid", trials=2, parallel=1, metric="accuracy"))
+    deadline = time.monotonic() + 240
+    children: dict[int, dict[str, Any]] = {}
+    while 1 not in children:
+        assert time.monotonic() < deadline, f"the second trial never started: {children}"
+        time.sleep(0.3)
+        children = _children(svc, tune["id"])
+    running = svc.wait(children[1]["id"], {"RUNNING"})
+    assert svc.client.get(f"/jobs/{children[0]['id']}").json()["status"] == "SUCCEEDED"  # parallel 1: it ended
+    response = svc.client.post(f"/jobs/{tune['id']}/cancel")
+    assert response.status_code == 202, response.text
+    done = wait_final(svc.client, tune["id"], timeout=120)
+    assert done["status"] == "CANCELLED", done
+    stopped = wait_final(svc.client, running["id"], timeout=120)
+    assert stopped["status"] == "CANCELLED" and stopped["model"] is None
+    kept = svc.client.get(f"/jobs/{children[0]['id']}").json()
+    assert kept["status"] == "SUCCEEDED" and kept["model"]["name"] == "tune-cancel"
+    assert svc.client.get(f"/models/tune-cancel/versions/{kept['model']['version']}").status_code == 200
