@@ -257,7 +257,8 @@ class GradientSharing(Strategy):
                 )
             t2 = time.perf_counter()
             self._delta.zero_()
-            decode_accumulate(messages, self._delta, scale=self.scale)
+            own = [encoded if rank == self.comm.rank else m for rank, m in enumerate(messages)]
+            decode_accumulate(own, self._delta, scale=self.scale)  # its own message without parsing it
             self.flat.sub_(self._delta)
             self.algorithm.observe(encoded.count, encoded.n)
             clipped = self.clipping.apply(self.residual, encoded.tau, global_step)
