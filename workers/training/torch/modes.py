@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from workers.codecs.threshold import MessageKind, decode_accumulate, encode_threshold
+from workers.codecs.threshold import MessageKind, decode_accumulate, encode_threshold, read_header
 from workers.training.torch.comm import Comm, dense_is_cheaper
 from workers.training.torch.config import SharingConfig
 from workers.training.torch.residuals import make_residual_clipping, residual_stats
@@ -266,8 +266,9 @@ class GradientSharing(Strategy):
                     kind="NaN" if code % 2 else "infinite",
                 )
             dense = self._dense(max(sizes))
-            self._delta.zero_()
+            via_delta = dense
             if dense:
+                self._delta.zero_()
                 # each rank decodes its own message, the ring all-reduce sums them: the same bytes on every rank
                 decode_accumulate([encoded], self._delta, scale=self.scale)
                 t2 = time.perf_counter()
@@ -278,8 +279,15 @@ class GradientSharing(Strategy):
                 messages = self.comm.all_gather_padded(encoded.message, sizes)
                 exchange += time.perf_counter() - t2
                 own = [encoded if rank == self.comm.rank else m for rank, m in enumerate(messages)]
-                decode_accumulate(own, self._delta, scale=self.scale)  # its own message without parsing it
-            self.flat.sub_(self._delta)
+                if any(read_header(m).kind == MessageKind.BITMAP for m in messages):
+                    self._delta.zero_()
+                    decode_accumulate(own, self._delta, scale=self.scale)  # its own message without parsing it
+                    via_delta = True
+                else:  # only sparse messages: straight into the parameters, no dense pass
+                    decode_accumulate(own, self.flat, scale=-self.scale)
+                    via_delta = False
+            if via_delta:
+                self.flat.sub_(self._delta)
             self.dense_steps += dense
             self.algorithm.observe(encoded.count, encoded.n)
             clipped = self.clipping.apply(self.residual, encoded.tau, global_step)
