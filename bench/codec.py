@@ -6,7 +6,14 @@ encodes it with each coding forced (SPARSE_COMPACT, SPARSE_INT32, BITMAP) and de
 buffer. The dense baseline is what plain fp32 sharing moves (4N bytes): "encode" is a copy of the update,
 "decode" one ``add_``. ``*`` marks the coding the default encoder picks (compact below N/16, bitmap from there).
 Times are medians over repeats on this machine's CPU threads (``--device cuda``: residual and decode buffer on
-the GPU, synchronized, message bytes still built on the CPU); the last line is one JSON object with every figure.
+the GPU, synchronized, message bytes still built on the CPU).
+
+Then the whole per-step codec cost of one gradient-sharing worker on ONE CPU thread (``torch.set_num_threads(1)``):
+the update added to the residual, the encode, and the decode of W = 2 messages (its own and a peer's) applied to
+the parameters as the trainer does (sparse messages straight into them; with a bitmap, into a zeroed buffer that is
+then subtracted), in ms per million parameters, beside the floor, one plain
+``torch.add`` over a buffer of the same size, and the ratio. The last line is one JSON object with every figure;
+a CPU run without ``--quick`` also writes it to bench/results/codec.json.
 """
 
 from __future__ import annotations
@@ -17,13 +24,23 @@ import statistics
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from workers.codecs.threshold import MessageKind, bitmap_min_count, decode_accumulate, encode_threshold
+from workers.codecs.threshold import (
+    MessageKind,
+    bitmap_min_count,
+    decode_accumulate,
+    encode_threshold,
+    read_header,
+)
 
+RESULTS = Path(__file__).resolve().parent / "results" / "codec.json"
+STEP_SIZES = (1_100_000, 10_000_000)
+STEP_SPARSITIES = (1e-4, 1e-3, 1e-2, 0.1)
 SIZES = (100_000, 1_000_000, 10_000_000)
 QUICK_SIZES = (100_000, 1_000_000)
 SPARSITIES = (1e-4, 1e-3, 1e-2, 0.1)
@@ -48,6 +65,10 @@ def _sync(device: torch.device) -> None:
 
 
 def _median_ms(run: Callable[[], Any], prepare: Callable[[], Any], repeats: int, device: torch.device) -> float:
+    return 1e3 * statistics.median(_times(run, prepare, repeats, device))
+
+
+def _times(run: Callable[[], Any], prepare: Callable[[], Any], repeats: int, device: torch.device) -> list[float]:
     times = []
     for _ in range(repeats):
         prepare()
@@ -56,7 +77,7 @@ def _median_ms(run: Callable[[], Any], prepare: Callable[[], Any], repeats: int,
         run()
         _sync(device)
         times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return times
 
 
 def _codings(n: int) -> dict[str, dict[str, Any]]:
@@ -127,6 +148,67 @@ def run(
     return [row for n in sizes for sparsity in sparsities for row in _measure_case(n, sparsity, rng, repeats, target)]
 
 
+def step_cost(n: int, sparsity: float, rng: np.random.Generator, repeats: int, workers: int = 2) -> dict[str, Any]:
+    """One worker's codec work per step at ``sparsity`` (default coding) on one thread, and the ``torch.add`` floor."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        base, count = _residual(n, sparsity, rng, torch.device("cpu"))
+        update = torch.from_numpy(rng.uniform(-1e-3, 1e-3, n).astype(np.float32))
+        peers = [encode_threshold(base.clone(), TAU).message for _ in range(workers - 1)]
+        residual, delta, flat = torch.empty(n), torch.zeros(n), torch.zeros(n)
+        bitmap_peers = any(read_header(m).kind == MessageKind.BITMAP for m in peers)
+
+        def one_step() -> None:
+            residual.add_(update)
+            encoded = encode_threshold(residual, TAU)
+            if encoded.kind == MessageKind.BITMAP or bitmap_peers:
+                delta.zero_()
+                decode_accumulate([encoded, *peers], delta)  # its own message from what the encoder kept
+                flat.sub_(delta)
+            else:  # as the trainer does: sparse messages straight into the parameters
+                decode_accumulate([encoded, *peers], flat, scale=-1.0)
+
+        cpu = torch.device("cpu")
+        step_s = _times(one_step, partial(residual.copy_, base), repeats, cpu)
+        add_s = _times(partial(torch.add, residual, update, out=delta), lambda: None, repeats, cpu)
+        probe = encode_threshold(base.clone(), TAU)
+    finally:
+        torch.set_num_threads(threads)
+    per_million = 1e3 * 1e6 / n
+    return {
+        "n": n,
+        "sparsity": sparsity,
+        "workers": workers,
+        "count": count,
+        "coding": "bitmap" if probe.kind == MessageKind.BITMAP else "compact",
+        "step_ms": 1e3 * statistics.median(step_s),
+        "step_ms_per_million": statistics.median(step_s) * per_million,
+        "add_ms_per_million": statistics.median(add_s) * per_million,
+        "ratio_to_add": statistics.median(step_s) / statistics.median(add_s),
+        # The fastest repeat: on a shared machine the median carries other processes' load.
+        "best_step_ms_per_million": min(step_s) * per_million,
+        "best_add_ms_per_million": min(add_s) * per_million,
+        "best_ratio_to_add": min(step_s) / min(add_s),
+    }
+
+
+def _step_table(rows: list[dict[str, Any]]) -> str:
+    header = (
+        f"{'N':>10} {'sparsity':>8} {'coding':<8} {'step ms':>8} {'ms/M':>7} {'add ms/M':>9} {'x add':>6} "
+        f"{'best ms/M':>9} {'best add':>9} {'x add':>6}   (1 thread; median, then fastest repeat)"
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{row['n']:>10} {row['sparsity']:>8g} {row['coding']:<8} {row['step_ms']:>8.2f} "
+            f"{row['step_ms_per_million']:>7.2f} {row['add_ms_per_million']:>9.3f} {row['ratio_to_add']:>6.1f} "
+            f"{row['best_step_ms_per_million']:>9.2f} {row['best_add_ms_per_million']:>9.3f} "
+            f"{row['best_ratio_to_add']:>6.1f}"
+        )
+    return "\n".join(lines)
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
     lines = [HEADER, "-" * len(HEADER)]
     for row in rows:
@@ -150,6 +232,11 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     rows = run(sizes, SPARSITIES, repeats, args.device)
     print(_table(rows))
+    step_rng = np.random.default_rng(1)
+    step_sizes = STEP_SIZES[:1] if args.quick else STEP_SIZES
+    steps = [step_cost(n, s, step_rng, max(repeats, 9)) for n in step_sizes for s in STEP_SPARSITIES]
+    print()
+    print(_step_table(steps))
     summary = {
         "benchmark": "codec",
         "quick": args.quick,
@@ -160,7 +247,10 @@ def main(argv: list[str] | None = None) -> None:
         "tau": TAU,
         "seconds": round(time.perf_counter() - started, 2),
         "results": rows,
+        "step": steps,
     }
+    if not args.quick and args.device == "cpu":
+        RESULTS.write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary, separators=(",", ":")))
 
 

@@ -130,7 +130,9 @@ class TrainingOptions(BaseModel):
     optimizer: dict[str, Any] = Field(default_factory=lambda: {"type": "adam", "learning_rate": 0.001})
     mode: Literal["gradient_sharing", "parameter_averaging", "allreduce"] = "gradient_sharing"
     gradient_sharing: dict[str, Any] | None = Field(
-        None, description="threshold_algorithm, residual_clipping, aggregation, index_coding, encoding_debug"
+        None,
+        description="threshold_algorithm, residual_clipping, aggregation, index_coding, encoding_debug, "
+        'bitmap_ratio, collective ("auto", "sparse" or "dense")',
     )
     averaging_frequency: int = Field(5, ge=1, le=100_000, description="parameter_averaging: minibatches per average")
     resume_from: str | None = Field(None, pattern=ID_PATTERN, description="A checkpoint id to continue from.")

@@ -35,14 +35,15 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
+from workers.codecs import bitmap
 from workers.codecs.varint import decode_signed_indices, encode_signed_indices
 
 __all__ = [
@@ -93,6 +94,10 @@ class Encoded:
     n: int
     tau: float
     nbytes: int
+    local: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    """On the CPU, the message as the encoder knew it (the int8 steps of a bitmap, or a sparse message's indices
+    and signs): :func:`decode_accumulate` applies an ``Encoded`` from these, bitwise as it would the bytes,
+    without parsing what this worker just wrote."""
 
     @property
     def sparsity(self) -> float:
@@ -126,7 +131,8 @@ _NUMPY_ON_CPU = True
 # (chunks start on bitmap word boundaries).
 _CHUNK = 1 << 18
 
-_Payload = tuple[int, MessageKind, npt.NDArray[np.uint8]]
+_Payload = tuple[int, MessageKind, npt.NDArray[np.uint8], tuple[Any, ...] | None]
+"""count, kind, payload, and what the CPU encoder already knows of the decoded message (:attr:`Encoded.local`)."""
 
 
 def _use_numpy(tensor: torch.Tensor) -> bool:
@@ -162,16 +168,19 @@ def encode_threshold(
     if isinstance(bitmap_ratio, bool) or not isinstance(bitmap_ratio, int) or bitmap_ratio < 1:
         raise ValueError(f"bitmap_ratio must be an int >= 1, got {bitmap_ratio!r}")
     sparse_kind = MessageKind.SPARSE_COMPACT if index_coding == "compact" else MessageKind.SPARSE_INT32
+    local: tuple[Any, ...] | None = None
     if n < 2:
         count, kind, payload = 0, sparse_kind, np.empty(0, dtype=np.uint8)
     elif _use_numpy(residual):
-        count, kind, payload = _encode_numpy(residual.detach().numpy(), tau32, sparse_kind, bitmap_ratio)
+        count, kind, payload, local = _encode_numpy(residual.detach().numpy(), tau32, sparse_kind, bitmap_ratio)
     else:
-        count, kind, payload = _encode_torch(residual.detach(), tau32, sparse_kind, bitmap_ratio)
+        count, kind, payload, local = _encode_torch(residual.detach(), tau32, sparse_kind, bitmap_ratio)
     buf = np.empty(HEADER_BYTES + payload.size, dtype=np.uint8)
     buf[:HEADER_BYTES] = np.frombuffer(_HEADER.pack(count, n, tau32, int(kind)), dtype=np.uint8)
     buf[HEADER_BYTES:] = payload
-    return Encoded(message=torch.from_numpy(buf), count=count, kind=kind, n=n, tau=tau32, nbytes=int(buf.size))
+    return Encoded(
+        message=torch.from_numpy(buf), count=count, kind=kind, n=n, tau=tau32, nbytes=int(buf.size), local=local
+    )
 
 
 def _sparse_payload(
@@ -188,47 +197,21 @@ def _sparse_payload(
 # tau is exact, and subtracting +0.0 leaves every element (-0.0 included) bit for bit as it was.
 
 
-def _mask_numpy(r: npt.NDArray[np.float32], tau: np.float32) -> npt.NDArray[np.bool_]:
-    mask = np.empty(r.size, dtype=np.bool_)
-    below = np.empty(min(_CHUNK, r.size), dtype=np.bool_)
-    for start in range(0, r.size, _CHUNK):
-        chunk = r[start : start + _CHUNK]
-        above = mask[start : start + _CHUNK]
-        np.greater_equal(chunk, tau, out=above)
-        np.less_equal(chunk, -tau, out=below[: chunk.size])
-        np.logical_or(above, below[: chunk.size], out=above)
-    return mask
-
-
-def _encode_bitmap_numpy(
-    r: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], tau: np.float32
-) -> npt.NDArray[np.uint8]:
-    words = bitmap_min_count(r.size)
-    planes = np.zeros((2, 2 * words), dtype=np.uint8)  # packed sent bits, packed negative bits
-    for start in range(0, r.size, _CHUNK):
-        chunk = r[start : start + _CHUNK]
-        sent = mask[start : start + _CHUNK]
-        negative = sent & (chunk < 0)
-        step = sent.view(np.int8) - 2 * negative.view(np.int8)
-        np.subtract(chunk, np.multiply(step, tau, dtype=np.float32), out=chunk)
-        packed = np.packbits(sent, bitorder="little")
-        planes[0, start // 8 : start // 8 + packed.size] = packed
-        planes[1, start // 8 : start // 8 + packed.size] = np.packbits(negative, bitorder="little")
-    return planes.reshape(2, words, 2).transpose(1, 0, 2).reshape(-1)
-
-
 def _encode_numpy(r: npt.NDArray[np.float32], tau32: float, sparse_kind: MessageKind, bitmap_ratio: int) -> _Payload:
     tau = np.float32(tau32)
-    mask = _mask_numpy(r, tau)
-    count = int(np.count_nonzero(mask))
+    positive, negative = np.greater_equal(r, tau), np.less_equal(r, -tau)  # NaN is in neither
+    count = int(np.count_nonzero(positive)) + int(np.count_nonzero(negative))
     if count < 2:
-        return 0, sparse_kind, np.empty(0, dtype=np.uint8)
+        return 0, sparse_kind, np.empty(0, dtype=np.uint8), None
     if count >= bitmap_min_count(r.size, bitmap_ratio):
-        return count, MessageKind.BITMAP, _encode_bitmap_numpy(r, mask, tau)
-    indices = np.flatnonzero(mask)
+        steps = np.subtract(positive.view(np.int8), negative.view(np.int8))
+        bitmap.subtract_steps(r, steps, float(tau), _CHUNK)
+        return count, MessageKind.BITMAP, bitmap.pack_numpy(positive, negative), (steps,)
+    indices = np.flatnonzero(np.bitwise_or(positive, negative, out=positive))
     values = r[indices]
     r[indices] = values - np.copysign(tau, values)
-    return count, sparse_kind, _sparse_payload(indices, values < 0, sparse_kind)
+    negative_sent = values < 0
+    return count, sparse_kind, _sparse_payload(indices, negative_sent, sparse_kind), (indices, negative_sent)
 
 
 def _encode_torch(residual: torch.Tensor, tau32: float, sparse_kind: MessageKind, bitmap_ratio: int) -> _Payload:
@@ -236,37 +219,19 @@ def _encode_torch(residual: torch.Tensor, tau32: float, sparse_kind: MessageKind
     mask = (residual >= tau) | (residual <= -tau)
     count = int(torch.count_nonzero(mask))
     if count < 2:
-        return 0, sparse_kind, np.empty(0, dtype=np.uint8)
+        return 0, sparse_kind, np.empty(0, dtype=np.uint8), None
     if count >= bitmap_min_count(residual.numel(), bitmap_ratio):
         negative = mask & (residual < 0)
         step = mask.to(torch.int8) - 2 * negative.to(torch.int8)
         residual.sub_(step.to(torch.float32) * tau)
-        return count, MessageKind.BITMAP, _pack_bitmap_torch(mask, negative)
+        return count, MessageKind.BITMAP, bitmap.pack_torch(mask, negative), None
     indices = torch.nonzero(mask).squeeze(1)
     values = residual.index_select(0, indices)
     negative = values < 0
     residual.index_copy_(0, indices, values - torch.copysign(tau, values))
     one_based = indices + 1
     signed = torch.where(negative, -one_based, one_based).to(torch.int32).cpu().numpy()
-    return count, sparse_kind, _sparse_payload(np.abs(signed).astype(np.int64) - 1, signed < 0, sparse_kind)
-
-
-# Bitmap byte order, per little-endian uint32 word w: [sent 16w..16w+7, sent 16w+8..16w+15,
-# negative 16w..16w+7, negative 16w+8..16w+15], least significant bit first.
-
-
-def _bit_shifts(device: torch.device) -> torch.Tensor:
-    return torch.arange(8, dtype=torch.uint8, device=device)
-
-
-def _pack_bitmap_torch(sent: torch.Tensor, negative: torch.Tensor) -> npt.NDArray[np.uint8]:
-    n = sent.numel()
-    words = bitmap_min_count(n)
-    bits = torch.zeros((2, words * 16), dtype=torch.uint8, device=sent.device)
-    bits[0, :n] = sent
-    bits[1, :n] = negative
-    packed = (bits.view(2, words, 2, 8) << _bit_shifts(sent.device)).sum(dim=-1, dtype=torch.uint8)
-    return packed.permute(1, 0, 2).reshape(words * 4).cpu().numpy()
+    return count, sparse_kind, _sparse_payload(np.abs(signed).astype(np.int64) - 1, signed < 0, sparse_kind), None
 
 
 def _as_numpy(message: MessageLike) -> npt.NDArray[np.uint8]:
@@ -354,34 +319,7 @@ def _check_bitmap(header: Header, payload: npt.NDArray[np.uint8]) -> None:
         raise ValueError(f"BITMAP sends {total} elements but the header says count={header.count}")
 
 
-# A bitmap is applied as out -= k * |coefficient| with k in {-1, 0, +1} (k = -sign of the sent value, flipped
-# for a negative coefficient): exact products, and elements not sent get "- (+0.0)", which changes nothing.
-
-
-def _add_bitmap_numpy(out: npt.NDArray[np.floating], payload: npt.NDArray[np.uint8], coefficient: float) -> None:
-    magnitude = out.dtype.type(abs(coefficient))
-    for start in range(0, out.size, _CHUNK):
-        chunk = out[start : start + _CHUNK]
-        words = payload[start // 4 : start // 4 + 4 * bitmap_min_count(chunk.size)]
-        bits = np.unpackbits(words, bitorder="little").reshape(-1, 2, 16)
-        sent = bits[:, 0].reshape(-1)[: chunk.size].view(np.int8)
-        negative = bits[:, 1].reshape(-1)[: chunk.size].view(np.int8)
-        k = 2 * negative - sent if coefficient >= 0 else sent - 2 * negative
-        np.subtract(chunk, np.multiply(k, magnitude, dtype=out.dtype), out=chunk)
-
-
-def _add_bitmap_torch(out: torch.Tensor, payload: npt.NDArray[np.uint8], coefficient: float) -> None:
-    n = out.numel()
-    data = torch.from_numpy(payload.copy()).to(out.device).view(-1, 2, 2, 1)
-    bits = ((data >> _bit_shifts(out.device)) & 1).to(torch.int8).reshape(-1, 2, 16)
-    sent = bits[:, 0].reshape(-1)[:n]
-    negative = bits[:, 1].reshape(-1)[:n]
-    k = 2 * negative - sent if coefficient >= 0 else sent - 2 * negative
-    magnitude = torch.tensor(abs(coefficient), dtype=out.dtype, device=out.device)
-    out.sub_(k.to(out.dtype) * magnitude)
-
-
-def decode_accumulate(messages: Iterable[MessageLike], out: torch.Tensor, *, scale: float = 1.0) -> None:
+def decode_accumulate(messages: Iterable[MessageLike | Encoded], out: torch.Tensor, *, scale: float = 1.0) -> None:
     """Add ``scale * decoded(message)`` for every message to ``out`` (1-D float32/64, any device), in order.
 
     Each element receives at most one exact ``±scale*tau`` addition per message (sparse indices are unique;
@@ -389,6 +327,8 @@ def decode_accumulate(messages: Iterable[MessageLike], out: torch.Tensor, *, sca
     order end bitwise identical, on CUDA as well (no atomics racing on an element). ``scale * tau`` is
     rounded once to ``out``'s dtype. Every message is checked (N equals ``out.numel()``, known kind, payload
     consistent with the header) and a bad one raises ValueError; messages before it have already been added.
+    An :class:`Encoded` (a worker's own message) is applied from what its encoder kept (:attr:`Encoded.local`),
+    with the same arithmetic, so the result is bitwise the one its bytes give.
     """
     if not isinstance(out, torch.Tensor) or out.dim() != 1 or out.dtype not in (torch.float32, torch.float64):
         raise ValueError("out must be a 1-D float32 or float64 tensor")
@@ -397,29 +337,38 @@ def decode_accumulate(messages: Iterable[MessageLike], out: torch.Tensor, *, sca
     n_out = out.numel()
     out_np = out.detach().numpy() if _use_numpy(out) else None
     for position, message in enumerate(messages):
+        local = message.local if isinstance(message, Encoded) and out_np is not None else None
         try:
-            data = _as_numpy(message)
-            header = _parse_header(data)
+            if local is not None:
+                assert isinstance(message, Encoded)
+                header = Header(count=message.count, n=message.n, tau=message.tau, kind=MessageKind(message.kind))
+            else:
+                data = _as_numpy(message.message if isinstance(message, Encoded) else message)
+                header = _parse_header(data)
             if header.n != n_out:
                 raise ValueError(f"message is for N={header.n} parameters but out has {n_out}")
             coefficient = header.tau * scale
             if abs(coefficient) > torch.finfo(out.dtype).max:
                 raise ValueError(f"scale * tau = {scale!r} * {header.tau!r} overflows {out.dtype}")
-            payload = data[HEADER_BYTES:]
-            if header.kind == MessageKind.BITMAP:
-                _check_bitmap(header, payload)
-            else:
-                indices, negative = _sparse_indices(header, payload)
+            if local is None:
+                payload = data[HEADER_BYTES:]
+                if header.kind == MessageKind.BITMAP:
+                    _check_bitmap(header, payload)
+                else:
+                    indices, negative = _sparse_indices(header, payload)
+            elif header.kind != MessageKind.BITMAP:
+                indices, negative = local
         except ValueError as exc:
             raise ValueError(f"message {position}: {exc}") from None
         if header.count == 0:
             continue
         if header.kind == MessageKind.BITMAP:
-            if out_np is not None:
-                with np.errstate(over="ignore"):  # beyond the dtype's range is ±inf, as on the torch path
-                    _add_bitmap_numpy(out_np, payload, coefficient)
+            if out_np is None:
+                bitmap.add_torch(out, payload, coefficient)
+            elif local is not None:
+                bitmap.add_steps(out_np, local[0], coefficient, _CHUNK)
             else:
-                _add_bitmap_torch(out, payload, coefficient)
+                bitmap.add_numpy(out_np, payload, coefficient, _CHUNK)
         elif out_np is not None:
             values = np.full(indices.size, coefficient, dtype=out_np.dtype)
             values[negative] *= -1

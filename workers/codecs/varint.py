@@ -11,8 +11,8 @@ two; an index gap of up to 2**31 (N <= 2**31 - 1) needs at most 5 bytes.
 
 No per-element Python loop: encoding computes every value's byte length, then scatters one 7-bit group per
 byte position (at most 10 passes, usually 1-3); decoding finds the terminator bytes (high bit clear), maps
-every byte to its value and ORs the shifted groups together with a segmented reduction
-(``np.bitwise_or.reduceat``).
+every byte to its place in its code and sums the shifted groups (disjoint bits) as differences of prefix
+sums.
 """
 
 from __future__ import annotations
@@ -72,21 +72,23 @@ def encode_signed_indices(indices: npt.NDArray[np.int64], negative: npt.NDArray[
     values = _values(indices, negative)
     if values.size == 0:
         return np.empty(0, dtype=np.uint8)
-    lengths = _byte_lengths(values)
-    ends = np.cumsum(lengths)
-    out = np.empty(int(ends[-1]), dtype=np.uint8)
-    starts = ends - lengths
-    max_len = int(lengths.max())
+    largest = int(values.max())
+    max_len = max(1, -(-largest.bit_length() // 7))
+    if max_len == 1:
+        return values.astype(np.uint8)
+    if largest < 1 << 32:  # the usual case (N < 2**31): half the memory traffic
+        values = values.astype(np.uint32)
+    # One row of max_len bytes per value (its 7-bit groups, continuation bits set), then the unused tail of
+    # each row dropped by one boolean selection, which keeps row order.
+    lengths = np.ones(values.size, dtype=np.uint8)
+    for k in range(1, max_len):
+        lengths += values >= values.dtype.type(1 << (7 * k))
+    rows = np.empty((values.size, max_len), dtype=np.uint8)
     for k in range(max_len):
-        if k == 0:
-            sel_values, sel_starts, sel_lengths = values, starts, lengths
-        else:
-            sel = lengths > k
-            sel_values, sel_starts, sel_lengths = values[sel], starts[sel], lengths[sel]
-        group = ((sel_values >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        group[sel_lengths > k + 1] |= 0x80
-        out[sel_starts + k] = group
-    return out
+        group = rows[:, k]
+        np.bitwise_and(values >> values.dtype.type(7 * k), values.dtype.type(0x7F), out=group, casting="unsafe")
+        group |= (lengths > k + 1).view(np.uint8) << np.uint8(7)
+    return rows[np.arange(max_len, dtype=np.uint8) < lengths[:, None]]
 
 
 def decode_signed_indices(
@@ -121,9 +123,19 @@ def decode_signed_indices(
     if max_len == 1:
         values = data.astype(np.uint64)
     else:
-        position = np.arange(data.size, dtype=np.int64) - np.repeat(starts, lengths)
-        groups = (data & np.uint8(0x7F)).astype(np.uint64) << (np.uint64(7) * position.astype(np.uint64))
-        values = np.bitwise_or.reduceat(groups, starts)
+        # A byte's place in its code is the run of continuation bytes just before it; the groups of one code
+        # have disjoint bits, so its value is a difference of prefix sums (wrapping uint64 arithmetic is exact).
+        continued = data >= 0x80
+        run = np.ones(data.size, dtype=np.bool_)
+        position = np.zeros(data.size, dtype=np.uint64)
+        for k in range(1, max_len):
+            run[k:] &= continued[:-k]
+            run[:k] = False
+            position += run
+        groups = (data & np.uint8(0x7F)).astype(np.uint64) << (np.uint64(7) * position)
+        sums = np.cumsum(groups, dtype=np.uint64)
+        values = sums[ends]
+        values[1:] -= sums[ends[:-1]]
         if max_len == MAX_VARINT_BYTES and bool((data[ends[lengths == MAX_VARINT_BYTES]] > 1).any()):
             raise ValueError("varint value overflows 64 bits")
     negative = (values & np.uint64(1)).astype(np.bool_)

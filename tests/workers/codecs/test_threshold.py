@@ -184,6 +184,33 @@ def test_numpy_chunked_and_torch_paths_agree_bitwise(
             assert torch.equal(reference, other)
 
 
+@NO_DEADLINE
+@given(
+    residual_and_tau(),
+    st.sampled_from(["compact", "int32"]),
+    st.sampled_from([16, 1, 1000]),
+    st.sampled_from([1.0, 0.5, -1 / 3]),
+    st.sampled_from([torch.float32, torch.float64]),
+)
+def test_own_message_applies_bitwise_as_its_bytes(
+    case: tuple[np.ndarray, float], index_coding: str, bitmap_ratio: int, scale: float, dtype: torch.dtype
+) -> None:
+    """A worker applies its own message from what the encoder kept (Encoded.local), the others from bytes."""
+    old, tau = case
+    for path in ("numpy", "numpy_small_chunks"):
+        with _path(path):
+            enc = encode_threshold(
+                torch.from_numpy(old.copy()), tau, index_coding=index_coding, bitmap_ratio=bitmap_ratio
+            )  # type: ignore[arg-type]
+            assert enc.local is not None or enc.count == 0
+            start = torch.from_numpy(old.copy()).to(dtype)
+            start[::3] = -0.0
+            from_local, from_bytes = start.clone(), start.clone()
+            decode_accumulate([enc, enc.message], from_local, scale=scale)
+            decode_accumulate([enc.message, enc.message], from_bytes, scale=scale)
+        assert torch.equal(_bits(from_local), _bits(from_bytes))
+
+
 @ALL_PATHS
 @pytest.mark.parametrize("index_coding", ["compact", "int32"])
 @pytest.mark.parametrize("bitmap_ratio", [16, 7])

@@ -28,6 +28,7 @@ class Counters:
     dense_bytes_per_step: int = 0
     wire_bytes: int = 0
     clipped_mass: float = 0.0
+    dense_steps: int = 0
     train_s: float = 0.0
     last_validation: dict[str, float] = field(default_factory=dict)
 
@@ -93,4 +94,6 @@ def totals(c: Counters, comm: Comm, mode: str) -> dict[str, Any]:
             c.dense_bytes_per_step * c.steps / c.bytes_sent if mode == "gradient_sharing" and c.bytes_sent else None
         ),
         "clipped_mass": c.clipped_mass,
+        # gradient sharing: the steps whose collective was the dense all-reduce of the decoded sum
+        "dense_steps": c.dense_steps if mode == "gradient_sharing" else None,
     }

@@ -84,6 +84,23 @@ def ring_allreduce_bytes(nbytes: int, element_size: int, world_size: int, rank: 
     return total
 
 
+def dense_is_cheaper(longest: int, dense_bytes: int, world_size: int) -> bool:
+    """Gradient sharing's per-step choice (``collective: "auto"``): True when a dense ring all-reduce of the decoded
+    sum (``dense_bytes``, float32) puts fewer bytes on the wire, summed over the ranks, than the all-gather of the
+    messages padded to the ``longest``. Every rank knows every length after the length exchange, so every rank
+    decides the same. For a bitmap (N/4 bytes) against 4N that is W > 32; the framing makes a tiny model
+    (a few parameters, whose short buffer leaves most ring segments empty) dense already at W = 3."""
+    if world_size < 2:
+        return False
+    sparse = world_size * ring_allgather_bytes(longest, world_size)
+    return dense_ring_total(dense_bytes, world_size) < sparse
+
+
+def dense_ring_total(dense_bytes: int, world_size: int) -> int:
+    """What a ring all-reduce of ``dense_bytes`` (float32) puts on the wire, summed over the ranks."""
+    return sum(ring_allreduce_bytes(dense_bytes, 4, world_size, r) for r in range(world_size))
+
+
 class Comm:
     def __init__(
         self,
@@ -134,19 +151,27 @@ class Comm:
         """Every rank's uint8 message and ``flag``, in rank order. gloo's all_gather needs equal sizes: gather the
         lengths (each with its rank's flag), then buffers padded to the longest, then trim. When any rank raised
         a flag the payload exchange is skipped (every rank sees the same flags) and the messages are empty."""
-        header = torch.tensor([message.numel(), flag], dtype=torch.int64, device=self.device)
-        headers = [torch.zeros_like(header) for _ in range(self.world_size)]
-        self._all_gather(headers, header)
-        sizes = [int(h[0].item()) for h in headers]
-        flags = [int(h[1].item()) for h in headers]
+        sizes, flags = self.exchange_lengths(message.numel(), flag)
         if any(flags):
             return [], flags
+        return self.all_gather_padded(message, sizes), flags
+
+    def exchange_lengths(self, length: int, flag: int = 0) -> tuple[list[int], list[int]]:
+        """Every rank's ``(length, flag)``, in rank order: one all-gather of two int64 per rank."""
+        header = torch.tensor([length, flag], dtype=torch.int64, device=self.device)
+        headers = [torch.zeros_like(header) for _ in range(self.world_size)]
+        self._all_gather(headers, header)
+        rows = torch.stack(headers).tolist()
+        return [int(r[0]) for r in rows], [int(r[1]) for r in rows]
+
+    def all_gather_padded(self, message: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+        """Every rank's uint8 message, given every rank's length (:meth:`exchange_lengths`), padded to the longest."""
         longest = max(sizes)
         padded = torch.zeros(longest, dtype=torch.uint8, device=self.device)
         padded[: message.numel()] = self._on_device(message)
         out = [torch.empty(longest, dtype=torch.uint8, device=self.device) for _ in range(self.world_size)]
         self._all_gather(out, padded)
-        return [buf[:size] for buf, size in zip(out, sizes, strict=True)], flags
+        return [buf[:size] for buf, size in zip(out, sizes, strict=True)]
 
     def any_flags(self, *flags: bool) -> list[bool]:
         """For each flag: is it set on any rank? (stop requests, a NaN loss)."""

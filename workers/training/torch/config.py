@@ -19,8 +19,17 @@ from workers.training.torch.thresholds import make_threshold_algorithm
 Mode = Literal["gradient_sharing", "parameter_averaging", "allreduce"]
 Aggregation = Literal["sum", "mean"]
 _SHARING_KEYS = frozenset(
-    {"threshold_algorithm", "residual_clipping", "aggregation", "index_coding", "encoding_debug", "bitmap_ratio"}
+    {
+        "threshold_algorithm",
+        "residual_clipping",
+        "aggregation",
+        "index_coding",
+        "encoding_debug",
+        "bitmap_ratio",
+        "collective",
+    }
 )
+Collective = Literal["auto", "sparse", "dense"]
 ADAM_FAMILY = ("adam", "adamw", "rmsprop")
 
 
@@ -34,6 +43,9 @@ class SharingConfig:
     index_coding: Literal["compact", "int32"] = "compact"
     encoding_debug: bool = False
     bitmap_ratio: int = 16
+    collective: Collective = "auto"
+    """Per step: the sparse all-gather of the messages or a dense all-reduce of their decoded sum; ``auto`` takes
+    whichever puts fewer bytes on the wire (:func:`workers.training.torch.comm.dense_is_cheaper`)."""
 
 
 def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> SharingConfig:
@@ -69,6 +81,9 @@ def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> Sh
     ratio = obj.get("bitmap_ratio", 16)
     if not isinstance(ratio, int) or isinstance(ratio, bool) or not 2 <= ratio <= 64:
         raise SpecError(f"{path}.bitmap_ratio", f"an integer between 2 and 64, got {ratio!r}")
+    collective = obj.get("collective", "auto")
+    if collective not in ("auto", "sparse", "dense"):
+        raise SpecError(f"{path}.collective", f"auto, sparse or dense, got {collective!r}")
     return SharingConfig(
         threshold_algorithm=algorithm,
         residual_clipping=clipping,
@@ -76,6 +91,7 @@ def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> Sh
         index_coding=coding,
         encoding_debug=debug,
         bitmap_ratio=ratio,
+        collective=collective,
     )
 
 

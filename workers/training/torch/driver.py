@@ -253,6 +253,7 @@ def summarize(results: list[dict[str, Any]], plan: TorchPlan, rows: dict[str, in
                     "wire_compression",
                     "codec_compression",
                     "clipped_mass",
+                    "dense_steps",
                     "threshold",
                 )
             }

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from workers.codecs.threshold import MessageKind, decode_accumulate, encode_threshold
-from workers.training.torch.comm import Comm
+from workers.codecs.threshold import MessageKind, decode_accumulate, encode_threshold, read_header
+from workers.training.torch.comm import Comm, dense_is_cheaper
 from workers.training.torch.config import SharingConfig
 from workers.training.torch.residuals import make_residual_clipping, residual_stats
 from workers.training.torch.thresholds import make_threshold_algorithm
@@ -98,6 +98,8 @@ class StepStats:
     sparsity: float | None = None
     residual_norm: float | None = None
     debug: dict[str, float] | None = None
+    collective: int | None = None
+    """Gradient sharing: 0 when the step all-gathered the messages, 1 when it all-reduced their decoded sum."""
     phases: dict[str, float] | None = None
     """Milliseconds of this step's communication part by phase (``encode``, ``exchange``, ``apply``): the
     console's per-worker phase timeline, beside the trainer's own ``data`` and ``compute``."""
@@ -209,6 +211,13 @@ class GradientSharing(Strategy):
         self.scale = 1.0 if sharing.aggregation == "sum" else 1.0 / self.comm.world_size
         self.encode_s = 0.0
         self.exchange_s = 0.0
+        self.dense_steps = 0
+
+    def _dense(self, longest: int) -> bool:
+        """This step's collective, the same on every rank (every rank knows every message length)."""
+        if self.sharing.collective != "auto":
+            return self.sharing.collective == "dense"
+        return dense_is_cheaper(longest, self.dense_bytes, self.comm.world_size)
 
     def _non_finite(self) -> int:
         """0 when the residual is finite, else a code naming its first non-finite element: 2*index + 1 for NaN,
@@ -242,7 +251,8 @@ class GradientSharing(Strategy):
                 self.residual, tau, index_coding=self.sharing.index_coding, bitmap_ratio=self.sharing.bitmap_ratio
             )
             t1 = time.perf_counter()
-            messages, flags = self.comm.all_gather_bytes(encoded.message, flag=flag)
+            sizes, flags = self.comm.exchange_lengths(encoded.nbytes, flag)
+            exchange = time.perf_counter() - t1
             any_stop, any_nan = any(f & 1 for f in flags), any(f & 2 for f in flags)
             if any_stop or any_nan:
                 return any_stop, any_nan, None
@@ -255,16 +265,36 @@ class GradientSharing(Strategy):
                     parameter=self.parameter_at((code - 1) // 2),
                     kind="NaN" if code % 2 else "infinite",
                 )
-            t2 = time.perf_counter()
-            self._delta.zero_()
-            decode_accumulate(messages, self._delta, scale=self.scale)
-            self.flat.sub_(self._delta)
+            dense = self._dense(max(sizes))
+            via_delta = dense
+            if dense:
+                self._delta.zero_()
+                # each rank decodes its own message, the ring all-reduce sums them: the same bytes on every rank
+                decode_accumulate([encoded], self._delta, scale=self.scale)
+                t2 = time.perf_counter()
+                self.comm.sum_(self._delta)
+                exchange += time.perf_counter() - t2
+            else:
+                t2 = time.perf_counter()
+                messages = self.comm.all_gather_padded(encoded.message, sizes)
+                exchange += time.perf_counter() - t2
+                own = [encoded if rank == self.comm.rank else m for rank, m in enumerate(messages)]
+                if any(read_header(m).kind == MessageKind.BITMAP for m in messages):
+                    self._delta.zero_()
+                    decode_accumulate(own, self._delta, scale=self.scale)  # its own message without parsing it
+                    via_delta = True
+                else:  # only sparse messages: straight into the parameters, no dense pass
+                    decode_accumulate(own, self.flat, scale=-self.scale)
+                    via_delta = False
+            if via_delta:
+                self.flat.sub_(self._delta)
+            self.dense_steps += dense
             self.algorithm.observe(encoded.count, encoded.n)
             clipped = self.clipping.apply(self.residual, encoded.tau, global_step)
             self.clipped_mass += clipped
             t3 = time.perf_counter()
-            self.encode_s += t1 - t0 + (t3 - t2)
-            self.exchange_s += t2 - t1
+            self.encode_s += t3 - t0 - exchange
+            self.exchange_s += exchange
             debug = residual_stats(self.residual, encoded.tau) if self.sharing.encoding_debug else None
         return (
             False,
@@ -278,7 +308,9 @@ class GradientSharing(Strategy):
                 sparsity=encoded.count / encoded.n,
                 residual_norm=float(self.residual.norm()),
                 debug=debug,
-                phases=_phases(started, t1, t2, t3),  # encode: the optimizer's update into the residual too
+                collective=int(dense),
+                # encode: the optimizer's update into the residual too; apply: decoding and applying the sum
+                phases=_phases(started, t1, t1 + exchange, t3),
             ),
         )
 

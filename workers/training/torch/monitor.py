@@ -31,6 +31,7 @@ STEP_KEYS = (
     "sparsity",
     "residual_norm",
     "clipped_mass",
+    "collective",
     "phase_data_ms",
     "phase_compute_ms",
     "phase_encode_ms",
@@ -43,6 +44,7 @@ TOTAL_KEYS = {
     "wire_bytes_per_step": "wire_bytes_per_step",
     "wire_bytes_total": "wire_bytes_total",
     "clipped_mass": "clipped_mass_total",
+    "dense_steps": "dense_steps",
 }
 """A worker's figures over the whole run (its last event), as job metrics at the final step: key -> metric."""
 FLUSH_S = 0.5

@@ -242,6 +242,7 @@ def _train(
             c.bytes_sent += stats.bytes_sent
             c.wire_bytes += wire
             c.clipped_mass += stats.clipped_mass
+            c.dense_steps += stats.collective or 0
             c.bitmap_bytes += stats.bytes_sent if stats.bitmap else 0
             if epoch > 0:
                 c.bytes_after_first_epoch += stats.bytes_sent
@@ -265,6 +266,7 @@ def _train(
                         residual_norm=stats.residual_norm,
                         bitmap=stats.bitmap,
                         clipped_mass=stats.clipped_mass,
+                        collective=stats.collective,
                     )
                 if stats.debug:
                     event["debug"] = stats.debug

@@ -22,3 +22,11 @@ def test_threshold_algorithm_defaults_per_type() -> None:
 def test_fixed_threshold_needs_its_threshold() -> None:
     with pytest.raises(SpecError, match="needs 'threshold'"):
         parse_sharing({"threshold_algorithm": {"type": "fixed"}}, ADAM)
+
+
+def test_collective_defaults_to_auto_and_names_the_field() -> None:
+    assert parse_sharing(None, ADAM).collective == "auto"
+    assert parse_sharing({"collective": "dense"}, ADAM).collective == "dense"
+    with pytest.raises(SpecError) as caught:
+        parse_sharing({"collective": "ring"}, ADAM)
+    assert caught.value.path == "training.gradient_sharing.collective"

@@ -35,7 +35,7 @@ def test_step_and_totals_events_become_metrics_per_worker() -> None:
         host, port = monitor.address
         reporter = SocketReporter(host, port, monitor.token, 1)
         step: dict[str, Any] = {"t": "step", "rank": 1, "epoch": 1, "step": 5, "loss": 0.5, "bytes": 40}
-        reporter.send({**step, "wire_bytes": 120, "dense_bytes": 4000, "clipped_mass": 0.25})
+        reporter.send({**step, "wire_bytes": 120, "dense_bytes": 4000, "clipped_mass": 0.25, "collective": 1})
         reporter.send(
             {
                 "t": "totals",
@@ -46,6 +46,7 @@ def test_step_and_totals_events_become_metrics_per_worker() -> None:
                 "wire_bytes_per_step": 133.0,
                 "wire_bytes_total": 2000,
                 "clipped_mass": 1.5,
+                "dense_steps": 3,
             }
         )
         reporter.close()
@@ -61,3 +62,5 @@ def test_step_and_totals_events_become_metrics_per_worker() -> None:
     assert found[("wire_bytes_per_step", 10, 1)] == 133.0
     assert found[("clipped_mass_total", 10, 1)] == 1.5
     assert found[("wire_bytes_total", 10, 1)] == 2000
+    assert found[("collective", 5, 1)] == 1  # this step all-reduced the decoded sum
+    assert found[("dense_steps", 10, 1)] == 3
