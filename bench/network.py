@@ -237,6 +237,7 @@ def main() -> None:
     parser.add_argument("--links", default=None)
     parser.add_argument("--models", default=None)
     parser.add_argument("--modes", default=None)
+    parser.add_argument("--out", default=str(REPO / "bench/results/network.json"), help="where a full run is saved")
     args = parser.parse_args()
     quick = args.quick
     links = (args.links or ("unshaped,1gbit" if quick else ",".join(LINKS))).split(",")
@@ -296,7 +297,7 @@ def main() -> None:
         "scaling": scaling_model,
     }
     if not quick:
-        (REPO / "bench/results/network.json").write_text(json.dumps({**summary, "all_runs": out}, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps({**summary, "all_runs": out}, indent=1) + "\n")
     print(json.dumps(summary))
 
 
