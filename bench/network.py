@@ -96,11 +96,12 @@ def child(workers: int, tag: str, links: list[str], models: list[str], modes: li
         time.sleep(0.5)
     out: dict[str, Any] = {}
     try:
-        # Warm-up, not measured: the executors' Python workers and torch imports, the Export path's tensor shards of
-        # the digits (every later job reads them from disk, so no run moves data over the links), torchrun.
-        run_sparktrain(spark, settings, CNN, 3e-3, 1, "allreduce", data_path="export", workers=workers)
+        # Warm-up, not measured: torchrun's first start, then the executors' Python workers and torch imports (after
+        # TorchDistributor, see below) and the Export path's tensor shards of the digits (every later job reads them
+        # from disk, so no run moves data over the links).
         if "torch_distributor" in modes:
             run_torch_distributor(CNN, 3e-3, 1, workers)
+        run_sparktrain(spark, settings, CNN, 3e-3, 1, "allreduce", data_path="export", workers=workers)
         for link in links:
             topology.shape(LINKS[link])
             for model in models:
