@@ -32,8 +32,8 @@ def test_a_killed_tune_job_finishes_on_the_next_driver_without_running_a_trial_t
     first = Driver(env, tmp_path / "first.log")
     started.append(first.start())
     # grid order is the listed order: a short trial, a long one (killed in the middle), a short one
-    body = {"name": "tune-killed", "base": digits_job("tune-killed", epochs=1, units=16, batch=128, workers=1),
-            "space": {"training.epochs": {"type": "choice", "values": [1, 25, 2]}}, "sampler": "grid",
+    body = {"name": "tune-killed", "base": digits_job("tune-killed", epochs=1, units=8, batch=256, workers=1),
+            "space": {"training.epochs": {"type": "choice", "values": [1, 10, 2]}}, "sampler": "grid",
             "trials": 3, "parallel": 1, "metric": "accuracy"}  # fmt: skip
     response = first.client.post("/tune", json=body)
     assert response.status_code == 202, response.text
@@ -57,7 +57,7 @@ def test_a_killed_tune_job_finishes_on_the_next_driver_without_running_a_trial_t
     assert tune["attempt"] == 2 and tune["attempts"][0]["error_reason"] == "DRIVER_LOST"
     board = tune["result"]["leaderboard"]
     assert sorted(r["trial"] for r in board) == [0, 1, 2] and all(r["state"] == "COMPLETE" for r in board), board
-    assert {r["trial"]: r["epochs"] for r in board} == {0: 1, 1: 25, 2: 2}
+    assert {r["trial"]: r["epochs"] for r in board} == {0: 1, 1: 10, 2: 2}
     assert any(line.startswith("resumed the study: 1 trials finished, 1 attached to")
                for line in log_lines(second.client, tune_id))  # fmt: skip
 

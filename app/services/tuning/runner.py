@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.errors import AppError
+from app.core.errors import AppError, TooManyRequests
 from app.core.jobstates import TERMINAL, JobStatus, JobType
 from app.core.settings import Settings
 from app.db.base import utcnow
@@ -87,6 +87,9 @@ class _Search:
         self.active: dict[int, _Active] = {}
         self.next_number = 0
         self.deadline: float | None = None
+        self.waiting: tuple[int, optuna.trial.Trial, dict[str, Any]] | None = None
+        """A trial asked of the study whose job a quota refused (429): submitted again on the next passes."""
+        self.waiting_since: float | None = None
 
     # --- the study rebuilt from the trial jobs -----------------------------------------------------------------
     def rebuild(self) -> None:
@@ -128,22 +131,37 @@ class _Search:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
     def launch(self) -> None:
-        while len(self.active) < self.tune.parallel and self.next_number < self.tune.trials and not self.timed_out():
-            number = self.next_number
-            if self.points is not None:
-                self.study.enqueue_trial(self.points[number])
-            trial = self.study.ask(self.dists)
-            params = {path: trial.params[path] for path in self.tune.space}
+        while len(self.active) < self.tune.parallel and not self.timed_out():
+            if self.waiting is not None:  # refused by a quota on an earlier pass: the same trial, submitted again
+                number, trial, params = self.waiting
+                self.waiting = None
+            elif self.next_number < self.tune.trials:
+                number = self.next_number
+                if self.points is not None:
+                    self.study.enqueue_trial(self.points[number])
+                trial = self.study.ask(self.dists)
+                params = {path: trial.params[path] for path in self.tune.space}
+                self.next_number += 1
+            else:
+                return
             record = TrialRecord(number=number, params=params)
-            self.next_number += 1
             try:
                 record.job_id = self._submit(number, params)
+            except TooManyRequests as exc:  # the owner's queued_jobs quota: wait for a queued job to start
+                if self.waiting_since is None:
+                    self.waiting_since = time.monotonic()
+                    self.ctx.log(f"trial {number} waits for the owner's quota: {exc.detail}")
+                self.waiting = (number, trial, params)
+                return
             except AppError as exc:  # the sampled body does not plan (checked at its extremes): a failed trial
                 self.ctx.warn(f"trial {number} {params}: {exc.detail}")
                 record.state, record.finished = "FAIL", time.time()
                 self.study.tell(trial, state=_state("FAIL"))
                 self.finished.append(record)
                 continue
+            if self.waiting_since is not None:
+                self.ctx.log(f"trial {number} submitted after {time.monotonic() - self.waiting_since:.0f} s of quota")
+                self.waiting_since = None
             self.active[number] = _Active(record, trial)
             self.ctx.log(f"trial {number} started as job {record.job_id}: {params}")
 
@@ -322,7 +340,8 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
             search.launch()
             search.poll()
             done = len(search.finished)
-            if not search.active and (search.next_number >= search.tune.trials or search.timed_out()):
+            ended = (search.next_number >= search.tune.trials and search.waiting is None) or search.timed_out()
+            if not search.active and ended:
                 break
             if search.timed_out() and search.active and not any(a.pruning for a in search.active.values()):
                 search.cancel_trials("the tune job's timeout_minutes passed")

@@ -1,0 +1,58 @@
+"""A trial that the owner's ``queued_jobs`` quota refuses (429) waits and is submitted again once a queued job has
+started, rather than being recorded FAIL; the search does not end while a trial waits (a real database, a real
+SparkSession planning each trial; no consumer runs, so the first trial stays QUEUED until the test starts it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from app.core.jobstates import JobStatus
+from app.core.settings import Settings
+from app.db.models import Job
+from app.db.session import transaction
+from app.schemas.train import TrainRequest
+from app.schemas.tune import TuneRequest
+from app.services import jobs
+from app.services.tuning.runner import TuneDriver, _Search
+from app.services.tuning.submit import resolved
+from bench.chaos import digits_job
+from tests.app.services.test_tuning_resume import Recorded
+
+
+def test_a_trial_refused_by_the_queued_jobs_quota_waits_and_is_submitted_again(
+    db: Any, spark: Any, tmp_path: Any
+) -> None:
+    space = {"training.optimizer.learning_rate": {"type": "loguniform", "low": 1e-3, "high": 1e-2}}
+    tune = TuneRequest.model_validate({"name": "quota", "base": digits_job("quota", epochs=1, workers=1),
+                                       "space": space, "trials": 2, "parallel": 2, "metric": "accuracy"})  # fmt: skip
+    request = resolved(tune, TrainRequest.model_validate(tune.base))
+    with transaction(db) as s:
+        row, _ = jobs.create_job(session=s, job_type="tune", request=request, framework="torch", name="quota")
+        tune_id = row.id
+        s.get(Job, tune_id).status = JobStatus.RUNNING.value  # the running tune job is not a queued job
+    settings = Settings(var_dir=tmp_path, quota_queued_jobs=1)
+    driver = TuneDriver(db=db, settings=settings, spark=spark, enqueue=lambda t, j: None,
+                        cancel_local=lambda j: False, stopping=lambda: False,
+                        owner={"worker_id": "w", "attempt": 1})  # fmt: skip
+    ctx = Recorded(tune_id)
+    search = _Search(ctx, request, driver, "anonymous")
+    search.rebuild()
+
+    search.launch()  # trial 0 is queued; trial 1 is one queued job too many
+    assert list(search.active) == [0] and not search.finished, search.finished
+    assert search.waiting is not None and search.waiting[0] == 1 and search.next_number == 2
+    assert any(line.startswith("trial 1 waits for the owner's quota") for line in ctx.lines), ctx.lines
+    search.launch()  # still queued: it keeps waiting, the same trial, no second ask of the study
+    assert search.waiting[0] == 1 and len(search.study.trials) == 2 and not search.finished
+
+    with transaction(db) as s:  # a consumer takes trial 0
+        s.get(Job, search.active[0].record.job_id).status = JobStatus.RUNNING.value
+    search.launch()
+    assert search.waiting is None and sorted(search.active) == [0, 1] and not search.finished
+    assert search.active[1].record.params == search.active[1].trial.params
+    with db() as s:
+        trials = s.scalars(select(Job.trial).where(Job.parent_id == tune_id)).all()
+    assert sorted(trials) == [0, 1]
+    assert any(line.startswith("trial 1 submitted after") for line in ctx.lines), ctx.lines
