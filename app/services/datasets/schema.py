@@ -8,7 +8,7 @@ the driver with pyarrow: the schema from the footers, the facts by streaming one
 JSON lines likewise: the schema from a bounded sample of the text, the facts by streaming the one column
 (:mod:`app.services.datasets.sample`). What is left to Spark: remote URIs, parquet with reader options, reader
 options of CSV / JSON that the sample does not know, links below a dataset directory, partition values whose
-type is not certain here.
+type is not certain here; in ``POST /train`` those checks are left to the job (:mod:`app.services.datasets.deferred`).
 """
 
 from __future__ import annotations
