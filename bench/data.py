@@ -4,7 +4,7 @@ single-process pyarrow -> numpy -> torch read of the same file, in the same run.
 The sparktrain path is the torch family's own data preparation (read, bad-row check with its counts and the seeded
 split in one Spark pass; then each barrier task reads its share of the file, or, for data that needs it, the rows
 are dealt to the workers in one shuffle) followed by one barrier stage whose tasks turn their rows into tensors
-exactly as training does (``workers.training.torch.data.to_splits``) and stop there. The Export path is measured
+exactly as training does (``workers.training.torch.data.checked_splits``) and stop there. The Export path is measured
 too: the first job writes per-worker shards, a later job reads them. Every Spark job is printed with its duration.
 
 Also measured first: how long ``POST /train``'s planning takes on CSV, JSON-lines and partitioned parquet copies of
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -52,19 +53,20 @@ def _tensors_only(cfg: dict[str, Any]) -> Any:
         import pyarrow as pa
 
         from workers.training.torch.config import TrainerConfig
-        from workers.training.torch.data import load_splits, save_splits, to_splits
+        from workers.training.torch.data import checked_splits, load_splits, save_splits
 
         config = TrainerConfig.from_dict(cfg)
         from pyspark import BarrierTaskContext
 
-        rank = BarrierTaskContext.get().partitionId()
+        task = BarrierTaskContext.get()
+        rank = task.partitionId()
         t0 = clock.perf_counter()
         if config.export_mode == "read":
             for _ in batches:
                 pass
             train, val = load_splits(Path(config.export_dir or ""), rank)
         else:
-            train, val = to_splits(batches, config.data, rank)
+            train, val, _counts = checked_splits(batches, config.data, rank, task.allGather)
             if config.export_mode == "write":
                 save_splits(Path(config.export_dir or ""), rank, train, val)
         rows = len(train) + len(val)
@@ -259,7 +261,8 @@ def main() -> None:
         print(f"{name:<30} {seconds:>8.2f} {rows / seconds:>12,.0f} {baseline / seconds:>10.2f}x")
     figures = {k: {"s": round(v, 3), "rows_per_s": round(rows / v)} for k, v in table.items()}
     held = {k: round(v, 3) for k, v in latency.items()}
-    print(json.dumps({"rows": rows, **figures, "request_s_with_every_slot_held": held}))
+    load = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: how busy it was (1, 5, 15 min)
+    print(json.dumps({"rows": rows, **figures, "request_s_with_every_slot_held": held, "load_average": load}))
 
 
 if __name__ == "__main__":

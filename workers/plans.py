@@ -23,6 +23,22 @@ T = TypeVar("T")
 _SCALARS = (bool, int, float, str)
 
 
+@dataclasses.dataclass(frozen=True)
+class DeferredPlan:
+    """What a request stores when checking it against the data needs a Spark job (app/services/datasets/
+    deferred.py): the checks it left to the job (``deferred_checks``, what each would read and why Spark reads it),
+    and the task slots the job will hold. The job plans the stored request with Spark before it runs, with the same
+    checks and messages as a request that could read its data on the driver."""
+
+    deferred_checks: tuple[str, ...]
+    num_workers: int = 1
+
+
+def is_deferred(stored: Mapping[str, Any] | None) -> bool:
+    """Whether a stored plan is a :class:`DeferredPlan` (the job plans its request)."""
+    return stored is not None and "deferred_checks" in stored
+
+
 def dump(plan: Any) -> dict[str, Any]:
     """JSON-able values of a plan dataclass (tuples become lists)."""
     if not dataclasses.is_dataclass(plan) or isinstance(plan, type):

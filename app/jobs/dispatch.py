@@ -97,11 +97,27 @@ def _plan(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
         cls = plan_type(job.type, job.framework, job.name)
     except KeyError:
         raise JobFailure("UNSUPPORTED", f"no plan for {job.type} jobs of {job.framework or job.name!r}") from None
+    if plans.is_deferred(job.plan):
+        return _plan_deferred(rt, ctx, job)
     if job.plan is not None:
         return plans.load(cls, job.plan)
     ctx.log("no stored plan (queued by an earlier release): planning the request again")
     ctx.progress(0.0, "checking the request against the data")
     return _replan(rt, job)
+
+
+def _plan_deferred(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
+    """A request whose data checks needed a Spark job left them to the job (app/services/datasets/deferred.py):
+    plan it now, with Spark; what the request would have refused fails the job with the same message."""
+    from app.core.errors import AppError
+
+    checks = "; ".join((job.plan or {}).get("deferred_checks") or [])
+    ctx.log(f"the request left its data checks to the job (they need a Spark job: {checks}); checking them now")
+    ctx.progress(0.0, "checking the request against the data")
+    try:
+        return _replan(rt, job)
+    except AppError as exc:
+        raise JobFailure("INVALID_REQUEST", exc.detail) from exc
 
 
 def _replan(rt: JobRuntime, job: TakenJob) -> Any:

@@ -131,5 +131,7 @@ def next_attempt(session: Session, job: Job) -> NextAttempt:
     request = dict(job.request)
     if rule.request_key is not None:
         request[rule.request_key] = {**dict(request.get(rule.request_key) or {}), "resume_from": checkpoint.id}
-    plan = rule.resuming(job.plan, checkpoint, job) if job.plan is not None else None
+    if job.plan is None or plans.is_deferred(job.plan):  # the job plans its request, now with resume_from
+        return NextAttempt(plan=job.plan, request=request, checkpoint=checkpoint)
+    plan = rule.resuming(job.plan, checkpoint, job)
     return NextAttempt(plan=plan, request=request, checkpoint=checkpoint)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -12,7 +12,8 @@ from app.core.settings import Settings
 from app.db.models import Job
 from app.schemas.train import TrainRequest
 from app.services import jobs, quotas
-from app.services.planning.training import plan_training
+from app.services.datasets.deferred import DeferredCheck, request_without_spark
+from app.services.planning.training import plan_deferred, plan_training
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -29,8 +30,14 @@ def submit_training(
     idempotency_key: str | None = None,
 ) -> tuple[Job, bool]:
     """Check the request (422 naming the field), then write the QUEUED job with its plan, commit and enqueue.
-    Returns ``(job, created)``."""
-    plan = plan_training(request=request, settings=settings, spark=spark, db=db)
+    Returns ``(job, created)``. No Spark job runs here: checks that need one are left to the job
+    (app/services/datasets/deferred.py), and the stored plan says which."""
+    plan: Any
+    try:
+        with request_without_spark():
+            plan = plan_training(request=request, settings=settings, spark=spark, db=db)
+    except DeferredCheck as deferred:
+        plan = plan_deferred(request=request, settings=settings, spark=spark, db=db, deferred=deferred.what)
     return jobs.submit(
         db=db,
         enqueue=enqueue,

@@ -71,11 +71,10 @@ def _checks(
     numeric = set(numeric_columns(ds))
     values: dict[str, Column] = {}
     checks: list[tuple[Column, Column]] = []
-    words = ["a null, NaN or infinite value"]
-    if CORRUPT in df.columns:
+    corrupt = CORRUPT in df.columns
+    if corrupt:
         line = F.concat(F.lit("malformed line: '"), F.substring(F.col(CORRUPT), 1, _SHOWN), F.lit("'"))
         checks.append((F.col(CORRUPT).isNotNull(), line))
-        words.insert(0, "a line that does not parse (too few or too many fields)")
     parsed = False
     dtypes = dict(df.dtypes)  # once: each call asks the JVM for the schema
     for column in dict.fromkeys([*ds.features, *ds.label_columns, *([ds.weight] if ds.weight else [])]):
@@ -83,19 +82,29 @@ def _checks(
         parsed |= bool(parse_checks)
         values[column] = value
         checks += parse_checks + _value_checks(column, value, dtype, array_length)
+    if ds.weight:
+        checks.append((values[ds.weight] < 0, F.lit(f"{ds.weight} is negative")))
+    if ds.label and ds.task == "classification" and ds.num_classes is not None:
+        label = values[ds.label]
+        outside = (label < 0) | (label >= ds.num_classes) | (label != F.floor(label))
+        checks.append((outside, F.lit(f"{ds.label} is not a class in 0..{ds.num_classes - 1}")))
+    return values, checks, reason_words(ds, array_length, corrupt=corrupt, parsed=parsed)
+
+
+def reason_words(ds: ResolvedDataset, array_length: int | None, *, corrupt: bool = False, parsed: bool = False) -> str:
+    """What makes a row of this dataset bad, in words (a failure says it)."""
+    words = ["a null, NaN or infinite value"]
+    if corrupt:
+        words.insert(0, "a line that does not parse (too few or too many fields)")
     if parsed:
         words.insert(0, "a value that is not a number")
     if array_length:
         words.append(f"an array whose length is not {array_length}")
     if ds.weight:
-        checks.append((values[ds.weight] < 0, F.lit(f"{ds.weight} is negative")))
         words.append("a negative weight")
     if ds.label and ds.task == "classification" and ds.num_classes is not None:
-        label = values[ds.label]
-        outside = (label < 0) | (label >= ds.num_classes) | (label != F.floor(label))
-        checks.append((outside, F.lit(f"{ds.label} is not a class in 0..{ds.num_classes - 1}")))
         words.append(f"a label outside 0..{ds.num_classes - 1}")
-    return values, checks, " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+    return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
 
 
 def clean(

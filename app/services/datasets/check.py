@@ -22,7 +22,7 @@ PARSED_FORMATS = ("csv", "json")
 """Formats whose column types are inferred from the text: a declared numeric column of them is parsed row by row."""
 
 
-def _locate(
+def locate(
     uri: str, fmt: Any, options: dict[str, str], *, settings: Settings, db: sessionmaker[Session] | None, loc: str
 ) -> tuple[str, Any, dict[str, str]]:
     """(path, format, reader options) of a request's dataset: a registered dataset's id, or a URI."""
@@ -99,7 +99,7 @@ def resolve_dataset(
     column as the only feature (images, embeddings); ``labelled=False``: a sequence dataset without labels (for
     prediction); ``parse_numbers``: a string column of a CSV / JSON file may be a declared numeric column (a
     training job parses it, see :func:`_numeric`)."""
-    path, fmt, options = _locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc=f"{loc}.uri")
+    path, fmt, options = locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc=f"{loc}.uri")
     schema = read_schema(spark, path, fmt, options, loc=f"{loc}.uri")
     available = ", ".join(f"{c} ({t})" for c, t in schema.items())
     parsed = parse_numbers and fmt in PARSED_FORMATS and ref.sequence is None
@@ -172,7 +172,7 @@ def _sequence(
             raise ValidationFailed.at(f"{loc}.sequence", f"no column {column!r} in {ref.uri}; name it in sequence")
     labels_path = None
     if seq.labels_uri is not None:
-        labels_path, fmt, options = _locate(seq.labels_uri, None, {}, settings=settings, db=db, loc=f"{loc}.sequence")
+        labels_path, fmt, options = locate(seq.labels_uri, None, {}, settings=settings, db=db, loc=f"{loc}.sequence")
         label_schema = read_schema(spark, labels_path, fmt, options, loc=f"{loc}.sequence.labels_uri")
         for column in [*keys, labels[0]]:
             if column not in label_schema:

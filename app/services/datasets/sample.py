@@ -34,7 +34,7 @@ _CSV_OPTIONS = {"sep", "delimiter", "header", "quote", "escape", "nullvalue", "c
 _INT32 = 2**31
 
 
-def _known(fmt: str, options: dict[str, str]) -> bool:
+def known_options(fmt: str, options: dict[str, str]) -> bool:
     allowed = _VALUE_ONLY | (_CSV_OPTIONS if fmt == "csv" else set())
     lowered = {k.lower(): v for k, v in options.items()}
     if fmt == "json" and lowered.get("primitivesasstring", "false").lower() == "true":
@@ -65,7 +65,7 @@ def _sample(files: list[Path], encoding: str) -> tuple[str, bool]:
 def text_schema(files: list[Path], fmt: str, options: dict[str, str]) -> tuple[dict[str, str], bool] | None:
     """(column -> Spark type as Spark would infer it from the sample, whether the sample is all the data); None
     when Spark must read it (options not known here, text pyarrow cannot read)."""
-    if fmt not in ("csv", "json") or not _known(fmt, options) or not files:
+    if fmt not in ("csv", "json") or not known_options(fmt, options) or not files:
         return None
     lowered = {k.lower(): v for k, v in options.items()}
     encoding = lowered.get("encoding", lowered.get("charset", "utf-8"))
@@ -215,7 +215,7 @@ def column_values(files: list[Path], fmt: str, options: dict[str, str], column: 
 
     target = pa.string()
     lowered = {k.lower(): v for k, v in options.items()}
-    if not _known(fmt, options) or (fmt == "csv" and "comment" in lowered):
+    if not known_options(fmt, options) or (fmt == "csv" and "comment" in lowered):
         return None
     chunks: list[pa.Array] = []
     try:

@@ -8,7 +8,7 @@ the driver with pyarrow: the schema from the footers, the facts by streaming one
 JSON lines likewise: the schema from a bounded sample of the text, the facts by streaming the one column
 (:mod:`app.services.datasets.sample`). What is left to Spark: remote URIs, parquet with reader options, reader
 options of CSV / JSON that the sample does not know, links below a dataset directory, partition values whose
-type is not certain here.
+type is not certain here; in ``POST /train`` those checks are left to the job (:mod:`app.services.datasets.deferred`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlparse
 
 from app.core.errors import ValidationFailed
 from app.services.datasets import sample
+from app.services.datasets.deferred import before_spark_job
 from app.services.datasets.paths import Format
 
 if TYPE_CHECKING:
@@ -59,12 +60,24 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
         text = text_schema_of(path, fmt, options, infer_partition_types=infers_partition_types(spark))
         if text is not None:
             return text
+    before_spark_job(f"the schema of {path} ({_why_spark(path, fmt, options)})")
     probe = ResolvedDataset(path=path, format=fmt, features=(), label=None, task=None, options=options)
     try:
         return dict(read_dataframe(spark, probe).dtypes)
     except Exception as exc:
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {first_line[:500]}") from exc
+
+
+def _why_spark(path: str, fmt: str, options: dict[str, str]) -> str:
+    """Why Spark, not the driver, reads this data (said in the job's log when the request defers its checks)."""
+    if "://" in path and not path.startswith("file://"):
+        return "a remote URI"
+    if fmt == "parquet" and options:
+        return "parquet with reader options"
+    if fmt in ("csv", "json") and not sample.known_options(fmt, options):
+        return f"{fmt} reader options the driver's sample reader does not know"
+    return "files or partition values whose types Spark decides"
 
 
 def text_schema_of(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.errors import ValidationFailed
 from app.services.datasets import schema as data
+from app.services.datasets.deferred import before_spark_job
 from workers.data.spec import ResolvedDataset
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ def top_label(ds: ResolvedDataset, spark: SparkSession) -> Any:
     top = data.max_value(ds.path, ds.format, ds.options, label)
     if top is not data.NOT_LOCAL:
         return top
+    before_spark_job(f"the largest label of {ds.path} (Spark reads it)")
     from pyspark.sql import functions as F
 
     from workers.data.spec import read_dataframe
@@ -69,6 +71,7 @@ def _distinct(ds: ResolvedDataset, label: str, spark: SparkSession) -> list[Any]
     found = data.distinct_values(ds.path, ds.format, ds.options, label, limit=MAX_STRING_CLASSES)
     if found is not None:
         return found
+    before_spark_job(f"the classes of {ds.path} (Spark reads them)")
     from pyspark.sql import functions as F
 
     from workers.data.spec import read_dataframe

@@ -17,6 +17,7 @@ from app.core.settings import Settings
 from app.schemas.train import TrainingOptions, TrainRequest
 from app.services import checkpoints
 from app.services.datasets import schema as data
+from app.services.datasets.deferred import before_spark_job
 from app.services.planning.labels import class_count, resolve_classes
 from workers import cluster, storage
 from workers.data.spec import ResolvedDataset
@@ -55,6 +56,7 @@ def _data_shape(
             raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
         length = len(value)
     else:
+        before_spark_job(f"the width of the array column {first!r} of {train.path} (Spark reads it)")
         row = read_dataframe(spark, train).select(F.size(first).alias("n")).where(F.col(first).isNotNull()).first()
         if row is None:
             raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
@@ -98,39 +100,24 @@ def _resume(
     return ResumePoint(checkpoint_id=options.resume_from, path=path, epoch=epoch, job_id=job_id)
 
 
-def plan_torch(
-    *,
-    request: TrainRequest,
-    train: ResolvedDataset,
-    validation: ResolvedDataset | None,
-    schema: dict[str, str],
-    settings: Settings,
-    spark: SparkSession,
-    db: sessionmaker[Session] | None,
-) -> TorchPlan:
+def check_request(request: TrainRequest) -> None:
+    """What a torch request must hold, whatever the data."""
     if request.network is None:
         raise ValidationFailed.at("network", "required for torch: the layers to train")
     if request.params is not None:
         raise ValidationFailed.at("params", "torch takes network and training, not params")
+
+
+def check_options(request: TrainRequest, settings: Settings, spark: SparkSession) -> tuple[Any, Any, Any]:
+    """(optimizer, sharing, early stopping) of the request's training options, checked against the service's limits
+    and the cluster: what a torch request's checks need nothing of the data for (a request whose data checks are
+    deferred to the job makes these at once, app/services/datasets/deferred.py)."""
     options = request.training or TrainingOptions()
-    ds = request.dataset
-    class_labels: tuple[str, ...] | None = None
-    if train.sequence is not None:
-        train, shape, array_column = _sequence_plan(request, train, spark)
-    else:
-        if ds.task == "classification":
-            train, class_labels = resolve_classes(train, schema[train.label or ""], spark)
-        shape, array_column = _data_shape(request, train, schema, spark)
     try:
-        spec = parse_network(request.network, input_shape=shape)
-        check_loss_for_task(spec, ds.task or "regression", train.num_classes, len(train.label_columns))
-        if train.sequence is not None:
-            _check_sequence_output(spec, train.sequence["labels"])
         optimizer = parse_optimizer(options.optimizer)
-        check_optimizer_l2(optimizer, spec.l2)
         sharing = parse_sharing(options.gradient_sharing, optimizer)
         stopping = options.early_stopping.model_dump(exclude_none=True) if options.early_stopping else None
-        early_stopping = parse_early_stopping(stopping, ds.task or "regression")
+        early_stopping = parse_early_stopping(stopping, request.dataset.task or "regression")
     except SpecError as exc:
         raise ValidationFailed.at(exc.path, exc.message) from exc
     if options.epochs > settings.max_epochs:
@@ -150,6 +137,41 @@ def plan_torch(
             "cuda was asked for, but no executor has GPUs: set spark.executor.resource.gpu.amount, "
             "spark.task.resource.gpu.amount and a GPU discovery script (spark-conf/), or use device auto",
         )
+    return optimizer, sharing, early_stopping
+
+
+def plan_torch(
+    *,
+    request: TrainRequest,
+    train: ResolvedDataset,
+    validation: ResolvedDataset | None,
+    schema: dict[str, str],
+    settings: Settings,
+    spark: SparkSession,
+    db: sessionmaker[Session] | None,
+) -> TorchPlan:
+    check_request(request)
+    options = request.training or TrainingOptions()
+    ds = request.dataset
+    class_labels: tuple[str, ...] | None = None
+    if train.sequence is not None:
+        train, shape, array_column = _sequence_plan(request, train, spark)
+    else:
+        if ds.task == "classification":
+            train, class_labels = resolve_classes(train, schema[train.label or ""], spark)
+        shape, array_column = _data_shape(request, train, schema, spark)
+    try:
+        spec = parse_network(request.network, input_shape=shape)
+        check_loss_for_task(spec, ds.task or "regression", train.num_classes, len(train.label_columns))
+        if train.sequence is not None:
+            _check_sequence_output(spec, train.sequence["labels"])
+    except SpecError as exc:
+        raise ValidationFailed.at(exc.path, exc.message) from exc
+    optimizer, sharing, early_stopping = check_options(request, settings, spark)
+    try:
+        check_optimizer_l2(optimizer, spec.l2)
+    except SpecError as exc:
+        raise ValidationFailed.at(exc.path, exc.message) from exc
     network = spec_to_dict(spec)
     return TorchPlan(
         train=train,

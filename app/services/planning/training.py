@@ -3,23 +3,39 @@ family's plan (torch, xgboost, spark_ml)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
-from app.schemas.train import DatasetRef, TrainRequest, ValidationRef
-from app.services.datasets.check import resolve_dataset
+from app.schemas.train import DatasetRef, TrainingOptions, TrainRequest, ValidationRef
+from app.services.datasets.check import locate, resolve_dataset
 from app.services.datasets.schema import NUMERIC_TYPES
-from app.services.planning.tabular import plan_spark_ml
-from app.services.planning.torch_plan import plan_torch
+from app.services.planning.tabular import check_tabular, plan_spark_ml
+from app.services.planning.torch_plan import check_options, check_request, plan_torch
 from app.services.planning.xgboost_plan import plan_xgboost
 from workers.data.clean import numeric_columns
+from workers.errors import SpecError
 from workers.families import FRAMEWORKS
+from workers.plans import DeferredPlan
+from workers.training.spark_ml.spec import parse_spark_ml_params
+from workers.training.xgboost.spec import parse_xgboost_params
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+def _check_basics(request: TrainRequest) -> None:
+    if request.framework not in FRAMEWORKS:
+        raise ValidationFailed.at(
+            "framework", f"{request.framework!r} is not available in this release; use one of {', '.join(FRAMEWORKS)}"
+        )
+    if request.dataset.label is None:
+        raise ValidationFailed.at("dataset.label", "required for training: the column to learn")
+    if request.dataset.task is None:
+        raise ValidationFailed.at("dataset.task", "required for training: classification or regression")
 
 
 def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:
@@ -35,14 +51,7 @@ def plan_training(
     *, request: TrainRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session] | None = None
 ) -> Any:
     """The family's plan for this request; raises ValidationFailed (422) with the field at fault."""
-    if request.framework not in FRAMEWORKS:
-        raise ValidationFailed.at(
-            "framework", f"{request.framework!r} is not available in this release; use one of {', '.join(FRAMEWORKS)}"
-        )
-    if request.dataset.label is None:
-        raise ValidationFailed.at("dataset.label", "required for training: the column to learn")
-    if request.dataset.task is None:
-        raise ValidationFailed.at("dataset.task", "required for training: classification or regression")
+    _check_basics(request)
     allow_array = request.framework == "torch"
     train, schema = resolve_dataset(
         request.dataset, settings=settings, spark=spark, allow_array=allow_array, db=db, parse_numbers=True
@@ -86,3 +95,43 @@ def _same_type(train: str, validation: str | None, *, parsed: bool) -> bool:
     if train == validation or validation is None:
         return train == validation
     return parsed and "string" in (train, validation) and {train, validation} <= {"string", *NUMERIC_TYPES}
+
+
+def plan_deferred(
+    *,
+    request: TrainRequest,
+    settings: Settings,
+    spark: SparkSession,
+    db: sessionmaker[Session] | None,
+    deferred: str,
+) -> DeferredPlan:
+    """The plan of a request whose data checks need a Spark job (``deferred``: what the first one would read): the
+    checks that need nothing of the data, made now (the datasets' locations, the family's options), and the rest
+    left to the job (app/services/datasets/deferred.py)."""
+    _check_basics(request)
+    ds = request.dataset
+    locate(ds.uri, ds.format, ds.options, settings=settings, db=db, loc="dataset.uri")
+    if request.validation is not None:
+        val = request.validation
+        locate(val.uri, val.format, val.options, settings=settings, db=db, loc="validation.uri")
+    workers = 1
+    if request.framework == "torch":
+        check_request(request)
+        check_options(request, settings, spark)
+        workers = (request.training or TrainingOptions()).num_workers
+    else:
+        labels = [ds.label] if isinstance(ds.label, str) else list(ds.label or [])
+        seen = SimpleNamespace(extra_labels=labels[1:], normalize=ds.normalize, sequence=ds.sequence)
+        hint = "spark_ml scales features itself (params.standardize)"
+        if request.framework == "xgboost":
+            hint = "trees do not need scaled features; leave normalize out"
+        check_tabular(request, seen, family=request.framework, normalize_hint=hint)
+        try:
+            if request.framework == "spark_ml":
+                parse_spark_ml_params(request.params, task=ds.task)
+            elif ds.task == "regression" or ds.num_classes is not None:
+                spec = parse_xgboost_params(request.params, task=ds.task, num_classes=ds.num_classes)
+                workers = spec.num_workers or 1
+        except SpecError as exc:
+            raise ValidationFailed.at(exc.path, exc.message) from exc
+    return DeferredPlan(deferred_checks=(deferred,), num_workers=workers)

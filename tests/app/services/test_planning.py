@@ -97,3 +97,30 @@ def test_early_stopping_is_planned_and_a_metric_the_job_does_not_compute_is_a_42
                       spark=spark)  # fmt: skip
     assert error.value.problem()["errors"][0]["loc"] == "training.early_stopping.metric"
     assert "val_loss, val_rmse" in error.value.detail
+
+
+def test_data_the_driver_cannot_read_defers_its_checks_and_the_rest_is_still_checked(
+    spark: Any, tmp_path: Path
+) -> None:
+    """CSV with a reader option the sample reader does not know: planning in a request stops before the Spark job
+    that would read the schema; the deferred plan holds what was left and the job's slots, and what needs nothing
+    of the data (the service's limits here) is still a 422."""
+    from app.core.errors import ValidationFailed
+    from app.services.datasets.deferred import DeferredCheck, request_without_spark
+    from app.services.planning.training import plan_deferred
+
+    pd.DataFrame({"a": [1.0, 2.0], "b": [3, 4]}).to_csv(tmp_path / "t.csv", index=False)
+    output = {"type": "output", "units": 1, "activation": "identity", "loss": "mse"}
+    body = {"name": "d", "framework": "torch", "network": {"layers": [output]}, "training": {"num_workers": 2},
+            "dataset": {"uri": "t.csv", "features": ["a"], "label": "b", "task": "regression",
+                        "options": {"lineSep": "\n"}}}  # fmt: skip
+    settings = Settings(data_roots=[tmp_path])
+    request = TrainRequest.model_validate(body)
+    with request_without_spark(), pytest.raises(DeferredCheck) as deferred:
+        _plan_without_spark_jobs(spark, body, [tmp_path])
+    assert "the schema of" in deferred.value.what and "sample reader does not know" in deferred.value.what
+    plan = plan_deferred(request=request, settings=settings, spark=spark, db=None, deferred=deferred.value.what)
+    assert plan.num_workers == 2 and plans.is_deferred(plans.dump(plan)) and _round_trip(plan) == plan
+    over = request.model_copy(update={"training": request.training.model_copy(update={"epochs": 10**6})})
+    with pytest.raises(ValidationFailed, match=r"training\.epochs"):
+        plan_deferred(request=over, settings=settings, spark=spark, db=None, deferred="x")

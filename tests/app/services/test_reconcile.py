@@ -210,6 +210,22 @@ def test_a_retry_moves_the_stored_plans_resume_point_and_nothing_else(db: Any) -
     assert resumed == TorchPlan(**{**planned.__dict__, "resume": point})
 
 
+def test_a_retry_of_a_deferred_plan_plans_its_request_again_from_the_checkpoint(db: Any) -> None:
+    """A request whose data checks were left to the job stored a DeferredPlan: a retry keeps it, and the stored
+    request names the checkpoint, so the job plans the request again resuming from it."""
+    from workers import plans
+
+    checks = ("the schema of s3a://b/t (a remote URI)",)
+    deferred = plans.dump(plans.DeferredPlan(deferred_checks=checks, num_workers=2))
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch")
+    _store_plan(db, job_id, deferred)
+    _two_checkpoints(db, job_id)
+    assert reconcile(db=db, send=lambda *m: None, stale_after_s=30)[0]["action"] == "retried"
+    with db() as session:
+        job = session.get(Job, job_id)
+        assert job.plan == deferred and job.request["training"]["resume_from"] == "b" * 32
+
+
 def test_a_job_whose_stored_plan_cannot_be_read_stays_failed(db: Any) -> None:
     job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch")
     _store_plan(db, job_id, {"train": "not a dataset"})

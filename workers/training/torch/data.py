@@ -6,7 +6,7 @@ Executor-side: stdlib, numpy, pyarrow, torch only.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,11 +66,31 @@ def _labels(table: pa.Table, layout: DataLayout) -> np.ndarray:
 def to_splits(batches: Iterable[pa.RecordBatch], layout: DataLayout, rank: int = 0) -> tuple[Split, Split]:
     """(training rows, validation rows) of this task, sorted by the stable row id so reruns see the same order.
     With ``layout.source`` the batches are placeholders and the task reads its share of the files."""
-    batch_list = list(batches)
-    if layout.source is not None:
-        from workers.data.arrow_read import read_share
+    return checked_splits(batches, layout, rank, None)[:2]
 
-        batch_list = read_share(layout.source, rank, layout.split_column, layout.order_column).to_batches()
+
+def checked_splits(
+    batches: Iterable[pa.RecordBatch],
+    layout: DataLayout,
+    rank: int,
+    all_gather: Callable[[str], list[str]] | None,
+) -> tuple[Split, Split, dict[str, int] | None]:
+    """:func:`to_splits`, and the job's row counts when the tasks check their rows themselves (a source with
+    ``check``: :func:`workers.data.arrow_read.check_share`, which raises ``DataFailure`` on every rank alike)."""
+    batch_list = list(batches)
+    counts = None
+    if layout.source is not None:
+        from workers.data.arrow_read import check_share, read_share
+
+        share = read_share(layout.source, rank, layout.split_column, layout.order_column)
+        if layout.source.get("check") is not None:
+            assert all_gather is not None, "a task that checks its rows shares the counts"
+            counts = check_share(share, layout.source, layout.split_column, all_gather)
+        batch_list = share.to_batches()
+    return (*_splits(batch_list, layout), counts)
+
+
+def _splits(batch_list: list[pa.RecordBatch], layout: DataLayout) -> tuple[Split, Split]:
     table = pa.Table.from_batches(batch_list) if batch_list else None
     if table is None or table.num_rows == 0:
         empty = Split(torch.zeros((0, *layout.input_shape)), torch.zeros(0))

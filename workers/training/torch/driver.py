@@ -145,11 +145,12 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
             f"resuming from checkpoint {plan.resume.checkpoint_id} (epoch {plan.resume.epoch} of job "
             f"{plan.resume.job_id})"
         )
-    ctx.log(
-        f"{plan.mode} on {plan.num_workers} workers, {plan.epochs} epochs, batch {plan.batch_size} per worker, "
-        f"{rows['train']} training and {rows['validation']} validation rows"
+    counted = (
+        f"{rows['train']} training and {rows['validation']} validation rows" if rows else "rows counted by the tasks"
     )
-    if plan.early_stopping and not rows.get("validation"):
+    shape = f"{plan.num_workers} workers, {plan.epochs} epochs, batch {plan.batch_size} per worker"
+    ctx.log(f"{plan.mode} on {shape}, {counted}")
+    if plan.early_stopping and rows is not None and not rows.get("validation"):
         metric = plan.early_stopping["metric"]
         raise JobFailure("INVALID_REQUEST", f"early stopping on {metric} needs validation rows, and there are none")
     ctx.check_cancelled()
@@ -160,6 +161,10 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     for r in results:
         if "error" in r:
             raise JobFailure(r["error"]["reason"], r["error"]["message"])
+    if rows is None:  # the tasks checked and counted their rows (workers/data/arrow_read.py)
+        rows = results[0]["rows"]
+        data = replace(data, rows=rows)
+        ctx.log(f"{rows['train']} training and {rows['validation']} validation rows, no bad row (counted by the tasks)")
     if data.export_mode == "write":
         write_manifest(data, ctx.job_id)
         ctx.log(f"exported the prepared tensors to {data.export_dir} for later jobs")

@@ -34,7 +34,8 @@ class StageInput:
 
     frame: DataFrame
     """prepared rows (direct, write) or one placeholder row per worker (read)"""
-    rows: dict[str, int]
+    rows: dict[str, int] | None
+    """None: the barrier tasks count them (:func:`workers.data.arrow_read.check_share`)"""
     normalizer: Normalizer | None
     export_dir: Path | None
     export_mode: Literal["write", "read"] | None

@@ -16,8 +16,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from workers.context import JobContext, JobFailure
-from workers.data.arrow_read import SCALE, file_rows, local_files, shares
-from workers.data.clean import clean, clean_holdout
+from workers.data.arrow_read import SCALE, file_rows, local_files, shares, too_few_rows
+from workers.data.clean import clean, clean_holdout, reason_words
 from workers.data.normalize import Normalizer
 from workers.data.normalize import fit as fit_normalizer
 from workers.data.spec import ResolvedDataset, read_dataframe
@@ -32,10 +32,10 @@ SPLIT, ROW = "_split", "_row"
 
 def prepare(
     ctx: JobContext, plan: TorchPlan
-) -> tuple[DataFrame, dict[str, int], Normalizer | None, dict[str, Any] | None]:
-    """The stage's rows, their counts (``train``, ``validation``, ``bad_rows``), the fitted normalizer, and the
-    barrier tasks' own read of the files (:mod:`workers.data.arrow_read`) when local parquet has no bad row: the
-    stage's rows are then one placeholder per worker, and no shuffle moves the data."""
+) -> tuple[DataFrame, dict[str, int] | None, Normalizer | None, dict[str, Any] | None]:
+    """The stage's rows, their counts (``train``, ``validation``, ``bad_rows``; None when the tasks count them), the
+    fitted normalizer, and the barrier tasks' own read of the files (:mod:`workers.data.arrow_read`) when local
+    parquet has no bad row: the stage's rows are then one placeholder per worker, and no shuffle moves the data."""
     from pyspark.sql import functions as F
 
     if plan.train.sequence is not None:
@@ -43,6 +43,8 @@ def prepare(
         return frame, counts, None, None
     length = math.prod(plan.input_shape) if plan.array_column else None
     source = _arrow_source(plan)
+    if source is not None and plan.train.bad_rows == "fail" and plan.train.normalize is None:
+        return _checked_by_tasks(ctx, plan, source, length)
     train_raw = _index_labels(read_dataframe(ctx.spark, plan.train, malformed=True), plan)
     fraction = plan.train.validation_fraction or plan.validation_fraction
     if plan.validation is not None:
@@ -80,6 +82,54 @@ def prepare(
         ctx.log("no bad row: each worker reads its share of the parquet files itself (no shuffle)")
         return ctx.spark.range(0, plan.num_workers, 1, plan.num_workers), counts, normalizer, read
     return _spread(frame, plan), counts, normalizer, None
+
+
+def _checked_by_tasks(
+    ctx: JobContext, plan: TorchPlan, source: dict[str, Any], length: int | None
+) -> tuple[DataFrame, None, None, dict[str, Any]]:
+    """No Spark job before the stage: each task reads its share of the files and checks its rows, and the tasks
+    share the counts (:func:`workers.data.arrow_read.check_share`). Only where nothing needs the whole frame first:
+    bad rows fail the job (none is dropped, so the shares are the files' rows), no normalizer is fitted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ds = plan.train
+    types = pq.read_schema(source["files"][0])
+    kinds = []
+    for column in source["columns"]:
+        t = types.field(column).type
+        kind = "array" if pa.types.is_list(t) or pa.types.is_large_list(t) else "int"
+        kinds.append([column, "float" if pa.types.is_floating(t) else kind])
+    classification = ds.task == "classification"
+    stopping = plan.early_stopping["metric"] if plan.early_stopping else None
+    check = {
+        "columns": kinds,
+        "array_length": length,
+        "weight": ds.weight,
+        "label": ds.label if classification else None,
+        "num_classes": ds.num_classes if classification else None,
+        "reasons": reason_words(ds, length),
+        "path": ds.path,
+        "workers": plan.num_workers,
+        "batch_size": plan.batch_size,
+        "needs_validation": f"early stopping on {stopping} needs validation rows, and there are none"
+        if stopping
+        else None,
+    }
+    fraction = ds.validation_fraction or plan.validation_fraction
+    read = {
+        **source,
+        "shares": shares(sum(source["rows"]), plan.num_workers),
+        "seed": ds.split_seed,
+        "fraction": fraction,
+        "class_labels": list(plan.class_labels) if plan.class_labels is not None else None,
+        "check": check,
+    }
+    ctx.log(
+        f"no Spark job before the stage: each worker reads its share of the parquet files and checks its rows "
+        f"(bad_rows fail); {fraction:.0%} held out for validation (seed {ds.split_seed})"
+    )
+    return ctx.spark.range(0, plan.num_workers, 1, plan.num_workers), None, None, read
 
 
 def _arrow_source(plan: TorchPlan) -> dict[str, Any] | None:
@@ -210,10 +260,6 @@ def _prepare_sequences(ctx: JobContext, plan: TorchPlan) -> tuple[DataFrame, dic
 
 
 def _check_rows(plan: TorchPlan, rows: int) -> None:
-    needed = plan.num_workers * plan.batch_size
-    if rows < needed:
-        raise JobFailure(
-            "EMPTY_PARTITION",
-            f"{rows} training rows cannot give {plan.num_workers} workers a batch of {plan.batch_size} each "
-            f"(needs {needed}); use fewer workers, a smaller batch_size_per_worker or more data",
-        )
+    short = too_few_rows(rows, plan.num_workers, plan.batch_size)
+    if short is not None:
+        raise JobFailure("EMPTY_PARTITION", short)

@@ -362,16 +362,25 @@ def barrier_partition(
     :func:`workers.training.torch.driver.shipped_function` reads them from Spark."""
     import pyarrow as pa
 
-    from workers.training.torch.data import load_splits, save_splits, to_splits
+    from workers.data.arrow_read import DataFailure
+    from workers.training.torch.data import checked_splits, load_splits, save_splits
     from workers.training.torch.report import SocketReporter
 
     cfg = TrainerConfig.from_dict(cfg_dict)
+    rows = None
     if cfg.export_mode == "read":
         for _ in batches:  # a placeholder partition: the rows come from the export
             pass
         train, val = load_splits(Path(cfg.export_dir or ""), rank)
     else:
-        train, val = to_splits(batches, cfg.data, rank)
+        try:  # tasks that check their own rows share the counts (and fail alike): workers/data/arrow_read.py
+            train, val, rows = checked_splits(batches, cfg.data, rank, all_gather)
+        except DataFailure as exc:
+            failed = _failed({"rank": rank}, exc.reason, exc.message)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([rank], pa.int32()), pa.array([json.dumps(failed)], pa.string())], names=["rank", "result"]
+            )
+            return
         if cfg.export_mode == "write":
             save_splits(Path(cfg.export_dir or ""), rank, train, val)
 
@@ -396,6 +405,8 @@ def barrier_partition(
         )
     finally:
         reporter.close()
+    if rows is not None:
+        result["rows"] = rows
     yield pa.RecordBatch.from_arrays(
         [pa.array([rank], pa.int32()), pa.array([json.dumps(result)], pa.string())], names=["rank", "result"]
     )

@@ -72,3 +72,64 @@ def test_tasks_read_the_rows_spark_counted(spark: Any, tmp_path: Any) -> None:
     assert set(whole.column("y").to_pylist()) == {0, 1, 2}
     assert [p.num_rows for p in parts] == [512, 512, 513]
     assert spark.read.parquet(str(tmp_path)).where(F.col("x") < 0).count() == 0
+
+
+def _checked_in_a_barrier_stage(spark: Any, spec: dict[str, Any], workers: int) -> list[Any]:
+    """Each task of a real barrier stage reads its share and checks it, sharing counts through ``allGather``."""
+
+    def task(_rows: Any) -> Any:
+        from pyspark import BarrierTaskContext
+
+        from workers.data.arrow_read import DataFailure, check_share, read_share
+
+        context = BarrierTaskContext.get()
+        share = read_share(spec, context.partitionId(), "_split", "_row")
+        try:
+            yield ("ok", check_share(share, spec, "_split", context.allGather))
+        except DataFailure as exc:
+            yield (exc.reason, exc.message)
+
+    return spark.sparkContext.parallelize(range(workers), workers).barrier().mapPartitions(task).collect()
+
+
+def test_tasks_check_their_own_rows_and_fail_alike(spark: Any, tmp_path: Any) -> None:
+    """No Spark job before the stage: the tasks find the bad rows of their shares (a NaN, a null, a negative weight,
+    an unknown class), and every rank reports the one failure with the total count and the first rows in the
+    driver's words; clean data gives the counts of the split."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from workers.data.arrow_read import file_rows, held_out, shares
+
+    n = 1000
+    x = np.linspace(0, 1, n)
+    w = np.ones(n)
+    y = ["a", "b"] * (n // 2)
+    table = pa.table({"x": x, "w": w, "y": y})
+    pq.write_table(table, tmp_path / "good.parquet", row_group_size=300)
+    x[10], w[900], y[950] = np.nan, -1.0, "zz"
+    bad = pa.table({"x": [*x[:700].tolist(), None, *x[701:].tolist()], "w": w, "y": y})
+    pq.write_table(bad, tmp_path / "bad.parquet", row_group_size=300)
+    check = {"columns": [["x", "float"], ["y", "int"], ["w", "float"]], "array_length": None, "weight": "w",
+             "label": "y", "num_classes": 2, "reasons": "REASONS", "path": "bad.parquet", "workers": 2,
+             "batch_size": 8, "needs_validation": None}  # fmt: skip
+
+    def spec(name: str) -> dict[str, Any]:
+        files = [str(tmp_path / name)]
+        return {"files": files, "rows": file_rows(files), "shares": shares(n, 2), "columns": ["x", "y", "w"],
+                "label": "y", "class_labels": ["a", "b"], "seed": 7, "fraction": 0.2, "check": check}  # fmt: skip
+
+    failed = _checked_in_a_barrier_stage(spark, spec("bad.parquet"), 2)
+    assert failed[0] == failed[1] and failed[0][0] == "BAD_ROWS"
+    message = failed[0][1]
+    assert message.startswith("4 rows of bad.parquet have REASONS in x, y, w; first ones: [")
+    for reason in ("x is NaN or infinite", "x is null", "w is negative", "y is not a class in 0..1"):
+        assert f"'reason': '{reason}'" in message
+    assert message.endswith('Fix the data or set dataset.bad_rows to "skip" to drop them.')
+
+    counted = _checked_in_a_barrier_stage(spark, spec("good.parquet"), 2)
+    held = int(held_out(np.arange(n), 7, 0.2).sum())
+    assert counted == [("ok", {"train": n - held, "validation": held, "bad_rows": 0})] * 2
+    few = _checked_in_a_barrier_stage(spark, {**spec("good.parquet"), "check": {**check, "batch_size": 500}}, 2)
+    assert few[0][0] == "EMPTY_PARTITION" and few[0][1].startswith(f"{n - held} training rows cannot give 2 workers")
