@@ -181,15 +181,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # The files whose tests took longest in the last measured runs (the 60 slowest are printed at the end of every run),
 # longest first: handed out first, they do not end a two-worker run on one worker.
 LONGEST_FILES = (
-    "test_driver_lost.py",
-    "test_clean_stop.py",
     "test_models_elsewhere.py",
     "test_train_spark_ml.py",
-    "test_two_drivers.py",
-    "test_driver_lost_kinds.py",
-    "test_processes.py",
+    "test_clean_stop.py",
+    "test_driver_lost.py",
     "test_standalone.py",
+    "test_driver_lost_kinds.py",
+    "test_train_torch.py",
+    "test_processes.py",
+    "test_two_drivers.py",
+    "test_tune_driver_lost.py",
     "test_gpu_scheduling.py",
+    "test_fuzz.py",
+    "test_train_torch_data.py",
 )
 
 
