@@ -39,7 +39,10 @@ def test_a_killed_python_worker_fails_the_stage_and_the_job_resumes_from_its_che
         assert job["attempt"] == 2
         first, second = job["attempts"]
         assert (first["attempt"], first["status"], first["error_reason"]) == (1, "FAILED", "WORKER_LOST")
-        assert "Python worker exited unexpectedly" in first["error_message"]
+        # Spark reports the barrier stage's most recent task failure: the killed worker's crash, or the surviving
+        # rank's gloo read failing on the dead peer, whichever ended last (both were seen)
+        message = first["error_message"]
+        assert "Python worker exited unexpectedly" in message or "Connection reset by peer" in message, message
         # no hang: the stage failed long before the trainer's 300 s collective timeout could have ended it
         ended = datetime.fromisoformat(first["ended_at"]).timestamp()
         assert ended - killed_at < 120, f"the lost worker was noticed only after {ended - killed_at:.0f} s"
