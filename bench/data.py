@@ -147,7 +147,7 @@ def sparktrain(spark: Any, settings: Any, path: Path, data_path: str) -> tuple[f
 
 def hold_every_slot(spark: Any, release: Path) -> Any:
     """A barrier job with one task per slot, each waiting until ``release`` exists (as a training job holds them),
-    started in a thread; returns the thread once every task runs."""
+    started in a thread; returns the thread once every task runs (tests/e2e/test_request_without_spark.py too)."""
     import threading
 
     sc = spark.sparkContext
@@ -162,15 +162,20 @@ def hold_every_slot(spark: Any, release: Path) -> Any:
         yield 1
 
     def run() -> None:
-        sc.setJobGroup("hold-every-slot", "holds the slots")
+        sc.setJobGroup("hold-every-slot", "holds the slots while requests are answered")
         sc.parallelize(range(slots), slots).barrier().mapPartitions(wait).collect()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     tracker = sc.statusTracker()
-    while sum(s.numActiveTasks for s in map(tracker.getStageInfo, tracker.getActiveStageIds()) if s) < slots:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+        if sum(s.numActiveTasks for s in stages if s is not None) >= slots:
+            return thread
         time.sleep(0.05)
-    return thread
+    release.touch()
+    raise RuntimeError("the barrier stage holding every slot did not start")
 
 
 def _request(dataset: dict[str, Any]) -> Any:

@@ -38,14 +38,6 @@ from bench import netns
 from bench.common import REPO
 
 LINKS = {"unshaped": None, "10gbit": 10e9, "1gbit": 1e9}
-MLP_10M = {
-    "input_shape": [64],
-    "layers": [
-        {"type": "dense", "units": 3072, "activation": "relu"},
-        {"type": "dense", "units": 3072, "activation": "relu"},
-        {"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"},
-    ],
-}
 MODES = ("gradient_sharing", "allreduce", "parameter_averaging", "torch_distributor")
 LINK_MODEL = (
     "one veth per worker, tbf-shaped both ways (a full-duplex link per worker, as one NIC per worker behind a "
@@ -56,14 +48,13 @@ LINK_MODEL = (
 
 
 def _models() -> dict[str, tuple[dict[str, Any], float, int]]:
-    from bench.trainer import CNN, WIDE
+    from bench.trainer import CNN, WIDE, wide_mlp
 
-    return {"cnn": (CNN, 3e-3, 5), "mlp_1m": (WIDE, 1e-3, 5), "mlp_10m": (MLP_10M, 5e-4, 4)}  # network, lr, epochs
-
-
-def _dense_ring_bytes(parameters: int, workers: int) -> float:
-    """What one rank of a dense fp32 ring all-reduce sends per step (reduce-scatter and all-gather)."""
-    return 2 * (workers - 1) / workers * 4 * parameters
+    return {
+        "cnn": (CNN, 3e-3, 5),
+        "mlp_1m": (WIDE, 1e-3, 5),
+        "mlp_10m": (wide_mlp(3072), 5e-4, 4),
+    }  # network, lr, epochs
 
 
 def child(workers: int, tag: str, links: list[str], models: list[str], modes: list[str]) -> dict[str, Any]:
@@ -71,6 +62,7 @@ def child(workers: int, tag: str, links: list[str], models: list[str], modes: li
     from app.core.settings import Settings
     from app.spark.session import build_spark_session
     from bench.trainer import BATCH, CNN, _parameters, run_sparktrain, run_torch_distributor
+    from workers.training.torch.comm import dense_ring_total
 
     topology = netns.Topology(workers, tag)
     work = Path(tempfile.mkdtemp(prefix="bench-network-"))
@@ -121,7 +113,8 @@ def child(workers: int, tag: str, links: list[str], models: list[str], modes: li
                     link_bytes = sum(topology.sent_bytes()) - sum(before)
                     steps = r["steps_per_worker"]
                     r["link_bytes_per_step"] = link_bytes / workers / steps
-                    r["link_compression"] = _dense_ring_bytes(parameters, workers) / r["link_bytes_per_step"]
+                    dense = dense_ring_total(4 * parameters, workers) / workers  # the trainer's model of a dense step
+                    r["link_compression"] = dense / r["link_bytes_per_step"]
                     if mode == "torch_distributor":
                         r["wire_compression"] = r["link_compression"]  # DDP has no count of its own: the link's
                     else:

@@ -130,6 +130,12 @@ def time_to_target(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]
     }
 
 
+def _print_search(label: str, r: dict[str, Any]) -> None:
+    print(f"{label}: {r['trials']} trials {r['states']} in {r['wall_s']:.1f} s, best rmse {_fmt(r['best_rmse'])} "
+          f"(within the grid's time {_fmt(r['best_rmse_within_budget'])}), {_fmt(r['trials_per_hour'], '.0f')} "
+          f"trials/h", flush=True)  # fmt: skip
+
+
 def _fmt(value: float | None, spec: str = ".4f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -177,10 +183,7 @@ def main() -> None:
             "mode": "min", "timeout_minutes": budget_min, "seed": 7,
         }  # fmt: skip
         results["xgboost"] = rmse_search(client, xgb_body, rf_wall)
-        x = results["xgboost"]
-        print(f"xgboost TPE: {x['trials']} trials {x['states']} in {x['wall_s']:.1f} s, best rmse "
-              f"{_fmt(x['best_rmse'])} (within the grid's time {_fmt(x['best_rmse_within_budget'])}), "
-              f"{_fmt(x['trials_per_hour'], '.0f')} trials/h", flush=True)  # fmt: skip
+        _print_search("xgboost TPE", results["xgboost"])
 
         mlp_base = _example("taxi-mlp.json")
         mlp_base["training"]["epochs"] = 3 if quick else 10
@@ -196,10 +199,7 @@ def main() -> None:
             "mode": "min", "timeout_minutes": budget_min, "seed": 7,
         }  # fmt: skip
         results["torch_mlp"] = rmse_search(client, mlp_body, rf_wall)
-        m = results["torch_mlp"]
-        print(f"torch MLP TPE+ASHA: {m['trials']} trials {m['states']} in {m['wall_s']:.1f} s, best rmse "
-              f"{_fmt(m['best_rmse'])} (within the grid's time {_fmt(m['best_rmse_within_budget'])}), "
-              f"{_fmt(m['trials_per_hour'], '.0f')} trials/h", flush=True)  # fmt: skip
+        _print_search("torch MLP TPE+ASHA", results["torch_mlp"])
 
         cnn = _example("digits-cnn.json")
         cnn["training"]["epochs"] = 5 if quick else 15

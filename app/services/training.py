@@ -19,6 +19,18 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+def plan_in_request(
+    *, request: TrainRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session] | None
+) -> Any:
+    """Plan a training request in a request thread, where no Spark job may start: the plan, or a deferred plan
+    whose data checks the job makes (app/services/datasets/deferred.py). Data-independent errors are 422s."""
+    try:
+        with request_without_spark():
+            return plan_training(request=request, settings=settings, spark=spark, db=db)
+    except DeferredCheck as deferred:
+        return plan_deferred(request=request, settings=settings, spark=spark, db=db, deferred=deferred.what)
+
+
 def submit_training(
     *,
     db: sessionmaker[Session],
@@ -32,12 +44,7 @@ def submit_training(
     """Check the request (422 naming the field), then write the QUEUED job with its plan, commit and enqueue.
     Returns ``(job, created)``. No Spark job runs here: checks that need one are left to the job
     (app/services/datasets/deferred.py), and the stored plan says which."""
-    plan: Any
-    try:
-        with request_without_spark():
-            plan = plan_training(request=request, settings=settings, spark=spark, db=db)
-    except DeferredCheck as deferred:
-        plan = plan_deferred(request=request, settings=settings, spark=spark, db=db, deferred=deferred.what)
+    plan = plan_in_request(request=request, settings=settings, spark=spark, db=db)
     return jobs.submit(
         db=db,
         enqueue=enqueue,

@@ -10,8 +10,6 @@ with the request's reason (app/services/datasets/deferred.py)."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,41 +17,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from bench.data import hold_every_slot
 from tests.helpers import Service, running_service
 
 pytestmark = pytest.mark.slow
-
-
-def hold_every_slot(spark: Any, release: Path) -> threading.Thread:
-    """A barrier job with one task per slot, each waiting until ``release`` exists, started in a thread; returns once
-    every task runs."""
-    sc = spark.sparkContext
-    slots = sc.defaultParallelism
-    path = str(release)
-
-    def wait(_rows: Any) -> Any:
-        import os
-        import time as clock
-
-        while not os.path.exists(path):
-            clock.sleep(0.05)
-        yield 1
-
-    def run() -> None:
-        sc.setJobGroup("hold-every-slot", "holds the slots while requests are answered")
-        sc.parallelize(range(slots), slots).barrier().mapPartitions(wait).collect()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    tracker = sc.statusTracker()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-        if sum(s.numActiveTasks for s in stages if s is not None) >= slots:
-            return thread
-        time.sleep(0.05)
-    release.touch()
-    raise AssertionError("the barrier stage did not start")
 
 
 def all_jobs(spark: Any) -> set[int]:

@@ -20,7 +20,7 @@ from app.db.models import Job
 from app.schemas.train import TrainRequest
 from app.schemas.tune import TuneRequest
 from app.services import jobs, quotas
-from app.services.planning.training import plan_training
+from app.services.training import plan_in_request
 from app.services.tuning import space as spaces
 from workers import cluster
 
@@ -85,7 +85,7 @@ def check(
         if request.trials > len(points):
             raise ValidationFailed.at("trials", f"the grid has {len(points)} points; ask for at most that many trials")
     try:
-        plans = [plan_training(request=train, settings=settings, spark=spark, db=db)]
+        plans = [plan_in_request(request=train, settings=settings, spark=spark, db=db)]
     except ValidationFailed as exc:
         raise _located(exc, "base") from None
     for path, dist in request.space.items():
@@ -96,7 +96,9 @@ def check(
             what = f"the value {value!r} makes an invalid /train body"
             body = spaces.substitute(base, {path: value})
             try:
-                plans.append(plan_training(request=train_request(body, "base"), settings=settings, spark=spark, db=db))
+                plans.append(
+                    plan_in_request(request=train_request(body, "base"), settings=settings, spark=spark, db=db)
+                )
             except ValidationFailed as exc:
                 raise _located(exc, loc, what) from None
     per_trial = max(quotas.job_slots(plan) for plan in plans)
