@@ -21,6 +21,24 @@ def test_worker_keys_follow_sparks_hash_partitioning(spark: Any) -> None:
         assert sorted((r["p"], r["k"]) for r in placed) == [(w, keys[w]) for w in range(n)]
 
 
+def test_the_vectorized_hash_is_sparks_with_any_seed(spark: Any) -> None:
+    """``spark_hash`` (uint32 numpy, used by the tasks that split their own rows) against Spark's ``hash(s, v)``,
+    which is Murmur3 of v seeded with Murmur3 of s: every seed, including negative ones, and extreme values."""
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    from workers.data.arrow_read import spark_hash
+
+    values = [0, 1, -1, 2**31, -(2**63), 2**63 - 1, 123456789012345]
+    seeds = [0, 7, -7, 2**31 - 1]
+    rows = [(s, v) for s in seeds for v in values]
+    frame = spark.createDataFrame(rows, "s long, v long")
+    hashed = frame.select(F.hash("s").alias("seed"), F.hash("s", "v").alias("h")).collect()
+    ours = spark_hash(np.array([v for _, v in rows]), np.array([r["seed"] for r in hashed]))
+    assert [int(h) for h in ours] == [r["h"] for r in hashed]
+    assert [int(h) for h in spark_hash(np.array(values), 42)] == [spark_hash_long(v) for v in values]
+
+
 def test_rows_are_dealt_equally(spark: Any) -> None:
     from dataclasses import dataclass
 
