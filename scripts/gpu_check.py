@@ -25,17 +25,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.splits import LSTM, SEQUENCE, digits_splits, sequence_splits  # noqa: E402
 from bench.trainer import CNN, WIDE  # noqa: E402
 from workers.codecs.threshold import decode, encode_threshold  # noqa: E402
-from workers.training.torch.config import DataLayout, SharingConfig, TrainerConfig  # noqa: E402
-from workers.training.torch.data import Split  # noqa: E402
+from workers.training.torch.config import DataLayout, TrainerConfig, parse_sharing  # noqa: E402
 from workers.training.torch.local import run_local  # noqa: E402
+from workers.training.torch.spec import parse_optimizer  # noqa: E402
 
 
 def codec(devices: list[str]) -> list[dict[str, Any]]:
@@ -82,56 +82,6 @@ def codec(devices: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def digits_splits(world: int, shape: tuple[int, ...]) -> list[tuple[Split, Split]]:
-    import pandas as pd
-
-    train = pd.read_parquet(REPO / "datasets/digits/train.parquet")
-    test = pd.read_parquet(REPO / "datasets/digits/test.parquet")
-    x = torch.from_numpy(np.stack(train["pixels"].to_numpy()).astype(np.float32)).reshape(-1, *shape)
-    y = torch.from_numpy(train["label"].to_numpy().astype(np.int64))
-    xv = torch.from_numpy(np.stack(test["pixels"].to_numpy()).astype(np.float32)).reshape(-1, *shape)
-    yv = torch.from_numpy(test["label"].to_numpy().astype(np.int64))
-    return [(Split(x[r::world], y[r::world]), Split(xv[r::world], yv[r::world])) for r in range(world)]
-
-
-LSTM = {
-    "input_shape": [20, 3],
-    "layers": [
-        {"type": "lstm", "units": 32},
-        {"type": "output", "units": 3, "activation": "softmax", "loss": "cross_entropy"},
-    ],
-}
-SEQUENCE = {"features": ["f0", "f1", "f2"], "label": "label", "layout": "rows", "labels": "last_step",
-            "task": "classification", "num_classes": 3, "alignment": "ALIGN_END"}  # fmt: skip
-
-
-def _padded(path: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One row per step -> (n, T, 3) with each sequence at the start, its last step's label, its length."""
-    import pandas as pd
-
-    steps = pd.read_parquet(path).sort_values(["sequence_id", "step"])
-    groups = [g for _, g in steps.groupby("sequence_id")]
-    longest = max(len(g) for g in groups)
-    x = np.zeros((len(groups), longest, 3), dtype=np.float32)
-    for i, g in enumerate(groups):
-        x[i, : len(g)] = g[["f0", "f1", "f2"]].to_numpy(np.float32)
-    y = np.array([int(g["label"].iloc[-1]) for g in groups], dtype=np.int64)
-    lengths = np.array([len(g) for g in groups], dtype=np.int64)
-    return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(lengths)
-
-
-def sequence_splits(world: int) -> list[tuple[Split, Split]]:
-    x, y, n = _padded(REPO / "datasets/sequences/train.parquet")
-    xv, yv, nv = _padded(REPO / "datasets/sequences/test.parquet")
-    return [
-        (
-            Split(x[r::world], y[r::world], lengths=n[r::world]),
-            Split(xv[r::world], yv[r::world], lengths=nv[r::world]),
-        )
-        for r in range(world)
-    ]
-
-
 def trainer_run(
     network: dict[str, Any],
     lr: float,
@@ -158,7 +108,7 @@ def trainer_run(
             network=network,
             optimizer={"type": "adam", "learning_rate": lr},
             mode=mode,
-            sharing=SharingConfig(),
+            sharing=parse_sharing(None, parse_optimizer({"type": "adam", "learning_rate": lr})),
             averaging_frequency=5,
             epochs=epochs,
             batch_size=32,
