@@ -201,7 +201,7 @@ TRAIN_EXAMPLES: dict[str, dict[str, Any]] = {
                 "optimizer": {"type": "adam", "learning_rate": 0.003},
                 "mode": "gradient_sharing",
                 "gradient_sharing": {
-                    "threshold_algorithm": {"type": "adaptive", "initial_threshold": 0.01},
+                    "threshold_algorithm": {"type": "adaptive", "initial_threshold": 0.003},
                     "residual_clipping": {"multiple": 5, "frequency": 5},
                 },
             },

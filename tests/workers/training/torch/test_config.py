@@ -12,11 +12,29 @@ ADAM = parse_optimizer({"type": "adam", "learning_rate": 0.01})
 
 
 def test_threshold_algorithm_defaults_per_type() -> None:
-    assert parse_sharing(None, ADAM).threshold_algorithm == {"type": "adaptive", "initial_threshold": 1e-2}
+    assert parse_sharing(None, ADAM).threshold_algorithm == {"type": "adaptive", "initial_threshold": 0.01}
     fixed = {"type": "fixed", "threshold": 1e-3}
     assert parse_sharing({"threshold_algorithm": fixed}, ADAM).threshold_algorithm == fixed
     target = parse_sharing({"threshold_algorithm": {"type": "target_sparsity", "target_sparsity": 1e-3}}, ADAM)
-    assert target.threshold_algorithm["initial_threshold"] == 1e-2
+    assert target.threshold_algorithm["initial_threshold"] == 0.01
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "tau0"),
+    [
+        ({"type": "adam", "learning_rate": 0.001}, 0.001),
+        ({"type": "adamw", "learning_rate": 0.003}, 0.003),
+        ({"type": "rmsprop", "learning_rate": 0.0005}, 0.0005),
+        ({"type": "sgd", "learning_rate": 0.1, "momentum": 0.9}, 0.01),
+    ],
+)
+def test_the_first_threshold_is_one_optimizer_step(optimizer: dict[str, object], tau0: float) -> None:
+    """Adam-family steps are about the learning rate per element; SGD's scale with the gradient (1e-2)."""
+    sharing = parse_sharing(None, parse_optimizer(optimizer))
+    assert sharing.threshold_algorithm["initial_threshold"] == tau0
+    assert sharing.aggregation == "mean"
+    explicit = parse_sharing({"threshold_algorithm": {"initial_threshold": 0.02}, "aggregation": "sum"}, ADAM)
+    assert (explicit.threshold_algorithm["initial_threshold"], explicit.aggregation) == (0.02, "sum")
 
 
 def test_fixed_threshold_needs_its_threshold() -> None:

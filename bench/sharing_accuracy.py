@@ -1,0 +1,171 @@
+"""Gradient sharing's accuracy against ``allreduce`` over short runs: the first threshold and the aggregation.
+
+The executor-side trainer in W local processes joined by gloo on loopback (``workers.training.torch.local``, no
+Spark: the figures here are about what reaches the parameters, not about time), Adam, batch 32 per worker, the
+same seeds for every variant. Variants:
+
+- ``allreduce``: the dense baseline.
+- ``before``: the defaults up to 2026-12-01, tau0 = 1e-2 and the sum of the messages.
+- ``now``: today's defaults, tau0 = one optimizer step (Adam: the learning rate) and the mean of the messages
+  (``workers.training.torch.config.default_initial_threshold``).
+- ``tau0_lr_sum``: today's tau0 with the sum of the messages (which aggregation goes with tau0 = lr).
+- For the LSTM, what says where its gap comes from: residual clipping off, a fixed tau (no adaptation) at the
+  learning rate and at a third of it, three times the epochs, and one worker (thresholding without distribution).
+
+Printed per model, W and variant: the validation accuracy per seed and its mean, the codec compression over the
+run (dense bytes / the bytes of the messages) and tau at the end. Last line: one JSON object; the full run also
+writes it to bench/results/sharing_accuracy.json.
+
+Run: ``python -m bench.sharing_accuracy [--quick]`` (about 5 minutes on 2 cores; ``--quick``: one seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.splits import LSTM, SEQUENCE, digits_splits, sequence_splits
+from bench.trainer import CNN, WIDE
+from workers.training.torch.config import DataLayout, TrainerConfig, parse_sharing
+from workers.training.torch.local import run_local_many
+from workers.training.torch.spec import parse_optimizer
+
+REPO = Path(__file__).resolve().parents[1]
+
+BEFORE = {"threshold_algorithm": {"initial_threshold": 1e-2}, "aggregation": "sum"}
+# model: network, learning rate, epochs, workers
+RUNS: list[tuple[str, dict[str, Any], float, int, int]] = [
+    ("mlp_1m", WIDE, 1e-3, 5, 2),
+    ("mlp_1m", WIDE, 1e-3, 5, 4),
+    ("cnn", CNN, 3e-3, 10, 2),
+    ("lstm", LSTM, 1e-2, 10, 2),
+    ("lstm", LSTM, 1e-2, 10, 1),
+]
+
+
+def _variants(model: str, lr: float, world: int) -> dict[str, tuple[str, dict[str, Any] | None]]:
+    variants: dict[str, tuple[str, dict[str, Any] | None]] = {
+        "allreduce": ("allreduce", None),
+        "before": ("gradient_sharing", BEFORE),
+        "now": ("gradient_sharing", None),
+    }
+    if world == 1:  # one worker: what thresholding alone does to Adam, with nothing to distribute
+        del variants["before"]
+    elif model == "lstm":
+        fixed = {"type": "fixed", "threshold": lr}
+        variants["no_clipping"] = ("gradient_sharing", {"residual_clipping": {"multiple": 1e6}})
+        variants["fixed_tau_lr"] = ("gradient_sharing", {"threshold_algorithm": fixed})
+        variants["fixed_tau_lr_over_3"] = ("gradient_sharing", {"threshold_algorithm": {**fixed, "threshold": lr / 3}})
+        variants["now_3x_epochs"] = variants["now"]
+        variants["allreduce_3x_epochs"] = variants["allreduce"]
+    else:
+        variants["tau0_lr_sum"] = ("gradient_sharing", {"aggregation": "sum"})
+    return variants
+
+
+def _layout(network: dict[str, Any]) -> DataLayout:
+    shape = tuple(network["input_shape"])
+    if network["layers"][0]["type"] == "lstm":
+        return DataLayout(features=tuple(SEQUENCE["features"]), array_column=False, labels=("label",),
+                          task="classification", num_classes=3, input_shape=shape, sequence=SEQUENCE)  # fmt: skip
+    return DataLayout(features=("pixels",), array_column=True, labels=("label",), task="classification",
+                      num_classes=10, input_shape=shape)  # fmt: skip
+
+
+def _config(network: dict[str, Any], lr: float, mode: str, sharing: dict[str, Any] | None, *, epochs: int,
+            world: int, seed: int, tmp: str) -> TrainerConfig:  # fmt: skip
+    optimizer = {"type": "adam", "learning_rate": lr}
+    return TrainerConfig(
+        job_id="sharing-accuracy",
+        network=network,
+        optimizer=optimizer,
+        mode=mode,  # type: ignore[arg-type]
+        sharing=parse_sharing(sharing, parse_optimizer(optimizer)),
+        averaging_frequency=5,
+        epochs=epochs,
+        batch_size=32,
+        num_workers=world,
+        seed=seed,
+        device="cpu",
+        data=_layout(network),
+        checkpoint_dir=f"{tmp}/checkpoints-{mode}-{seed}",
+        model_dir=f"{tmp}/model-{mode}-{seed}",
+        collective_timeout_s=300,
+    )
+
+
+def _summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    failed = [r for r in ranks if "exception" in r or "error" in r]
+    if failed:
+        raise RuntimeError(f"a run failed: {failed[0].get('exception') or failed[0].get('error')}")
+    r0 = ranks[0]
+    sent = sum(r["bytes_sent"] for r in ranks)
+    dense = sum(r["dense_bytes_per_step"] * r["steps"] for r in ranks)
+    tau = (r0.get("threshold") or {}).get("threshold")
+    return {"accuracy": r0["validation"]["accuracy"], "compression": dense / max(1, sent), "tau_end": tau,
+            "steps": r0["steps"]}  # fmt: skip
+
+
+def run(model: str, network: dict[str, Any], lr: float, epochs: int, world: int, seeds: list[int]) -> dict[str, Any]:
+    splits = sequence_splits(world) if model == "lstm" else digits_splits(world, tuple(network["input_shape"]))
+    variants = _variants(model, lr, world)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        configs = [
+            _config(
+                network,
+                lr,
+                mode,
+                sharing,
+                epochs=epochs * (3 if name.endswith("3x_epochs") else 1),
+                world=world,
+                seed=seed,
+                tmp=f"{tmp}/{name}",
+            )
+            for name, (mode, sharing) in variants.items()
+            for seed in seeds
+        ]
+        results = iter(run_local_many(configs, splits))
+        for name in variants:
+            runs = [_summary(next(results)) for _ in seeds]
+            accuracy = [r["accuracy"] for r in runs]
+            out[name] = {
+                "accuracy": [round(a, 4) for a in accuracy],
+                "mean_accuracy": round(statistics.fmean(accuracy), 4),
+                "compression": round(statistics.fmean(r["compression"] for r in runs), 1),
+                "tau_end": runs[0]["tau_end"],
+                "steps_per_worker": runs[0]["steps"],
+            }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one seed")
+    parser.add_argument("--out", default=str(REPO / "bench/results/sharing_accuracy.json"))
+    args = parser.parse_args()
+    seeds = [7] if args.quick else [7, 8, 9]
+    report: dict[str, Any] = {"seeds": seeds, "runs": {}}
+    print(f"{'model':<7} {'W':>2} {'variant':<22} {'steps':>5} {'accuracy (per seed)':<26} {'mean':>6} "
+          f"{'vs allreduce':>12} {'codec x':>8} {'tau end':>9}")  # fmt: skip
+    for model, network, lr, epochs, world in RUNS:
+        figures = run(model, network, lr, epochs, world, seeds)
+        report["runs"][f"{model}_w{world}"] = {"lr": lr, "epochs": epochs, "workers": world, "variants": figures}
+        for name, f in figures.items():
+            base = figures["allreduce_3x_epochs" if name.endswith("3x_epochs") else "allreduce"]["mean_accuracy"]
+            tau = f"{f['tau_end']:.2e}" if f["tau_end"] else "-"
+            per_seed = " ".join(f"{a:.4f}" for a in f["accuracy"])
+            print(f"{model:<7} {world:>2} {name:<22} {f['steps_per_worker']:>5} {per_seed:<26} "
+                  f"{f['mean_accuracy']:>6.4f} {100 * (f['mean_accuracy'] - base):>+11.2f}p {f['compression']:>8.1f} "
+                  f"{tau:>9}", flush=True)  # fmt: skip
+    if not args.quick:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
