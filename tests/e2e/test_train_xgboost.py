@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,10 +73,10 @@ def test_regression_matches_plain_xgboost_and_serves_everywhere(svc: Service) ->
     assert set(gain) == set(TAXI_FEATURES) and abs(sum(gain.values()) - 1) < 1e-9
     assert max(gain, key=gain.__getitem__) in ("rate_code", "trip_distance", "h_distance")
 
-    metrics = svc.client.get(f"/jobs/{job['id']}/metrics", params={"key": "validation_rmse"}).json()["metrics"]
-    per_round = [m for m in metrics if m["step"] <= 60]
-    assert [m["step"] for m in per_round][:3] == [1, 2, 3] and len(per_round) >= 60
-    assert per_round[-1]["value"] < per_round[0]["value"]
+    for key in ("validation_rmse", "train_rmse"):  # every round once: reported while it ran, not again at the end
+        metrics = svc.client.get(f"/jobs/{job['id']}/metrics", params={"key": key}).json()["metrics"]
+        assert [m["step"] for m in metrics] == list(range(1, 61)), (key, [m["step"] for m in metrics])
+        assert metrics[-1]["value"] < metrics[0]["value"]
     logs = svc.client.get(f"/jobs/{job['id']}/logs").json()["lines"]
     assert any("Spark stages" in (line["message"] or "") for line in logs) or job["progress"] == 1.0
 
@@ -125,10 +126,40 @@ def test_regression_matches_plain_xgboost_and_serves_everywhere(svc: Service) ->
 def test_early_stopping_keeps_the_best_rounds(svc: Service, workers: int) -> None:
     params = {"learning_rate": 0.5, "max_depth": 8, "num_round": 400, "early_stopping_rounds": 5,
               "num_workers": workers}  # fmt: skip
-    result = finished(svc, xgb_request(f"taxi-xgb-early-{workers}", params))["result"]
+    job = finished(svc, xgb_request(f"taxi-xgb-early-{workers}", params))
+    result = job["result"]
     rounds = result["rounds"]
     assert rounds["trained"] < 400, "a learning rate of 0.5 overfits long before 400 rounds"
     assert rounds["kept"] == result["best_iteration"] + 1 == rounds["trained"] - 5
+    metrics = svc.client.get(f"/jobs/{job['id']}/metrics", params={"key": "validation_rmse"}).json()["metrics"]
+    assert [m["step"] for m in metrics] == list(range(1, rounds["trained"] + 1))  # the final rmse not added at kept
+
+
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-task", "xgboost-spark"])
+def test_rounds_are_readable_while_the_fit_runs_and_a_cancel_stops_its_spark_job(svc: Service, workers: int) -> None:
+    # 20,000 rounds take minutes on local[2]: the job is cancelled as soon as a few of them are in its metrics
+    params = {"learning_rate": 0.01, "max_depth": 6, "num_round": 20_000, "num_workers": workers}
+    job_id = svc.train(xgb_request(f"taxi-xgb-live-{workers}", params))["id"]
+    deadline = time.monotonic() + 120
+    seen: list[dict[str, Any]] = []
+    while len(seen) < 3:
+        assert time.monotonic() < deadline, "no round reached the job's metrics"
+        time.sleep(0.2)
+        seen = svc.client.get(f"/jobs/{job_id}/metrics", params={"key": "validation_rmse"}).json()["metrics"]
+    running = svc.client.get(f"/jobs/{job_id}").json()
+    assert running["status"] == "RUNNING", running  # read while the fit runs, not written at its end
+    assert [m["step"] for m in seen] == list(range(1, len(seen) + 1))
+    assert svc.client.post(f"/jobs/{job_id}/cancel").status_code == 202
+    stopped = svc.wait(job_id, {"CANCELLED", "SUCCEEDED", "FAILED"}, timeout=120)
+    assert stopped["status"] == "CANCELLED" and stopped["model"] is None, stopped
+    # the fit's Spark job was cancelled with the job's group, not left training to the end
+    tracker = svc.runtime.spark.sparkContext.statusTracker()
+    spark_jobs = [tracker.getJobInfo(i) for i in tracker.getJobIdsForGroup(job_id)]
+    assert spark_jobs and all(j is not None and j.status != "RUNNING" for j in spark_jobs), spark_jobs
+    assert any(j.status == "FAILED" for j in spark_jobs), spark_jobs
+    steps = [m["step"] for m in svc.client.get(f"/jobs/{job_id}/metrics", params={"key": "validation_rmse"}).json()
+             ["metrics"]]  # fmt: skip
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) < 20_000
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["one-task", "xgboost-spark"])

@@ -13,7 +13,7 @@ import pytest
 
 from bench.chaos import digits_job
 from tests.e2e.chaos_support import wait_final
-from tests.helpers import Service, running_service
+from tests.helpers import Service, running_service, taxi_request
 
 pytestmark = pytest.mark.slow
 
@@ -98,6 +98,34 @@ def test_asha_prunes_the_hopeless_learning_rate(svc: Service) -> None:
     pruned = svc.client.get(f"/jobs/{board[1]['job_id']}").json()
     assert pruned["status"] == "CANCELLED" and pruned["model"] is None
     assert any(w.startswith(f"pruned by tune job {done['id']}") for w in pruned["warnings"]), pruned["warnings"]
+
+
+def test_median_prunes_a_hopeless_xgboost_trial_mid_fit(svc: Service) -> None:
+    # grid order is the listed order: at 0.3 the first trial early-stops after a few hundred rounds and sets the
+    # median; at 1e-4 the validation rmse hardly moves from the mean, so the pruner stops the second trial at its first
+    # reported rounds. Unpruned it would run all 5,000 (no early stop: it keeps improving, a little, every round).
+    base = {**taxi_request("tune-xgb"), "framework": "xgboost",
+            "params": {"learning_rate": 0.1, "max_depth": 6, "num_round": 5000, "early_stopping_rounds": 10,
+                       "num_workers": 1}}  # fmt: skip
+    space = {"params.learning_rate": {"type": "choice", "values": [0.3, 1e-4]}}
+    body = {"name": "tune-xgb", "base": base, "space": space, "sampler": "grid", "pruner": "median", "trials": 2,
+            "parallel": 1, "metric": "rmse"}  # fmt: skip
+    done = wait_final(svc.client, _post(svc, body)["id"], timeout=300)
+    assert done["status"] == "SUCCEEDED", done["error"]
+    board = {r["trial"]: r for r in done["result"]["leaderboard"]}
+    assert board[0]["state"] == "COMPLETE" and board[0]["rounds"] < 5000, board
+    assert board[1]["state"] == "PRUNED" and 1 <= board[1]["rounds"] < 5000, board
+    pruned = svc.client.get(f"/jobs/{board[1]['job_id']}").json()
+    assert pruned["status"] == "CANCELLED" and pruned["model"] is None
+    assert any(w.startswith(f"pruned by tune job {done['id']} at round") for w in pruned["warnings"]), pruned
+    # the fit was stopped through its Spark job group, not trained to the end and then marked cancelled
+    tracker = svc.runtime.spark.sparkContext.statusTracker()
+    spark_jobs = [tracker.getJobInfo(i) for i in tracker.getJobIdsForGroup(pruned["id"])]
+    assert spark_jobs and all(j is not None and j.status != "RUNNING" for j in spark_jobs), spark_jobs
+    assert any(j.status == "FAILED" for j in spark_jobs), spark_jobs
+    rounds = svc.client.get(f"/jobs/{pruned['id']}/metrics", params={"key": "validation_rmse"}).json()["metrics"]
+    steps = [m["step"] for m in rounds]
+    assert steps == list(range(1, len(steps) + 1)) and board[1]["rounds"] <= len(steps) < 5000, steps[-5:]
 
 
 def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -> None:

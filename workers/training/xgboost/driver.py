@@ -25,6 +25,8 @@ from workers.inference.xgboost_model import CARD_FILE, MODEL_FILE
 from workers.spark_progress import StageProgress
 from workers.training.validation import validation_metrics
 from workers.training.xgboost.checkpoints import CheckpointTarget, RoundCheckpoints, resumed_rounds
+from workers.training.xgboost.remote import ReportTarget
+from workers.training.xgboost.rounds import RoundReports
 from workers.training.xgboost.spec import XGBoostPlan
 
 if TYPE_CHECKING:
@@ -86,12 +88,16 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         train_df, val_df = _with_features(train_df, ds.features), _with_features(val_df, ds.features)
     data = train_df.withColumn(VALIDATION_COL, _lit(False)).unionByName(val_df.withColumn(VALIDATION_COL, _lit(True)))
     single = plan.num_workers == 1 and plan.device == "cpu"
-    with StageProgress(ctx, low=0.05, high=0.85, label="training"), RoundCheckpoints(ctx, plan) as checkpoints:
+    with (
+        StageProgress(ctx, low=0.05, high=0.85, label="training"),
+        RoundCheckpoints(ctx, plan) as checkpoints,
+        RoundReports(ctx, _driver_host(ctx)) as reports,
+    ):
         if single:
-            booster, histories, val_metrics = _fit_single(plan, data, label_col, checkpoints.target)
+            booster, histories, val_metrics = _fit_single(plan, data, label_col, checkpoints.target, reports.target)
         else:
             booster, histories, val_metrics = _fit_distributed(plan, data, val_df, label_col, columnar,
-                                                               checkpoints.target)  # fmt: skip
+                                                               checkpoints.target, reports.target)  # fmt: skip
     ctx.check_cancelled()
     ctx.log(f"trained in {time.perf_counter() - fit_started:.1f} s ({'one task' if single else 'xgboost.spark'})")
 
@@ -101,9 +107,12 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         ctx.log(f"early stopping: best round {best + 1} of {rounds}; keeping {best + 1} rounds")
         booster = booster[: best + 1]
     importance = _importance(booster, ds.features)
-    ctx.metrics(_round_metrics(histories, offset=done))
+    per_round = _round_metrics(histories, offset=done)
+    ctx.metrics(reports.missing(per_round))  # the rounds whose report did not arrive while the fit ran
     kept = booster.num_boosted_rounds()
-    ctx.metrics(MetricPoint(f"validation_{k}", v, step=kept) for k, v in val_metrics.items())
+    recorded = {(p.key, p.step) for p in per_round}  # xgboost's own value for that round stays the one shown
+    final = [MetricPoint(f"validation_{k}", v, step=kept) for k, v in val_metrics.items()]
+    ctx.metrics(p for p in reports.missing(final) if (p.key, p.step) not in recorded)
 
     ctx.progress(0.95, "saving the model")
     card = _card(plan)
@@ -186,11 +195,18 @@ def _columnar_fits(total_rows: int, validation_rows: int, workers: int) -> bool:
     return total_rows / workers <= BATCH_ROWS / 2 and validation_rows >= 100 * workers
 
 
-def _estimator(plan: XGBoostPlan, label_col: str, columnar: bool, checkpoints: CheckpointTarget) -> Any:
+def _driver_host(ctx: JobContext) -> str:
+    """Where the executors reach this process (rank 0's round reports)."""
+    return ctx.spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
+
+
+def _estimator(
+    plan: XGBoostPlan, label_col: str, columnar: bool, checkpoints: CheckpointTarget, reports: ReportTarget
+) -> Any:
     import xgboost
     from xgboost.spark import SparkXGBClassifier, SparkXGBRegressor
 
-    from workers.training.xgboost.remote import checkpoint_callback, initial_model
+    from workers.training.xgboost.remote import checkpoint_callback, initial_model, round_callback
 
     spec, ds = plan.spec, plan.train
     start = initial_model(plan.resume.uri if plan.resume else None)
@@ -212,8 +228,9 @@ def _estimator(plan: XGBoostPlan, label_col: str, columnar: bool, checkpoints: C
         kwargs["weight_col"] = ds.weight
     if start is not None:
         kwargs["xgb_model"] = xgboost.Booster(model_file=start)
+    kwargs["callbacks"] = [round_callback(reports)]
     if checkpoints is not None:
-        kwargs["callbacks"] = [checkpoint_callback(*checkpoints)]
+        kwargs["callbacks"].append(checkpoint_callback(*checkpoints))
     if spec.eval_metric:
         kwargs["eval_metric"] = list(spec.eval_metric) if len(spec.eval_metric) > 1 else spec.eval_metric[0]
     if spec.early_stopping_rounds is not None:
@@ -253,16 +270,17 @@ def _fit_distributed(
     label_col: str,
     columnar: bool,
     checkpoints: CheckpointTarget,
+    reports: ReportTarget,
 ) -> tuple[Any, dict[str, list[float]], dict[str, float]]:
     """xgboost.spark: ``num_workers`` barrier tasks (CUDA ones included)."""
-    model = _estimator(plan, label_col, columnar, checkpoints).fit(data)
+    model = _estimator(plan, label_col, columnar, checkpoints, reports).fit(data)
     features = list(plan.train.features) if columnar else [FEATURES_COL]
     predictions = model.transform(val_df.select(*features, label_col))
     return model.get_booster(), _histories(model), validation_metrics(plan.spec.task, label_col, predictions)
 
 
 def _fit_single(
-    plan: XGBoostPlan, data: DataFrame, label_col: str, checkpoints: CheckpointTarget
+    plan: XGBoostPlan, data: DataFrame, label_col: str, checkpoints: CheckpointTarget, reports: ReportTarget
 ) -> tuple[Any, dict[str, list[float]], dict[str, float]]:
     """One worker: every row to one task, trained with xgboost's own API (workers/training/xgboost/remote.py)."""
     import xgboost
@@ -279,7 +297,8 @@ def _fit_single(
     resume = plan.resume
     rounds = spec.num_round - (resume.rounds if resume else 0)
     train = single_worker(list(ds.features), label_col, ds.weight, VALIDATION_COL, spec.task, params, rounds,
-                          spec.early_stopping_rounds, threads, checkpoints, resume.uri if resume else None)  # fmt: skip
+                          spec.early_stopping_rounds, threads, checkpoints, resume.uri if resume else None,
+                         reports)  # fmt: skip
     columns = [*ds.features, label_col, *([ds.weight] if ds.weight else []), VALIDATION_COL]
     rows = data.select(*columns).coalesce(1).mapInArrow(train, TRAIN_SCHEMA).collect()
     if not rows:

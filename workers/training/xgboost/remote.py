@@ -9,6 +9,9 @@ Checkpoints: every ``checkpoint_rounds`` rounds, rank 0 writes the booster so fa
 ``round-<n>-<run>`` under the job's checkpoint directory, complete or not at all (workers/storage.py); the driver
 registers what appears there (driver.py). A retried job continues from one (``xgb_model``): the booster is read
 where the checkpoint is and boosting goes on for the rounds left.
+
+Round reports: rank 0 sends each round's evaluation to the driver as the round ends (:func:`round_callback`), so
+the validation metric can be read, and a tune job can prune the fit, while it runs (driver side: rounds.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ import numpy as np
 
 TRAIN_SCHEMA = "model binary, history string, validation string"
 MODEL_FILE = "model.json"
+EVAL_PREFIXES = {"training": "train", "validation": "validation"}
+"""xgboost's evaluation sets (xgboost.spark's names; one-worker training has only ``validation``) -> metric prefix."""
+ReportTarget = tuple[str, int, str]
+"""(host, port, token) of the driver's round reports listener."""
 
 
 def checkpoint_name(rounds: int, run: str) -> str:
@@ -52,6 +59,57 @@ def checkpoint_callback(directory: str, every: int, run: str) -> Any:
             return False
 
     return RoundCheckpoints()
+
+
+def round_metrics(evals_log: Any) -> dict[str, float]:
+    """The last round's values in xgboost's evaluation log, as ``train_<metric>`` / ``validation_<metric>``."""
+    out: dict[str, float] = {}
+    for name, by_metric in evals_log.items():
+        prefix = EVAL_PREFIXES.get(name)
+        for metric, values in by_metric.items() if prefix else ():
+            value = values[-1]
+            out[f"{prefix}_{metric}"] = float(value[0] if isinstance(value, tuple) else value)
+    return out
+
+
+def round_callback(target: ReportTarget) -> Any:
+    """An xgboost training callback with which rank 0 sends every round's evaluation to the driver as it ends:
+    ``{"t": "round", "round": n, "metrics": {...}}`` (n counts the rounds of a checkpoint continued from, too).
+    One line on a socket costs microseconds; the driver batches the writes. Training goes on if the driver cannot
+    be reached: the history the fit returns carries every round anyway."""
+    import xgboost
+    from xgboost import collective
+
+    host, port, token = target
+
+    class RoundReporter(xgboost.callback.TrainingCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self._reporter: Any = None
+
+        def before_training(self, model: Any) -> Any:
+            if collective.get_rank() == 0:
+                from workers.training.torch.report import SocketReporter
+
+                try:
+                    self._reporter = SocketReporter(host, port, token, 0, timeout_s=10.0)
+                except OSError:
+                    self._reporter = None
+            return model
+
+        def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
+            if self._reporter is not None:
+                event = {"t": "round", "round": model.num_boosted_rounds(), "metrics": round_metrics(evals_log)}
+                self._reporter.send(event)
+            return False
+
+        def after_training(self, model: Any) -> Any:
+            if self._reporter is not None:
+                self._reporter.close()
+                self._reporter = None
+            return model
+
+    return RoundReporter()
 
 
 def initial_model(uri: str | None) -> str | None:
@@ -99,9 +157,10 @@ def single_worker(
     threads: int,
     checkpoints: tuple[str, int, str] | None = None,
     resume_uri: str | None = None,
+    reports: ReportTarget | None = None,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """``rounds`` rounds (more, after the ones of the checkpoint ``resume_uri``); ``checkpoints`` = (directory,
-    every, run) writes one every ``every`` rounds."""
+    every, run) writes one every ``every`` rounds; ``reports``: where each round's evaluation is sent."""
 
     def train_partition(batches: Iterator[Any]) -> Iterator[Any]:
         import os
@@ -111,7 +170,13 @@ def single_worker(
         import pyarrow as pa
         import xgboost
 
-        from workers.training.xgboost.remote import _column, checkpoint_callback, initial_model, validation_metrics
+        from workers.training.xgboost.remote import (
+            _column,
+            checkpoint_callback,
+            initial_model,
+            round_callback,
+            validation_metrics,
+        )
 
         table = pa.Table.from_batches(list(batches))
         if table.num_rows == 0:
@@ -126,10 +191,12 @@ def single_worker(
                                          feature_names=names, max_bin=params.get("max_bin", 256))  # fmt: skip
         dvalid = xgboost.QuantileDMatrix(x[valid], label=y[valid], ref=dtrain, nthread=threads, feature_names=names)
         history: dict[str, Any] = {}
-        callbacks = [checkpoint_callback(*checkpoints)] if checkpoints and checkpoints[1] > 0 else None
+        callbacks = [checkpoint_callback(*checkpoints)] if checkpoints and checkpoints[1] > 0 else []
+        if reports is not None:
+            callbacks.append(round_callback(reports))
         booster = xgboost.train({**params, "nthread": threads}, dtrain, num_boost_round=rounds,
                                 evals=[(dvalid, "validation")], evals_result=history,
-                                early_stopping_rounds=early_stopping, verbose_eval=False, callbacks=callbacks,
+                                early_stopping_rounds=early_stopping, verbose_eval=False, callbacks=callbacks or None,
                                 xgb_model=initial_model(resume_uri))  # fmt: skip
         best = booster.attr("best_iteration")  # the driver keeps the trees up to it
         kept = int(best) + 1 if best is not None else booster.num_boosted_rounds()

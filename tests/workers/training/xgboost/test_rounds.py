@@ -1,0 +1,114 @@
+"""The driver's end of an xgboost fit's round reports: rounds become job metrics as they arrive, once each, and
+the history written at the end of the fit adds only the rounds that did not arrive."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workers.context import MetricPoint
+from workers.training.torch.report import SocketReporter
+from workers.training.xgboost.remote import round_callback
+from workers.training.xgboost.rounds import RoundReports
+
+
+class _Recorded:
+    """The part of a JobContext the listener writes to, kept in a list."""
+
+    job_id = "test-job"
+
+    def __init__(self) -> None:
+        self.points: list[MetricPoint] = []
+
+    def metrics(self, points: Iterable[MetricPoint]) -> None:
+        self.points.extend(points)
+
+
+def _wait(ctx: _Recorded, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while len(ctx.points) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_rounds_are_written_as_they_arrive_once_each_and_the_end_adds_only_the_missing_ones() -> None:
+    ctx = _Recorded()
+    with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
+        host, port, token = reports.target
+        reporter = SocketReporter(host, port, token, 0)
+        for n in (1, 2, 2, 3):  # round 2 twice: a stage attempt run again
+            reporter.send({"t": "round", "round": n, "metrics": {"validation_rmse": 10.0 - n, "train_rmse": 9.0 - n}})
+        _wait(ctx, 6)  # written while the "fit" runs, before the listener closes
+        assert sorted((p.key, p.step) for p in ctx.points) == [
+            ("train_rmse", 1), ("train_rmse", 2), ("train_rmse", 3),
+            ("validation_rmse", 1), ("validation_rmse", 2), ("validation_rmse", 3),
+        ]  # fmt: skip
+        reporter.send({"t": "round", "round": 4, "metrics": {"validation_rmse": 6.0}})
+        reporter.close()
+    assert ("validation_rmse", 4) in {(p.key, p.step) for p in ctx.points}  # the last one, read before closing
+    history = [MetricPoint("validation_rmse", 10.0 - n, step=n) for n in range(1, 7)]
+    assert [(p.key, p.step) for p in reports.missing(history)] == [("validation_rmse", 5), ("validation_rmse", 6)]
+
+
+def test_a_connection_without_the_token_writes_nothing() -> None:
+    ctx = _Recorded()
+    with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
+        host, port, _ = reports.target
+        reporter = SocketReporter(host, port, "not-the-token", 0)
+        reporter.send({"t": "round", "round": 1, "metrics": {"validation_rmse": 1.0}})
+        reporter.close()
+    assert ctx.points == []
+
+
+@pytest.mark.parametrize("with_listener", [True, False])
+def test_xgboost_training_reports_every_round_and_trains_without_a_listener(with_listener: bool) -> None:
+    import xgboost
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 3))
+    y = x @ np.array([1.0, -2.0, 0.5])
+    dtrain, dvalid = xgboost.DMatrix(x[:200], label=y[:200]), xgboost.DMatrix(x[200:], label=y[200:])
+    ctx = _Recorded()
+    with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
+        target = reports.target
+        if not with_listener:  # a port nobody listens on: training goes on, nothing is written
+            with socket.socket() as free:
+                free.bind(("127.0.0.1", 0))
+                target = ("127.0.0.1", free.getsockname()[1], target[2])
+        history: dict[str, dict[str, list[float]]] = {}
+        booster = xgboost.train({"nthread": 1}, dtrain, num_boost_round=7, evals=[(dvalid, "validation")],
+                                evals_result=history, verbose_eval=False,
+                                callbacks=[round_callback(target)])  # fmt: skip
+    assert booster.num_boosted_rounds() == 7
+    streamed = {p.step: p.value for p in ctx.points if p.key == "validation_rmse"}
+    if with_listener:
+        assert streamed == {n + 1: pytest.approx(v) for n, v in enumerate(history["validation"]["rmse"])}
+    else:
+        assert streamed == {}
+
+
+def test_shipped_callbacks_and_task_carry_no_service_code(tmp_path: Path) -> None:
+    """What Spark ships for an xgboost fit (the one-worker task, the callbacks xgboost.spark pickles) pulls in none
+    of app, sqlalchemy, fastapi, celery."""
+    from pyspark import cloudpickle
+
+    from workers.training.xgboost.remote import checkpoint_callback, single_worker
+
+    target = ("127.0.0.1", 1, "token")
+    task = single_worker(["a"], "y", None, "v", "regression", {}, 3, None, 1, (str(tmp_path), 1, "run"), None, target)
+    payload = tmp_path / "fn.pkl"
+    payload.write_bytes(cloudpickle.dumps([task, round_callback(target), checkpoint_callback(str(tmp_path), 1, "r")]))
+    code = (
+        "import pickle, sys;"
+        f"fn = pickle.loads(open({str(payload)!r}, 'rb').read());"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('app', 'sqlalchemy', 'fastapi', 'celery', 'starlette')];"
+        "print(','.join(sorted(bad)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
