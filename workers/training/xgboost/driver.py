@@ -25,7 +25,7 @@ from workers.inference.xgboost_model import CARD_FILE, MODEL_FILE
 from workers.spark_progress import StageProgress
 from workers.training.validation import validation_metrics
 from workers.training.xgboost.checkpoints import CheckpointTarget, RoundCheckpoints, resumed_rounds
-from workers.training.xgboost.remote import ReportTarget
+from workers.training.xgboost.remote import ReportTarget, accuracy_key
 from workers.training.xgboost.rounds import RoundReports
 from workers.training.xgboost.spec import XGBoostPlan
 
@@ -231,8 +231,9 @@ def _estimator(
     kwargs["callbacks"] = [round_callback(reports)]
     if checkpoints is not None:
         kwargs["callbacks"].append(checkpoint_callback(*checkpoints))
-    if spec.eval_metric:
-        kwargs["eval_metric"] = list(spec.eval_metric) if len(spec.eval_metric) > 1 else spec.eval_metric[0]
+    metrics = spec.fit_eval_metrics()
+    if metrics:
+        kwargs["eval_metric"] = list(metrics) if len(metrics) > 1 else metrics[0]
     if spec.early_stopping_rounds is not None:
         kwargs["early_stopping_rounds"] = spec.early_stopping_rounds
     cls: Any = SparkXGBRegressor if spec.task == "regression" else SparkXGBClassifier
@@ -291,8 +292,8 @@ def _fit_single(
     params: dict[str, Any] = {**spec.params, "objective": spec.objective, "seed": spec.seed}
     if spec.objective == "multi:softprob":
         params["num_class"] = plan.train.num_classes
-    if spec.eval_metric:
-        params["eval_metric"] = list(spec.eval_metric)
+    if spec.fit_eval_metrics():
+        params["eval_metric"] = list(spec.fit_eval_metrics())
     threads = plan.threads or 1
     resume = plan.resume
     rounds = spec.num_round - (resume.rounds if resume else 0)
@@ -324,11 +325,16 @@ def _histories(model: Any) -> dict[str, list[float]]:
 
 
 def _round_metrics(histories: dict[str, list[float]], offset: int = 0) -> list[MetricPoint]:
-    return [
-        MetricPoint(key, value, step=offset + round_ + 1)
-        for key, values in histories.items()
-        for round_, value in enumerate(values)
-    ]
+    """Every round of xgboost's history, with the accuracy of each round's classification error, as the round
+    reports have them (remote.py ``round_metrics``)."""
+    points = []
+    for key, values in histories.items():
+        accuracy = accuracy_key(key)
+        for round_, value in enumerate(values):
+            points.append(MetricPoint(key, value, step=offset + round_ + 1))
+            if accuracy is not None:
+                points.append(MetricPoint(accuracy, 1.0 - value, step=offset + round_ + 1))
+    return points
 
 
 def _importance(booster: Any, features: tuple[str, ...]) -> dict[str, dict[str, float]]:

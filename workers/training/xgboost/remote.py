@@ -61,14 +61,26 @@ def checkpoint_callback(directory: str, every: int, run: str) -> Any:
     return RoundCheckpoints()
 
 
+def accuracy_key(key: str) -> str | None:
+    """``<prefix>_accuracy`` for xgboost's classification error ``<prefix>_error`` (threshold 0.5: the predicted
+    class of :func:`single_worker` and of xgboost.spark) or ``<prefix>_merror`` (the argmax): accuracy = 1 - error
+    on the same rows and trees. None for any other key (``error@0.7`` too)."""
+    prefix, _, metric = key.partition("_")
+    return f"{prefix}_accuracy" if metric in ("error", "merror") and prefix in EVAL_PREFIXES.values() else None
+
+
 def round_metrics(evals_log: Any) -> dict[str, float]:
-    """The last round's values in xgboost's evaluation log, as ``train_<metric>`` / ``validation_<metric>``."""
+    """The last round's values in xgboost's evaluation log, as ``train_<metric>`` / ``validation_<metric>``, with
+    the accuracy a classification error gives (:func:`accuracy_key`)."""
     out: dict[str, float] = {}
     for name, by_metric in evals_log.items():
         prefix = EVAL_PREFIXES.get(name)
         for metric, values in by_metric.items() if prefix else ():
             value = values[-1]
             out[f"{prefix}_{metric}"] = float(value[0] if isinstance(value, tuple) else value)
+    for key, value in list(out.items()):
+        if (accuracy := accuracy_key(key)) is not None:
+            out[accuracy] = 1.0 - value
     return out
 
 

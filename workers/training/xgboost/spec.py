@@ -91,6 +91,8 @@ REGRESSION_METRICS = ("rmse", "rmsle", "mae", "mape", "mphe", "poisson-nloglik",
                       "tweedie-nloglik", "quantile")  # fmt: skip
 BINARY_METRICS = ("logloss", "error", "auc", "aucpr")
 MULTI_METRICS = ("mlogloss", "merror", "auc", "aucpr")
+DEFAULT_METRICS = {"binary:logistic": "logloss", "multi:softprob": "mlogloss"}
+"""xgboost's own evaluation metric for the classification objectives when ``eval_metric`` is not given."""
 CONTROL_KEYS = ("objective", "eval_metric", "num_round", "early_stopping_rounds", "num_workers",
                 "threads_per_worker", "seed", "validation_fraction", "checkpoint_rounds")  # fmt: skip
 MAX_ROUNDS = 100_000
@@ -114,6 +116,17 @@ class XGBoostSpec:
     checkpoint_rounds: int = 0
     """A checkpoint (the booster so far) every this many rounds, to continue from after a lost attempt; 0: none.
     Default: about every 10% of ``num_round``."""
+
+    def fit_eval_metrics(self) -> tuple[str, ...]:
+        """The metrics a fit evaluates each round: ``eval_metric`` (xgboost's default when empty), and for a
+        classifier its error (``error``, at threshold 0.5, or ``merror``) in front when missing, from which each
+        round's accuracy comes (remote.py). In front, because xgboost early-stops on the last metric: that stays
+        the requested one. Empty: xgboost's default (regression)."""
+        if self.task != "classification":
+            return self.eval_metric
+        error = "error" if self.objective == "binary:logistic" else "merror"
+        given = self.eval_metric or (DEFAULT_METRICS[self.objective],)
+        return given if error in given else (error, *given)
 
     def to_dict(self) -> dict[str, Any]:
         return {
