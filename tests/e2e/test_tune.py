@@ -160,6 +160,37 @@ def test_median_prunes_a_hopeless_xgboost_classifier_on_accuracy_mid_fit(svc: Se
     assert at_kept == [pytest.approx(board[0]["metric"], abs=1e-9)], (kept, curve["metrics"][-12:])
 
 
+def test_a_spark_ml_grid_runs_every_trial_to_the_end_even_with_a_pruner(svc: Service) -> None:
+    # Spark ML fits report no intermediate values: a median pruner is accepted and stops none of them, not even the
+    # over-regularised third one
+    base = taxi_request("tune-lr", algorithm="linear_regression", regParam=0.0)
+    space = {"params.regParam": {"type": "choice", "values": [0.0, 1.0, 100.0]}}
+    body = {"name": "tune-lr", "base": base, "space": space, "sampler": "grid", "pruner": "median", "trials": 3,
+            "parallel": 1}  # fmt: skip
+    done = wait_final(svc.client, _post(svc, body)["id"], timeout=300)
+    assert done["status"] == "SUCCEEDED", done["error"]
+    result = done["result"]
+    assert result["metric"] == "rmse" and result["mode"] == "min" and result["states"] == {"COMPLETE": 3}, result
+    board = result["leaderboard"]
+    assert len(board) == 3 and {r["trial"] for r in board} == {0, 1, 2}
+    assert [r["metric"] for r in board] == sorted(r["metric"] for r in board)  # mode min
+    children = _children(svc, done["id"])
+    for row in board:
+        assert row["state"] == "COMPLETE" and row["epochs"] is None and row["model"]["name"] == "tune-lr", row
+        assert row["params"] == {"params.regParam": [0.0, 1.0, 100.0][row["trial"]]}
+        child = children[row["trial"]]
+        assert child["id"] == row["job_id"] and child["status"] == "SUCCEEDED" and not child["warnings"], child
+        assert child["request"]["params"]["regParam"] == row["params"]["params.regParam"]
+        assert child["result"]["validation"]["rmse"] == row["metric"]
+    assert board[-1]["trial"] == 2 and board[-1]["metric"] > board[0]["metric"] * 1.5, board  # regParam 100: worst
+    best = result["best"]
+    assert best["trial"] == board[0]["trial"] and best["model"] == board[0]["model"]
+    model = next(m for m in svc.client.get("/models").json()["items"] if m["name"] == "tune-lr")
+    assert len(model["versions"]) == 3 and model["aliases"] == {"best": best["model"]["version"]}
+    version = svc.client.get(f"/models/tune-lr/versions/{best['model']['version']}").json()
+    assert version["job_id"] == best["job_id"]
+
+
 def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -> None:
     before = len(svc.client.get("/jobs", params={"limit": 500}).json()["items"])
     lr = {"training.optimizer.learning_rate": {"type": "uniform", "low": 1e-3, "high": 1e-2}}
