@@ -36,11 +36,19 @@ from workers.training.torch.spec import parse_optimizer
 
 REPO = Path(__file__).resolve().parents[1]
 
+SMALL_MLP = {  # tests/e2e/test_train_torch.py's digits MLP (9,610 parameters)
+    "input_shape": [64],
+    "layers": [
+        {"type": "dense", "units": 128, "activation": "relu"},
+        {"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"},
+    ],
+}
 BEFORE = {"threshold_algorithm": {"initial_threshold": 1e-2}, "aggregation": "sum"}
 # model: network, learning rate, epochs, workers
 RUNS: list[tuple[str, dict[str, Any], float, int, int]] = [
     ("mlp_1m", WIDE, 1e-3, 5, 2),
     ("mlp_1m", WIDE, 1e-3, 5, 4),
+    ("mlp_small", SMALL_MLP, 3e-3, 15, 2),
     ("cnn", CNN, 3e-3, 10, 2),
     ("lstm", LSTM, 1e-2, 10, 2),
     ("lstm", LSTM, 1e-2, 10, 1),
