@@ -101,6 +101,12 @@ def dense_ring_total(dense_bytes: int, world_size: int) -> int:
     return sum(ring_allreduce_bytes(dense_bytes, 4, world_size, r) for r in range(world_size))
 
 
+def open_store(host: str, world_size: int, timeout_s: float, port: int | None = None) -> dist.TCPStore:
+    """Rank 0's rendezvous store, on ``port`` or a free one (its ``port`` attribute)."""
+    timeout = timedelta(seconds=timeout_s)
+    return dist.TCPStore(host, port or 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
+
+
 class Comm:
     def __init__(
         self,
@@ -112,15 +118,17 @@ class Comm:
         device: torch.device,
         timeout_s: float = 300.0,
         share_port: Callable[[int], int] | None = None,
+        store: dist.TCPStore | None = None,
     ) -> None:
         """Join the process group. Rank 0 opens the store: on ``port``, or on a free port when ``port`` is None,
-        which ``share_port`` (rank 0's port in, rank 0's port out on every rank) hands to the others."""
+        which ``share_port`` (rank 0's port in, rank 0's port out on every rank) hands to the others; or rank 0
+        brings the ``store`` it opened before (:func:`open_store`)."""
         self.rank, self.world_size, self.device = rank, world_size, device
         self.wire_bytes = 0
         """Bytes this rank has put on the wire in collectives so far."""
         timeout = timedelta(seconds=timeout_s)
         if rank == 0:
-            store = dist.TCPStore(host, port or 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
+            store = store or open_store(host, world_size, timeout_s, port)
             port = store.port
             if share_port is not None:
                 share_port(port)
