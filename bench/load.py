@@ -14,8 +14,9 @@ p95 and p99 in ms, the driver log's "database is locked" lines, the two training
 machine's load average (the machine is shared; say so with the figures). Targets: zero 5xx and no "database is
 locked" on both, and a p99 of ``GET /jobs/{id}`` under 50 ms on PostgreSQL.
 
-Run: ``python -m bench.load [--quick]`` (``--quick``: 20 users for 20 s); the last line is one JSON object; a full
-run is written to bench/results/load.json.
+Run: ``python -m bench.load [--quick] [--training-jobs N]`` (``--quick``: 20 users for 20 s; ``--training-jobs 0``:
+the API alone, no training competing for the same cores); the last line is one JSON object; a full run is written
+to bench/results/load.json (``load-0-training-jobs.json`` with ``--training-jobs 0``).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def _percentiles(stats_csv: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def run_one(kind: str, work: Path, users: int, seconds: int) -> dict[str, Any]:
+def run_one(kind: str, work: Path, users: int, seconds: int, training_jobs: int = 2) -> dict[str, Any]:
     data = work / "data"
     _, rows = write_data(data)
     with _database(kind, work) as settings:
@@ -79,7 +80,8 @@ def run_one(kind: str, work: Path, users: int, seconds: int) -> dict[str, Any]:
                 "num_round": 30, "max_depth": 4})).json()["id"])  # fmt: skip
             assert model["status"] == "SUCCEEDED", model["error"]
             training = [client.post("/train", json=digits_job(f"load-{i}", epochs=400, units=64, batch=16, seed=i,
-                                                              workers=1)).json()["id"] for i in (1, 2)]  # fmt: skip
+                                                              workers=1)).json()["id"]
+                        for i in range(1, training_jobs + 1)]  # fmt: skip
             for job_id in training:
                 driver.wait_job(job_id, statuses=("RUNNING",))
             evaluate = {"model": {"name": "load-xgb"}, "dataset": {"uri": str(data / "taxi-keyed.parquet")},
@@ -130,12 +132,19 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--databases", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"])
+    parser.add_argument(
+        "--training-jobs",
+        type=int,
+        default=2,
+        help="torch jobs training on the same machine during the load (0: the API alone)",
+    )
     args = parser.parse_args()
     users, seconds = (20, 20) if args.quick else (args.users, args.seconds)
     result: dict[str, Any] = {"cpus": os.cpu_count(), "target_p99_ms_get_job_postgresql": TARGET_P99_MS}
     for kind in args.databases:
         work = Path(tempfile.mkdtemp(prefix=f"bench-load-{kind}-"))
-        figures = run_one(kind, work, users, seconds)
+        figures = run_one(kind, work, users, seconds, args.training_jobs)
+        figures["training_jobs_running"] = args.training_jobs
         result[kind] = figures
         poll = figures["by_request"].get("GET /jobs/{id}", {})
         print(f"{kind}: {figures['requests']} requests in {figures['seconds']} s ({figures['rps']}/s) from {users} "
@@ -150,7 +159,8 @@ def main() -> None:
         p99 = result["postgresql"]["by_request"].get("GET /jobs/{id}", {}).get("p99_ms")
         result["postgresql_get_job_p99_over_target"] = round(p99 / TARGET_P99_MS, 2) if p99 else None
     if not args.quick and set(args.databases) == {"sqlite", "postgresql"}:
-        (REPO / "bench" / "results" / "load.json").write_text(json.dumps(result, indent=1) + "\n")
+        name = "load.json" if args.training_jobs == 2 else f"load-{args.training_jobs}-training-jobs.json"
+        (REPO / "bench" / "results" / name).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))
 
 
