@@ -112,12 +112,21 @@ async def measure_latency(port: int, db_url: str, clients: int, points: int) -> 
     }
 
 
+def _poll(client: httpx.Client, path: str) -> Any:
+    """GET ``path``; once more on a dropped keep-alive connection (the 200 clients' event loop can keep this client
+    idle past uvicorn's 5 s keep-alive, and the server then closes the connection it would reuse)."""
+    try:
+        return client.get(path).json()
+    except httpx.RemoteProtocolError:
+        return client.get(path).json()
+
+
 async def train_with_clients(port: int, client: httpx.Client, clients: int, epochs: int, tag: str) -> dict[str, Any]:
     body = digits_job(f"bench-console-{tag}", epochs=epochs, workers=2, batch=32)
     job = client.post("/train", json=body).json()
     tasks, _ = await _clients(port, f"/jobs/{job['id']}/events", clients) if clients else ([], [])
     started = time.perf_counter()
-    while (job := client.get(f"/jobs/{job['id']}").json())["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+    while (job := _poll(client, f"/jobs/{job['id']}"))["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
         await asyncio.sleep(0.5)
     wall = time.perf_counter() - started
     if job["status"] != "SUCCEEDED":
