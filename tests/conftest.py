@@ -185,15 +185,17 @@ LONGEST_FILES = (
     "test_train_spark_ml.py",
     "test_clean_stop.py",
     "test_driver_lost.py",
+    "test_tune_driver_lost.py",
     "test_standalone.py",
-    "test_driver_lost_kinds.py",
-    "test_train_torch.py",
     "test_processes.py",
     "test_two_drivers.py",
-    "test_tune_driver_lost.py",
+    "test_driver_lost_kinds.py",
+    "test_train_torch.py",
     "test_gpu_scheduling.py",
     "test_fuzz.py",
     "test_train_torch_data.py",
+    "test_train_xgboost.py",
+    "test_tune.py",
 )
 
 
