@@ -28,9 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.splits import LSTM, SEQUENCE, digits_splits, sequence_splits
+from bench.splits import LSTM, layout, splits_for
 from bench.trainer import CNN, WIDE
-from workers.training.torch.config import DataLayout, TrainerConfig, parse_sharing
+from workers.training.torch.config import TrainerConfig, parse_sharing
 from workers.training.torch.local import run_local_many
 from workers.training.torch.spec import parse_optimizer
 
@@ -75,15 +75,6 @@ def _variants(model: str, lr: float, world: int) -> dict[str, tuple[str, dict[st
     return variants
 
 
-def _layout(network: dict[str, Any]) -> DataLayout:
-    shape = tuple(network["input_shape"])
-    if network["layers"][0]["type"] == "lstm":
-        return DataLayout(features=tuple(SEQUENCE["features"]), array_column=False, labels=("label",),
-                          task="classification", num_classes=3, input_shape=shape, sequence=SEQUENCE)  # fmt: skip
-    return DataLayout(features=("pixels",), array_column=True, labels=("label",), task="classification",
-                      num_classes=10, input_shape=shape)  # fmt: skip
-
-
 def _config(network: dict[str, Any], lr: float, mode: str, sharing: dict[str, Any] | None, *, epochs: int,
             world: int, seed: int, tmp: str) -> TrainerConfig:  # fmt: skip
     optimizer = {"type": "adam", "learning_rate": lr}
@@ -99,7 +90,7 @@ def _config(network: dict[str, Any], lr: float, mode: str, sharing: dict[str, An
         num_workers=world,
         seed=seed,
         device="cpu",
-        data=_layout(network),
+        data=layout(network),
         checkpoint_dir=f"{tmp}/checkpoints-{mode}-{seed}",
         model_dir=f"{tmp}/model-{mode}-{seed}",
         collective_timeout_s=300,
@@ -119,7 +110,7 @@ def _summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(model: str, network: dict[str, Any], lr: float, epochs: int, world: int, seeds: list[int]) -> dict[str, Any]:
-    splits = sequence_splits(world) if model == "lstm" else digits_splits(world, tuple(network["input_shape"]))
+    splits = splits_for(network, world)
     variants = _variants(model, lr, world)
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workers.training.torch.config import DataLayout
 from workers.training.torch.data import Split
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,3 +63,20 @@ def sequence_splits(world: int) -> list[tuple[Split, Split]]:
         )
         for r in range(world)
     ]
+
+
+def layout(network: dict[str, Any]) -> DataLayout:
+    """How the trainer reads the shipped set a network is for: the sequences for a recurrent one, else the digits."""
+    shape = tuple(network["input_shape"])
+    if network["layers"][0]["type"] in ("lstm", "gru"):
+        return DataLayout(features=tuple(SEQUENCE["features"]), array_column=False, labels=("label",),
+                          task="classification", num_classes=3, input_shape=shape, sequence=SEQUENCE)  # fmt: skip
+    return DataLayout(features=("pixels",), array_column=True, labels=("label",), task="classification",
+                      num_classes=10, input_shape=shape)  # fmt: skip
+
+
+def splits_for(network: dict[str, Any], world: int) -> list[tuple[Split, Split]]:
+    """Each rank's (train, validation) of the set :func:`layout` names."""
+    if network["layers"][0]["type"] in ("lstm", "gru"):
+        return sequence_splits(world)
+    return digits_splits(world, tuple(network["input_shape"]))

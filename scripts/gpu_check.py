@@ -30,10 +30,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.splits import LSTM, SEQUENCE, digits_splits, sequence_splits  # noqa: E402
+from bench.splits import LSTM, layout, splits_for  # noqa: E402
 from bench.trainer import CNN, WIDE  # noqa: E402
 from workers.codecs.threshold import decode, encode_threshold  # noqa: E402
-from workers.training.torch.config import DataLayout, TrainerConfig, parse_sharing  # noqa: E402
+from workers.training.torch.config import TrainerConfig, parse_sharing  # noqa: E402
 from workers.training.torch.local import run_local  # noqa: E402
 from workers.training.torch.spec import parse_optimizer  # noqa: E402
 
@@ -92,16 +92,7 @@ def trainer_run(
     gpus: list[list[str]] | None,
     comm_device: str | None,
 ) -> dict[str, Any]:
-    shape = tuple(network["input_shape"])
-    recurrent = network["layers"][0]["type"] in ("lstm", "gru")
-    if recurrent:
-        layout = DataLayout(features=tuple(SEQUENCE["features"]), array_column=False, labels=("label",),
-                            task="classification", num_classes=3, input_shape=shape, sequence=SEQUENCE)  # fmt: skip
-        splits = sequence_splits(world)
-    else:
-        layout = DataLayout(features=("pixels",), array_column=True, labels=("label",), task="classification",
-                            num_classes=10, input_shape=shape)  # fmt: skip
-        splits = digits_splits(world, shape)
+    splits = splits_for(network, world)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TrainerConfig(
             job_id="gpu-check",
@@ -115,7 +106,7 @@ def trainer_run(
             num_workers=world,
             seed=7,
             device=device,  # type: ignore[arg-type]
-            data=layout,
+            data=layout(network),
             checkpoint_dir=f"{tmp}/checkpoints",
             model_dir=f"{tmp}/model",
             collective_timeout_s=300,

@@ -8,17 +8,12 @@ workers to stop at the next step (the Spark job group is cancelled as well).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import secrets
-import socket
-import socketserver
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from workers.context import JobContext, MetricPoint
+from workers.training.listener import EventListener
 
 log = logging.getLogger(__name__)
 STEP_KEYS = (
@@ -53,7 +48,9 @@ DRAIN_S = 60.0
 to the database as its event is handled)."""
 
 
-class Monitor:
+class Monitor(EventListener):
+    name = "monitor"
+
     def __init__(
         self,
         ctx: JobContext,
@@ -61,77 +58,23 @@ class Monitor:
         host: str,
         on_checkpoint: Callable[..., object],
     ) -> None:
+        super().__init__(host, FLUSH_S)
         self.ctx, self.on_checkpoint = ctx, on_checkpoint
-        self.token = secrets.token_hex(16)
-        self._lock = threading.Lock()
         self._points: list[MetricPoint] = []
-        self._clients: list[socket.socket] = []
-        self._halt = threading.Event()
-        self._serving = 0  # connections whose events are still being read and handled
-        self._drained = threading.Condition(self._lock)
         self._stop_sent = False
         self.warnings: set[str] = set()
         self.plan: dict[str, Any] = {}
         self.epochs_seen: list[dict[str, Any]] = []
-        monitor = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self) -> None:
-                monitor._serve(self.connection, self.rfile)
-
-        class Server(socketserver.ThreadingTCPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        self._server = Server((host, 0), Handler)
-        self.address: tuple[str, int] = (host, int(self._server.server_address[1]))
-        self._threads = [
-            threading.Thread(target=self._server.serve_forever, name="monitor-accept", daemon=True),
-            threading.Thread(target=self._flush_loop, name="monitor-flush", daemon=True),
-        ]
 
     def __enter__(self) -> Monitor:
-        for t in self._threads:
-            t.start()
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()  # no new connections; the open ones are read to their end below
-        with self._drained:
-            # The stage has ended, so every worker closed its reporter: wait until the events it sent last (the
-            # last epoch's checkpoint, its totals) are handled, instead of cutting them off by closing the socket.
-            self._drained.wait_for(lambda: self._serving == 0, timeout=DRAIN_S)
-        self._halt.set()
-        self._server.server_close()
-        with self._lock:
-            for client in self._clients:
-                client.close()
+        # The stage has ended, so every worker closed its reporter: wait until the events it sent last (the last
+        # epoch's checkpoint, its totals) are handled, instead of cutting them off by closing the socket.
+        self.close(drain=True, drain_s=DRAIN_S)
         self._flush()
-
-    def _serve(self, conn: socket.socket, rfile: Any) -> None:
-        hello = rfile.readline()
-        try:
-            first = json.loads(hello)
-        except ValueError:
-            return
-        if first.get("t") != "hello" or not secrets.compare_digest(str(first.get("token", "")), self.token):
-            log.warning("monitor: dropped a connection without the job's token")
-            return
-        with self._lock:
-            self._clients.append(conn)
-            self._serving += 1
-        try:
-            for line in rfile:
-                try:
-                    self._handle(json.loads(line))
-                except Exception:
-                    log.exception("monitor: bad event %r", line[:200])
-        except OSError:
-            pass  # the connection was cut (a lost worker, or the driver stopping)
-        finally:
-            with self._drained:
-                self._serving -= 1
-                self._drained.notify_all()
 
     def _handle(self, event: dict[str, Any]) -> None:
         kind = event.get("t")
@@ -196,20 +139,12 @@ class Monitor:
         if points:
             self.ctx.metrics(points)
 
-    def _flush_loop(self) -> None:
-        while not self._halt.wait(FLUSH_S):
-            try:
-                self._flush()
-                if self.ctx.cancelled and not self._stop_sent:
-                    self.request_stop()
-            except Exception:
-                log.exception("monitor: flush failed")
+    def _tick(self) -> None:
+        self._flush()
+        if self.ctx.cancelled and not self._stop_sent:
+            self.request_stop()
 
     def request_stop(self) -> None:
         """Ask every worker to stop at its next step."""
         self._stop_sent = True
-        data = b'{"t":"stop"}\n'
-        with self._lock:
-            for client in self._clients:
-                with contextlib.suppress(OSError):
-                    client.sendall(data)
+        self.send_all(b'{"t":"stop"}\n')

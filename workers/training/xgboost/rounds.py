@@ -14,18 +14,13 @@ Driver side: stdlib only.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import secrets
-import socket
-import socketserver
-import threading
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
 from workers.context import JobContext, MetricPoint
+from workers.training.listener import EventListener
 from workers.training.xgboost.remote import ReportTarget
 
 log = logging.getLogger(__name__)
@@ -36,52 +31,24 @@ DRAIN_S = 30.0
 Key = tuple[str, int]
 
 
-class RoundReports:
+class RoundReports(EventListener):
+    name = "xgboost round reports"
+
     def __init__(self, ctx: JobContext, host: str) -> None:
+        super().__init__(host, FLUSH_S)
         self._ctx = ctx
-        self._token = secrets.token_hex(16)
-        self._lock = threading.Lock()
-        self._drained = threading.Condition(self._lock)
-        self._serving = 0
-        self._clients: list[socket.socket] = []
         self._pending: dict[Key, MetricPoint] = {}
         self._claimed: set[Key] = set()  # pending or written
         self._written: set[Key] = set()
-        self._halt = threading.Event()
-        reports = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self) -> None:
-                reports._serve(self.connection, self.rfile)
-
-        class Server(socketserver.ThreadingTCPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        self._server = Server((host, 0), Handler)
-        self.target: ReportTarget = (host, int(self._server.server_address[1]), self._token)
-        self._threads = [
-            threading.Thread(target=self._server.serve_forever, name="xgb-rounds-accept", daemon=True),
-            threading.Thread(target=self._flush_loop, name="xgb-rounds-flush", daemon=True),
-        ]
+        self.target: ReportTarget = (*self.address, self.token)
 
     def __enter__(self) -> RoundReports:
-        for t in self._threads:
-            t.start()
+        self.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._server.shutdown()
-        if kind is None:  # rank 0 closed its socket when training ended: read what it sent last
-            with self._drained:
-                self._drained.wait_for(lambda: self._serving == 0, timeout=DRAIN_S)
-        self._halt.set()
-        self._server.server_close()
-        with self._lock:
-            for client in self._clients:
-                with contextlib.suppress(OSError):
-                    client.shutdown(socket.SHUT_RDWR)
-        self._threads[1].join(timeout=FLUSH_S * 4)
+        # after a fit that ended well rank 0 closed its socket: read what it sent last
+        self.close(drain=kind is None, drain_s=DRAIN_S)
         self._flush()
 
     def missing(self, points: Iterable[MetricPoint]) -> list[MetricPoint]:
@@ -93,31 +60,7 @@ class RoundReports:
                     out.setdefault((p.key, p.step), p)
         return list(out.values())
 
-    def _serve(self, conn: socket.socket, rfile: Any) -> None:
-        try:
-            hello = json.loads(rfile.readline())
-        except ValueError:
-            return
-        if hello.get("t") != "hello" or not secrets.compare_digest(str(hello.get("token", "")), self._token):
-            log.warning("xgboost round reports: dropped a connection without the job's token")
-            return
-        with self._lock:
-            self._clients.append(conn)
-            self._serving += 1
-        try:
-            for line in rfile:
-                try:
-                    self._accept(json.loads(line))
-                except Exception:
-                    log.exception("xgboost round reports: bad event %r", line[:200])
-        except OSError:
-            pass  # cut: the task was killed (a cancel), or the driver is stopping
-        finally:
-            with self._drained:
-                self._serving -= 1
-                self._drained.notify_all()
-
-    def _accept(self, event: dict[str, Any]) -> None:
+    def _handle(self, event: dict[str, Any]) -> None:
         if event.get("t") != "round":
             return
         step = int(event["round"])
@@ -143,6 +86,5 @@ class RoundReports:
         with self._lock:
             self._written.update(pending)
 
-    def _flush_loop(self) -> None:
-        while not self._halt.wait(FLUSH_S):
-            self._flush()
+    def _tick(self) -> None:
+        self._flush()

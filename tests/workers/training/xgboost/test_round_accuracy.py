@@ -5,26 +5,15 @@ stopping still watches the requested metric."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from workers.context import MetricPoint
+from tests.workers.training.xgboost.recorded import Recorded
 from workers.training.xgboost.remote import single_worker
 from workers.training.xgboost.rounds import RoundReports
 from workers.training.xgboost.spec import parse_xgboost_params
-
-
-class _Recorded:
-    job_id = "test-job"
-
-    def __init__(self) -> None:
-        self.points: list[MetricPoint] = []
-
-    def metrics(self, points: Iterable[MetricPoint]) -> None:
-        self.points.extend(points)
 
 
 def _batch(classes: int) -> pa.RecordBatch:
@@ -53,7 +42,7 @@ def test_each_round_reports_accuracy_and_the_kept_round_is_the_result(
     params = {**spec.params, "objective": spec.objective, "eval_metric": list(spec.fit_eval_metrics())}
     if classes > 2:
         params["num_class"] = classes
-    ctx = _Recorded()
+    ctx = Recorded()
     with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
         train = single_worker(["a", "b", "c", "d"], "y", None, "v", "classification", params, spec.num_round,
                               spec.early_stopping_rounds, 1, None, None, reports.target)  # fmt: skip

@@ -7,38 +7,26 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.workers.training.xgboost.recorded import Recorded
 from workers.context import MetricPoint
 from workers.training.torch.report import SocketReporter
 from workers.training.xgboost.remote import round_callback
 from workers.training.xgboost.rounds import RoundReports
 
 
-class _Recorded:
-    """The part of a JobContext the listener writes to, kept in a list."""
-
-    job_id = "test-job"
-
-    def __init__(self) -> None:
-        self.points: list[MetricPoint] = []
-
-    def metrics(self, points: Iterable[MetricPoint]) -> None:
-        self.points.extend(points)
-
-
-def _wait(ctx: _Recorded, count: int) -> None:
+def _wait(ctx: Recorded, count: int) -> None:
     deadline = time.monotonic() + 10
     while len(ctx.points) < count and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
 def test_rounds_are_written_as_they_arrive_once_each_and_the_end_adds_only_the_missing_ones() -> None:
-    ctx = _Recorded()
+    ctx = Recorded()
     with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
         host, port, token = reports.target
         reporter = SocketReporter(host, port, token, 0)
@@ -57,7 +45,7 @@ def test_rounds_are_written_as_they_arrive_once_each_and_the_end_adds_only_the_m
 
 
 def test_a_connection_without_the_token_writes_nothing() -> None:
-    ctx = _Recorded()
+    ctx = Recorded()
     with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
         host, port, _ = reports.target
         reporter = SocketReporter(host, port, "not-the-token", 0)
@@ -74,7 +62,7 @@ def test_xgboost_training_reports_every_round_and_trains_without_a_listener(with
     x = rng.normal(size=(300, 3))
     y = x @ np.array([1.0, -2.0, 0.5])
     dtrain, dvalid = xgboost.DMatrix(x[:200], label=y[:200]), xgboost.DMatrix(x[200:], label=y[200:])
-    ctx = _Recorded()
+    ctx = Recorded()
     with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
         target = reports.target
         if not with_listener:  # a port nobody listens on: training goes on, nothing is written
