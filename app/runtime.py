@@ -48,6 +48,8 @@ class ServiceRuntime:
     model_cache: ModelCache = field(default_factory=lambda: ModelCache(8))
     resolved_models: ResolvedModels = field(default_factory=ResolvedModels)
     limiter: RequestLimiter | None = None
+    reads: sessionmaker[Session] | None = None
+    """Sessions for read-only requests (:func:`app.db.session.create_read_sessionmaker`); None: ``db``'s."""
     _closed: bool = field(default=False, repr=False)
 
     def enqueue(self, task_name: str, job_id: str) -> None:
@@ -113,7 +115,7 @@ def start_runtime(
     job runtime to an existing Celery app (the external worker's); ``consume`` starts the in-process consumer
     (default: ``settings.in_process_consumer``); ``reconcile`` runs the reconciler's thread."""
     from app.db.migrate import upgrade_database
-    from app.db.session import create_db_engine, create_sessionmaker
+    from app.db.session import create_db_engine, create_read_sessionmaker, create_sessionmaker
     from app.jobs.celery_app import attach_runtime, create_celery
     from app.jobs.reconciler import Reconciler
     from app.jobs.stop import jvm_in_its_own_session
@@ -136,6 +138,7 @@ def start_runtime(
         settings=settings,
         engine=engine,
         db=db,
+        reads=create_read_sessionmaker(engine),
         spark=spark,
         celery=celery,
         jobs=job_runtime,

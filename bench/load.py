@@ -68,10 +68,13 @@ def _percentiles(stats_csv: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def run_one(kind: str, work: Path, users: int, seconds: int, training_jobs: int = 2) -> dict[str, Any]:
+def run_one(
+    kind: str, work: Path, users: int, seconds: int, training_jobs: int = 2, nice: int | None = None
+) -> dict[str, Any]:
     data = work / "data"
     _, rows = write_data(data)
-    with _database(kind, work) as settings:
+    with _database(kind, work) as database:
+        settings = {**database, **({"spark_local_nice": str(nice)} if nice is not None else {})}
         env = driver_env(work, log_level="WARNING", data_roots=f"{REPO / 'datasets'},{data}", **settings)
         driver = Driver(env, work / f"driver-{kind}.log").start()
         try:
@@ -138,12 +141,18 @@ def main() -> None:
         default=2,
         help="torch jobs training on the same machine during the load (0: the API alone)",
     )
+    parser.add_argument(
+        "--spark-local-nice",
+        type=int,
+        default=None,
+        help="the driver's SPARKTRAIN_SPARK_LOCAL_NICE (default: the service's own default, 10)",
+    )
     args = parser.parse_args()
     users, seconds = (20, 20) if args.quick else (args.users, args.seconds)
     result: dict[str, Any] = {"cpus": os.cpu_count(), "target_p99_ms_get_job_postgresql": TARGET_P99_MS}
     for kind in args.databases:
         work = Path(tempfile.mkdtemp(prefix=f"bench-load-{kind}-"))
-        figures = run_one(kind, work, users, seconds, args.training_jobs)
+        figures = run_one(kind, work, users, seconds, args.training_jobs, args.spark_local_nice)
         figures["training_jobs_running"] = args.training_jobs
         result[kind] = figures
         poll = figures["by_request"].get("GET /jobs/{id}", {})

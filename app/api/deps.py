@@ -28,8 +28,10 @@ def get_settings(rt: RuntimeDep) -> Settings:
     return rt.settings
 
 
-def get_session(rt: RuntimeDep) -> Iterator[Session]:
-    with rt.db() as session:
+def get_session(request: Request, rt: RuntimeDep) -> Iterator[Session]:
+    """The request's session; a GET's reads without a transaction of its own (``ServiceRuntime.reads``)."""
+    factory = rt.reads if request.method in ("GET", "HEAD") and rt.reads is not None else rt.db
+    with factory() as session:
         yield session
 
 

@@ -90,6 +90,15 @@ class Settings(BaseSettings):
     # --- Spark ---------------------------------------------------------------------------------------------
     spark_master: str = "local[*]"
     spark_app_name: str = "sparktrain"
+    spark_local_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="With a local[...] master, the Spark JVM starts at this niceness, and with it every executor "
+        "thread and Python worker (training, evaluation, batch prediction): on a machine the API and its database "
+        "share with training, requests are served first. 0 = the same priority as the API. Not applied to "
+        "cluster masters.",
+    )
     spark_conf_dir: Path = Field(REPO_ROOT / "spark-conf", description="Exported as SPARK_CONF_DIR.")
     spark_conf: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="Extra Spark settings as a JSON object (overrides spark-conf/)."

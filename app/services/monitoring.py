@@ -7,9 +7,25 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Float, and_, case, cast, func, select, union_all
+from sqlalchemy import (
+    BindParameter,
+    CompoundSelect,
+    Float,
+    Select,
+    String,
+    Subquery,
+    and_,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    select,
+    union_all,
+)
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -54,22 +70,10 @@ def job_summary(
     """``(type, family, status, count)`` for every combination present, and histograms of ``finished_at -
     started_at`` of finished jobs by ``(type, family)``: one scan of the jobs table, each job's duration computed once
     (a materialized CTE) and put in its bucket by one CASE."""
-    finished = and_(
-        Job.status.in_([s.value for s in TERMINAL]), Job.started_at.is_not(None), Job.finished_at.is_not(None)
-    )
-    seconds = case((finished, _seconds(session)), else_=None).label("seconds")
-    rows = select(Job.type, Job.framework, Job.status, seconds).cte("job_seconds").prefix_with("MATERIALIZED")
-    bucket = case(
-        (rows.c.seconds.is_(None), -1),
-        *[(rows.c.seconds <= bound, i) for i, bound in enumerate(DURATION_BUCKETS)],
-        else_=len(DURATION_BUCKETS),
-    ).label("bucket")
-    stmt = select(rows.c.type, rows.c.framework, rows.c.status, bucket, func.count(), func.sum(rows.c.seconds))
-    stmt = stmt.group_by(rows.c.type, rows.c.framework, rows.c.status, bucket)
     counts: dict[tuple[str, str, str], int] = defaultdict(int)
     per_bucket: dict[tuple[str, str], list[int]] = {}
     totals: dict[tuple[str, str], float] = defaultdict(float)
-    for job_type, framework, status, where, n, total in session.execute(stmt):
+    for job_type, framework, status, where, n, total in session.execute(_summary_statement(_dialect(session))):
         counts[(job_type, family(framework), status)] += int(n)
         if where >= 0:
             key = (job_type, family(framework))
@@ -82,8 +86,30 @@ def job_summary(
     return [(*k, n) for k, n in counts.items()], durations
 
 
-def _seconds(session: Session) -> ColumnElement[Any]:
-    if session.get_bind().dialect.name == "sqlite":
+def _dialect(session: Session) -> str:
+    return session.get_bind().dialect.name
+
+
+@lru_cache(maxsize=4)
+def _summary_statement(dialect: str) -> Select[Any]:
+    """Built once per dialect: building a statement of this size costs a few milliseconds of Python, more than the
+    database spends running it (``bench.console``)."""
+    finished = and_(
+        Job.status.in_([s.value for s in TERMINAL]), Job.started_at.is_not(None), Job.finished_at.is_not(None)
+    )
+    seconds = case((finished, _seconds(dialect)), else_=None).label("seconds")
+    rows = select(Job.type, Job.framework, Job.status, seconds).cte("job_seconds").prefix_with("MATERIALIZED")
+    bucket = case(
+        (rows.c.seconds.is_(None), -1),
+        *[(rows.c.seconds <= bound, i) for i, bound in enumerate(DURATION_BUCKETS)],
+        else_=len(DURATION_BUCKETS),
+    ).label("bucket")
+    stmt = select(rows.c.type, rows.c.framework, rows.c.status, bucket, func.count(), func.sum(rows.c.seconds))
+    return stmt.group_by(rows.c.type, rows.c.framework, rows.c.status, bucket)
+
+
+def _seconds(dialect: str) -> ColumnElement[Any]:
+    if dialect == "sqlite":
         return (func.julianday(Job.finished_at) - func.julianday(Job.started_at)) * 86400.0
     return cast(func.extract("epoch", Job.finished_at - Job.started_at), Float)
 
@@ -92,7 +118,8 @@ def running_torch(*, session: Session, newest: int = 64, wire: int = 512) -> lis
     """The newest samples/s (summed over workers), τ and sparsity (averaged over workers) and wire bytes per second
     of every running torch training job: two queries however many jobs run. The second takes, by the (job_id, key,
     step) index, each job's last ``newest`` points of each key (a step of up to 64 workers) and its last ``wire``
-    points of bytes sent, all in one UNION ALL."""
+    points of bytes sent, all in one UNION ALL, and reduces them in the database: one row per worker and key (its
+    newest point) and one per stored batch of bytes sent, so a scrape reads a few dozen rows per job, not hundreds."""
     running = session.execute(
         select(Job.id, Job.name).where(
             Job.status == JobStatus.RUNNING.value, Job.type == "train", Job.framework == "torch"
@@ -100,25 +127,14 @@ def running_torch(*, session: Session, newest: int = 64, wire: int = 512) -> lis
     ).all()
     if not running:
         return []
-    parts = []
-    for job_id, _ in running:
-        for key in ("samples_per_s", "tau", "sparsity", *WIRE_KEYS):
-            recent = wire if key in WIRE_KEYS else newest
-            last = (
-                select(JobMetric.job_id, JobMetric.key, JobMetric.worker, JobMetric.value, JobMetric.time)
-                .where(JobMetric.job_id == job_id, JobMetric.key == key)
-                .order_by(JobMetric.step.desc())
-                .limit(recent)
-                .subquery()
-            )
-            parts.append(select(last))
     rows: dict[tuple[str, str], list[tuple[int | None, float, datetime]]] = defaultdict(list)
-    for job_id, key, worker, value, time in session.execute(union_all(*parts)):
+    params = {f"job_{i}": job_id for i, (job_id, _) in enumerate(running)}
+    for job_id, key, worker, value, time in session.execute(_torch_statement(len(running), newest, wire), params):
         rows[(job_id, key)].append((worker, float(value), time))
     out = []
     for job_id, name in running:
         live = TorchLive(job_id=job_id, name=name)
-        latest = {key: _newest_per_worker(rows[(job_id, key)]) for key in ("samples_per_s", "tau", "sparsity")}
+        latest = {key: {w: v for w, v, _ in rows[(job_id, key)]} for key in LIVE_KEYS}
         if latest["samples_per_s"]:
             live.samples_per_s = sum(latest["samples_per_s"].values())
         for key in ("tau", "sparsity"):
@@ -131,11 +147,40 @@ def running_torch(*, session: Session, newest: int = 64, wire: int = 512) -> lis
     return out
 
 
-def _newest_per_worker(points: list[tuple[int | None, float, datetime]]) -> dict[int | None, float]:
-    newest: dict[int | None, float] = {}
-    for worker, value, _ in points:  # newest step first
-        newest.setdefault(worker, value)
-    return newest
+LIVE_KEYS = ("samples_per_s", "tau", "sparsity")
+
+
+@lru_cache(maxsize=32)
+def _torch_statement(jobs: int, newest: int, wire: int) -> CompoundSelect:
+    """The UNION ALL of :func:`running_torch` for ``jobs`` running jobs (bound as ``job_0``, ``job_1``, ...), built
+    once per count: building it costs more Python than the database spends running it."""
+    parts: list[Select[Any]] = []
+    for i in range(jobs):
+        job = bindparam(f"job_{i}", type_=String)
+        for key in LIVE_KEYS:
+            last = _last_points(job, key, newest)
+            rank = func.row_number().over(partition_by=last.c.worker, order_by=last.c.step.desc()).label("rank")
+            ranked = select(last.c.key, last.c.worker, last.c.value, last.c.time, rank).subquery()
+            parts.append(
+                select(job, ranked.c.key, ranked.c.worker, ranked.c.value, ranked.c.time).where(ranked.c.rank == 1)
+            )
+        for key in WIRE_KEYS:  # the trainer's points arrive in batches that share a time: one row per batch
+            last = _last_points(job, key, wire)
+            parts.append(
+                select(job, literal(key), literal(None), func.sum(last.c.value), last.c.time).group_by(last.c.time)
+            )
+    return union_all(*parts)
+
+
+def _last_points(job: BindParameter[str], key: str, limit: int) -> Subquery:
+    """A job's last ``limit`` points of ``key``, by the (job_id, key, step) index."""
+    return (
+        select(JobMetric.key, JobMetric.worker, JobMetric.value, JobMetric.time, JobMetric.step)
+        .where(JobMetric.job_id == job, JobMetric.key == key)
+        .order_by(JobMetric.step.desc())
+        .limit(limit)
+        .subquery()
+    )
 
 
 def _wire_rate(points: list[tuple[datetime, float]]) -> float | None:

@@ -112,6 +112,13 @@ def test_running_torch_jobs_and_http_requests(svc: Service) -> None:
                 ]
         with transaction(svc.runtime.db) as s:
             jobs.add_metrics(session=s, job_id=job_id, points=points)
+    with transaction(svc.runtime.db) as s:  # a second running job: each job's figures are its own
+        other, _ = jobs.create_job(session=s, job_type="train", request={}, framework="torch", name="other")
+        other.status, other.started_at, other.heartbeat_at = "RUNNING", now, now
+        jobs.add_metrics(session=s, job_id=other.id, points=[
+            {"key": "samples_per_s", "step": 1, "worker": 0, "value": 7.0, "time": now},
+            {"key": "samples_per_s", "step": 2, "worker": 0, "value": 9.0, "time": now}])  # fmt: skip
+        other_id = other.id
     assert svc.client.get(f"/jobs/{job_id}").status_code == 200
     assert svc.client.get("/jobs/" + "f" * 32).status_code == 404
     families = _families(svc)
@@ -121,6 +128,8 @@ def test_running_torch_jobs_and_http_requests(svc: Service) -> None:
     assert _value(families, "sparktrain_torch_sparsity", **labels) == pytest.approx(0.002)
     # the two flushes after the oldest in the window: 2 x 5 steps x 2 workers x 1000 bytes, over 2 seconds
     assert _value(families, "sparktrain_torch_wire_bytes_per_second", **labels) == pytest.approx(10_000.0)
+    assert _value(families, "sparktrain_torch_samples_per_second", job_id=other_id, name="other") == 9.0
+    assert _value(families, "sparktrain_torch_tau", job_id=other_id, name="other") is None
     ok = {"method": "GET", "route": "/jobs/{job_id}", "status": "200"}
     assert _value(families, "sparktrain_http_request_duration_seconds_count", **ok) == 1
     assert _value(families, "sparktrain_http_request_duration_seconds_count", **{**ok, "status": "404"}) == 1

@@ -84,3 +84,24 @@ def test_the_driver_jvm_runs_with_the_options_of_spark_defaults_and_derbys_home(
         jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
     )
     assert hotspot.getVMOption("TrimNativeHeapInterval").getValue() == "60000"
+
+
+def test_a_local_masters_jvm_and_python_workers_run_at_the_local_niceness_and_the_driver_does_not(spark: Any) -> None:
+    """SPARKTRAIN_SPARK_LOCAL_NICE (default 10): the JVM and every executor-side Python worker start below the API,
+    whose threads keep their niceness (app/spark/session.py)."""
+    import os
+
+    from app.core.settings import Settings
+
+    def niceness(_: Any) -> Any:
+        import os
+
+        yield os.getpriority(os.PRIO_PROCESS, 0)
+
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    expected = max(Settings().spark_local_nice, mine)
+    assert spark.sparkContext.parallelize(range(2), 2).mapPartitions(niceness).collect() == [expected, expected]
+    jvm = spark.sparkContext._gateway.proc.pid
+    stat = Path(f"/proc/{jvm}/stat").read_text()
+    assert int(stat[stat.rindex(")") + 2 :].split()[16]) == expected  # field 19, nice
+    assert expected == mine or os.getpriority(os.PRIO_PROCESS, 0) < expected
