@@ -25,6 +25,7 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts"
 HOSTILE = "<script>alert(1)</script>"
 ALICE, BOB = "alice-0123456789abcdef", "bobby-0123456789abcdef"
+HELD = "held"  # an owner whose task-slot quota (1) keeps a 2-slot job waiting
 
 
 def _browser(tmp: Path) -> Any:
@@ -53,7 +54,7 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def svc(spark: Any, tmp: Path) -> Iterator[Service]:
-    with running_service(spark, tmp / "svc") as service:
+    with running_service(spark, tmp / "svc", owner_quotas={HELD: {"task_slots": 1}}) as service:
         yield service
 
 
@@ -143,6 +144,9 @@ def test_jobs_page_follows_a_job_to_succeeded_and_the_job_page_charts_each_epoch
     row = f"#jobs tbody tr[data-id='{job['id']}']"
     _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row), "the new job appears", timeout=30)
     _until(browser, lambda d: d.find_element(By.CSS_SELECTOR, row).get_attribute("data-status") == "RUNNING", "running")
+    driver_id = svc.client.get(f"/jobs/{job['id']}").json()["worker_id"]
+    assert driver_id and driver_id.count(":") == 2  # host:pid:boot
+    _until(browser, lambda d: d.find_element(By.CSS_SELECTOR, f"{row} td.driver").text == driver_id, "its driver")
     _shot(browser, tmp, "jobs-running")
     _until(browser, lambda d: d.find_element(By.CSS_SELECTOR, row).get_attribute("data-status") == "SUCCEEDED", "done")
     assert browser.execute_script("return window.__notReloaded") is True, "the page was reloaded"
@@ -162,6 +166,7 @@ def test_jobs_page_follows_a_job_to_succeeded_and_the_job_page_charts_each_epoch
     _until(browser, lambda d: "ended" in d.find_element(By.ID, "log-state").text, "the log follows to the end")
     assert "epoch 3 done" in browser.find_element(By.ID, "log").text
     assert browser.find_element(By.ID, "job-status").text == "SUCCEEDED"
+    assert [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#attempts tbody td.driver")] == [driver_id]
     sharing = browser.execute_script("return document.getElementById('chart-tau').data.length")
     assert sharing == 1  # τ of the one worker; absent keys show their empty state instead
     _usable(browser)
@@ -223,23 +228,48 @@ def test_text_from_requests_renders_as_text(svc: Service, browser: Any, tmp: Pat
     _shot(browser, tmp, "escaped")
 
 
-def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(spark: Any, tmp: Path) -> None:
+def test_a_job_held_back_by_a_quota_says_what_it_waits_for(svc: Service, browser: Any, tmp: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    with transaction(svc.runtime.db) as s:  # as the driver that found the owner's slots full left it
+        job, _ = jobs.create_job(session=s, job_type="train", request={}, framework="torch", name="held", owner=HELD,
+                                 slots=2)  # fmt: skip
+        job.waiting_for = "task_slots"
+        job_id = job.id
+    words = f"waiting: task-slots quota of owner {HELD} (the job needs 2 slots)"
+    browser.get(svc.url + "/ui")
+    cell = f"#jobs tbody tr[data-id='{job_id}'] td.driver"
+    _until(browser, lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, cell)] == [words], "the jobs page", 30)
+    browser.get(svc.url + f"/ui/jobs/{job_id}")
+    _until(browser, lambda d: d.find_element(By.ID, "job-waiting").text == words, "the job page says it", 30)
+    _usable(browser)
+    _shot(browser, tmp, "waiting")
+    with transaction(svc.runtime.db) as s:
+        jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.CANCELLED,
+                        finished_at=utcnow(), waiting_for=None, error_reason="CANCELLED",
+                        error_message="a fixture")  # fmt: skip
+    _until(browser, lambda d: not d.find_element(By.ID, "job-waiting").is_displayed(), "no longer waiting", 30)
+
+
+def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(
+    spark: Any, svc: Service, tmp: Path
+) -> None:
     from selenium.webdriver.common.by import By
 
     keys = f"{ALICE}:alice,{BOB}:bob"
-    with running_service(spark, tmp / "keyed", api_keys=keys, in_process_consumer=False) as svc:
-        mine = svc.train(digits_job("alice-job"), headers={"Authorization": f"Bearer {ALICE}"})["id"]
-        theirs = svc.train(digits_job("bob-job"), headers={"Authorization": f"Bearer {BOB}"})["id"]
+    with running_service(spark, tmp / "keyed", api_keys=keys, in_process_consumer=False) as keyed:
+        mine = keyed.train(digits_job("alice-job"), headers={"Authorization": f"Bearer {ALICE}"})["id"]
+        theirs = keyed.train(digits_job("bob-job"), headers={"Authorization": f"Bearer {BOB}"})["id"]
         driver = _browser(tmp)
         try:
-            driver.get(svc.url + "/ui/models")
+            driver.get(keyed.url + "/ui/models")
             _until(driver, lambda d: d.find_element(By.ID, "key-form").is_displayed(), "the console asks for a key", 30)
             driver.find_element(By.ID, "key-input").send_keys(ALICE)
             driver.find_element(By.CSS_SELECTOR, "#key-form button").click()
             empty = _until(driver, lambda d: d.find_element(By.ID, "models-empty").text, "an empty state", 30)
             assert empty.startswith("No models yet") and "POST /train" in empty
             driver.execute_script("sessionStorage.clear()")
-            driver.get(svc.url + "/ui")
+            driver.get(keyed.url + "/ui")
             _until(driver, lambda d: d.find_element(By.ID, "key-form").is_displayed(), "the console asks for a key", 30)
             _shot(driver, tmp, "key-form")
             driver.find_element(By.ID, "key-input").send_keys(ALICE)
@@ -247,7 +277,7 @@ def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(s
             _until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-id='{mine}']"), "alice's job", 30)
             assert not driver.find_elements(By.CSS_SELECTOR, f"tr[data-id='{theirs}']")
             assert driver.execute_script("return sessionStorage.getItem('sparktrain.apiKey')") == ALICE
-            driver.get(svc.url + f"/ui/jobs/{theirs}")  # the key stays for the tab: no form again
+            driver.get(keyed.url + f"/ui/jobs/{theirs}")  # the key stays for the tab: no form again
             _until(driver, lambda d: "another owner" in d.find_element(By.ID, "content").text, "absent", 30)
             assert ALICE not in driver.current_url
             urls = [u for u in _requested(driver) if ALICE in u]

@@ -225,6 +225,13 @@ const ST = (() => {
     }
   }
 
+  /* What a QUEUED job held back by its owner's quota waits for, in words (the job's waiting_for), or null. */
+  function waitingText(job) {
+    if (!job.waiting_for || job.status !== "QUEUED") return null;
+    const slots = job.waiting_for === "task_slots" && job.slots ? " (the job needs " + job.slots + " slots)" : "";
+    return "waiting: " + job.waiting_for.replace(/_/g, "-") + " quota of owner " + job.owner + slots;
+  }
+
   function jobUrl(id) {
     return root + "/ui/jobs/" + encodeURIComponent(id);
   }
@@ -233,5 +240,5 @@ const ST = (() => {
 
   setUpKeyForm();
   return { root, api, ApiError, start, follow, el, clear, badge, progress, time, duration, notice, facts, jobUrl,
-    ACTIVE, sleep, headers };
+    waitingText, ACTIVE, sleep, headers };
 })();

@@ -52,7 +52,7 @@
         started_at: attempt.started_at || (current ? j.started_at : null),
       });
       const why = a.error_reason ? a.error_reason + (a.error_message ? ": " + a.error_message : "") : a.ended_at ? a.status : "";
-      body.appendChild(el("tr", {}, el("td", {}, a.attempt), el("td", {}, a.queue || "—"), el("td", {}, a.worker_id || "—"),
+      body.appendChild(el("tr", {}, el("td", {}, a.attempt), el("td", {}, a.queue || "—"), el("td", { class: "driver" }, a.worker_id || "—"),
         el("td", {}, time(a.started_at)), el("td", {}, time(a.ended_at)), el("td", {}, why || (a.attempt === j.attempt ? "current" : "—"))));
     }
     showState(j);
@@ -65,6 +65,10 @@
     document.getElementById("job-progress").style.width = Math.round(100 * (s.progress || 0)) + "%";
     document.getElementById("job-message").textContent =
       Math.round(100 * (s.progress || 0)) + "%" + (s.progress_message ? " · " + s.progress_message : "");
+    const waiting = ST.waitingText(Object.assign({}, job, s));
+    const line = document.getElementById("job-waiting");
+    line.hidden = !waiting;
+    line.textContent = waiting || "";
     document.getElementById("cancel").hidden = !["QUEUED", "STARTING", "RUNNING"].includes(s.status);
     const box = document.getElementById("error-box");
     box.hidden = !s.error;
