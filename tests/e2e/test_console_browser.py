@@ -1,6 +1,6 @@
 """The console and Swagger UI in a real headless Chromium (Debian's chromium and chromium-driver, driven by selenium),
 against the running service, with every request outside the service blocked. Screenshots are saved under the test's
-tmp dir and copied to var/test-artifacts/."""
+tmp dir and copied to var/test-artifacts/; downloads land in the test's tmp dir."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from app.core.jobstates import JobStatus
 from app.db.base import utcnow
 from app.db.session import transaction
-from app.services import jobs
+from app.services import jobs, models
 from bench.chaos import digits_job
 from tests.helpers import Service, running_service
 
@@ -43,6 +43,7 @@ def _browser(tmp: Path) -> Any:
                  "--proxy-server=http://127.0.0.1:9",  # loopback addresses bypass a proxy by default
                  f"--user-data-dir={tempfile.mkdtemp(dir=tmp)}"):  # fmt: skip
         options.add_argument(flag)
+    options.add_experimental_option("prefs", {"profile.default_content_setting_values.automatic_downloads": 1})
     options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
     return webdriver.Chrome(service=DriverService(str(CHROMEDRIVER)), options=options)
 
@@ -99,6 +100,15 @@ def _outside_requests(driver: Any, base: str) -> list[str]:
     """Network requests (not the browser's own chrome:// pages) to anything but ``base``."""
     network = [u for u in _requested(driver) if u.startswith(("http:", "https:", "ws:", "wss:"))]
     return [u for u in network if not u.startswith(base)]
+
+
+def _download(driver: Any, button: Any, directory: Path) -> Path:
+    """Click a download button and wait for the one file it saves in ``directory`` (empty before)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(directory)})
+    what = f"{button.text} downloads"
+    button.click()
+    return Path(_until(driver, lambda d: [p for p in directory.iterdir() if p.suffix != ".crdownload"], what, 120)[0])
 
 
 def _usable(driver: Any) -> None:
@@ -279,10 +289,20 @@ def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(
             assert driver.execute_script("return sessionStorage.getItem('sparktrain.apiKey')") == ALICE
             driver.get(keyed.url + f"/ui/jobs/{theirs}")  # the key stays for the tab: no form again
             _until(driver, lambda d: "another owner" in d.find_element(By.ID, "content").text, "absent", 30)
+            _shot(driver, tmp, "other-owner")
+            trained = svc.client.get("/models/console-a/versions/1").json()  # by the jobs page's test
+            with transaction(keyed.runtime.db) as s:
+                models.register_version(session=s, name="alice-model", framework="torch", owner="alice", job_id=None,
+                                        artifact_uri=trained["artifact_uri"], metrics=trained["metrics"],
+                                        params=trained["params"])  # fmt: skip
+            driver.get(keyed.url + "/ui/models")
+            native = "#alice-model tr[data-version='1'] button[data-format='archive']"
+            button = _until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, native), "alice's model", 30)[0]
+            saved = _download(driver, button, tmp / "keyed-downloads")
+            assert saved.name == "alice-model-v1.tar.gz" and saved.read_bytes()[:2] == b"\x1f\x8b"
             assert ALICE not in driver.current_url
             urls = [u for u in _requested(driver) if ALICE in u]
             assert urls == [], "the key travels in headers only"
-            _shot(driver, tmp, "other-owner")
         finally:
             driver.quit()
 
@@ -327,6 +347,9 @@ def test_the_gradient_sharing_panel_draws_each_worker_and_its_phases(svc: Servic
 
 
 def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None:
+    import tarfile
+    import zipfile
+
     from selenium.webdriver.common.by import By
 
     browser.get(svc.url + "/ui/models")
@@ -336,6 +359,14 @@ def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None
     _until(browser, lambda d: "champion → v1" in d.find_element(By.ID, "console-a").text, "the alias is set", 30)
     models = {m["name"]: m for m in svc.client.get("/models").json()["items"]}
     assert models["console-a"]["aliases"] == {"champion": 1}
+    buttons = browser.find_elements(By.CSS_SELECTOR, "#console-a tr[data-version='1'] .downloads button")
+    assert [b.get_attribute("data-format") for b in buttons] == ["archive", "mlflow", "onnx"]
+    for button in buttons:
+        saved = _download(browser, button, tmp / "downloads" / str(button.get_attribute("data-format")))
+        with tarfile.open(saved) if saved.suffix == ".gz" else zipfile.ZipFile(saved) as archive:
+            names = archive.getnames() if isinstance(archive, tarfile.TarFile) else archive.namelist()
+        assert {"console-a-v1.tar.gz": "spec.json", "console-a-v1-mlflow.zip": "MLmodel",
+                "console-a-v1-onnx.zip": "model.onnx"}[saved.name] in {Path(n).name for n in names}  # fmt: skip
     _usable(browser)
     _shot(browser, tmp, "models")
     browser.get(svc.url + "/ui/cluster")

@@ -21,10 +21,11 @@ const ST = (() => {
   }
 
   class ApiError extends Error {
-    constructor(status, problem) {
+    constructor(status, problem, retryAfter) {
       super((problem && problem.detail) || "HTTP " + status);
       this.status = status;
       this.problem = problem || {};
+      this.retryAfter = Number(retryAfter) || null;
     }
   }
 
@@ -50,7 +51,7 @@ const ST = (() => {
       askKey(key() ? "The key was refused: " + problem.detail : null);
       throw new ApiError(401, problem);
     }
-    if (!response.ok) throw new ApiError(response.status, await problemOf(response));
+    if (!response.ok) throw new ApiError(response.status, await problemOf(response), response.headers.get("Retry-After"));
     const type = response.headers.get("content-type") || "";
     return type.includes("json") ? response.json() : response;
   }
