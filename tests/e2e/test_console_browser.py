@@ -308,7 +308,10 @@ def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(
 
 
 def test_the_gradient_sharing_panel_draws_each_worker_and_its_phases(svc: Service, browser: Any, tmp: Path) -> None:
-    """The trainer's step metrics by their names (wire_bytes, dense_bytes, tau, sparsity, phase_*_ms), per worker."""
+    """The trainer's step metrics by their names (wire_bytes, dense_bytes, tau, sparsity, phase_*_ms), per worker;
+    1,080 points, so they come in three events (500 points at most in one)."""
+    from selenium.webdriver.common.by import By
+
     phases = ("phase_data_ms", "phase_compute_ms", "phase_encode_ms", "phase_exchange_ms", "phase_apply_ms")
     with transaction(svc.runtime.db) as s:
         job, _ = jobs.create_job(session=s, job_type="train", request={}, framework="torch", name="sharing")
@@ -317,7 +320,7 @@ def test_the_gradient_sharing_panel_draws_each_worker_and_its_phases(svc: Servic
         jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.CANCELLED,
                         finished_at=utcnow(), error_reason="CANCELLED", error_message="a fixture")  # fmt: skip
         points = []
-        for step in range(1, 21):
+        for step in range(1, 61):
             for worker in (0, 1):
                 values = {"tau": 1e-3 / step, "sparsity": 0.01, "wire_bytes": 900.0, "dense_bytes": 40_000.0,
                           **{k: 1.0 + i for i, k in enumerate(phases)}}  # fmt: skip
@@ -341,6 +344,9 @@ def test_the_gradient_sharing_panel_draws_each_worker_and_its_phases(svc: Servic
     assert drawn["chart-phases"] == ["data", "forward/backward", "encode", "exchange", "apply"]
     bars = browser.execute_script("return document.getElementById('chart-phases').data[0].y")
     assert sorted(set(bars)) == ["worker 0", "worker 1"] and len(bars) == 16  # the latest 8 steps of each worker
+    _until(browser, lambda d: "ended" in d.find_element(By.ID, "log-state").text, "every event is read", 30)
+    tau = browser.execute_script("return document.getElementById('chart-tau').data.map(t => t.x.length)")
+    assert tau == [60, 60]  # each point kept once, in whichever event it came
     _usable(browser)
     browser.execute_script("document.getElementById('sharing').scrollIntoView()")
     _shot(browser, tmp, "gradient-sharing")

@@ -16,7 +16,7 @@
     "collective", "clipped_mass", ...PHASES.map((p) => p[0])]);
   const MAX_LOG_LINES = 2000;
   let job = null;
-  let points = [];
+  let byKey = new Map(); // metric key -> its points in arrival order, grown in place as events come
   let drawTimer = null;
   let stream = null;
 
@@ -83,10 +83,12 @@
   function appendLog(lines) {
     const log = document.getElementById("log");
     const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 30;
-    for (const line of lines) {
-      log.appendChild(el("span", { class: line.level }, time(line.time) + " " + line.level + " " + line.message + "\n"));
+    const batch = document.createDocumentFragment();
+    for (const line of lines.slice(-MAX_LOG_LINES)) {
+      batch.appendChild(el("span", { class: line.level }, time(line.time) + " " + line.level + " " + line.message + "\n"));
     }
-    while (log.childNodes.length > MAX_LOG_LINES) log.removeChild(log.firstChild);
+    log.appendChild(batch);
+    for (let extra = log.childNodes.length - MAX_LOG_LINES; extra > 0; extra--) log.removeChild(log.firstChild);
     if (atBottom) log.scrollTop = log.scrollHeight;
   }
 
@@ -98,8 +100,16 @@
     }, 500);
   }
 
+  /* Each point is appended once to its key's list: following a job costs time linear in its points. */
+  function addPoints(list) {
+    for (const p of list) {
+      let same = byKey.get(p.key);
+      if (!same) byKey.set(p.key, (same = []));
+      same.push(p);
+    }
+  }
+
   function drawAll() {
-    const byKey = Charts.index(points);
     const get = (k) => byKey.get(k) || [];
     const withEpoch = (list) => list.filter((p) => p.epoch !== null && p.epoch !== undefined);
     const train = Charts.groupMean(withEpoch(get("loss")), (p) => p.epoch);
@@ -200,7 +210,7 @@
       showState(data);
       if (changed) refreshJob().catch(() => {});
     } else if (type === "metrics") {
-      points = points.concat(data.points);
+      addPoints(data.points);
       scheduleDraw();
     } else if (type === "log") {
       appendLog(data.lines);
@@ -212,7 +222,7 @@
 
   async function start() {
     if (stream) stream.abort();
-    points = [];
+    byKey = new Map();
     ST.clear(document.getElementById("log"));
     try {
       await refreshJob();
