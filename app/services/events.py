@@ -88,6 +88,7 @@ def read_state(*, session: Session, job_id: str) -> JobState | None:
         "attempt": job.attempt,
         "max_attempts": job.max_attempts,
         "worker_id": job.worker_id,
+        "waiting_for": job.waiting_for,
         "started_at": job.started_at,
         "finished_at": job.finished_at,
         "error": {"reason": job.error_reason, "message": job.error_message or ""} if job.error_reason else None,

@@ -1,6 +1,6 @@
 """The console and Swagger UI in a real headless Chromium (Debian's chromium and chromium-driver, driven by selenium),
 against the running service, with every request outside the service blocked. Screenshots are saved under the test's
-tmp dir and copied to var/test-artifacts/."""
+tmp dir and copied to var/test-artifacts/; downloads land in the test's tmp dir."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from app.core.jobstates import JobStatus
 from app.db.base import utcnow
 from app.db.session import transaction
-from app.services import jobs
+from app.services import jobs, models
 from bench.chaos import digits_job
 from tests.helpers import Service, running_service
 
@@ -25,6 +25,7 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts"
 HOSTILE = "<script>alert(1)</script>"
 ALICE, BOB = "alice-0123456789abcdef", "bobby-0123456789abcdef"
+HELD = "held"  # an owner whose task-slot quota (1) keeps a 2-slot job waiting
 
 
 def _browser(tmp: Path) -> Any:
@@ -42,6 +43,7 @@ def _browser(tmp: Path) -> Any:
                  "--proxy-server=http://127.0.0.1:9",  # loopback addresses bypass a proxy by default
                  f"--user-data-dir={tempfile.mkdtemp(dir=tmp)}"):  # fmt: skip
         options.add_argument(flag)
+    options.add_experimental_option("prefs", {"profile.default_content_setting_values.automatic_downloads": 1})
     options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
     return webdriver.Chrome(service=DriverService(str(CHROMEDRIVER)), options=options)
 
@@ -53,7 +55,7 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def svc(spark: Any, tmp: Path) -> Iterator[Service]:
-    with running_service(spark, tmp / "svc") as service:
+    with running_service(spark, tmp / "svc", owner_quotas={HELD: {"task_slots": 1}}) as service:
         yield service
 
 
@@ -100,6 +102,15 @@ def _outside_requests(driver: Any, base: str) -> list[str]:
     return [u for u in network if not u.startswith(base)]
 
 
+def _download(driver: Any, button: Any, directory: Path) -> Path:
+    """Click a download button and wait for the one file it saves in ``directory`` (empty before)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(directory)})
+    what = f"{button.text} downloads"
+    button.click()
+    return Path(_until(driver, lambda d: [p for p in directory.iterdir() if p.suffix != ".crdownload"], what, 120)[0])
+
+
 def _usable(driver: Any) -> None:
     width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
     assert width[0] <= width[1], f"horizontal scrolling at 1280x800: {width}"
@@ -143,6 +154,9 @@ def test_jobs_page_follows_a_job_to_succeeded_and_the_job_page_charts_each_epoch
     row = f"#jobs tbody tr[data-id='{job['id']}']"
     _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row), "the new job appears", timeout=30)
     _until(browser, lambda d: d.find_element(By.CSS_SELECTOR, row).get_attribute("data-status") == "RUNNING", "running")
+    driver_id = svc.client.get(f"/jobs/{job['id']}").json()["worker_id"]
+    assert driver_id and driver_id.count(":") == 2  # host:pid:boot
+    _until(browser, lambda d: d.find_element(By.CSS_SELECTOR, f"{row} td.driver").text == driver_id, "its driver")
     _shot(browser, tmp, "jobs-running")
     _until(browser, lambda d: d.find_element(By.CSS_SELECTOR, row).get_attribute("data-status") == "SUCCEEDED", "done")
     assert browser.execute_script("return window.__notReloaded") is True, "the page was reloaded"
@@ -162,6 +176,7 @@ def test_jobs_page_follows_a_job_to_succeeded_and_the_job_page_charts_each_epoch
     _until(browser, lambda d: "ended" in d.find_element(By.ID, "log-state").text, "the log follows to the end")
     assert "epoch 3 done" in browser.find_element(By.ID, "log").text
     assert browser.find_element(By.ID, "job-status").text == "SUCCEEDED"
+    assert [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#attempts tbody td.driver")] == [driver_id]
     sharing = browser.execute_script("return document.getElementById('chart-tau').data.length")
     assert sharing == 1  # τ of the one worker; absent keys show their empty state instead
     _usable(browser)
@@ -223,23 +238,48 @@ def test_text_from_requests_renders_as_text(svc: Service, browser: Any, tmp: Pat
     _shot(browser, tmp, "escaped")
 
 
-def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(spark: Any, tmp: Path) -> None:
+def test_a_job_held_back_by_a_quota_says_what_it_waits_for(svc: Service, browser: Any, tmp: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    with transaction(svc.runtime.db) as s:  # as the driver that found the owner's slots full left it
+        job, _ = jobs.create_job(session=s, job_type="train", request={}, framework="torch", name="held", owner=HELD,
+                                 slots=2)  # fmt: skip
+        job.waiting_for = "task_slots"
+        job_id = job.id
+    words = f"waiting: task-slots quota of owner {HELD} (the job needs 2 slots)"
+    browser.get(svc.url + "/ui")
+    cell = f"#jobs tbody tr[data-id='{job_id}'] td.driver"
+    _until(browser, lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, cell)] == [words], "the jobs page", 30)
+    browser.get(svc.url + f"/ui/jobs/{job_id}")
+    _until(browser, lambda d: d.find_element(By.ID, "job-waiting").text == words, "the job page says it", 30)
+    _usable(browser)
+    _shot(browser, tmp, "waiting")
+    with transaction(svc.runtime.db) as s:
+        jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.CANCELLED,
+                        finished_at=utcnow(), waiting_for=None, error_reason="CANCELLED",
+                        error_message="a fixture")  # fmt: skip
+    _until(browser, lambda d: not d.find_element(By.ID, "job-waiting").is_displayed(), "no longer waiting", 30)
+
+
+def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(
+    spark: Any, svc: Service, tmp: Path
+) -> None:
     from selenium.webdriver.common.by import By
 
     keys = f"{ALICE}:alice,{BOB}:bob"
-    with running_service(spark, tmp / "keyed", api_keys=keys, in_process_consumer=False) as svc:
-        mine = svc.train(digits_job("alice-job"), headers={"Authorization": f"Bearer {ALICE}"})["id"]
-        theirs = svc.train(digits_job("bob-job"), headers={"Authorization": f"Bearer {BOB}"})["id"]
+    with running_service(spark, tmp / "keyed", api_keys=keys, in_process_consumer=False) as keyed:
+        mine = keyed.train(digits_job("alice-job"), headers={"Authorization": f"Bearer {ALICE}"})["id"]
+        theirs = keyed.train(digits_job("bob-job"), headers={"Authorization": f"Bearer {BOB}"})["id"]
         driver = _browser(tmp)
         try:
-            driver.get(svc.url + "/ui/models")
+            driver.get(keyed.url + "/ui/models")
             _until(driver, lambda d: d.find_element(By.ID, "key-form").is_displayed(), "the console asks for a key", 30)
             driver.find_element(By.ID, "key-input").send_keys(ALICE)
             driver.find_element(By.CSS_SELECTOR, "#key-form button").click()
             empty = _until(driver, lambda d: d.find_element(By.ID, "models-empty").text, "an empty state", 30)
             assert empty.startswith("No models yet") and "POST /train" in empty
             driver.execute_script("sessionStorage.clear()")
-            driver.get(svc.url + "/ui")
+            driver.get(keyed.url + "/ui")
             _until(driver, lambda d: d.find_element(By.ID, "key-form").is_displayed(), "the console asks for a key", 30)
             _shot(driver, tmp, "key-form")
             driver.find_element(By.ID, "key-input").send_keys(ALICE)
@@ -247,18 +287,31 @@ def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(s
             _until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-id='{mine}']"), "alice's job", 30)
             assert not driver.find_elements(By.CSS_SELECTOR, f"tr[data-id='{theirs}']")
             assert driver.execute_script("return sessionStorage.getItem('sparktrain.apiKey')") == ALICE
-            driver.get(svc.url + f"/ui/jobs/{theirs}")  # the key stays for the tab: no form again
+            driver.get(keyed.url + f"/ui/jobs/{theirs}")  # the key stays for the tab: no form again
             _until(driver, lambda d: "another owner" in d.find_element(By.ID, "content").text, "absent", 30)
+            _shot(driver, tmp, "other-owner")
+            trained = svc.client.get("/models/console-a/versions/1").json()  # by the jobs page's test
+            with transaction(keyed.runtime.db) as s:
+                models.register_version(session=s, name="alice-model", framework="torch", owner="alice", job_id=None,
+                                        artifact_uri=trained["artifact_uri"], metrics=trained["metrics"],
+                                        params=trained["params"])  # fmt: skip
+            driver.get(keyed.url + "/ui/models")
+            native = "#alice-model tr[data-version='1'] button[data-format='archive']"
+            button = _until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, native), "alice's model", 30)[0]
+            saved = _download(driver, button, tmp / "keyed-downloads")
+            assert saved.name == "alice-model-v1.tar.gz" and saved.read_bytes()[:2] == b"\x1f\x8b"
             assert ALICE not in driver.current_url
             urls = [u for u in _requested(driver) if ALICE in u]
             assert urls == [], "the key travels in headers only"
-            _shot(driver, tmp, "other-owner")
         finally:
             driver.quit()
 
 
 def test_the_gradient_sharing_panel_draws_each_worker_and_its_phases(svc: Service, browser: Any, tmp: Path) -> None:
-    """The trainer's step metrics by their names (wire_bytes, dense_bytes, tau, sparsity, phase_*_ms), per worker."""
+    """The trainer's step metrics by their names (wire_bytes, dense_bytes, tau, sparsity, phase_*_ms), per worker;
+    1,080 points, so they come in three events (500 points at most in one)."""
+    from selenium.webdriver.common.by import By
+
     phases = ("phase_data_ms", "phase_compute_ms", "phase_encode_ms", "phase_exchange_ms", "phase_apply_ms")
     with transaction(svc.runtime.db) as s:
         job, _ = jobs.create_job(session=s, job_type="train", request={}, framework="torch", name="sharing")
@@ -267,7 +320,7 @@ def test_the_gradient_sharing_panel_draws_each_worker_and_its_phases(svc: Servic
         jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.CANCELLED,
                         finished_at=utcnow(), error_reason="CANCELLED", error_message="a fixture")  # fmt: skip
         points = []
-        for step in range(1, 21):
+        for step in range(1, 61):
             for worker in (0, 1):
                 values = {"tau": 1e-3 / step, "sparsity": 0.01, "wire_bytes": 900.0, "dense_bytes": 40_000.0,
                           **{k: 1.0 + i for i, k in enumerate(phases)}}  # fmt: skip
@@ -291,12 +344,18 @@ def test_the_gradient_sharing_panel_draws_each_worker_and_its_phases(svc: Servic
     assert drawn["chart-phases"] == ["data", "forward/backward", "encode", "exchange", "apply"]
     bars = browser.execute_script("return document.getElementById('chart-phases').data[0].y")
     assert sorted(set(bars)) == ["worker 0", "worker 1"] and len(bars) == 16  # the latest 8 steps of each worker
+    _until(browser, lambda d: "ended" in d.find_element(By.ID, "log-state").text, "every event is read", 30)
+    tau = browser.execute_script("return document.getElementById('chart-tau').data.map(t => t.x.length)")
+    assert tau == [60, 60]  # each point kept once, in whichever event it came
     _usable(browser)
     browser.execute_script("document.getElementById('sharing').scrollIntoView()")
     _shot(browser, tmp, "gradient-sharing")
 
 
 def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None:
+    import tarfile
+    import zipfile
+
     from selenium.webdriver.common.by import By
 
     browser.get(svc.url + "/ui/models")
@@ -306,6 +365,14 @@ def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None
     _until(browser, lambda d: "champion → v1" in d.find_element(By.ID, "console-a").text, "the alias is set", 30)
     models = {m["name"]: m for m in svc.client.get("/models").json()["items"]}
     assert models["console-a"]["aliases"] == {"champion": 1}
+    buttons = browser.find_elements(By.CSS_SELECTOR, "#console-a tr[data-version='1'] .downloads button")
+    assert [b.get_attribute("data-format") for b in buttons] == ["archive", "mlflow", "onnx"]
+    for button in buttons:
+        saved = _download(browser, button, tmp / "downloads" / str(button.get_attribute("data-format")))
+        with tarfile.open(saved) if saved.suffix == ".gz" else zipfile.ZipFile(saved) as archive:
+            names = archive.getnames() if isinstance(archive, tarfile.TarFile) else archive.namelist()
+        assert {"console-a-v1.tar.gz": "spec.json", "console-a-v1-mlflow.zip": "MLmodel",
+                "console-a-v1-onnx.zip": "model.onnx"}[saved.name] in {Path(n).name for n in names}  # fmt: skip
     _usable(browser)
     _shot(browser, tmp, "models")
     browser.get(svc.url + "/ui/cluster")

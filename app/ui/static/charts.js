@@ -48,16 +48,6 @@ const Charts = (() => {
     Plotly.react(node, shown.map(thin), chartLayout, CONFIG);
   }
 
-  /* Points grouped: Map key -> array (in arrival order, which is step order per worker). */
-  function index(points) {
-    const byKey = new Map();
-    for (const p of points) {
-      if (!byKey.has(p.key)) byKey.set(p.key, []);
-      byKey.get(p.key).push(p);
-    }
-    return byKey;
-  }
-
   function groupMean(points, keyOf) {
     const sums = new Map();
     for (const p of points) {
@@ -95,5 +85,5 @@ const Charts = (() => {
       .map(([w, xy]) => Object.assign({ type: "scatter", mode: "lines", name: text(name + " · worker " + w), x: xy.x, y: xy.y }, extra || {}));
   }
 
-  return { text, layout, draw, index, groupMean, groupSum, perWorker };
+  return { text, layout, draw, groupMean, groupSum, perWorker };
 })();

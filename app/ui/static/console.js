@@ -21,10 +21,11 @@ const ST = (() => {
   }
 
   class ApiError extends Error {
-    constructor(status, problem) {
+    constructor(status, problem, retryAfter) {
       super((problem && problem.detail) || "HTTP " + status);
       this.status = status;
       this.problem = problem || {};
+      this.retryAfter = Number(retryAfter) || null;
     }
   }
 
@@ -50,7 +51,7 @@ const ST = (() => {
       askKey(key() ? "The key was refused: " + problem.detail : null);
       throw new ApiError(401, problem);
     }
-    if (!response.ok) throw new ApiError(response.status, await problemOf(response));
+    if (!response.ok) throw new ApiError(response.status, await problemOf(response), response.headers.get("Retry-After"));
     const type = response.headers.get("content-type") || "";
     return type.includes("json") ? response.json() : response;
   }
@@ -225,6 +226,13 @@ const ST = (() => {
     }
   }
 
+  /* What a QUEUED job held back by its owner's quota waits for, in words (the job's waiting_for), or null. */
+  function waitingText(job) {
+    if (!job.waiting_for || job.status !== "QUEUED") return null;
+    const slots = job.waiting_for === "task_slots" && job.slots ? " (the job needs " + job.slots + " slots)" : "";
+    return "waiting: " + job.waiting_for.replace(/_/g, "-") + " quota of owner " + job.owner + slots;
+  }
+
   function jobUrl(id) {
     return root + "/ui/jobs/" + encodeURIComponent(id);
   }
@@ -233,5 +241,5 @@ const ST = (() => {
 
   setUpKeyForm();
   return { root, api, ApiError, start, follow, el, clear, badge, progress, time, duration, notice, facts, jobUrl,
-    ACTIVE, sleep, headers };
+    waitingText, ACTIVE, sleep, headers };
 })();

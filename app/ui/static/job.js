@@ -16,7 +16,7 @@
     "collective", "clipped_mass", ...PHASES.map((p) => p[0])]);
   const MAX_LOG_LINES = 2000;
   let job = null;
-  let points = [];
+  let byKey = new Map(); // metric key -> its points in arrival order, grown in place as events come
   let drawTimer = null;
   let stream = null;
 
@@ -52,7 +52,7 @@
         started_at: attempt.started_at || (current ? j.started_at : null),
       });
       const why = a.error_reason ? a.error_reason + (a.error_message ? ": " + a.error_message : "") : a.ended_at ? a.status : "";
-      body.appendChild(el("tr", {}, el("td", {}, a.attempt), el("td", {}, a.queue || "—"), el("td", {}, a.worker_id || "—"),
+      body.appendChild(el("tr", {}, el("td", {}, a.attempt), el("td", {}, a.queue || "—"), el("td", { class: "driver" }, a.worker_id || "—"),
         el("td", {}, time(a.started_at)), el("td", {}, time(a.ended_at)), el("td", {}, why || (a.attempt === j.attempt ? "current" : "—"))));
     }
     showState(j);
@@ -65,6 +65,10 @@
     document.getElementById("job-progress").style.width = Math.round(100 * (s.progress || 0)) + "%";
     document.getElementById("job-message").textContent =
       Math.round(100 * (s.progress || 0)) + "%" + (s.progress_message ? " · " + s.progress_message : "");
+    const waiting = ST.waitingText(Object.assign({}, job, s));
+    const line = document.getElementById("job-waiting");
+    line.hidden = !waiting;
+    line.textContent = waiting || "";
     document.getElementById("cancel").hidden = !["QUEUED", "STARTING", "RUNNING"].includes(s.status);
     const box = document.getElementById("error-box");
     box.hidden = !s.error;
@@ -79,10 +83,12 @@
   function appendLog(lines) {
     const log = document.getElementById("log");
     const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 30;
-    for (const line of lines) {
-      log.appendChild(el("span", { class: line.level }, time(line.time) + " " + line.level + " " + line.message + "\n"));
+    const batch = document.createDocumentFragment();
+    for (const line of lines.slice(-MAX_LOG_LINES)) {
+      batch.appendChild(el("span", { class: line.level }, time(line.time) + " " + line.level + " " + line.message + "\n"));
     }
-    while (log.childNodes.length > MAX_LOG_LINES) log.removeChild(log.firstChild);
+    log.appendChild(batch);
+    for (let extra = log.childNodes.length - MAX_LOG_LINES; extra > 0; extra--) log.removeChild(log.firstChild);
     if (atBottom) log.scrollTop = log.scrollHeight;
   }
 
@@ -94,8 +100,16 @@
     }, 500);
   }
 
+  /* Each point is appended once to its key's list: following a job costs time linear in its points. */
+  function addPoints(list) {
+    for (const p of list) {
+      let same = byKey.get(p.key);
+      if (!same) byKey.set(p.key, (same = []));
+      same.push(p);
+    }
+  }
+
   function drawAll() {
-    const byKey = Charts.index(points);
     const get = (k) => byKey.get(k) || [];
     const withEpoch = (list) => list.filter((p) => p.epoch !== null && p.epoch !== undefined);
     const train = Charts.groupMean(withEpoch(get("loss")), (p) => p.epoch);
@@ -196,7 +210,7 @@
       showState(data);
       if (changed) refreshJob().catch(() => {});
     } else if (type === "metrics") {
-      points = points.concat(data.points);
+      addPoints(data.points);
       scheduleDraw();
     } else if (type === "log") {
       appendLog(data.lines);
@@ -208,7 +222,7 @@
 
   async function start() {
     if (stream) stream.abort();
-    points = [];
+    byKey = new Map();
     ST.clear(document.getElementById("log"));
     try {
       await refreshJob();

@@ -1,4 +1,5 @@
-/* Jobs page: newest first, filtered by state, type and model, refreshed every 2 s. */
+/* Jobs page: newest first, filtered by state, type and model, refreshed every 2 s; which driver runs each job, or
+ * what a queued one waits for. */
 "use strict";
 
 (() => {
@@ -31,7 +32,17 @@
       el("td", {}, progress(job.progress, job.progress_message)),
       el("td", {}, duration(job.started_at, job.finished_at)),
       el("td", {}, job.attempt + " / " + job.max_attempts),
+      driverCell(job),
       el("td", {}, time(job.created_at)));
+  }
+
+  /* The driver (host:pid:boot) that runs the job or ran it last; for a queued job, what it waits for. */
+  function driverCell(job) {
+    const waiting = ST.waitingText(job);
+    if (waiting) return el("td", { class: "driver waiting" }, waiting);
+    if (!job.worker_id) return el("td", { class: "driver muted" }, job.status === "QUEUED" ? "queued" : "—");
+    return el("td", { class: "driver" + (ST.ACTIVE.has(job.status) ? "" : " muted"), title: "driver " + job.worker_id },
+      job.worker_id);
   }
 
   function updateCompare() {

@@ -13,21 +13,58 @@
     return parts.slice(0, 6).join(", ") || "—";
   }
 
-  async function download(name, version, button) {
+  /* The formats GET .../artifact serves (the version's "formats"), as the buttons name them. */
+  const FORMATS = {
+    archive: ["Native", "the model directory as .tar.gz (a torch model loads without sparktrain)"],
+    mlflow: ["MLflow", "the MLflow model directory as .zip (mlflow.pyfunc.load_model)"],
+    onnx: ["ONNX", "model.onnx and its sidecar as .zip (the first download exports it)"],
+  };
+  const MAX_EXPORT_WAITS = 12;
+
+  function filenameOf(response, fallback) {
+    const match = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
+    return match ? match[1] : fallback;
+  }
+
+  /* fetch() with the key in the Authorization header, the body saved from a Blob: the key never goes in a URL. An
+   * ONNX export still running (503 with Retry-After) is asked again. */
+  async function download(name, version, format, button) {
+    const label = button.textContent;
     button.disabled = true;
     try {
-      const response = await api(path(name) + "/versions/" + version + "/artifact");
+      let response;
+      for (let waits = 0; ; waits++) {
+        try {
+          response = await api(path(name) + "/versions/" + version + "/artifact?format=" + encodeURIComponent(format));
+          break;
+        } catch (e) {
+          if (e.status !== 503 || !e.retryAfter || waits >= MAX_EXPORT_WAITS) throw e;
+          button.textContent = "exporting…";
+          await ST.sleep(Math.min(e.retryAfter, 10) * 1000);
+        }
+      }
       const url = URL.createObjectURL(await response.blob());
-      const link = el("a", { href: url, download: name + "-v" + version + ".tar.gz" });
+      const link = el("a", { href: url, download: filenameOf(response, name + "-v" + version + "-" + format) });
       document.body.appendChild(link);
       link.click();
       link.remove();
       setTimeout(() => URL.revokeObjectURL(url), 10000);
+      ST.notice(null);
     } catch (e) {
-      ST.notice("Download: " + e.message);
+      ST.notice("Download of " + name + " v" + version + " (" + format + "): " + e.message);
     } finally {
+      button.textContent = label;
       button.disabled = false;
     }
+  }
+
+  function downloads(model, v) {
+    return el("div", { class: "downloads" }, (v.formats || ["archive"]).map((format) => {
+      const [label, what] = FORMATS[format] || [format, format];
+      const button = el("button", { type: "button", "data-format": format, title: "Download " + what }, label);
+      button.addEventListener("click", () => download(model.name, v.version, format, button));
+      return button;
+    }));
   }
 
   function aliasForm(model) {
@@ -65,17 +102,14 @@
   }
 
   function card(model) {
-    const rows = model.versions.slice().reverse().map((v) => {
-      const button = el("button", { type: "button" }, "Download");
-      button.addEventListener("click", () => download(model.name, v.version, button));
-      return el("tr", {}, el("td", {}, "v" + v.version), el("td", {}, v.framework), el("td", {}, time(v.created_at)),
-        el("td", {}, metricsText(v.metrics)),
-        el("td", {}, v.job_id ? el("a", { href: ST.jobUrl(v.job_id) }, v.job_id.slice(0, 12)) : "—"), el("td", {}, button));
-    });
+    const rows = model.versions.slice().reverse().map((v) => el("tr", { "data-version": v.version },
+      el("td", {}, "v" + v.version), el("td", {}, v.framework), el("td", {}, time(v.created_at)),
+      el("td", {}, metricsText(v.metrics)),
+      el("td", {}, v.job_id ? el("a", { href: ST.jobUrl(v.job_id) }, v.job_id.slice(0, 12)) : "—"), el("td", {}, downloads(model, v))));
     return el("div", { class: "model", id: model.name },
       el("h2", {}, model.name, " ", el("span", { class: "muted" }, "owner " + model.owner)),
       aliasList(model),
-      el("table", { class: "small" }, el("thead", {}, el("tr", {}, ["Version", "Framework", "Created", "Metrics", "Training job", ""].map((h) => el("th", {}, h)))),
+      el("table", { class: "small" }, el("thead", {}, el("tr", {}, ["Version", "Framework", "Created", "Metrics", "Training job", "Download"].map((h) => el("th", {}, h)))),
         el("tbody", {}, rows)),
       aliasForm(model));
   }
