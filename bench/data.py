@@ -52,6 +52,7 @@ def _tensors_only(cfg: dict[str, Any]) -> Any:
 
         import pyarrow as pa
 
+        from workers.training.torch.comm import StoreGather, join_store
         from workers.training.torch.config import TrainerConfig
         from workers.training.torch.data import checked_splits, load_splits, save_splits
 
@@ -59,14 +60,16 @@ def _tensors_only(cfg: dict[str, Any]) -> Any:
         from pyspark import BarrierTaskContext
 
         task = BarrierTaskContext.get()
-        rank = task.partitionId()
+        rank, world_size = task.partitionId(), len(task.getTaskInfos())
         t0 = clock.perf_counter()
+        assert config.rendezvous is not None  # the driver's store, as a job's tasks join it (remote.py)
+        store = join_store(config.rendezvous[0], config.rendezvous[1], world_size, config.collective_timeout_s)
         if config.export_mode == "read":
             for _ in batches:
                 pass
             train, val = load_splits(Path(config.export_dir or ""), rank)
         else:
-            train, val, _counts = checked_splits(batches, config.data, rank, task.allGather)
+            train, val, _counts = checked_splits(batches, config.data, rank, StoreGather(store, rank, world_size))
             if config.export_mode == "write":
                 save_splits(Path(config.export_dir or ""), rank, train, val)
         rows = len(train) + len(val)
@@ -106,7 +109,7 @@ def sparktrain(spark: Any, settings: Any, path: Path, data_path: str) -> tuple[f
     from app.schemas.train import TrainRequest
     from app.services.planning.training import plan_training
     from bench.trainer import BenchContext
-    from workers.training.torch.driver import trainer_config
+    from workers.training.torch.driver import rendezvous, trainer_config
     from workers.training.torch.export import stage_input, write_manifest
 
     request = TrainRequest.model_validate(
@@ -131,7 +134,9 @@ def sparktrain(spark: Any, settings: Any, path: Path, data_path: str) -> tuple[f
             export_mode=data.export_mode,
         )
         t1 = time.perf_counter()
-        out = data.frame.mapInArrow(_tensors_only(cfg.to_dict()), "rows long, s double", barrier=True).collect()
+        with rendezvous("127.0.0.1", cfg) as address:
+            shipped = _tensors_only(replace(cfg, rendezvous=address).to_dict())
+            out = data.frame.mapInArrow(shipped, "rows long, s double", barrier=True).collect()
         staged = time.perf_counter() - t1
         if data.export_mode == "write":
             write_manifest(data, "b")

@@ -6,10 +6,10 @@ flags, every hop of the ring, and gloo's TCP framing of each send and receive. N
 the TCPStore traffic of the rendezvous. The count is checked against the kernel's per-socket counters in
 ``tests/workers/training/torch/test_many_workers.py``; under NCCL it is the same ring model, not measured.
 
-Executor-side: imports only torch. Rendezvous goes through a TCPStore that rank 0 opens on a port the OS
-picks (no probe-then-bind race); the port reaches the other ranks through Spark's barrier ``allGather`` or,
-without Spark, through the caller. Every collective has a timeout, so a lost peer fails the stage instead of
-hanging it.
+Executor-side: imports only torch. Rendezvous goes through a TCPStore on a port the OS picks (no probe-then-bind
+race): in a job the driver opens it for the stage and every rank joins it (:func:`join_store`); a task run by hand
+has rank 0 open it, and the port reaches the other ranks through the caller. Every collective has a timeout, so a
+lost peer fails the stage instead of hanging it.
 """
 
 from __future__ import annotations
@@ -102,9 +102,38 @@ def dense_ring_total(dense_bytes: int, world_size: int) -> int:
 
 
 def open_store(host: str, world_size: int, timeout_s: float, port: int | None = None) -> dist.TCPStore:
-    """Rank 0's rendezvous store, on ``port`` or a free one (its ``port`` attribute)."""
+    """A rendezvous store (the driver's for a job, or rank 0's), on ``port`` or a free one (its ``port``
+    attribute)."""
     timeout = timedelta(seconds=timeout_s)
     return dist.TCPStore(host, port or 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
+
+
+def join_store(host: str, port: int, world_size: int, timeout_s: float) -> dist.TCPStore:
+    """A rank's connection to the store the driver opened for the job; a clear error when it cannot be reached."""
+    try:
+        return dist.TCPStore(host, port, world_size, is_master=False, timeout=timedelta(seconds=timeout_s))
+    except (RuntimeError, OSError) as exc:  # torch's DistNetworkError is a RuntimeError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConnectionError(
+            f"this task cannot reach the driver's rendezvous store at {host}:{port} ({first}). Executors must be "
+            "able to open connections to the driver (spark.driver.host, and any firewall between them): the job's "
+            "progress reports take the same route."
+        ) from exc
+
+
+class StoreGather:
+    """``all_gather`` over the job's store: every rank's string, in rank order (what Spark's barrier
+    ``allGather`` gives, without its whole-second waits). Each call is one round of keys under ``gather/``; a rank
+    waits for the others' keys up to the store's timeout."""
+
+    def __init__(self, store: dist.Store, rank: int, world_size: int) -> None:
+        self._store = dist.PrefixStore("gather", store)
+        self._rank, self._world_size, self._round = rank, world_size, 0
+
+    def __call__(self, message: str) -> list[str]:
+        self._round += 1
+        self._store.set(f"{self._round}/{self._rank}", message)
+        return [self._store.get(f"{self._round}/{r}").decode() for r in range(self._world_size)]
 
 
 class Comm:
@@ -120,14 +149,17 @@ class Comm:
         share_port: Callable[[int], int] | None = None,
         store: dist.TCPStore | None = None,
     ) -> None:
-        """Join the process group. Rank 0 opens the store: on ``port``, or on a free port when ``port`` is None,
-        which ``share_port`` (rank 0's port in, rank 0's port out on every rank) hands to the others; or rank 0
-        brings the ``store`` it opened before (:func:`open_store`)."""
+        """Join the process group. Every rank brings the ``store`` (the driver's, :func:`join_store`) when no
+        ``share_port`` is given. Otherwise rank 0 opens the store: on ``port``, or on a free port when ``port`` is
+        None, which ``share_port`` (rank 0's port in, rank 0's port out on every rank) hands to the others; or rank
+        0 brings the ``store`` it opened before (:func:`open_store`)."""
         self.rank, self.world_size, self.device = rank, world_size, device
         self.wire_bytes = 0
         """Bytes this rank has put on the wire in collectives so far."""
         timeout = timedelta(seconds=timeout_s)
-        if rank == 0:
+        if store is not None and share_port is None:
+            pass  # every rank holds the job's store already
+        elif rank == 0:
             store = store or open_store(host, world_size, timeout_s, port)
             port = store.port
             if share_port is not None:

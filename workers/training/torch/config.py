@@ -156,6 +156,10 @@ class TrainerConfig:
     """Epochs already done (from the resumed checkpoint)."""
     monitor: tuple[str, int, str] | None = None
     """(host, port, token) of the driver's event sink; None runs silently (tests, the GPU check)."""
+    rendezvous: tuple[str, int] | None = None
+    """(host, port) of the job's TCPStore, which the driver opens for the stage: every rank joins it, and the data
+    check's exchange goes through it too, so the tasks need no Spark ``allGather`` (which waits in whole seconds).
+    None: rank 0 opens the store and its port goes through ``all_gather`` (a task run by hand)."""
     collective_timeout_s: float = 300.0
     threads: int = 1
     metrics_every: int = 1
@@ -190,6 +194,8 @@ class TrainerConfig:
         d["data"] = DataLayout(**data)
         if d.get("monitor") is not None:
             d["monitor"] = tuple(d["monitor"])
+        if d.get("rendezvous") is not None:
+            d["rendezvous"] = tuple(d["rendezvous"])
         return cls(**d)
 
 

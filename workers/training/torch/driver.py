@@ -14,6 +14,7 @@ import json
 import socket
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +24,7 @@ from workers.data.normalize import Normalizer
 from workers.environment.driver import check_executors
 from workers.inference.examples import example_rows
 from workers.inference.signature import build_signature
+from workers.training.torch.comm import open_store
 from workers.training.torch.config import DataLayout, TorchPlan, TrainerConfig
 from workers.training.torch.export import stage_input, write_manifest
 from workers.training.torch.monitor import Monitor
@@ -57,6 +59,19 @@ def shipped_function(cfg: dict[str, Any]) -> Callable[[Iterator[Any]], Iterator[
         )
 
     return train_partition
+
+
+@contextmanager
+def rendezvous(host: str, cfg: TrainerConfig) -> Iterator[tuple[str, int]]:
+    """The job's TCPStore, open on the driver while the stage runs: every rank joins it for the process group and
+    the data check, so the tasks make no Spark ``allGather`` (which waits in whole seconds: about one second per
+    job, ``bench.data``). Like the event sink, it needs executors that can connect to the driver. It holds no
+    secret and lives for one attempt; a store of rank 0's had the same exposure before."""
+    store = open_store(host, cfg.num_workers, cfg.collective_timeout_s)
+    try:
+        yield host, int(store.port)
+    finally:
+        del store  # the server stops with its last reference
 
 
 def _monitor_host(ctx: JobContext) -> str:
@@ -154,8 +169,9 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         metric = plan.early_stopping["metric"]
         raise JobFailure("INVALID_REQUEST", f"early stopping on {metric} needs validation rows, and there are none")
     ctx.check_cancelled()
-    with Monitor(ctx, host=_monitor_host(ctx), on_checkpoint=ctx.checkpoint) as monitor:
-        cfg = replace(cfg, monitor=(monitor.address[0], monitor.address[1], monitor.token))
+    host = _monitor_host(ctx)
+    with Monitor(ctx, host=host, on_checkpoint=ctx.checkpoint) as monitor, rendezvous(host, cfg) as address:
+        cfg = replace(cfg, monitor=(monitor.address[0], monitor.address[1], monitor.token), rendezvous=address)
         collected = data.frame.mapInArrow(shipped_function(cfg.to_dict()), RESULT_SCHEMA, barrier=True).collect()
     results = sorted((json.loads(r["result"]) for r in collected), key=lambda r: r["rank"])
     for r in results:

@@ -23,7 +23,7 @@ import torch
 from workers import storage
 from workers.training.torch import checkpoint as ckpt
 from workers.training.torch.bookkeeping import Counters, diverged, non_finite_message, replica_checksum, totals
-from workers.training.torch.comm import Comm, open_store
+from workers.training.torch.comm import Comm, StoreGather, join_store, open_store
 from workers.training.torch.config import TrainerConfig
 from workers.training.torch.data import Split
 from workers.training.torch.early_stopping import META_KEY, EarlyStopping
@@ -347,7 +347,8 @@ def _train(
 
 
 class Rendezvous:
-    """The barrier tasks' allGathers, made as few as the job allows.
+    """The barrier tasks' allGathers, made as few as the job allows, when the driver opened no store for the job
+    (``TrainerConfig.rendezvous``: a task run by hand); a job's tasks use the driver's store instead.
 
     Spark's ``BarrierTaskContext`` waits for an allGather by sleeping a whole second at a time (``runBarrier``
     polls its RPC with ``Thread.sleep(1000)``), so every allGather costs the tasks that reach it first about one
@@ -398,8 +399,16 @@ def barrier_partition(
     from workers.training.torch.report import SocketReporter
 
     cfg = TrainerConfig.from_dict(cfg_dict)
-    store = open_store(host, world_size, cfg.collective_timeout_s) if rank == 0 else None
-    rendezvous = Rendezvous(all_gather, store.port if store is not None else None)
+    gather: Callable[[str], list[str]]
+    share_port: Callable[[int], int] | None
+    store: Any
+    if cfg.rendezvous is not None:  # the driver's store: no Spark allGather at all
+        store = join_store(cfg.rendezvous[0], cfg.rendezvous[1], world_size, cfg.collective_timeout_s)
+        gather, share_port = StoreGather(store, rank, world_size), None
+    else:
+        store = open_store(host, world_size, cfg.collective_timeout_s) if rank == 0 else None
+        rendezvous = Rendezvous(all_gather, store.port if store is not None else None)
+        gather, share_port = rendezvous.gather, rendezvous.share_port
     rows = None
     if cfg.export_mode == "read":
         for _ in batches:  # a placeholder partition: the rows come from the export
@@ -407,7 +416,7 @@ def barrier_partition(
         train, val = load_splits(Path(cfg.export_dir or ""), rank)
     else:
         try:  # tasks that check their own rows share the counts (and fail alike): workers/data/arrow_read.py
-            train, val, rows = checked_splits(batches, cfg.data, rank, rendezvous.gather)
+            train, val, rows = checked_splits(batches, cfg.data, rank, gather)
         except DataFailure as exc:
             failed = _failed({"rank": rank}, exc.reason, exc.message)
             yield pa.RecordBatch.from_arrays(
@@ -430,7 +439,7 @@ def barrier_partition(
             train=train,
             val=val,
             reporter=reporter,
-            share_port=rendezvous.share_port,
+            share_port=share_port,
             gpu_addresses=gpu_addresses,
             store=store,
         )

@@ -1,5 +1,6 @@
-"""The barrier tasks' allGathers: rank 0's store port rides on the data check's allGather, so a job whose tasks
-check their rows makes one allGather before training, not two (Spark's barrier calls wait in whole seconds)."""
+"""Rendezvous of the barrier tasks. A job's tasks join the store the driver opened and make no Spark allGather. Without
+one (a task run by hand) rank 0's store port rides on the data check's allGather, so tasks that check their rows make
+one allGather before training, not two (Spark's barrier calls wait in whole seconds)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,62 @@ def test_without_a_data_check_the_rendezvous_gathers_once(world: int) -> None:
     results, rounds = _ranks(world, check=False)
     assert rounds == 1
     assert results == [(None, 4321)] * world
+
+
+RANK_MAIN = """
+import json, sys
+import torch
+from workers.training.torch.comm import Comm, StoreGather, join_store
+host, port, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+store = join_store(host, port, world, 30.0)
+gather = StoreGather(store, rank, world)
+rounds = [gather(f"rank {rank} round {n}") for n in range(2)]
+comm = Comm(rank=rank, world_size=world, host=host, port=None, device=torch.device("cpu"), timeout_s=30.0, store=store)
+total = torch.tensor([float(rank + 1)])
+comm._all_reduce(total)
+print(json.dumps({"rounds": rounds, "sum": total.item()}))
+"""
+
+
+def test_every_rank_joins_the_drivers_store_for_the_data_check_and_the_process_group() -> None:
+    """A job's tasks join the store the driver opened (workers/training/torch/driver.py ``rendezvous``): two
+    gathers and a gloo all-reduce over it, with no Spark and no port handed round."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from workers.training.torch.comm import open_store
+
+    world = 3
+    store = open_store("127.0.0.1", world, 30.0)
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_MAIN, "127.0.0.1", str(store.port), str(rank), str(world)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[4],
+        )
+        for rank in range(world)
+    ]
+    outs = [p.communicate(timeout=120) for p in ranks]
+    for p, (_, err) in zip(ranks, outs, strict=True):
+        assert p.returncode == 0, err
+    found = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    expected = [[f"rank {r} round {n}" for r in range(world)] for n in range(2)]
+    assert found == [{"rounds": expected, "sum": 6.0}] * world
+
+
+def test_a_store_that_cannot_be_reached_says_what_to_check() -> None:
+    import socket
+
+    from workers.training.torch.comm import join_store
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(
+        ConnectionError, match=r"cannot reach the driver's rendezvous store at 127.0.0.1:\d+.*spark.driver.host"
+    ):
+        join_store("127.0.0.1", port, 2, 1.0)
