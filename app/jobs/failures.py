@@ -32,8 +32,27 @@ _STORAGE_ERRNOS = {errno.ENOSPC: "STORAGE_FULL", errno.EDQUOT: "STORAGE_FULL", e
 _STORAGE_ERROR = re.compile(r"StorageError: (STORAGE_[A-Z]+): (.*)")
 
 
+STORAGE_FIXES = {
+    "STORAGE_FULL": "free space in the artifact store (SPARKTRAIN_ARTIFACT_ROOT, or SPARKTRAIN_ARTIFACT_STORE when "
+    "set) or give it more",
+    "STORAGE_UNAVAILABLE": "make the artifact store reachable and writable (SPARKTRAIN_ARTIFACT_ROOT mounted "
+    "read-write, or SPARKTRAIN_ARTIFACT_STORE and its credentials when set)",
+}
+"""What to do about a storage failure: the end of its message, whichever way it was reported."""
+
+
 def describe_failure(exc: BaseException) -> tuple[str, str]:
-    """(reason, message) for the job's ``error``: a readable line, never a Java object that does not pickle."""
+    """(reason, message) for the job's ``error``: a readable line, never a Java object that does not pickle. A
+    storage failure's message ends with what to do about it (:data:`STORAGE_FIXES`)."""
+    reason, message = _describe(exc)
+    fix = STORAGE_FIXES.get(reason)
+    if fix is None or fix in message:
+        return reason, message
+    fix = f"; {fix}, and the job runs again after SPARKTRAIN_RETRY_DELAY_S while attempts remain"
+    return reason, message[: MAX_MESSAGE - len(fix)] + fix
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, JobFailure):
         return exc.reason, exc.message[:MAX_MESSAGE]
     if isinstance(exc, AppError):

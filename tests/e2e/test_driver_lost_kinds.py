@@ -5,8 +5,11 @@
 - a batch prediction starts again from scratch: its output is written to a private directory and renamed into
   place, so the output holds exactly one row per key, nothing of the dead attempt is left, and a reader never saw
   half of it;
-- a Spark ML fit started again from scratch (the same rule: nothing it writes is visible before it succeeds) is
-  covered by tests/app/services/test_reconcile.py and ``bench.chaos``, which kills drivers under every family.
+- a Spark ML fit (a cross-validated grid) and an evaluation start again from scratch (the same rule: nothing they
+  write is visible before they succeed): the fit registers exactly one model version, from a grid of one attempt
+  alone, and the evaluation stores one result that counts every row once.
+
+Every attempt that ended with its driver says so (``DRIVER_LOST``), and the job's log says how the next one ran.
 """
 
 from __future__ import annotations
@@ -38,6 +41,16 @@ def _data(data: Path) -> tuple[str, str, int]:
     keyed = pd.concat([taxi] * 300, ignore_index=True)
     keyed.assign(trip_id=np.arange(len(keyed))).to_parquet(data / "taxi-keyed.parquet")
     return str(data / "taxi-big.parquet"), str(data / "taxi-keyed.parquet"), len(keyed)
+
+
+def _small_data(data: Path) -> tuple[str, str, int]:
+    """Taxi fares repeated: enough rows for a Spark ML grid and an evaluation to take seconds, not minutes."""
+    data.mkdir()
+    train = pd.read_parquet(REPO / "datasets/taxi/train.parquet")
+    pd.concat([train] * 8, ignore_index=True).to_parquet(data / "taxi-fit.parquet")
+    taxi = pd.read_parquet(REPO / "datasets/taxi/eval.parquet")
+    pd.concat([taxi] * 100, ignore_index=True).to_parquet(data / "taxi-eval.parquet")
+    return str(data / "taxi-fit.parquet"), str(data / "taxi-eval.parquet"), 100 * len(taxi)
 
 
 def _xgboost(name: str, uri: str, **params: Any) -> dict[str, Any]:
@@ -96,3 +109,70 @@ def test_a_killed_xgboost_job_continues_from_its_checkpoint_and_a_batch_predicti
     assert table.num_rows == keys and len(set(table.column("trip_id").to_pylist())) == keys
     assert (out / "_SPARKTRAIN_JOB").read_text() == pred
     assert not [p.name for p in out.parent.iterdir() if ".partial" in p.name], "nothing of the dead attempt is left"
+
+
+def test_a_killed_spark_ml_fit_and_a_killed_evaluation_start_again_from_scratch(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    fit_uri, eval_uri, rows = _small_data(tmp_path / "data")
+    env = driver_env(tmp_path, heartbeat_stale_s="3", reconcile_interval_s="1",
+                     data_roots=f"{REPO / 'datasets'},{tmp_path / 'data'}")  # fmt: skip
+    started: list[Driver] = []
+    request.addfinalizer(lambda: [d.stop() for d in started])
+    first = Driver(env, tmp_path / "first.log")
+    started.append(first.start())
+    seed = first.wait_job(first.client.post("/train", json=_xgboost("seed", "datasets/taxi/train.parquet",
+                                                                     num_round=10)).json()["id"])  # fmt: skip
+    assert seed["status"] == "SUCCEEDED", seed["error"]
+    grid = {"algorithm": "random_forest", "num_folds": 2, "grid": {"maxDepth": [4, 6], "numTrees": [8]}}
+    fit_body = {
+        "name": "forest",
+        "framework": "spark_ml",
+        "params": grid,
+        "dataset": {"uri": fit_uri, "features": TAXI_FEATURES, "label": "fare_amount", "task": "regression"},
+    }
+    fit = first.client.post("/train", json=fit_body).json()["id"]
+    deadline = time.monotonic() + 600
+    while not ((job := first.client.get(f"/jobs/{fit}").json())["progress_message"] or "").startswith(
+        "cross-validation fit "
+    ):  # at least one of the four fits is done: the kill lands in the middle of the grid
+        assert job["status"] in ("QUEUED", "STARTING", "RUNNING"), job
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    evaluate = {"model": {"name": "seed"}, "dataset": {"uri": eval_uri}, "metrics": ["regression"]}
+    ev = first.client.post("/evaluate", json=evaluate).json()["id"]
+    while (job := first.client.get(f"/jobs/{ev}").json())["progress_message"] != "evaluating":
+        assert job["status"] in ("QUEUED", "STARTING", "RUNNING"), job
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert first.client.get(f"/jobs/{fit}").json()["status"] == "RUNNING", "the fit finished before the kill"
+    assert first.client.get(f"/jobs/{ev}").json()["status"] == "RUNNING", "the evaluation finished before the kill"
+    first.kill()
+
+    second = Driver(env, tmp_path / "second.log")
+    started.append(second.start())
+    for job_id in (fit, ev):
+        job = wait_final(second.client, job_id)
+        assert job["status"] == "SUCCEEDED", job["error"]
+        assert job["attempt"] == 2, job["attempts"]
+        ended = [(a["attempt"], a.get("status"), a.get("error_reason")) for a in job["attempts"]]
+        assert ended[0] == (1, "FAILED", "DRIVER_LOST"), job["attempts"]
+        assert [a["attempt"] for a in job["attempts"]] == [1, 2], job["attempts"]
+        assert job["attempts"][1]["worker_id"] == job["worker_id"] != job["attempts"][0]["worker_id"]
+        lines = log_lines(second.client, job_id)
+        assert "attempt 2 queued: starts from scratch" in lines, lines
+        assert sum(line.startswith("attempt 2 started on ") for line in lines) == 1, lines
+
+    job = second.client.get(f"/jobs/{fit}").json()
+    assert len(job["result"]["cross_validation"]["grid"]) == 2, job["result"]  # one grid, not two attempts' mixed
+    versions = [v for m in second.client.get("/models").json()["items"] for v in m["versions"] if v["job_id"] == fit]
+    assert len(versions) == 1, versions
+    assert job["model"] == {"name": "forest", "version": versions[0]["version"]}
+    predicted = second.client.post(
+        "/predict", json={"model": {"name": "forest"}, "dataframe_records": [dict.fromkeys(TAXI_FEATURES, 1.0)]}
+    )
+    assert predicted.status_code == 200, predicted.text
+
+    result = second.client.get(f"/jobs/{ev}").json()["result"]
+    assert result["rows"] == rows and result["bad_rows"] == 0, result  # every row counted once
+    assert set(result["regression"]) >= {"rmse", "mae", "r2"}, result

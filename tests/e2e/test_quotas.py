@@ -1,8 +1,8 @@
-"""Quotas per owner over real HTTP: a job over the concurrent-jobs quota waits in QUEUED (its ``waiting_for``
-says why) and starts when the owner's running job ends; a submit over the queued-jobs quota and requests over the
-per-key rate are 429 problem+json naming the quota, with ``Retry-After``; a job that could never fit the owner's
-task slots is a 422; ``GET /owners/me/usage`` shows the quotas and what is used, and an owner's usage is visible to
-that owner and admins only."""
+"""Quotas per owner over real HTTP: a job over the concurrent-jobs quota, or over the task-slots quota, waits in
+QUEUED (its ``waiting_for`` says which) and starts when the owner's running job ends; a submit over the
+queued-jobs quota and requests over the per-key rate are 429 problem+json naming the quota, with ``Retry-After``;
+a job that could never fit the owner's task slots is a 422; ``GET /owners/me/usage`` shows the quotas and what is
+used, and an owner's usage is visible to that owner and admins only."""
 
 from __future__ import annotations
 
@@ -17,13 +17,18 @@ from bench.chaos import digits_job
 from tests.helpers import Service, running_service
 
 pytestmark = pytest.mark.slow
-ALICE, BOB, ROOT = "alice-key-0123456789", "bob-key-0123456789ab", "root-key-0123456789a"
+ALICE, BOB, CAROL = "alice-key-0123456789", "bob-key-0123456789ab", "carol-key-0123456789"
+ROOT = "root-key-0123456789a"
 
 
 @pytest.fixture(scope="module")
 def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    quotas = {"alice": {"concurrent_jobs": 1, "queued_jobs": 1, "task_slots": 1}, "bob": {"requests_per_s": 2}}
-    keys = f"{ALICE}:alice,{BOB}:bob,{ROOT}:root:admin"
+    quotas = {
+        "alice": {"concurrent_jobs": 1, "queued_jobs": 1, "task_slots": 1},
+        "bob": {"requests_per_s": 2},
+        "carol": {"task_slots": 1},
+    }  # carol: no limit on jobs at once, one task slot
+    keys = f"{ALICE}:alice,{BOB}:bob,{CAROL}:carol,{ROOT}:root:admin"
     with running_service(spark, tmp_path_factory.mktemp("quotas"), api_keys=keys, owner_quotas=quotas,
                          reconcile_interval_s=1.0) as service:  # fmt: skip
         yield service
@@ -67,6 +72,31 @@ def test_a_job_over_the_concurrent_quota_waits_and_submits_over_the_queued_quota
     assert [j["status"] for j in done] == ["SUCCEEDED", "SUCCEEDED"], [j["error"] for j in done]
     assert done[1]["attempt"] == 1 and done[1]["waiting_for"] is None, "waiting cost it no attempt"
     assert done[1]["started_at"] >= done[0]["finished_at"], "it started once the first one had ended"
+
+
+def test_a_job_over_the_slot_quota_waits_in_queued_and_runs_once_the_owners_other_job_ends(svc: Service) -> None:
+    """carol may hold one task slot and run any number of jobs: her second one-worker job finds a free slot on the
+    cluster (local[2]) and a free consumer, and still waits, for the quota alone."""
+    carol = _as(svc, CAROL)
+    first = carol.post("/train", json=digits_job("carol-1", epochs=6, units=64, batch=16, workers=1)).json()["id"]
+    _job(carol, first, lambda j: j["status"] == "RUNNING")
+    second = carol.post("/train", json=digits_job("carol-2", epochs=1, workers=1)).json()["id"]
+    waiting = _job(carol, second, lambda j: j["waiting_for"] is not None or j["status"] != "QUEUED")
+    assert (waiting["status"], waiting["waiting_for"], waiting["slots"]) == ("QUEUED", "task_slots", 1), waiting
+    assert carol.get(f"/jobs/{first}").json()["status"] == "RUNNING", "it waits while the first job holds the slot"
+    logs = [line["message"] for line in carol.get(f"/jobs/{second}/logs").json()["lines"]]
+    assert any(m.startswith("waits in QUEUED: its owner's task_slots quota is used up") for m in logs), logs
+
+    usage = carol.get("/owners/me/usage").json()
+    assert usage["owner"] == "carol" and usage["waiting"] == {"task_slots": 1}, usage
+    assert usage["quotas"]["task_slots"] == {"limit": 1, "used": 1}
+    assert usage["quotas"]["concurrent_jobs"] == {"limit": None, "used": 1}, "no job-count quota holds it"
+
+    done = [_job(carol, job_id, lambda j: j["status"] in ("SUCCEEDED", "FAILED")) for job_id in (first, second)]
+    assert [j["status"] for j in done] == ["SUCCEEDED", "SUCCEEDED"], [j["error"] for j in done]
+    assert done[1]["attempt"] == 1 and done[1]["waiting_for"] is None, "waiting cost it no attempt"
+    assert done[1]["started_at"] >= done[0]["finished_at"], "it started once the first one had ended"
+    assert carol.get("/owners/me/usage").json()["quotas"]["task_slots"] == {"limit": 1, "used": 0}
 
 
 def test_requests_over_the_rate_are_429_per_key_and_health_checks_never(svc: Service) -> None:

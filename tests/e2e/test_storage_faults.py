@@ -1,14 +1,19 @@
-"""The artifact store full during a checkpoint (a small tmpfs of the test's own as the artifact root, filled up): the
-attempt fails with reason STORAGE_FULL and a message that says so, nothing half-written is registered or left
-under a checkpoint's name, and once there is room again the next attempt (after ``SPARKTRAIN_RETRY_DELAY_S``)
-trains the job to the end."""
+"""The artifact store full or read-only while a job writes to it: the attempt fails with reason STORAGE_FULL or
+STORAGE_UNAVAILABLE and a message that says so and what to do, nothing half-written is registered or left under a
+checkpoint's or a model's name, and once the store is mended the next attempt (after ``SPARKTRAIN_RETRY_DELAY_S``)
+trains the job to the end.
+
+- xgboost: the artifact root (a small tmpfs of the test's own) filled up before the first round checkpoint;
+- torch: the job's directory and its ``checkpoints/`` mounted as two tmpfs, one filled up or remounted read-only,
+  so that a checkpoint (the next attempt starts from scratch) or the final model write (the next attempt resumes
+  from the newest checkpoint) fails."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +85,107 @@ def test_a_full_disk_during_a_checkpoint_fails_the_attempt_clearly_and_the_next_
         assert done["attempt"] == 2 and done["result"]["rounds"]["trained"] == 60
         rounds = [c["epoch"] for c in svc.client.get(f"/jobs/{job_id}/checkpoints").json()["checkpoints"]]
         assert rounds == [10, 20, 30, 40, 50, 60], rounds
+
+
+# --- torch: a checkpoint or the final model written to a full or read-only store ------------------------------
+
+
+def _mount(point: Path, mounted: list[Path], size: str = "64m") -> Path:
+    point.mkdir(parents=True, exist_ok=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)], capture_output=True,
+                          check=False)  # fmt: skip
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode()[:200]}")
+    mounted.append(point)
+    return point
+
+
+@pytest.fixture
+def mounted() -> Iterator[list[Path]]:
+    """Mount points to take down afterwards, the innermost first."""
+    points: list[Path] = []
+    yield points
+    for point in reversed(points):
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def _break(disk: Path, fault: str) -> Callable[[], None]:
+    """Fill ``disk`` up or make it read-only; returns what mends it (in place: what is on it stays)."""
+    if fault == "full":
+        filler = _fill(disk, leave=4096)
+        return filler.unlink
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    return lambda: subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+
+
+def _digits(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "framework": "torch",
+        "dataset": {"uri": "datasets/digits/train.parquet", "features": ["pixels"], "label": "label",
+                    "task": "classification", "num_classes": 10},
+        "validation": {"uri": "datasets/digits/test.parquet"},
+        "network": {"layers": [{"type": "dense", "units": 32, "activation": "relu"},
+                               {"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"}]},
+        "training": {"epochs": 2, "batch_size_per_worker": 32, "num_workers": 2, "seed": 3},
+    }  # fmt: skip
+
+
+def _left_over(work: Path) -> list[str]:
+    """What a failed write left in the job's directory that is not a complete, published file or directory."""
+    return sorted(
+        str(p.relative_to(work))
+        for p in work.rglob("*")
+        if ".partial" in p.name or ".old-" in p.name or p.suffix == ".tmp"
+    )
+
+
+REASONS = {"full": ("STORAGE_FULL", "full"), "read-only": ("STORAGE_UNAVAILABLE", "Read-only file system")}
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+@pytest.mark.parametrize("write", ["checkpoint", "model"])
+def test_a_torch_checkpoint_or_model_write_to_a_broken_store_fails_the_attempt_clearly_and_the_next_one_succeeds(
+    spark: Any, tmp_path: Path, mounted: list[Path], write: str, fault: str
+) -> None:
+    """The job's directory and its checkpoints/ are file systems of their own (two tmpfs): breaking the
+    checkpoints' fails the first checkpoint, breaking the job directory's fails the final model write alone."""
+    with running_service(spark, tmp_path, retry_delay_s=5.0, reconcile_interval_s=1.0) as svc:
+        job_id = svc.train(_digits(f"torch-{write}-{fault}"))["id"]
+        work = tmp_path / "artifacts" / "jobs" / job_id
+        assert not work.exists() or not any(work.iterdir()), "the job wrote before its store was set up"
+        _mount(work, mounted)
+        _mount(work / "checkpoints", mounted)
+        mend = _break(work / "checkpoints" if write == "checkpoint" else work, fault)
+
+        deadline = time.monotonic() + 300
+        while not ((job := svc.client.get(f"/jobs/{job_id}").json())["attempts"] or [{}])[0].get("error_reason"):
+            assert job["status"] not in ("SUCCEEDED", "FAILED"), job
+            assert time.monotonic() < deadline, job
+            time.sleep(0.2)
+        first = job["attempts"][0]
+        reason, words = REASONS[fault]
+        assert first["error_reason"] == reason, first
+        assert words in first["error_message"] and "SPARKTRAIN_ARTIFACT_ROOT" in first["error_message"], first
+        assert job["status"] == "QUEUED" and job["attempt"] == 2, job
+        assert _left_over(work) == [], "a failed write left half-written files behind"
+        registered = [c["epoch"] for c in svc.client.get(f"/jobs/{job_id}/checkpoints").json()["checkpoints"]]
+        assert registered == ([] if write == "checkpoint" else [1, 2]), registered
+        kept = sorted(p.name for p in (work / "checkpoints").iterdir() if p.name != "filler")
+        assert kept == [f"epoch-{e}" for e in registered], kept
+        assert not (work / "model").exists(), "no model directory before the model is complete"
+        assert svc.client.get("/models").json()["items"] == [], "no model version registered"
+
+        mend()  # the retry, due after the delay, trains to the end
+        done = svc.wait(job_id, {"SUCCEEDED", "FAILED"}, timeout=300)
+        assert done["status"] == "SUCCEEDED", done["error"]
+        assert done["attempt"] == 2, done["attempts"]
+        how = "resumes from checkpoint" if write == "model" else "starts from scratch"
+        logs = [line["message"] for line in svc.client.get(f"/jobs/{job_id}/logs").json()["lines"]]
+        assert any(m.startswith("attempt 2 queued in 5 s: " + how) for m in logs), logs
+        versions = [v for m in svc.client.get("/models").json()["items"] for v in m["versions"]]
+        assert [(v["job_id"], v["version"]) for v in versions] == [(job_id, 1)], versions
+        assert {"spec.json", "weights.safetensors", "MLmodel"} <= {p.name for p in (work / "model").iterdir()}
+        epochs = [c["epoch"] for c in svc.client.get(f"/jobs/{job_id}/checkpoints").json()["checkpoints"]]
+        assert epochs == [1, 2], epochs
+        assert _left_over(work) == []

@@ -14,7 +14,10 @@ and only then reports it to the driver, which registers it. So a directory named
 complete, and what a kill at any moment leaves behind (``*.tmp`` files, ``epoch-<n>.partial-*`` directories)
 is never registered, never resumed from, and removed when that epoch is published again. A model directory
 (``model/``) holds ``spec.json`` and ``weights.safetensors`` and loads with plain torch + safetensors; it is also an
-MLflow model directory (``MLmodel``, ``code/sparktrain_model.py``, requirements).
+MLflow model directory (``MLmodel``, ``code/sparktrain_model.py``, requirements). It is written the same way, under
+a private name renamed into place, so a full or read-only disk never leaves a half-written ``model/``.
+
+A full disk reaches the caller as an ``OSError`` with its errno, also where safetensors wrote the file.
 
 Executor-side: stdlib, torch and safetensors.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -65,9 +69,19 @@ def _write_json(path: Path, obj: Any) -> None:
     _settle(tmp, path)
 
 
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
 def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     tmp = path.with_suffix(".tmp")
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp))
+    try:
+        save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp))
+    except Exception as exc:  # safetensors' I/O errors are SafetensorError: "... No space left on device (os error 28)"
+        found = _OS_ERROR.search(str(exc))
+        if found is None or isinstance(exc, OSError):
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(tmp)) from exc
     _settle(tmp, path)
 
 
@@ -175,10 +189,22 @@ def discard(directory: str | Path) -> None:
 
 def save_model(directory: Path, model: torch.nn.Module, spec: dict[str, Any]) -> None:
     """The registered artifact: ``spec.json`` + ``weights.safetensors``, and the MLflow files that make the
-    directory an MLflow model too (:mod:`workers.inference.mlflow_format`)."""
+    directory an MLflow model too (:mod:`workers.inference.mlflow_format`), written under a private name and
+    renamed to ``directory`` (one already there is replaced) once complete and on disk."""
     from workers.inference.mlflow_format import write_mlflow_files
+    from workers.storage import replace_dir
 
-    directory.mkdir(parents=True, exist_ok=True)
-    _write_json(directory / "spec.json", spec)
-    _save_tensors(directory / WEIGHTS, model_tensors(model))
-    write_mlflow_files(directory, "torch", spec)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    partial = directory.with_name(f"{directory.name}.partial-{uuid.uuid4().hex[:8]}")
+    try:
+        partial.mkdir()
+        _write_json(partial / "spec.json", spec)
+        _save_tensors(partial / WEIGHTS, model_tensors(model))
+        write_mlflow_files(partial, "torch", spec)
+        for path in sorted(partial.rglob("*")):
+            _fsync(path)
+        _fsync(partial)
+        replace_dir(partial, directory)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise

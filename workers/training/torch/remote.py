@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from workers import storage
+from workers.storage import StorageError
 from workers.training.torch import checkpoint as ckpt
 from workers.training.torch.bookkeeping import Counters, diverged, non_finite_message, replica_checksum, totals
 from workers.training.torch.comm import Comm, StoreGather, join_store, open_store
@@ -31,7 +32,7 @@ from workers.training.torch.modes import GradientSharing, NonFiniteUpdate, flatt
 from workers.training.torch.network import build_network, make_loss, predict_transform
 from workers.training.torch.optim import build_optimizer, build_scheduler
 from workers.training.torch.report import NullReporter, Reporter
-from workers.training.torch.snapshots import published, resume, save_checkpoint
+from workers.training.torch.snapshots import agree, published, resume, save_checkpoint, tried
 from workers.training.torch.spec import NetworkSpec, parse_network, parse_optimizer, spec_to_dict
 
 
@@ -284,7 +285,11 @@ def _train(
         if differs is not None:
             return _failed(base, "REPLICAS_DIVERGED", differs)
         extra = {META_KEY: stopping.state()} if stopping is not None else None
-        saved = save_checkpoint(cfg, rank, epoch + 1, global_step, comm, model, optimizer, scheduler, strategy, extra)
+        try:
+            saved = save_checkpoint(cfg, rank, epoch + 1, global_step, comm, model, optimizer, scheduler, strategy,
+                                    extra)  # fmt: skip
+        except StorageError as exc:  # every rank has it (snapshots.agree)
+            return _failed(base, exc.reason, exc.detail)
         if rank == 0:
             reporter.send(
                 {
@@ -309,14 +314,15 @@ def _train(
     differs = diverged(comm, model, "at the end of training")
     if differs is not None:
         return _failed(base, "REPLICAS_DIVERGED", differs)
-    if rank == 0:
-        ckpt.save_model(
-            Path(cfg.model_dir),
-            model,
-            {"network": spec_to_dict(spec), **cfg.model_card},
-        )
+
+    def save_model() -> None:
+        ckpt.save_model(Path(cfg.model_dir), model, {"network": spec_to_dict(spec), **cfg.model_card})
         if cfg.store:
             storage.publish_dir(Path(cfg.model_dir), published(cfg, "model"))
+
+    failure = agree(comm, tried("writing the model", cfg.model_dir, save_model) if rank == 0 else None)
+    if failure is not None:
+        return _failed(base, failure.reason, failure.detail)
     checksum = replica_checksum(model)
     counted = totals(c, comm, cfg.mode)
     reporter.send({"t": "totals", "rank": rank, "step": global_step, **counted})
