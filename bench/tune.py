@@ -202,13 +202,13 @@ def main() -> None:
         _print_search("torch MLP TPE+ASHA", results["torch_mlp"])
 
         cnn = _example("digits-cnn.json")
-        cnn["training"]["epochs"] = 5 if quick else 15
+        cnn["training"]["epochs"] = 5 if quick else 20
         cnn_space = {
             "training.optimizer.learning_rate": {"type": "loguniform", "low": 1e-4, "high": 3e-2},
-            "network.layers.0.filters": {"type": "choice", "values": [4, 8, 16]},
+            "network.layers.0.filters": {"type": "choice", "values": [8, 16, 32]},
             "training.batch_size_per_worker": {"type": "choice", "values": [16, 32, 64]},
         }
-        n = 3 if quick else 6
+        n = 3 if quick else 10
         common = {"base": cnn, "space": cnn_space, "trials": n, "parallel": 1, "metric": "accuracy", "mode": "max",
                   "seed": 11}  # fmt: skip
         results["digits_cnn"] = {"target_accuracy": TARGET_ACCURACY, "epochs": cnn["training"]["epochs"], "trials": n}
