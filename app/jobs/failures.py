@@ -27,6 +27,7 @@ _WORKER_LOST = (
 
 # What a full disk, a quota or a read-only mount says, in Python (errno), Java (IOException) and on executors
 _STORAGE_FULL = ("No space left on device", "Disk quota exceeded", "[Errno 28]", "[Errno 122]")
+_STORAGE_READ_ONLY = ("Read-only file system", "[Errno 30]")
 _STORAGE_ERRNOS = {errno.ENOSPC: "STORAGE_FULL", errno.EDQUOT: "STORAGE_FULL", errno.EROFS: "STORAGE_UNAVAILABLE"}
 # workers/storage.py's errors, as an executor's traceback ends: "StorageError: STORAGE_FULL: ..."
 _STORAGE_ERROR = re.compile(r"StorageError: (STORAGE_[A-Z]+): (.*)")
@@ -87,6 +88,9 @@ def _storage(text: str) -> tuple[str, str] | None:
     if any(sign in text for sign in _STORAGE_FULL):
         line = next((ln for ln in reversed(text.splitlines()) if any(s in ln for s in _STORAGE_FULL)), text)
         return "STORAGE_FULL", f"the artifact store is full: {line.strip()}"[:MAX_MESSAGE]
+    if any(sign in text for sign in _STORAGE_READ_ONLY):
+        line = next((ln for ln in reversed(text.splitlines()) if any(s in ln for s in _STORAGE_READ_ONLY)), text)
+        return "STORAGE_UNAVAILABLE", f"the artifact store is read-only: {line.strip()}"[:MAX_MESSAGE]
     return None
 
 

@@ -1,0 +1,32 @@
+"""A failure's reason and message as a job records them (app/jobs/failures.py): storage failures reported as text
+(by Spark's writers, xgboost, an executor's traceback) get the storage reason and what to fix, whatever library
+spoke."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from app.jobs.failures import STORAGE_FIXES, describe_failure
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (RuntimeError("java.io.IOException: No space left on device"), "STORAGE_FULL"),
+        (RuntimeError("XGBoostError: [Errno 28] No space left on device: '/artifacts/x'"), "STORAGE_FULL"),
+        (RuntimeError("org.apache.hadoop...: /artifacts/jobs/x: Read-only file system"), "STORAGE_UNAVAILABLE"),
+        (RuntimeError("OSError: [Errno 30] Read-only file system: '/artifacts/model'"), "STORAGE_UNAVAILABLE"),
+        (OSError(errno.EROFS, "Read-only file system"), "STORAGE_UNAVAILABLE"),
+        (OSError(errno.ENOSPC, "No space left on device"), "STORAGE_FULL"),
+    ],
+)
+def test_storage_failures_in_any_words_get_their_reason_and_the_fix(error: BaseException, reason: str) -> None:
+    got, message = describe_failure(error)
+    assert got == reason
+    assert message.endswith("while attempts remain") and STORAGE_FIXES[reason] in message
+
+
+def test_other_failures_keep_their_reason() -> None:
+    assert describe_failure(RuntimeError("boom"))[0] == "INTERNAL"
