@@ -23,6 +23,7 @@ hold the CNN's figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -91,6 +92,9 @@ class BenchContext:
 
     def check_cancelled(self) -> None:
         return None
+
+    def cancel_grace(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 def _request(

@@ -7,6 +7,7 @@ the job. They report through :class:`JobContext` and never touch the database, C
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -83,3 +84,9 @@ class JobContext(Protocol):
     def cancelled(self) -> bool: ...
 
     def check_cancelled(self) -> None: ...
+
+    def cancel_grace(self, seconds: float) -> AbstractContextManager[None]:
+        """While open: a cancel gives the job up to ``seconds`` to stop by itself (its workers are told to stop at
+        their next step) before its Spark jobs are killed. A task that ends by itself keeps its Python worker,
+        which the next job reuses; a killed one is gone after Spark's kill timeout."""
+        ...

@@ -13,7 +13,8 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -127,6 +128,14 @@ class DbJobContext:
     def check_cancelled(self) -> None:
         if self.cancelled:
             raise JobCancelled(self.job_id)
+
+    @contextmanager
+    def cancel_grace(self, seconds: float) -> Iterator[None]:
+        self._running.grace_s = seconds
+        try:
+            yield
+        finally:
+            self._running.grace_s = 0.0
 
 
 def _remove_checkpoint(uri: str) -> None:

@@ -117,7 +117,9 @@ def _run(rt: JobRuntime, job: TakenJob, running: RunningJob, send: Send | None) 
         outcome = execute(rt, ctx, job)
     except BaseException as exc:
         if not running.handed_back and not rt.stopping:
-            _drain_job_group(rt, job_id)
+            # a torch job's one barrier stage is over once its driver returns: nothing of it submits more
+            single_stage = job.type == "train" and job.framework == "torch"
+            _drain_job_group(rt, job_id, quiet_s=0.0 if single_stage else 2.0)
         settle(rt, ctx, running, exc, send)
         if not isinstance(exc, Exception):
             raise

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -36,6 +37,18 @@ class RunningJob:
     cancel: threading.Event = field(default_factory=threading.Event)
     handed_back: bool = False
     """The driver is stopping and gave this attempt back (DRIVER_STOPPED): its runner records nothing more."""
+    grace_s: float = 0.0
+    """How long a cancel lets the job stop by itself before its Spark job group is cancelled (the torch trainer's
+    workers stop at their next step when told: ``JobContext.cancel_grace``); 0: at once."""
+    cancel_seen_at: float | None = None
+
+    def group_cancel_due(self) -> bool:
+        """Whether to cancel the Spark job group now: at once without a grace, else once the grace since the first
+        cancel has passed."""
+        now = time.monotonic()
+        if self.cancel_seen_at is None:
+            self.cancel_seen_at = now
+        return now - self.cancel_seen_at >= self.grace_s
 
 
 class RunningJobs:
@@ -110,8 +123,22 @@ class JobRuntime:
         if running is None:
             return False
         running.cancel.set()
-        spark_call(lambda: self.spark.sparkContext.cancelJobGroup(job_id))
+        self.cancel_group(running)
         return True
+
+    def cancel_group(self, running: RunningJob) -> None:
+        """Cancel a cancelled job's Spark job group: now, or when its grace has passed and it still runs."""
+        if running.group_cancel_due():
+            spark_call(lambda: self.spark.sparkContext.cancelJobGroup(running.job_id))
+            return
+
+        def later() -> None:
+            if self.running.get(running.job_id) is running:
+                spark_call(lambda: self.spark.sparkContext.cancelJobGroup(running.job_id))
+
+        timer = threading.Timer(running.grace_s, later)
+        timer.daemon = True
+        timer.start()
 
 
 def spark_call(call: Callable[[], T]) -> T | None:

@@ -38,7 +38,8 @@ class Watcher(threading.Thread):
                     log.warning("job %s attempt %d is no longer this driver's: stopping it", job_id, self._attempt)
                 if status is None or status not in ACTIVE or status == JobStatus.CANCELLING:
                     self._running.cancel.set()
-                    spark_call(lambda: self._rt.spark.sparkContext.cancelJobGroup(job_id))
+                    if self._running.group_cancel_due():  # at once, or after the job's grace (runtime.py)
+                        spark_call(lambda: self._rt.spark.sparkContext.cancelJobGroup(job_id))
             except Exception as exc:
                 if not unavailable(exc):
                     log.exception("heartbeat of job %s failed", job_id)

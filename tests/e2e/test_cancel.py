@@ -2,9 +2,11 @@
 
 - QUEUED (the consumer busy with another job): CANCELLED at once; when its message finally arrives it is
   dropped, the job never starts;
-- RUNNING, training: CANCELLING, then the runner stops it (stop flag + its Spark job group cancelled) and it ends
-  CANCELLED with its checkpoints kept and no model; the driver process, which holds the SparkSession, is never
-  killed: the same Spark application runs the next job;
+- RUNNING, training: CANCELLING, then the runner stops it and it ends CANCELLED with its checkpoints kept and no
+  model. A torch job's workers are told to stop at their next step and its stage ends by itself (JobCancelled),
+  so its Spark job group is not killed and the Python workers live on; the group is cancelled only if the stage
+  still runs after the grace (workers/training/torch/driver.py CANCEL_GRACE_S). The driver process, which holds
+  the SparkSession, is never killed: the same Spark application runs the next job;
 - right after submitting (QUEUED, STARTING or early RUNNING, whichever it is in): it ends CANCELLED, never ran to
   the end;
 - twice: the repeat answers 202 with the same state; after the end: SUCCEEDED and FAILED are a 409
@@ -73,6 +75,7 @@ def test_cancel_a_queued_and_a_running_job_twice_each(svc: Service) -> None:
     assert done["status"] == "CANCELLED", done
     assert done["error"]["reason"] == "CANCELLED" and done["model"] is None
     assert sum(line.startswith("cancelled") for line in log_lines(svc.client, running)) == 1
+    assert "cancelled (JobCancelled)" in log_lines(svc.client, running), "the stage was killed, not stopped"
     checkpoints = svc.client.get(f"/jobs/{running}/checkpoints").json()["checkpoints"]
     assert checkpoints, "the checkpoints written before the cancel are kept"
     for c in checkpoints:

@@ -1,6 +1,6 @@
-"""A failure's reason and message as a job records them (app/jobs/failures.py): storage failures reported as text
-(by Spark's writers, xgboost, an executor's traceback) get the storage reason and what to fix, whatever library
-spoke."""
+"""How a job ends. A failure's reason and message as a job records them (app/jobs/failures.py): storage failures
+reported as text (by Spark's writers, xgboost, an executor's traceback) get the storage reason and what to fix,
+whatever library spoke. And when a cancel kills the job's Spark jobs (app/jobs/runtime.py)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,18 @@ def test_storage_failures_in_any_words_get_their_reason_and_the_fix(error: BaseE
 
 def test_other_failures_keep_their_reason() -> None:
     assert describe_failure(RuntimeError("boom"))[0] == "INTERNAL"
+
+
+def test_a_cancel_kills_the_spark_job_group_at_once_or_after_the_jobs_grace() -> None:
+    """app/jobs/runtime.py: without a grace the group is cancelled at the first cancel; with one (a torch stage,
+    whose workers stop by themselves) only once the grace since that first cancel has passed."""
+    import time
+
+    from app.jobs.runtime import RunningJob
+
+    assert RunningJob("a").group_cancel_due()
+    graceful = RunningJob("b", grace_s=0.3)
+    assert not graceful.group_cancel_due()
+    assert not graceful.group_cancel_due()  # asked again within the grace: still not
+    time.sleep(0.35)
+    assert graceful.group_cancel_due()

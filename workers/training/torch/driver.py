@@ -31,6 +31,10 @@ from workers.training.torch.monitor import Monitor
 from workers.training.torch.prepare import ROW, SPLIT
 
 RESULT_SCHEMA = "rank int, result string"
+CANCEL_GRACE_S = 5.0
+"""A cancelled job's workers stop at their next step (the monitor tells them); its Spark job group is cancelled
+only if the stage still runs this long after. A stage that ends by itself ends in well under a second and keeps its
+Python workers for the next job; a killed one costs Spark's kill timeout and a fresh worker (and torch import)."""
 
 
 def shipped_function(cfg: dict[str, Any]) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -170,7 +174,11 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         raise JobFailure("INVALID_REQUEST", f"early stopping on {metric} needs validation rows, and there are none")
     ctx.check_cancelled()
     host = _monitor_host(ctx)
-    with Monitor(ctx, host=host, on_checkpoint=ctx.checkpoint) as monitor, rendezvous(host, cfg) as address:
+    with (
+        Monitor(ctx, host=host, on_checkpoint=ctx.checkpoint) as monitor,
+        rendezvous(host, cfg) as address,
+        ctx.cancel_grace(CANCEL_GRACE_S),
+    ):
         cfg = replace(cfg, monitor=(monitor.address[0], monitor.address[1], monitor.token), rendezvous=address)
         collected = data.frame.mapInArrow(shipped_function(cfg.to_dict()), RESULT_SCHEMA, barrier=True).collect()
     results = sorted((json.loads(r["result"]) for r in collected), key=lambda r: r["rank"])
