@@ -24,13 +24,14 @@ from workers import storage
 from workers.storage import StorageError
 from workers.training.torch import checkpoint as ckpt
 from workers.training.torch.bookkeeping import Counters, diverged, non_finite_message, replica_checksum, totals
-from workers.training.torch.comm import Comm, StoreGather, join_store, open_store
+from workers.training.torch.comm import Comm
 from workers.training.torch.config import TrainerConfig
 from workers.training.torch.data import Split
 from workers.training.torch.early_stopping import META_KEY, EarlyStopping
 from workers.training.torch.modes import GradientSharing, NonFiniteUpdate, flatten_parameters, make_strategy
 from workers.training.torch.network import build_network, make_loss, predict_transform
 from workers.training.torch.optim import build_optimizer, build_scheduler
+from workers.training.torch.rendezvous import task_rendezvous
 from workers.training.torch.report import NullReporter, Reporter
 from workers.training.torch.snapshots import agree, published, resume, save_checkpoint, tried
 from workers.training.torch.spec import NetworkSpec, parse_network, parse_optimizer, spec_to_dict
@@ -352,36 +353,6 @@ def _train(
     return result
 
 
-class Rendezvous:
-    """The barrier tasks' allGathers, made as few as the job allows, when the driver opened no store for the job
-    (``TrainerConfig.rendezvous``: a task run by hand); a job's tasks use the driver's store instead.
-
-    Spark's ``BarrierTaskContext`` waits for an allGather by sleeping a whole second at a time (``runBarrier``
-    polls its RPC with ``Thread.sleep(1000)``), so every allGather costs the tasks that reach it first about one
-    second. Rank 0's store port therefore rides on the data check's allGather when the tasks check their rows
-    (:func:`workers.data.arrow_read.check_share`), and the rendezvous (:meth:`share_port`) then needs none of its
-    own: measured in ``bench.data``, one second less per job."""
-
-    def __init__(self, all_gather: Callable[[str], list[str]], port: int | None) -> None:
-        self._all_gather = all_gather
-        self._port = port  # rank 0's store port; None on the other ranks
-        self.rank0_port: int | None = None
-
-    def gather(self, message: str) -> list[str]:
-        """``all_gather(message)``, with rank 0's port carried along."""
-        replies = [json.loads(r) for r in self._all_gather(json.dumps([self._port, message]))]
-        self.rank0_port = int(replies[0][0])
-        return [str(m) for _, m in replies]
-
-    def share_port(self, port: int) -> int:
-        """Rank 0's port on every rank: known already when a data check gathered, else one allGather. Every rank
-        makes the same calls (the same configuration decides whether the data check gathers)."""
-        if self.rank0_port is None:
-            self.gather("")
-        assert self.rank0_port is not None
-        return self.rank0_port
-
-
 def barrier_partition(
     batches: Iterator[Any],
     cfg_dict: dict[str, Any],
@@ -405,16 +376,7 @@ def barrier_partition(
     from workers.training.torch.report import SocketReporter
 
     cfg = TrainerConfig.from_dict(cfg_dict)
-    gather: Callable[[str], list[str]]
-    share_port: Callable[[int], int] | None
-    store: Any
-    if cfg.rendezvous is not None:  # the driver's store: no Spark allGather at all
-        store = join_store(cfg.rendezvous[0], cfg.rendezvous[1], world_size, cfg.collective_timeout_s)
-        gather, share_port = StoreGather(store, rank, world_size), None
-    else:
-        store = open_store(host, world_size, cfg.collective_timeout_s) if rank == 0 else None
-        rendezvous = Rendezvous(all_gather, store.port if store is not None else None)
-        gather, share_port = rendezvous.gather, rendezvous.share_port
+    store, gather, share_port = task_rendezvous(cfg, rank, world_size, host, all_gather)
     rows = None
     if cfg.export_mode == "read":
         for _ in batches:  # a placeholder partition: the rows come from the export

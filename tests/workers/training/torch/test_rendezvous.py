@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from workers.training.torch.remote import Rendezvous
+from workers.training.torch.rendezvous import Rendezvous
 
 
 class ThreadGather:
