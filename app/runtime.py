@@ -92,6 +92,7 @@ class ServiceRuntime:
             steps.insert(0, ("Spark", lambda: stop_spark(self.spark)))
         if self.owns_celery:
             steps.insert(0, ("Celery", self.celery.close))
+        steps.insert(0, ("the tune jobs", lambda: self._join_detached(grace)))
         if consumer is not None:
             steps.insert(0, ("the job consumer", lambda: consumer.stop(grace)))
         for what, step in steps:
@@ -99,6 +100,12 @@ class ServiceRuntime:
                 step()
             except Exception as exc:
                 log.warning("stopping %s failed: %s: %s", what, type(exc).__name__, exc)
+
+    def _join_detached(self, timeout: float) -> None:
+        """Runs that left their consumer thread (tune jobs) end with the consumer's (they were handed back too)."""
+        left = self.jobs.detached.join(timeout)
+        if left:
+            log.warning("jobs %s still running after %.0f s; leaving them to end with the process", left, timeout)
 
 
 def start_runtime(

@@ -10,6 +10,12 @@ An attempt that ends for a reason that is not the job's fault (Spark lost a work
 or unreachable, Spark stopped under it) is ended and the job queued again while attempts remain, whatever its
 kind (app/services/resume.py says how each kind continues). A driver told to stop hands its running jobs back at
 once (app/jobs/stop.py); a delivery that reaches a stopping driver goes back to the broker.
+
+A ``tune`` job goes on, once taken, on a thread of its own (``DetachedRuns``, app/jobs/runtime.py), and its delivery
+ends there: its search mostly waits for its trials, training jobs that need the consumer's threads. Everything above
+holds for it as for any job; only its message is acknowledged at the take rather than at the end, which loses
+nothing: from the take on, the job row, its heartbeats and the reconciler carry a job, not its message (a delivery
+of a job that started is dropped).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import time
 
 from sqlalchemy.orm import Session
 
-from app.core.jobstates import JobStatus
+from app.core.jobstates import JobStatus, JobType
 from app.db.base import utcnow
 from app.db.models import Job
 from app.jobs.context import DbJobContext
@@ -35,7 +41,8 @@ log = logging.getLogger("sparktrain.jobs")
 def run_job(rt: JobRuntime, job_id: str, *, queue: str | None = None, send: Send | None = None) -> None:
     """Entry point of every job task. A delivery that does not win QUEUED -> STARTING does nothing; one whose
     owner is over a quota leaves the job waiting in QUEUED. ``queue`` is the queue the message came from (recorded
-    on the job, where its retries go); ``send`` queues a retry (default: the runtime's)."""
+    on the job, where its retries go); ``send`` queues a retry (default: the runtime's). A tune job's run goes on
+    on a thread of its own: this returns once it is taken."""
     send = send or rt.send
     job = _take(rt, job_id, queue or rt.settings.queue)
     if job is None:
@@ -46,10 +53,17 @@ def run_job(rt: JobRuntime, job_id: str, *, queue: str | None = None, send: Send
             reconcile.hand_back(db=rt.db, send=send, job_id=job_id, worker_id=rt.worker_id, attempt=job.attempt,
                                 default_queue=rt.settings.queue)  # fmt: skip
         return
+    if job.type == JobType.TUNE:  # its search waits on its trials: it must not hold a consumer thread they need
+        rt.detached.start(job_id, lambda: _run_to_end(rt, job, running, send))
+        return
+    _run_to_end(rt, job, running, send)
+
+
+def _run_to_end(rt: JobRuntime, job: TakenJob, running: RunningJob, send: Send | None) -> None:
     try:
         _run(rt, job, running, send)
     finally:
-        rt.running.remove(job_id)
+        rt.running.remove(job.id)
         _wake_waiting(rt, job.owner, send)
 
 

@@ -3,6 +3,8 @@ the process was told to stop."""
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import os
 import socket
 import threading
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 T = TypeVar("T")
+log = logging.getLogger("sparktrain.jobs")
 Send = Callable[[str, str, str], None]
 """``send(task_name, job_id, queue)``: put a job's message on a queue."""
 
@@ -88,6 +91,42 @@ class RunningJobs:
             return list(self._jobs)
 
 
+class DetachedRuns:
+    """Job runs that go on after their delivery ended, each on a thread of its own (tune jobs: app/jobs/runner.py),
+    so that the process can wait for them when it stops."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: dict[threading.Thread, str] = {}
+        """By thread: an attempt handed back may still unwind while the job's next one runs here."""
+
+    def start(self, job_id: str, work: Callable[[], None]) -> None:
+        context = contextvars.copy_context()  # the job's log scope goes with it
+
+        def run() -> None:
+            try:
+                context.run(work)
+            except Exception:
+                log.exception("job %s: its run ended with an error", job_id)
+            finally:
+                with self._lock:
+                    self._threads.pop(thread, None)
+
+        thread = threading.Thread(target=run, name=f"job-{job_id[:8]}", daemon=True)
+        with self._lock:
+            self._threads[thread] = job_id
+        thread.start()
+
+    def join(self, timeout: float) -> list[str]:
+        """Wait up to ``timeout`` seconds in all for the runs to end; returns the jobs still running."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads.items())
+        for thread, _ in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [job_id for thread, job_id in threads if thread.is_alive()]
+
+
 @dataclass
 class JobRuntime:
     settings: Settings
@@ -97,6 +136,8 @@ class JobRuntime:
     running: RunningJobs = field(default_factory=RunningJobs)
     send: Send | None = None
     """Sends retries and woken jobs; set once the process's Celery app is attached."""
+    detached: DetachedRuns = field(default_factory=DetachedRuns)
+    """Runs that left their consumer thread (tune jobs)."""
 
     @property
     def stopping(self) -> bool:

@@ -1,12 +1,14 @@
 """POST /tune on the shipped digits with a tiny MLP (one barrier worker per trial, local[2]): a random search that
-ends with a leaderboard and the alias ``best``; an ASHA search that prunes a trial with a hopeless learning rate;
-bad searches refused with a 422 naming the field and nothing written; a cancel that stops the running trial and
-keeps the finished one."""
+ends with a leaderboard and the alias ``best``; a search with ``parallel`` 2 on the default two consumer threads
+whose two trials run at once while a training job sent meanwhile still starts; an ASHA search that prunes a trial
+with a hopeless learning rate; bad searches refused with a 422 naming the field and nothing written; a cancel that
+stops the running trial and keeps the finished one."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -20,8 +22,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    # the tune job takes one consumer thread, its trials the others
-    with running_service(spark, tmp_path_factory.mktemp("tune"), consumer_concurrency=3, max_trials=20) as service:
+    # the default 2 consumer threads: the tune job holds none once taken, its trials and other jobs share them
+    with running_service(spark, tmp_path_factory.mktemp("tune"), max_trials=20) as service:
         yield service
 
 
@@ -80,6 +82,33 @@ def test_random_search_ends_with_a_leaderboard_and_the_best_alias(svc: Service) 
     assert model["aliases"] == {"best": best["model"]["version"]}
     version = svc.client.get(f"/models/tune-random/versions/{best['model']['version']}").json()
     assert version["job_id"] == best["job_id"]
+
+
+def test_parallel_trials_run_at_once_and_other_jobs_still_start(svc: Service) -> None:
+    # local[2] and 2 consumer threads: both trials of parallel 2 run at once (the tune job holds no thread), and a
+    # training job sent while they run takes the first thread one frees, ahead of the third trial
+    space = {"training.optimizer.learning_rate": {"type": "loguniform", "low": 3e-3, "high": 3e-2}}
+    tune = _post(svc, _tune("tune-parallel", epochs=3, space=space, sampler="random", seed=5, trials=3, parallel=2,
+                            metric="accuracy"))  # fmt: skip
+    deadline = time.monotonic() + 240
+    while len(_children(svc, tune["id"])) < 2:
+        assert time.monotonic() < deadline, "the tune job did not submit two trials"
+        time.sleep(0.2)
+    plain = svc.client.post("/train", json=digits_job("plain-during-tune", epochs=1, units=16, batch=128, workers=1))
+    assert plain.status_code == 202, plain.text
+    done = wait_final(svc.client, tune["id"], timeout=300)
+    assert done["status"] == "SUCCEEDED", done["error"]
+    other = wait_final(svc.client, plain.json()["id"], timeout=300)
+    assert other["status"] == "SUCCEEDED", other["error"]
+    trials = _children(svc, tune["id"])
+    assert sorted(trials) == [0, 1, 2]
+    at = {n: (_when(t["started_at"]), _when(t["finished_at"])) for n, t in trials.items()}
+    assert at[0][0] < at[1][1] and at[1][0] < at[0][1], at  # trials 0 and 1 were RUNNING at the same time
+    assert _when(other["started_at"]) < _when(done["finished_at"]), (other["started_at"], done["finished_at"])
+
+
+def _when(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def test_asha_prunes_the_hopeless_learning_rate(svc: Service) -> None:

@@ -1,4 +1,5 @@
-"""The search of a ``tune`` job, run by the job runner on the driver (the tune job holds no task slots).
+"""The search of a ``tune`` job, run by the job runner on the driver (the tune job holds no task slots, nor, once
+taken, a consumer thread: app/jobs/runner.py).
 
 Each trial is an ordinary training job (``parent_id`` = the tune job, ``trial`` = its number), submitted through the
 same path as ``POST /train``, so it has its metrics, logs, checkpoints and a model version under the tune's name.
@@ -334,6 +335,11 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     search = _Search(ctx, request, driver, owner)
     search.rebuild()
+    threads = driver.settings.consumer_concurrency
+    if search.tune.parallel > threads:
+        ctx.log(f"parallel {search.tune.parallel}: this driver runs {threads} jobs at once "
+                "(SPARKTRAIN_CONSUMER_CONCURRENCY), so at most that many trials run here at a time; other drivers on "
+                "the queue may run the rest")  # fmt: skip
     try:
         while True:
             ctx.check_cancelled()
