@@ -1,5 +1,6 @@
 """``POST /evaluate`` and ``POST /predict`` with a dataset: plan (app/services/planning/inference.py), then submit
-the job with its plan. Online prediction (inline rows) is app/services/online.py."""
+the job with its plan. No Spark job runs here: checks that need one are left to the job
+(app/services/datasets/deferred.py). Online prediction (inline rows) is app/services/online.py."""
 
 from __future__ import annotations
 
@@ -13,8 +14,16 @@ from app.core.settings import Settings
 from app.db.models import Job
 from app.schemas.inference import EvaluateRequest, PredictRequest
 from app.services import jobs, quotas
-from app.services.planning.inference import pinned, plan_evaluation, plan_prediction
-from workers.inference.spec import EvaluationPlan, PredictionPlan
+from app.services.datasets.deferred import plan_or_defer
+from app.services.planning.inference import (
+    defer_evaluation,
+    defer_prediction,
+    pinned,
+    plan_evaluation,
+    plan_prediction,
+)
+from workers.inference.spec import EvaluationPlan, ModelRef, PredictionPlan
+from workers.plans import DeferredPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,10 +41,16 @@ def submit_evaluation(
     owner: str = "anonymous",
     idempotency_key: str | None = None,
 ) -> tuple[Job, bool]:
-    plan = plan_evaluation(request=request, settings=settings, spark=spark, db=db)
-    body = pinned(request.model_dump(mode="json", exclude_none=True), plan.model)
+    def planned() -> tuple[ModelRef, EvaluationPlan]:
+        plan = plan_evaluation(request=request, settings=settings, spark=spark, db=db)
+        return plan.model, plan
+
+    model, plan = plan_or_defer(
+        planned, lambda what: defer_evaluation(request=request, settings=settings, db=db, deferred=what)
+    )
+    body = pinned(request.model_dump(mode="json", exclude_none=True), model)
     limits = quotas.limits_for(settings=settings, owner=owner)
-    return _submit(db, enqueue, JobType.EVALUATE, plan, body, owner=owner, idempotency_key=idempotency_key,
+    return _submit(db, enqueue, JobType.EVALUATE, model, plan, body, owner=owner, idempotency_key=idempotency_key,
                    limits=limits)  # fmt: skip
 
 
@@ -50,10 +65,17 @@ def submit_prediction(
     idempotency_key: str | None = None,
 ) -> tuple[Job, bool]:
     """A batch prediction: the stored request names the pinned version and the output path it will write."""
-    plan = plan_prediction(request=request, settings=settings, spark=spark, db=db)
-    body = {**pinned(request.model_dump(mode="json", exclude_none=True), plan.model), "output_uri": plan.output_path}
+
+    def planned() -> tuple[ModelRef, PredictionPlan, str]:
+        plan = plan_prediction(request=request, settings=settings, spark=spark, db=db)
+        return plan.model, plan, plan.output_path
+
+    model, plan, output = plan_or_defer(
+        planned, lambda what: defer_prediction(request=request, settings=settings, db=db, deferred=what)
+    )
+    body = {**pinned(request.model_dump(mode="json", exclude_none=True), model), "output_uri": output}
     limits = quotas.limits_for(settings=settings, owner=owner)
-    return _submit(db, enqueue, JobType.PREDICT, plan, body, owner=owner, idempotency_key=idempotency_key,
+    return _submit(db, enqueue, JobType.PREDICT, model, plan, body, owner=owner, idempotency_key=idempotency_key,
                    limits=limits)  # fmt: skip
 
 
@@ -61,14 +83,14 @@ def _submit(
     db: sessionmaker[Session],
     enqueue: Enqueue,
     job_type: JobType,
-    plan: EvaluationPlan | PredictionPlan,
+    model: ModelRef,
+    plan: EvaluationPlan | PredictionPlan | DeferredPlan,
     body: dict[str, Any],
     *,
     owner: str,
     idempotency_key: str | None,
     limits: quotas.Limits,
 ) -> tuple[Job, bool]:
-    model = plan.model
     return jobs.submit(
         db=db,
         enqueue=enqueue,

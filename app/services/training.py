@@ -12,7 +12,7 @@ from app.core.settings import Settings
 from app.db.models import Job
 from app.schemas.train import TrainRequest
 from app.services import jobs, quotas
-from app.services.datasets.deferred import DeferredCheck, request_without_spark
+from app.services.datasets.deferred import plan_or_defer
 from app.services.planning.training import plan_deferred, plan_training
 
 if TYPE_CHECKING:
@@ -24,11 +24,10 @@ def plan_in_request(
 ) -> Any:
     """Plan a training request in a request thread, where no Spark job may start: the plan, or a deferred plan
     whose data checks the job makes (app/services/datasets/deferred.py). Data-independent errors are 422s."""
-    try:
-        with request_without_spark():
-            return plan_training(request=request, settings=settings, spark=spark, db=db)
-    except DeferredCheck as deferred:
-        return plan_deferred(request=request, settings=settings, spark=spark, db=db, deferred=deferred.what)
+    return plan_or_defer(
+        lambda: plan_training(request=request, settings=settings, spark=spark, db=db),
+        lambda what: plan_deferred(request=request, settings=settings, spark=spark, db=db, deferred=what),
+    )
 
 
 def submit_training(

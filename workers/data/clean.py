@@ -10,6 +10,7 @@ Every bad row carries its first reason (``not a number: 'n/a' (distance)``), whi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from workers.context import JobContext, JobFailure
@@ -43,6 +44,15 @@ def _value(dtypes: dict[str, str], column: str, numeric: bool) -> tuple[Column, 
     parsed = col.try_cast("double")
     reason = F.concat(F.lit("not a number: '"), F.substring(col, 1, _SHOWN), F.lit(f"' ({column})"))
     return parsed, "double", [(col.isNotNull() & parsed.isNull(), reason)]
+
+
+def read_as_numbers(df: DataFrame, ds: ResolvedDataset, columns: Sequence[str]) -> tuple[list[Column], bool]:
+    """``columns`` of ``df`` as a job reads them, for a pass that counts bad rows itself (evaluation): a string
+    column the request declares numeric parsed as a double, null where a token is not a number; and whether any
+    column was parsed."""
+    numeric, dtypes = set(numeric_columns(ds)), dict(df.dtypes)
+    read = [(column, *_value(dtypes, column, column in numeric)) for column in columns]
+    return [value.alias(column) for column, value, _dtype, _checks in read], any(checks for *_, checks in read)
 
 
 def _value_checks(column: str, value: Column, dtype: str, array_length: int | None) -> list[tuple[Column, Column]]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome
-from workers.data.clean import clean
+from workers.data.clean import clean, read_as_numbers
 from workers.data.spec import read_dataframe
 from workers.evaluation.remote import STATE_SCHEMA, model_states, sequence_states, spark_ml_states
 from workers.inference.spec import EvaluationPlan, ModelRef
@@ -51,7 +51,7 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     options = _state_options(plan)
     ctx.progress(0.05, "evaluating")
     source = read_dataframe(ctx.spark, ds)
-    dropped = 0
+    dropped, parsed = 0, False
     if ds.sequence is not None:
         from workers.inference.sequence_frame import sequence_frame
         from workers.inference.sequences import spec_of
@@ -61,7 +61,8 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
         states = sequence_states(model, ds.sequence, options, plan.batch_size)
         collected = frame.mapInArrow(states, STATE_SCHEMA).collect()
     elif model.framework in ("torch", "xgboost"):
-        frame = _bounded(source.select(*model.features, *model.labels), plan.eval_workers, ctx)
+        columns, parsed = read_as_numbers(source, ds, (*model.features, *model.labels))
+        frame = _bounded(source.select(*columns), plan.eval_workers, ctx)
         collected = frame.mapInArrow(model_states(model, options, plan.batch_size), STATE_SCHEMA).collect()
     elif model.framework == "spark_ml":
         frame, dropped = _spark_ml_predictions(ctx, model, source, ds)
@@ -75,8 +76,9 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     if bad and ds.bad_rows == "fail":
         raise JobFailure(
             "BAD_ROWS",
-            f"{bad} of {seen} rows of {ds.path} have a null, NaN or infinite feature or label, or a label the model "
-            'does not know; fix the data or set dataset.bad_rows to "skip"',
+            f"{bad} of {seen} rows of {ds.path} have {'a value that is not a number, ' if parsed else ''}a null, NaN "
+            "or infinite feature or label, or a label the model does not know; fix the data or set dataset.bad_rows "
+            'to "skip"',
         )
     if bad and ds.sequence is None:  # bad sequences were reported as they were dropped
         ctx.warn(f"{bad} rows of {ds.path} were skipped as bad rows (bad_rows=skip)")

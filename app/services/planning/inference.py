@@ -17,12 +17,14 @@ from app.db.models import Checkpoint, Job
 from app.schemas.inference import EvaluateRequest, ModelSelector, PredictRequest
 from app.schemas.train import DatasetRef, SequenceOptions
 from app.services import checkpoints, models
-from app.services.datasets.check import resolve_dataset
+from app.services.datasets.check import PARSED_FORMATS, locate, resolve_dataset
 from app.services.datasets.paths import check_output_target
 from workers import storage
+from workers.data.spec import ResolvedDataset
 from workers.families import FRAMEWORKS
 from workers.inference.signature import dataset_problem
 from workers.inference.spec import EvaluationPlan, ModelRef, PredictionPlan
+from workers.plans import DeferredPlan
 from workers.training.torch.meta import read_meta
 
 if TYPE_CHECKING:
@@ -100,22 +102,25 @@ def _check_sequence_options(model: ModelRef, ref: DatasetRef) -> None:
         raise ValidationFailed.at("dataset.sequence.labels", f"the model was trained with {sequence['labels']} labels")
 
 
-def _check_features(model: ModelRef, dataset_features: tuple[str, ...], schema: dict[str, str]) -> None:
+def _check_features(model: ModelRef, dataset: ResolvedDataset, schema: dict[str, str]) -> None:
     """The dataset's feature columns against the model's: the same names, and types the signature takes (checked
-    before the job exists; a string column where the model takes numbers is a 422 naming it)."""
-    if tuple(dataset_features) != model.features:
+    before the job exists; a string column where the model takes numbers is a 422 naming it). A string column of
+    a CSV / JSON file is read as numbers, as in training: the job parses each value, a token that is not a number
+    being a bad row (workers/data/clean.py)."""
+    if tuple(dataset.features) != model.features:
         raise ValidationFailed.at(
             "dataset.features",
-            f"the model was trained on {list(model.features)}; the dataset names {list(dataset_features)}",
+            f"the model was trained on {list(model.features)}; the dataset names {list(dataset.features)}",
         )
-    problem = dataset_problem(schema, model.signature)
+    parsed = dataset.format in PARSED_FORMATS and dataset.sequence is None
+    read = {c: "double" if parsed and t == "string" else t for c, t in schema.items()}
+    problem = dataset_problem(read, model.signature)
     if problem is not None:
         raise ValidationFailed.at("dataset.features", problem[1])
 
 
-def plan_evaluation(
-    *, request: EvaluateRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session]
-) -> EvaluationPlan:
+def _evaluation_model(request: EvaluateRequest, db: sessionmaker[Session]) -> tuple[ModelRef, tuple[str, ...]]:
+    """The model an evaluation names and its metric groups, checked against each other (nothing of the data)."""
     with db() as session:
         model = resolve_model(session, request.model)
     groups = tuple(request.metrics or (["classification", "roc"] if model.task == "classification" else ["regression"]))
@@ -125,13 +130,31 @@ def plan_evaluation(
     if model.framework not in FRAMEWORKS:
         raise ValidationFailed.at("model", f"evaluation of {model.framework} models is not available yet")
     _check_sequence_options(model, request.dataset)
-    ref = _dataset_for(model, request.dataset, need_labels=True)
-    dataset, schema = resolve_dataset(
-        ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db
-    )
+    return model, groups
+
+
+def _resolve(model: ModelRef, ref: DatasetRef, **kwargs: Any) -> tuple[ResolvedDataset, dict[str, str]]:
+    """The dataset read the way the model was trained on it (CSV / JSON columns it takes as numbers parsed)."""
+    dataset, schema = resolve_dataset(ref, allow_array=model.framework == "torch", parse_numbers=True, **kwargs)
     if dataset.sequence is not None:
         dataset = replace(dataset, sequence={**dataset.sequence, "num_classes": model.card.get("num_classes")})
-    _check_features(model, dataset.features, schema)
+    _check_features(model, dataset, schema)
+    return dataset, schema
+
+
+def _locate(ref: DatasetRef, settings: Settings, db: sessionmaker[Session]) -> None:
+    """Where a deferred request's data is (inside the data roots, or a registered dataset): checked in the request."""
+    locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc="dataset.uri")
+    if ref.sequence is not None and ref.sequence.labels_uri is not None:
+        locate(ref.sequence.labels_uri, None, {}, settings=settings, db=db, loc="dataset.sequence")
+
+
+def plan_evaluation(
+    *, request: EvaluateRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session]
+) -> EvaluationPlan:
+    model, groups = _evaluation_model(request, db)
+    ref = _dataset_for(model, request.dataset, need_labels=True)
+    dataset, _schema = _resolve(model, ref, settings=settings, spark=spark, db=db)
     return EvaluationPlan(
         model=model,
         dataset=dataset,
@@ -142,6 +165,16 @@ def plan_evaluation(
         exact_auc=request.exact_auc,
         top_k=tuple(request.top_k),
     )
+
+
+def defer_evaluation(
+    *, request: EvaluateRequest, settings: Settings, db: sessionmaker[Session], deferred: str
+) -> tuple[ModelRef, DeferredPlan]:
+    """An evaluation whose data checks need a Spark job (``deferred``: what the first one would read): the model,
+    its metrics and where the data is are checked now, the rest by the job (app/services/datasets/deferred.py)."""
+    model, _groups = _evaluation_model(request, db)
+    _locate(request.dataset, settings, db)
+    return model, DeferredPlan(deferred_checks=(deferred,))
 
 
 def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
@@ -169,9 +202,8 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     return str(parent / target.name)
 
 
-def plan_prediction(
-    *, request: PredictRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session]
-) -> PredictionPlan:
+def _prediction_target(request: PredictRequest, db: sessionmaker[Session]) -> tuple[ModelRef, DatasetRef, str]:
+    """(the model, the dataset as the model reads it, the key column) of a batch prediction; nothing of the data."""
     assert request.dataset is not None
     with db() as session:
         model = resolve_model(session, request.model)
@@ -190,14 +222,16 @@ def plan_prediction(
         key = ref.sequence.sequence_id
     if not key:
         raise ValidationFailed.at("dataset.key", "batch prediction needs a key column: partitions are unordered")
-    dataset, schema = resolve_dataset(
-        ref, settings=settings, spark=spark, allow_array=model.framework == "torch", db=db, labelled=False
-    )
-    if dataset.sequence is not None:
-        dataset = replace(dataset, sequence={**dataset.sequence, "num_classes": model.card.get("num_classes")})
+    return model, ref, key
+
+
+def plan_prediction(
+    *, request: PredictRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session]
+) -> PredictionPlan:
+    model, ref, key = _prediction_target(request, db)
+    dataset, schema = _resolve(model, ref, settings=settings, spark=spark, db=db, labelled=False)
     if key not in schema:
-        raise ValidationFailed.at("dataset.key", f"no column {key!r} in {request.dataset.uri}")
-    _check_features(model, dataset.features, schema)
+        raise ValidationFailed.at("dataset.key", f"no column {key!r} in {ref.uri}")
     return PredictionPlan(
         model=model,
         dataset=dataset,
@@ -205,6 +239,17 @@ def plan_prediction(
         output_path=output_path(settings, model, request.output_uri),
         batch_size=request.batch_size,
     )
+
+
+def defer_prediction(
+    *, request: PredictRequest, settings: Settings, db: sessionmaker[Session], deferred: str
+) -> tuple[ModelRef, DeferredPlan, str]:
+    """A batch prediction whose data checks need a Spark job: the model, the key's presence in the request, where
+    the data is and the output path (new, inside the data roots) are checked now, the rest by the job. Returns the
+    output path too: the stored request names it, so the job writes where the answer said."""
+    model, ref, _key = _prediction_target(request, db)
+    _locate(ref, settings, db)
+    return model, DeferredPlan(deferred_checks=(deferred,)), output_path(settings, model, request.output_uri)
 
 
 def pinned(body: dict[str, Any], model: ModelRef) -> dict[str, Any]:
