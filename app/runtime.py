@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,24 @@ class ServiceRuntime:
     limiter: RequestLimiter | None = None
     reads: sessionmaker[Session] | None = None
     """Sessions for read-only requests (:func:`app.db.session.create_read_sessionmaker`); None: ``db``'s."""
+    background: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sparktrain-after-answer")
+    )
+    """Work a request leaves for after its answer because it may wait on Spark (a registered dataset's summary,
+    app/services/datasets/registry.py), one at a time."""
     _closed: bool = field(default=False, repr=False)
+
+    def after_answer(self, work: Callable[[], object], what: str) -> Future[object]:
+        """Run ``work`` on the background thread; a failure is logged (``what`` names it), never raised."""
+
+        def run() -> object:
+            try:
+                return work()
+            except Exception as exc:
+                log.warning("%s failed: %s: %s", what, type(exc).__name__, exc)
+                return None
+
+        return self.background.submit(run)
 
     def enqueue(self, task_name: str, job_id: str) -> None:
         """Send a new job's message on this driver's queue; raises if the broker does not take it within a few
@@ -87,7 +105,10 @@ class ServiceRuntime:
             self.begin_stop()
         grace = self.settings.stop_grace_s if self.jobs.stopping else 30.0
         consumer = self.consumer
-        steps: list[tuple[str, Callable[[], object]]] = [("the database engine", self.engine.dispose)]
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("the work left for after answers", lambda: self.background.shutdown(wait=False, cancel_futures=True)),
+            ("the database engine", self.engine.dispose),
+        ]
         if self.owns_spark:
             steps.insert(0, ("Spark", lambda: stop_spark(self.spark)))
         if self.owns_celery:

@@ -181,3 +181,6 @@ class Dataset(Base):
     bad_rows: Mapped[int] = mapped_column(BigId, default=0)
     owner: Mapped[str] = mapped_column(String(200), default="anonymous", index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    summary: Mapped[str] = mapped_column(String(16), default="complete", server_default="complete")
+    """``complete``; ``pending`` while Spark reads what the driver could not (after the answer); ``failed``."""
+    summary_error: Mapped[str | None] = mapped_column(Text)

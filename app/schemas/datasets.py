@@ -56,6 +56,14 @@ class DatasetRead(BaseModel):
     bad_rows: int = 0
     owner: str
     created_at: datetime
+    summary: Literal["complete", "pending", "failed"] = Field(
+        "complete",
+        description="Whether `schema`, `row_count`, `sample` and `bad_rows` are read. `pending`: data the driver "
+        "does not read itself (a remote URI, reader options, partition values Spark types, large text files) is "
+        "registered at once, with `schema` and `sample` empty and `row_count` null, and Spark reads them after the "
+        "answer; `failed`: that read failed, `summary_error` says why.",
+    )
+    summary_error: str | None = None
 
     model_config = ConfigDict(populate_by_name=True)
 

@@ -1,4 +1,5 @@
-"""Registered datasets: a URI Spark can read, with its schema, row count and a few sample rows."""
+"""Registered datasets: a URI Spark can read, with its schema, row count and a few sample rows (read on the driver,
+or by Spark after the answer: ``summary``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from app.api.deps import CallerDep, SessionDep, SettingsDep, SparkDep
+from app.api.deps import CallerDep, RuntimeDep, SessionDep
 from app.schemas.datasets import ColumnRead, DatasetCreate, DatasetPage, DatasetRead
 from app.services.datasets import registry
 
@@ -30,6 +31,8 @@ def to_dataset_read(row: Dataset) -> DatasetRead:
         bad_rows=row.bad_rows,
         owner=row.owner,
         created_at=row.created_at,
+        summary=row.summary,
+        summary_error=row.summary_error,
     )
 
 
@@ -37,19 +40,27 @@ def to_dataset_read(row: Dataset) -> DatasetRead:
     "/datasets",
     response_model=DatasetRead,
     status_code=status.HTTP_201_CREATED,
-    summary="Register a dataset: Spark reads its schema, row count and sample rows",
-    description="Afterwards a request may name the dataset by its `id` in `dataset.uri`.",
+    summary="Register a dataset: its schema, row count and sample rows",
+    description="Local parquet, CSV and JSON lines are read on the driver, no Spark job in the request. Data the "
+    "driver does not read itself (a remote URI, reader options, partition values Spark types, large text files) is "
+    "registered at once with `summary` `pending` and read by Spark after the answer: `GET /datasets/{id}` shows "
+    "it `complete`, or `failed` with `summary_error`. Afterwards a request may name the dataset by its `id` in "
+    "`dataset.uri`.",
 )
 def register(
-    body: DatasetCreate,
-    session: SessionDep,
-    spark: SparkDep,
-    settings: SettingsDep,
-    caller: CallerDep,
-    response: Response,
+    body: DatasetCreate, session: SessionDep, rt: RuntimeDep, caller: CallerDep, response: Response
 ) -> DatasetRead:
-    row = registry.register_dataset(session=session, spark=spark, settings=settings, body=body, owner=caller.owner)
+    row = registry.register_dataset(session=session, spark=rt.spark, settings=rt.settings, body=body,
+                                    owner=caller.owner)  # fmt: skip
     session.commit()
+    if row.summary == registry.PENDING:
+        dataset_id = row.id
+
+        def read() -> None:
+            registry.read_summary(db=rt.db, spark=rt.spark, dataset_id=dataset_id, body=body,
+                                  stopping=lambda: rt.jobs.stopping)  # fmt: skip
+
+        rt.after_answer(read, f"reading the summary of dataset {dataset_id}")
     response.headers["Location"] = f"/datasets/{row.id}"
     return to_dataset_read(row)
 

@@ -1,19 +1,24 @@
 """The registry of named datasets (``POST /datasets``): a URI read once (schema, row count, a few sample rows,
-malformed lines counted), stored with its owner, and named by its id in later requests."""
+malformed lines counted), stored with its owner, and named by its id in later requests.
+
+No Spark job runs in the request (app/services/datasets/deferred.py says why): local parquet, CSV and JSON lines
+are read on the driver (app/services/datasets/schema.py, sample.py). What the driver does not read itself (remote
+URIs, reader options, partition values Spark types, text files over ``summary.SUMMARY_BYTES``) is registered at
+once with its summary ``pending``, and :func:`read_summary` reads it with Spark after the answer."""
 
 from __future__ import annotations
 
 import math
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import NotFound, ValidationFailed
 from app.core.settings import Settings
@@ -21,13 +26,20 @@ from app.db.base import utcnow
 from app.db.models import Dataset
 from app.schemas.datasets import DatasetCreate
 from app.services.datasets.paths import detect_format, missing, resolve_uri
-from app.services.datasets.schema import NUMERIC_TYPES, infers_partition_types, local_summary, reader_options
+from app.services.datasets.schema import (
+    NUMERIC_TYPES,
+    infers_partition_types,
+    local_summary,
+    not_parquet,
+    reader_options,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 CORRUPT = "_corrupt_record"
 SAMPLE_ROWS = 5
+COMPLETE, PENDING, FAILED = "complete", "pending", "failed"
 _ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -54,16 +66,23 @@ def _jsonable(value: Any) -> Any:
 def register_dataset(
     *, session: Session, spark: SparkSession, settings: Settings, body: DatasetCreate, owner: str = "anonymous"
 ) -> Dataset:
-    """Read the schema, row count and a few sample rows and store them: local parquet on the driver (no Spark job,
-    see schema.py), anything else with Spark. Malformed CSV/JSON lines fail the registration (``bad_rows: fail``)
-    with their count and the first ones, or are counted (``skip``)."""
+    """Read the schema, row count and a few sample rows on the driver and store them; malformed CSV/JSON lines
+    fail the registration (``bad_rows: fail``) with their count and the first ones, or are counted (``skip``).
+    Data the driver does not read itself is stored with its summary ``pending``: the caller has
+    :func:`read_summary` read it once the row is committed."""
     path = resolve_uri(body.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc="uri")
     fmt = detect_format(path, body.format, loc="format")
     options = reader_options(fmt, body.options)
     local = local_summary(
         path, fmt, options, sample_rows=SAMPLE_ROWS, infer_partition_types=infers_partition_types(spark)
     )
-    columns, rows, sample, bad_rows = (*local, 0) if local is not None else _read(spark, body, path, fmt, options)
+    unreadable = not_parquet(path) if local is None and fmt == "parquet" else None
+    if unreadable is not None:
+        raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as parquet: {unreadable.name} is not a "
+                                  "parquet file (no PAR1 at its start or end)")  # fmt: skip
+    columns, rows, sample, bad_rows, first_bad = local if local is not None else ([], None, [], 0, [])
+    if bad_rows and body.bad_rows == "fail":
+        raise _malformed(body, fmt, bad_rows, (rows or 0) + bad_rows, first_bad)
     row = Dataset(
         id=uuid.uuid4().hex,
         name=body.name,
@@ -77,10 +96,56 @@ def register_dataset(
         bad_rows=bad_rows,
         owner=owner,
         created_at=utcnow(),
+        summary=COMPLETE if local is not None else PENDING,
     )
     session.add(row)
     session.flush()
     return row
+
+
+def read_summary(
+    *,
+    db: sessionmaker[Session],
+    spark: SparkSession,
+    dataset_id: str,
+    body: DatasetCreate,
+    stopping: Callable[[], bool],
+) -> None:
+    """Read a ``pending`` registration's summary with Spark (after the answer: a Spark job waits for a free task
+    slot) and store it, or store why it failed (``failed``, with the words the request would have answered). A
+    read cut short by the driver stopping leaves it ``pending``."""
+    with db() as session:
+        row = session.get(Dataset, dataset_id)
+        if row is None or row.summary != PENDING:
+            return
+        path, fmt, options = row.resolved_uri, row.format, dict(row.options)
+    sc = spark.sparkContext
+    sc.setJobGroup(f"dataset-{dataset_id}", f"sparktrain: the summary of dataset {dataset_id}")  # Spark's UI says it
+    try:
+        columns, rows, sample, bad_rows = _read(spark, body, path, fmt, options)
+        done: dict[str, Any] = {"schema": columns, "row_count": rows, "sample": [_jsonable(r) for r in sample],
+                                "bad_rows": bad_rows, "summary": COMPLETE}  # fmt: skip
+    except ValidationFailed as exc:
+        if stopping():
+            return
+        done = {"summary": FAILED, "summary_error": exc.detail, "bad_rows": exc.extra.get("bad_rows", 0)}
+    finally:
+        sc._jsc.clearJobGroup()
+    with db() as session:
+        row = session.get(Dataset, dataset_id)
+        if row is not None:
+            for key, value in done.items():
+                setattr(row, key, value)
+            session.commit()
+
+
+def _malformed(body: DatasetCreate, fmt: str, bad_rows: int, lines: int, first: list[Any]) -> ValidationFailed:
+    return ValidationFailed.at(
+        "uri",
+        f"{bad_rows} of {lines} lines of {body.uri} do not parse as {fmt}; first ones: {first}. "
+        'Fix them, adjust options (sep, quote, escape), or register with bad_rows "skip".',
+        bad_rows=bad_rows,
+    )
 
 
 def _read(
@@ -92,6 +157,8 @@ def _read(
 
     try:
         df = spark.read.format(fmt).options(**options).load(path)
+        if CORRUPT in df.columns:  # JSON inference adds it when a line does not parse: not a column of the data
+            df = df.drop(CORRUPT)
         bad_rows = 0
         not_numbers: dict[str, int] = {}
         if fmt in ("csv", "json"):
@@ -113,12 +180,7 @@ def _read(
                                if f"_nan_{i}" in counts.asDict()}  # fmt: skip
                 if bad_rows and body.bad_rows == "fail":
                     first = [r[CORRUPT] for r in raw.where(F.col(CORRUPT).isNotNull()).limit(SAMPLE_ROWS).collect()]
-                    raise ValidationFailed.at(
-                        "uri",
-                        f"{bad_rows} of {rows} lines of {body.uri} do not parse as {fmt}; first ones: {first}. "
-                        'Fix them, adjust options (sep, quote, escape), or register with bad_rows "skip".',
-                        bad_rows=bad_rows,
-                    )
+                    raise _malformed(body, fmt, bad_rows, rows, first)
             finally:
                 raw.unpersist()
             rows -= bad_rows

@@ -77,7 +77,7 @@ def text_schema(files: list[Path], fmt: str, options: dict[str, str]) -> tuple[d
     return (schema, complete) if schema is not None else None
 
 
-def _csv_options(options: dict[str, str]) -> tuple[Any, Any, Any, bool] | None:
+def csv_options(options: dict[str, str]) -> tuple[Any, Any, Any, bool] | None:
     import pyarrow.csv as pcsv
 
     sep = options.get("sep", options.get("delimiter", ","))
@@ -110,7 +110,7 @@ def _csv_schema(text: str, options: dict[str, str]) -> dict[str, str] | None:
 
     if options.get("comment"):
         text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(options["comment"]))
-    parsed = _csv_options(options)
+    parsed = csv_options(options)
     if parsed is None or not text.strip():
         return None
     parse, convert, read, _header = parsed
@@ -151,7 +151,7 @@ def _spark_type(column: pa.ChunkedArray) -> str:
 _JSON_ORDER = ("boolean", "bigint", "double", "string")
 
 
-def _json_type(value: Any) -> str | None:
+def json_type(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool):
@@ -163,12 +163,12 @@ def _json_type(value: Any) -> str | None:
     if isinstance(value, str):
         return "string"
     if isinstance(value, list):
-        inner = _merge([_json_type(v) for v in value])
+        inner = merge_types([json_type(v) for v in value])
         return f"array<{inner or 'string'}>"
     return "struct"
 
 
-def _merge(types: list[str | None]) -> str | None:
+def merge_types(types: list[str | None]) -> str | None:
     """Spark's widening of JSON types: bigint + double is double, anything else mixed is string."""
     found = {t for t in types if t is not None}
     if not found:
@@ -179,7 +179,7 @@ def _merge(types: list[str | None]) -> str | None:
         return "double"
     arrays = {t for t in found if t.startswith("array<")}
     if arrays == found:
-        inner = _merge([t[6:-1] for t in arrays])
+        inner = merge_types([t[6:-1] for t in arrays])
         return f"array<{inner}>"
     return "string"
 
@@ -199,12 +199,12 @@ def _json_schema(text: str) -> dict[str, str] | None:
             corrupt = True
             continue
         for key, value in record.items():
-            seen.setdefault(key, []).append(_json_type(value))
+            seen.setdefault(key, []).append(json_type(value))
     if not seen:
         return None
     if corrupt:
         seen.setdefault("_corrupt_record", ["string"])
-    return {key: _merge(types) or "string" for key, types in sorted(seen.items())}
+    return {key: merge_types(types) or "string" for key, types in sorted(seen.items())}
 
 
 def column_values(files: list[Path], fmt: str, options: dict[str, str], column: str, dtype: str) -> Any:
@@ -246,7 +246,7 @@ def _read_column(file: Path, fmt: str, options: dict[str, str], column: str, tar
             return [pa.array(_json_lines(file, column), pa.string())]
         values = table.column(column) if column in table.column_names else pa.nulls(table.num_rows)
         return [pa.array([None if v is None else str(v) for v in values.to_pylist()], target)]
-    parsed = _csv_options(options)
+    parsed = csv_options(options)
     if parsed is None:
         raise ValueError("options")
     parse, convert, read, header = parsed

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from app.core.errors import ValidationFailed
-from app.services.datasets import sample
+from app.services.datasets import sample, summary
 from app.services.datasets.deferred import before_spark_job
 from app.services.datasets.paths import Format
 
@@ -114,10 +114,14 @@ def parquet_schema(path: str, *, infer_partition_types: bool = True) -> dict[str
 
 def local_summary(
     path: str, fmt: str, options: dict[str, str], *, sample_rows: int, infer_partition_types: bool = True
-) -> tuple[Any, ...] | None:
-    """(columns as ``{name, type, nullable}``, row count, the first ``sample_rows`` rows as dicts) of local parquet
-    data, from the footers and one small read; None when Spark must read it. Spark reads every parquet column as
-    nullable, and so does this."""
+) -> summary.Summary | None:
+    """(columns as ``{name, type, nullable, not_numbers}``, row count, the first ``sample_rows`` rows as dicts,
+    malformed lines, the first of them) of local data, read on the driver: parquet from the footers and one small
+    read (Spark reads every parquet column as nullable, and so does this), CSV and JSON lines in one streamed pass
+    (:func:`app.services.datasets.summary.text_summary`). None when Spark must read it."""
+    if fmt in ("csv", "json"):
+        text = _local_parquet(path)  # the file walk is the same for any format
+        return summary.text_summary(text[0], fmt, options, sample_rows=sample_rows) if text and not text[1] else None
     found = _local_parquet(path) if fmt == "parquet" and not options else None
     schema = _schema(found, infer_partition_types) if found is not None else None
     dataset = _dataset_of(path, found) if found is not None and schema is not None else None
@@ -127,11 +131,28 @@ def local_summary(
 
     try:
         rows = sum(fragment.metadata.num_rows for fragment in dataset.get_fragments())
-        sample = dataset.head(sample_rows).to_pylist()
+        first = dataset.head(sample_rows).to_pylist()
     except (pa.ArrowException, OSError):
         return None
-    columns = [{"name": name, "type": dtype, "nullable": True} for name, dtype in schema.items()]
-    return columns, rows, sample
+    columns: list[dict[str, Any]] = [{"name": name, "type": dtype, "nullable": True} for name, dtype in schema.items()]
+    return columns, rows, first, 0, []
+
+
+def not_parquet(path: str) -> Path | None:
+    """A local file of parquet data that is not parquet at all (``PAR1`` neither at its start nor at its end), which
+    Spark cannot read either; None when there is none, or Spark must look."""
+    found = _local_parquet(path)
+    for file in found[0] if found is not None else []:
+        try:
+            with file.open("rb") as f:
+                head = f.read(4)
+                f.seek(-4, os.SEEK_END)
+                tail = f.read(4)
+        except OSError:
+            return None
+        if b"PAR1" not in (head, tail) and b"PARE" not in (head, tail):  # PARE: an encrypted footer
+            return file
+    return None
 
 
 def _schema(found: tuple[list[Path], dict[str, str]], infer_partition_types: bool) -> dict[str, str] | None:
