@@ -117,7 +117,8 @@ def test_registering_local_parquet_reads_what_spark_reads_without_a_spark_job(sp
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     assert tracker.getJobIdsForGroup("register-probe") == []
     assert summary is not None
-    columns, rows, sample = summary
+    columns, rows, sample, malformed, _first = summary
+    assert malformed == 0
     frame = spark.read.parquet(path)
     expected = [{"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable} for f in frame.schema]
     assert (columns, rows) == (expected, frame.count())
