@@ -85,12 +85,11 @@ def _storage(text: str) -> tuple[str, str] | None:
     found = _STORAGE_ERROR.search(text)
     if found is not None:
         return found.group(1), found.group(2)[:MAX_MESSAGE]
-    if any(sign in text for sign in _STORAGE_FULL):
-        line = next((ln for ln in reversed(text.splitlines()) if any(s in ln for s in _STORAGE_FULL)), text)
-        return "STORAGE_FULL", f"the artifact store is full: {line.strip()}"[:MAX_MESSAGE]
-    if any(sign in text for sign in _STORAGE_READ_ONLY):
-        line = next((ln for ln in reversed(text.splitlines()) if any(s in ln for s in _STORAGE_READ_ONLY)), text)
-        return "STORAGE_UNAVAILABLE", f"the artifact store is read-only: {line.strip()}"[:MAX_MESSAGE]
+    for signs, reason, state in ((_STORAGE_FULL, "STORAGE_FULL", "full"),
+                                 (_STORAGE_READ_ONLY, "STORAGE_UNAVAILABLE", "read-only")):  # fmt: skip
+        if any(sign in text for sign in signs):
+            line = next((ln for ln in reversed(text.splitlines()) if any(s in ln for s in signs)), text)
+            return reason, f"the artifact store is {state}: {line.strip()}"[:MAX_MESSAGE]
     return None
 
 

@@ -44,6 +44,7 @@ class RunningJob:
     """How long a cancel lets the job stop by itself before its Spark job group is cancelled (the torch trainer's
     workers stop at their next step when told: ``JobContext.cancel_grace``); 0: at once."""
     cancel_seen_at: float | None = None
+    group_cancel_timer: threading.Timer | None = None
 
     def group_cancel_due(self) -> bool:
         """Whether to cancel the Spark job group now: at once without a grace, else once the grace since the first
@@ -168,18 +169,21 @@ class JobRuntime:
         return True
 
     def cancel_group(self, running: RunningJob) -> None:
-        """Cancel a cancelled job's Spark job group: now, or when its grace has passed and it still runs."""
+        """Cancel a cancelled job's Spark job group: now, or (one timer per job) when its grace has passed and it
+        still runs. The API's cancel and the job's watcher both come here."""
         if running.group_cancel_due():
             spark_call(lambda: self.spark.sparkContext.cancelJobGroup(running.job_id))
+            return
+        if running.group_cancel_timer is not None:
             return
 
         def later() -> None:
             if self.running.get(running.job_id) is running:
                 spark_call(lambda: self.spark.sparkContext.cancelJobGroup(running.job_id))
 
-        timer = threading.Timer(running.grace_s, later)
-        timer.daemon = True
-        timer.start()
+        running.group_cancel_timer = threading.Timer(running.grace_s, later)
+        running.group_cancel_timer.daemon = True
+        running.group_cancel_timer.start()
 
 
 def spark_call(call: Callable[[], T]) -> T | None:

@@ -7,7 +7,7 @@ import threading
 
 from app.core.jobstates import ACTIVE, JobStatus
 from app.db.session import transaction, unavailable
-from app.jobs.runtime import JobRuntime, RunningJob, spark_call
+from app.jobs.runtime import JobRuntime, RunningJob
 from app.services import jobs
 
 log = logging.getLogger("sparktrain.jobs")
@@ -38,8 +38,7 @@ class Watcher(threading.Thread):
                     log.warning("job %s attempt %d is no longer this driver's: stopping it", job_id, self._attempt)
                 if status is None or status not in ACTIVE or status == JobStatus.CANCELLING:
                     self._running.cancel.set()
-                    if self._running.group_cancel_due():  # at once, or after the job's grace (runtime.py)
-                        spark_call(lambda: self._rt.spark.sparkContext.cancelJobGroup(job_id))
+                    self._rt.cancel_group(self._running)  # at once, or after the job's grace (runtime.py)
             except Exception as exc:
                 if not unavailable(exc):
                     log.exception("heartbeat of job %s failed", job_id)

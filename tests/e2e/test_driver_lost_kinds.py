@@ -15,6 +15,7 @@ Every attempt that ended with its driver says so (``DRIVER_LOST``), and the job'
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,20 +60,31 @@ def _xgboost(name: str, uri: str, **params: Any) -> dict[str, Any]:
             "dataset": dataset}  # fmt: skip
 
 
+def _drivers(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Callable[[str], Driver], Driver]:
+    """``start(name)`` for drivers that take over from each other quickly (stopped at the test's end), and the first
+    one, started, with a model it trained (the warm-up every later job finds)."""
+    env = driver_env(tmp_path, heartbeat_stale_s="3", reconcile_interval_s="1",
+                     data_roots=f"{REPO / 'datasets'},{tmp_path / 'data'}")  # fmt: skip
+    started: list[Driver] = []
+    request.addfinalizer(lambda: [d.stop() for d in started])
+
+    def start(name: str) -> Driver:
+        started.append(Driver(env, tmp_path / f"{name}.log").start())
+        return started[-1]
+
+    first = start("first")
+    seed = first.wait_job(first.client.post("/train", json=_xgboost("seed", "datasets/taxi/train.parquet",
+                                                                     num_round=10)).json()["id"])  # fmt: skip
+    assert seed["status"] == "SUCCEEDED", seed["error"]
+    return start, first
+
+
 def test_a_killed_xgboost_job_continues_from_its_checkpoint_and_a_batch_prediction_starts_again(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     big, keyed, keys = _data(tmp_path / "data")
     out = tmp_path / "data" / "predicted.parquet"
-    env = driver_env(tmp_path, heartbeat_stale_s="3", reconcile_interval_s="1",
-                     data_roots=f"{REPO / 'datasets'},{tmp_path / 'data'}")  # fmt: skip
-    started: list[Driver] = []
-    request.addfinalizer(lambda: [d.stop() for d in started])
-    first = Driver(env, tmp_path / "first.log")
-    started.append(first.start())
-    seed = first.wait_job(first.client.post("/train", json=_xgboost("seed", "datasets/taxi/train.parquet",
-                                                                     num_round=10)).json()["id"])  # fmt: skip
-    assert seed["status"] == "SUCCEEDED", seed["error"]
+    start, first = _drivers(tmp_path, request)
     xgb = first.client.post("/train", json=_xgboost("killed", big, num_round=400, checkpoint_rounds=40)).json()["id"]
     deadline = time.monotonic() + 600
     while not (rounds := [c["epoch"] for c in first.client.get(f"/jobs/{xgb}/checkpoints").json()["checkpoints"]]):
@@ -89,8 +101,7 @@ def test_a_killed_xgboost_job_continues_from_its_checkpoint_and_a_batch_predicti
     first.kill()
     kept = max(rounds)
 
-    second = Driver(env, tmp_path / "second.log")
-    started.append(second.start())
+    second = start("second")
     job = wait_final(second.client, xgb)
     assert job["status"] == "SUCCEEDED", job["error"]
     assert job["attempt"] == 2 and job["attempts"][0]["error_reason"] == "DRIVER_LOST"
@@ -115,15 +126,7 @@ def test_a_killed_spark_ml_fit_and_a_killed_evaluation_start_again_from_scratch(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     fit_uri, eval_uri, rows = _small_data(tmp_path / "data")
-    env = driver_env(tmp_path, heartbeat_stale_s="3", reconcile_interval_s="1",
-                     data_roots=f"{REPO / 'datasets'},{tmp_path / 'data'}")  # fmt: skip
-    started: list[Driver] = []
-    request.addfinalizer(lambda: [d.stop() for d in started])
-    first = Driver(env, tmp_path / "first.log")
-    started.append(first.start())
-    seed = first.wait_job(first.client.post("/train", json=_xgboost("seed", "datasets/taxi/train.parquet",
-                                                                     num_round=10)).json()["id"])  # fmt: skip
-    assert seed["status"] == "SUCCEEDED", seed["error"]
+    start, first = _drivers(tmp_path, request)
     grid = {"algorithm": "random_forest", "num_folds": 2, "grid": {"maxDepth": [4, 6], "numTrees": [8]}}
     fit_body = {
         "name": "forest",
@@ -149,8 +152,7 @@ def test_a_killed_spark_ml_fit_and_a_killed_evaluation_start_again_from_scratch(
     assert first.client.get(f"/jobs/{ev}").json()["status"] == "RUNNING", "the evaluation finished before the kill"
     first.kill()
 
-    second = Driver(env, tmp_path / "second.log")
-    started.append(second.start())
+    second = start("second")
     for job_id in (fit, ev):
         job = wait_final(second.client, job_id)
         assert job["status"] == "SUCCEEDED", job["error"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from bench.chaos import digits_job
 from tests.helpers import TAXI_FEATURES, running_service
 
 pytestmark = pytest.mark.slow
@@ -49,6 +50,16 @@ def _fill(disk: Path, leave: int) -> Path:
     return filler
 
 
+def _first_attempt_ended(svc: Any, job_id: str) -> dict[str, Any]:
+    """The job once its first attempt has ended with a reason (it must not have finished without one)."""
+    deadline = time.monotonic() + 300
+    while not ((job := svc.client.get(f"/jobs/{job_id}").json())["attempts"] or [{}])[0].get("error_reason"):
+        assert job["status"] not in ("SUCCEEDED", "FAILED"), job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+    return dict(job)
+
+
 def test_a_full_disk_during_a_checkpoint_fails_the_attempt_clearly_and_the_next_one_succeeds(
     spark: Any, tmp_path: Path, small_disk: Path
 ) -> None:
@@ -64,11 +75,7 @@ def test_a_full_disk_during_a_checkpoint_fails_the_attempt_clearly_and_the_next_
         (small_disk / "jobs").mkdir()
         filler = _fill(small_disk, leave=4096)
         job_id = svc.train(body)["id"]
-        deadline = time.monotonic() + 300
-        while not ((job := svc.client.get(f"/jobs/{job_id}").json())["attempts"] or [{}])[0].get("error_reason"):
-            assert job["status"] not in ("SUCCEEDED", "FAILED"), job
-            assert time.monotonic() < deadline, job
-            time.sleep(0.2)
+        job = _first_attempt_ended(svc, job_id)
         first = job["attempts"][0]
         assert first["error_reason"] == "STORAGE_FULL", first
         assert "full" in first["error_message"], first
@@ -118,19 +125,6 @@ def _break(disk: Path, fault: str) -> Callable[[], None]:
     return lambda: subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
 
 
-def _digits(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "framework": "torch",
-        "dataset": {"uri": "datasets/digits/train.parquet", "features": ["pixels"], "label": "label",
-                    "task": "classification", "num_classes": 10},
-        "validation": {"uri": "datasets/digits/test.parquet"},
-        "network": {"layers": [{"type": "dense", "units": 32, "activation": "relu"},
-                               {"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"}]},
-        "training": {"epochs": 2, "batch_size_per_worker": 32, "num_workers": 2, "seed": 3},
-    }  # fmt: skip
-
-
 def _left_over(work: Path) -> list[str]:
     """What a failed write left in the job's directory that is not a complete, published file or directory."""
     return sorted(
@@ -151,18 +145,14 @@ def test_a_torch_checkpoint_or_model_write_to_a_broken_store_fails_the_attempt_c
     """The job's directory and its checkpoints/ are file systems of their own (two tmpfs): breaking the
     checkpoints' fails the first checkpoint, breaking the job directory's fails the final model write alone."""
     with running_service(spark, tmp_path, retry_delay_s=5.0, reconcile_interval_s=1.0) as svc:
-        job_id = svc.train(_digits(f"torch-{write}-{fault}"))["id"]
+        job_id = svc.train(digits_job(f"torch-{write}-{fault}", epochs=2, batch=32, seed=3))["id"]
         work = tmp_path / "artifacts" / "jobs" / job_id
         assert not work.exists() or not any(work.iterdir()), "the job wrote before its store was set up"
         _mount(work, mounted)
         _mount(work / "checkpoints", mounted)
         mend = _break(work / "checkpoints" if write == "checkpoint" else work, fault)
 
-        deadline = time.monotonic() + 300
-        while not ((job := svc.client.get(f"/jobs/{job_id}").json())["attempts"] or [{}])[0].get("error_reason"):
-            assert job["status"] not in ("SUCCEEDED", "FAILED"), job
-            assert time.monotonic() < deadline, job
-            time.sleep(0.2)
+        job = _first_attempt_ended(svc, job_id)
         first = job["attempts"][0]
         reason, words = REASONS[fault]
         assert first["error_reason"] == reason, first
