@@ -128,6 +128,12 @@ class Settings(BaseSettings):
         30.0, gt=0, description="A running job whose heartbeat is older than this lost its driver (the reconciler)."
     )
     reconcile_interval_s: float = Field(15.0, gt=0, description="How often the reconciler looks for lost jobs.")
+    lost_message_after_s: float = Field(
+        60.0,
+        ge=0,
+        description="Redis broker: a QUEUED job whose message has been on none of its queues this long is sent again "
+        "(a broker restart can lose a message being taken; app/jobs/lost_messages.py); 0 = never.",
+    )
     data_path: Literal["direct", "export"] = Field(
         "direct",
         description="torch jobs: stream prepared rows into the barrier stage each job (direct), or export them once "

@@ -3,7 +3,8 @@ app/services/reconcile.py and app/services/quotas.py):
 
 - fails the attempts of jobs whose driver died (heartbeat older than ``heartbeat_stale_s``) and queues them again;
 - sends retries that are due (a delayed retry, or one the broker refused);
-- sends again the jobs waiting for their owner's quota that fit now.
+- sends again the jobs waiting for their owner's quota that fit now;
+- on a Redis broker, sends again the QUEUED jobs whose message the broker lost (app/jobs/lost_messages.py).
 
 Right after the database was away, heartbeats could not be written either: the pass does not look for lost jobs
 until the database has answered for ``heartbeat_stale_s``, so a database restart never passes for dead drivers.
@@ -32,6 +33,9 @@ class Reconciler:
         self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
         self._db_back_at: float | None = None
         """When the database answered again after a pass that found it away (None: it was never away)."""
+        from app.jobs.lost_messages import LostMessages
+
+        self._lost_messages = LostMessages(settings=settings, db=db, send=send)
 
     def start(self) -> None:
         self.run_once()
@@ -41,6 +45,8 @@ class Reconciler:
         self._stop.set()
         if wait and self._thread.is_alive():
             self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._lost_messages.close()
 
     def run_once(self) -> list[dict[str, Any]]:
         from app.services import attempts, quotas
@@ -68,6 +74,10 @@ class Reconciler:
             return []
         if self._db_back_at is not None and self._db_back_at > time.monotonic():
             self._db_back_at = time.monotonic()
+        try:
+            actions += self._lost_messages.run_once()
+        except Exception as exc:  # the broker or the database away: the next pass looks again
+            log.warning("the reconciler could not look for lost messages (%s: %s)", type(exc).__name__, exc)
         for action in actions:
             log.warning("reconciler: job %s %s", action["job_id"], action["action"])
         return actions

@@ -36,6 +36,12 @@ def queue_of(job: Job) -> str | None:
     return next((str(e["queue"]) for e in reversed(history) if e.get("queue")), None)
 
 
+def message_sent(job: Job) -> bool:
+    """False while the current attempt's message has not gone out (a retry due later, or one the broker refused)."""
+    entry = _entry(list(job.attempts or []), job.attempt)
+    return entry is None or bool(entry.get("sent", True))
+
+
 def update_attempt(job: Job, attempt: int, **values: Any) -> list[dict[str, Any]]:
     """The job's ``attempts`` with the entry of ``attempt`` updated by ``values`` (appended when missing)."""
     history = [dict(e) for e in (job.attempts or [])]

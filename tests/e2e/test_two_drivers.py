@@ -55,7 +55,7 @@ def test_two_drivers_share_the_jobs_and_one_takes_over_when_the_other_is_killed(
         for driver in drivers.values():
             driver.start()
         a = drivers["a"]
-        ids = [a.client.post("/train", json=digits_job(f"shared-{i}", epochs=8, units=64, batch=16, workers=1,
+        ids = [a.client.post("/train", json=digits_job(f"shared-{i}", epochs=30, units=64, batch=16, workers=1,
                                                         seed=i)).json()["id"] for i in (1, 2)]  # fmt: skip
         running = {job_id: _running_with_a_checkpoint(a, job_id) for job_id in ids}
         by_pid = {str(d.pid): name for name, d in drivers.items()}
@@ -64,7 +64,11 @@ def test_two_drivers_share_the_jobs_and_one_takes_over_when_the_other_is_killed(
         listed = {j["id"]: j["worker_id"] for j in a.client.get("/jobs").json()["items"]}
         assert {job_id: listed[job_id] for job_id in ids} == {k: v["worker_id"] for k, v in running.items()}
 
-        victim_job = ids[0]
+        # the victim is a job still running right before the kill (with 30 epochs both are, unless the machine
+        # stalled; 8 epochs once let the first job finish while the second was waiting for its checkpoint)
+        still = [j for j in ids if a.client.get(f"/jobs/{j}").json()["status"] == "RUNNING"]
+        assert still, "both jobs ended before the kill"
+        victim_job = still[0]
         victim = drivers[ran_on[victim_job]]
         survivor = drivers["b" if ran_on[victim_job] == "a" else "a"]
         lost_worker = running[victim_job]["worker_id"]
