@@ -181,6 +181,7 @@ def start_runtime(
     if reconcile:
         rt.reconciler = Reconciler(settings=settings, db=db, send=rt.send)
         rt.reconciler.start()
+        _read_pending_datasets(rt)
     log.info(
         "driver %s ready: database %s, broker %s, Spark %s (%s), in-process consumer %s",
         job_runtime.worker_id,
@@ -191,6 +192,17 @@ def start_runtime(
         "on" if rt.consumer else "off",
     )
     return rt
+
+
+def _read_pending_datasets(rt: ServiceRuntime) -> None:
+    """Registrations whose summary a stopped driver left ``pending`` are read on the background thread."""
+    from app.services.datasets.registry import read_pending
+
+    def read() -> None:
+        if read_pending(db=rt.db, spark=rt.spark, stopping=lambda: rt.jobs.stopping):
+            log.info("read the summaries of the registrations left pending by a driver that stopped")
+
+    rt.after_answer(read, "reading the pending dataset summaries")
 
 
 def _start_consumer(rt: ServiceRuntime) -> None:

@@ -184,3 +184,5 @@ class Dataset(Base):
     summary: Mapped[str] = mapped_column(String(16), default="complete", server_default="complete")
     """``complete``; ``pending`` while Spark reads what the driver could not (after the answer); ``failed``."""
     summary_error: Mapped[str | None] = mapped_column(Text)
+    bad_rows_policy: Mapped[str] = mapped_column(String(8), default="fail", server_default="fail")
+    """The registration's ``bad_rows`` (``fail`` or ``skip``): what a ``pending`` summary's read does with them."""

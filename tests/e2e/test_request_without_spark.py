@@ -244,3 +244,27 @@ def test_registrations_answer_while_every_slot_is_held(spark: Any, svc: Service,
     failed = wait_summary(svc, broken.json()["id"])
     assert failed["summary"] == "failed" and failed["bad_rows"] == 1
     assert "1 of 2 lines of broken.csv do not parse as csv" in failed["summary_error"]
+
+
+def test_registrations_a_stopped_driver_left_pending_are_read_by_the_next_driver(
+    spark: Any, svc: Service, tmp_path: Path
+) -> None:
+    """A driver that stops between the 201 and Spark's read leaves the summary pending: the row as the request
+    committed it, nothing read. The next driver on the database reads it at its start, with the registration's
+    own bad-row policy (``skip`` here: the malformed line is counted, not a failure)."""
+    from app.db.session import transaction
+    from app.schemas.datasets import DatasetCreate
+    from app.services.datasets.registry import register_dataset
+
+    rt = svc.runtime
+    bodies = [DatasetCreate(uri="animals.csv", options={"lineSep": "\n"}),
+              DatasetCreate(uri="broken.csv", options={"lineSep": "\n"}, bad_rows="skip")]  # fmt: skip
+    with transaction(rt.db) as session:  # what POST /datasets commits before its answer, and no read after it
+        ids = [register_dataset(session=session, spark=spark, settings=rt.settings, body=b).id for b in bodies]
+    assert [svc.client.get(f"/datasets/{i}").json()["summary"] for i in ids] == ["pending", "pending"]
+
+    with running_service(spark, tmp_path, data_roots=rt.settings.data_roots, database_url=rt.settings.database_url,
+                         in_process_consumer=False) as next_driver:  # fmt: skip
+        animals, broken = (wait_summary(next_driver, i) for i in ids)
+    assert animals["summary"] == "complete" and animals["row_count"] == 400, animals
+    assert broken["summary"] == "complete" and (broken["row_count"], broken["bad_rows"]) == (1, 1), broken

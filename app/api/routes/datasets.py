@@ -57,8 +57,7 @@ def register(
         dataset_id = row.id
 
         def read() -> None:
-            registry.read_summary(db=rt.db, spark=rt.spark, dataset_id=dataset_id, body=body,
-                                  stopping=lambda: rt.jobs.stopping)  # fmt: skip
+            registry.read_summary(db=rt.db, spark=rt.spark, dataset_id=dataset_id, stopping=lambda: rt.jobs.stopping)
 
         rt.after_answer(read, f"reading the summary of dataset {dataset_id}")
     response.headers["Location"] = f"/datasets/{row.id}"

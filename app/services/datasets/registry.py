@@ -97,6 +97,7 @@ def register_dataset(
         owner=owner,
         created_at=utcnow(),
         summary=COMPLETE if local is not None else PENDING,
+        bad_rows_policy=body.bad_rows,
     )
     session.add(row)
     session.flush()
@@ -104,21 +105,17 @@ def register_dataset(
 
 
 def read_summary(
-    *,
-    db: sessionmaker[Session],
-    spark: SparkSession,
-    dataset_id: str,
-    body: DatasetCreate,
-    stopping: Callable[[], bool],
+    *, db: sessionmaker[Session], spark: SparkSession, dataset_id: str, stopping: Callable[[], bool]
 ) -> None:
     """Read a ``pending`` registration's summary with Spark (after the answer: a Spark job waits for a free task
     slot) and store it, or store why it failed (``failed``, with the words the request would have answered). A
-    read cut short by the driver stopping leaves it ``pending``."""
+    read cut short by the driver stopping leaves it ``pending`` (:func:`read_pending`, at the next start)."""
     with db() as session:
         row = session.get(Dataset, dataset_id)
         if row is None or row.summary != PENDING:
             return
         path, fmt, options = row.resolved_uri, row.format, dict(row.options)
+        body = DatasetCreate(uri=row.uri, bad_rows=row.bad_rows_policy)  # what _read says and decides by
     sc = spark.sparkContext
     sc.setJobGroup(f"dataset-{dataset_id}", f"sparktrain: the summary of dataset {dataset_id}")  # Spark's UI says it
     try:
@@ -133,10 +130,23 @@ def read_summary(
         sc._jsc.clearJobGroup()
     with db() as session:
         row = session.get(Dataset, dataset_id)
-        if row is not None:
+        if row is not None and row.summary == PENDING:
             for key, value in done.items():
                 setattr(row, key, value)
             session.commit()
+
+
+def read_pending(*, db: sessionmaker[Session], spark: SparkSession, stopping: Callable[[], bool]) -> int:
+    """Read every summary still ``pending``, oldest first: a driver's start calls it after the answer's thread is
+    up, for the registrations a stopped driver left unread. Drivers that start together may both read one; the
+    second finds it no longer pending, or writes the same summary. Returns how many were read."""
+    with db() as session:
+        ids = list(session.scalars(select(Dataset.id).where(Dataset.summary == PENDING).order_by(Dataset.created_at)))
+    for dataset_id in ids:
+        if stopping():
+            break
+        read_summary(db=db, spark=spark, dataset_id=dataset_id, stopping=stopping)
+    return len(ids)
 
 
 def _malformed(body: DatasetCreate, fmt: str, bad_rows: int, lines: int, first: list[Any]) -> ValidationFailed:
