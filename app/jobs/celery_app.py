@@ -6,10 +6,11 @@ process's :class:`~app.jobs.runtime.JobRuntime`, which the process attaches to t
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from celery import Celery, Task
-from celery.exceptions import Reject
+from celery.exceptions import CPendingDeprecationWarning, Reject
 
 from app.core.logging import job_scope
 from app.core.settings import Settings
@@ -69,14 +70,24 @@ def restore_unacked_embedded(broker_url: str) -> int:
 
 def create_celery(settings: Settings) -> Celery:
     _configure_embedded_broker(settings)
+    # worker_cancel_long_running_tasks_on_connection_loss is False on purpose (a broker restart must not kill the
+    # running trainings), and Celery warns about it on every reconnect; under an "error" warnings filter that warning
+    # kills the consumer at the reconnect it announces
+    warnings.filterwarnings("ignore", category=CPendingDeprecationWarning, message=r"(?s).*on connection loss cancels")
     app = Celery("sparktrain", set_as_current=False)
     transport_options: dict[str, Any] = {}
+    transport: str | None = None
     if settings.broker_url.startswith(("redis://", "rediss://")):
         # Redelivery of an unacked message after this long: longer than any job (Celery's Redis caveat).
         transport_options["visibility_timeout"] = settings.visibility_timeout_s
+    if settings.broker_url.startswith("redis://"):
+        from app.jobs.redis_transport import TRANSPORT
+
+        transport = TRANSPORT  # an acknowledgement Redis missed frees its prefetch slot all the same
     app.conf.update(
         broker_url=settings.broker_url,
         broker_transport_options=transport_options,
+        broker_transport=transport,
         broker_connection_retry_on_startup=True,
         result_backend=None,
         task_ignore_result=True,

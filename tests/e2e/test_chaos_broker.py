@@ -109,3 +109,26 @@ def test_a_second_delivery_of_a_running_jobs_message_does_nothing(
         assert "while it was RUNNING" in ignored
         _ran_once(svc, wait_final(svc.client, job_id))
         assert _settled(broker, queue) == (0, 0), "the second delivery was acknowledged, not left to come back"
+
+
+def test_jobs_that_end_while_redis_is_away_leave_the_consumer_taking_the_next(
+    make_service: Callable[..., Any], pg_url: str, broker: RedisServer
+) -> None:
+    """One consumer thread, its job running, a second job waiting on the queue. Redis goes away and stays away until
+    the running job has ended, so that job's acknowledgement fails. kombu's Redis transport then kept the
+    consumer's only prefetch slot for ever, and the waiting job stayed QUEUED (app/jobs/redis_transport.py): here it
+    runs once Redis is back, and each job runs once."""
+    with make_service(database_url=pg_url, broker_url=broker.url, consumer_concurrency=1) as svc:
+        first, second = (svc.train(digits_job(f"away-{i}", epochs=3, units=64, batch=32))["id"] for i in range(2))
+        svc.wait(first, {"RUNNING"})
+        assert svc.client.get(f"/jobs/{second}").json()["status"] == "QUEUED"
+        broker.kill(signal.SIGKILL)
+        try:
+            ended = wait_final(svc.client, first, timeout=300)  # its acknowledgement meets no Redis
+        finally:
+            broker.start()
+        lines = log_lines(svc.client, first)
+        jobs = [ended, wait_final(svc.client, second, timeout=120)]
+        for job in jobs:
+            _ran_once(svc, wait_final(svc.client, job["id"]))
+        assert lines, "the first job logged while Redis was away"

@@ -81,7 +81,9 @@ rounds = [gather(f"rank {rank} round {n}") for n in range(2)]
 comm = Comm(rank=rank, world_size=world, host=host, port=None, device=torch.device("cpu"), timeout_s=30.0, store=store)
 total = torch.tensor([float(rank + 1)])
 comm._all_reduce(total)
-print(json.dumps({"rounds": rounds, "sum": total.item()}))
+print(json.dumps({"rounds": rounds, "sum": total.item()}), flush=True)
+comm.barrier()
+comm.close()  # as the trainer does: a process group left to the interpreter's exit can abort it (std::terminate)
 """
 
 
