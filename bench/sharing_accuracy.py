@@ -9,8 +9,11 @@ same seeds for every variant. Variants:
 - ``now``: today's defaults, tau0 = one optimizer step (Adam: the learning rate) and the mean of the messages
   (``workers.training.torch.config.default_initial_threshold``).
 - ``tau0_lr_sum``: today's tau0 with the sum of the messages (which aggregation goes with tau0 = lr).
-- For the LSTM, what says where its gap comes from: residual clipping off, a fixed tau (no adaptation) at the
-  learning rate and at a third of it, three times the epochs, and one worker (thresholding without distribution).
+- For the LSTM (4,835 parameters: small enough that ``now`` exchanges it exactly, every step a dense all-reduce of
+  the workers' updates, ``exact_below_bytes``): ``thresholded`` (the threshold all the same), ``exact_sum`` (exact,
+  with the sum of the updates), and what says where the thresholded gap comes from: residual clipping off, a fixed
+  tau (no adaptation) at the learning rate and at a third of it, three times the epochs (thresholded), and one
+  worker (thresholding without distribution).
 
 Printed per model, W and variant: the validation accuracy per seed and its mean, the codec compression over the
 run (dense bytes / the bytes of the messages) and tau at the end. Last line: one JSON object; the full run also
@@ -44,6 +47,7 @@ SMALL_MLP = {  # tests/e2e/test_train_torch.py's digits MLP (9,610 parameters)
     ],
 }
 BEFORE = {"threshold_algorithm": {"initial_threshold": 1e-2}, "aggregation": "sum"}
+THRESHOLDED = {"exact_below_bytes": 0}  # the threshold even on a model small enough to be exchanged exactly
 # model: network, learning rate, epochs, workers
 RUNS: list[tuple[str, dict[str, Any], float, int, int]] = [
     ("mlp_1m", WIDE, 1e-3, 5, 2),
@@ -51,6 +55,7 @@ RUNS: list[tuple[str, dict[str, Any], float, int, int]] = [
     ("mlp_small", SMALL_MLP, 3e-3, 15, 2),
     ("cnn", CNN, 3e-3, 10, 2),
     ("lstm", LSTM, 1e-2, 10, 2),
+    ("lstm", LSTM, 1e-2, 10, 4),
     ("lstm", LSTM, 1e-2, 10, 1),
 ]
 
@@ -61,15 +66,24 @@ def _variants(model: str, lr: float, world: int) -> dict[str, tuple[str, dict[st
         "before": ("gradient_sharing", BEFORE),
         "now": ("gradient_sharing", None),
     }
+    if model == "lstm":  # small (19 kB): "now" exchanges it exactly; the rest say what thresholding it does
+        variants["before"] = ("gradient_sharing", {**BEFORE, **THRESHOLDED})
+        variants["thresholded"] = ("gradient_sharing", THRESHOLDED)
+        variants["exact_sum"] = ("gradient_sharing", {"aggregation": "sum"})
     if world == 1:  # one worker: what thresholding alone does to Adam, with nothing to distribute
-        del variants["before"]
-    elif model == "lstm":
+        del variants["before"], variants["exact_sum"]
+    elif model == "lstm" and world == 2:
         fixed = {"type": "fixed", "threshold": lr}
-        variants["no_clipping"] = ("gradient_sharing", {"residual_clipping": {"multiple": 1e6}})
-        variants["fixed_tau_lr"] = ("gradient_sharing", {"threshold_algorithm": fixed})
-        variants["fixed_tau_lr_over_3"] = ("gradient_sharing", {"threshold_algorithm": {**fixed, "threshold": lr / 3}})
-        variants["now_3x_epochs"] = variants["now"]
+        variants["no_clipping"] = ("gradient_sharing", {"residual_clipping": {"multiple": 1e6}, **THRESHOLDED})
+        variants["fixed_tau_lr"] = ("gradient_sharing", {"threshold_algorithm": fixed, **THRESHOLDED})
+        variants["fixed_tau_lr_over_3"] = (
+            "gradient_sharing",
+            {"threshold_algorithm": {**fixed, "threshold": lr / 3}, **THRESHOLDED},
+        )
+        variants["thresholded_3x_epochs"] = variants["thresholded"]
         variants["allreduce_3x_epochs"] = variants["allreduce"]
+    elif model == "lstm":
+        del variants["before"]
     else:
         variants["tau0_lr_sum"] = ("gradient_sharing", {"aggregation": "sum"})
     return variants

@@ -27,6 +27,7 @@ _SHARING_KEYS = frozenset(
         "encoding_debug",
         "bitmap_ratio",
         "collective",
+        "exact_below_bytes",
     }
 )
 Collective = Literal["auto", "sparse", "dense"]
@@ -44,8 +45,19 @@ class SharingConfig:
     encoding_debug: bool = False
     bitmap_ratio: int = 16
     collective: Collective = "auto"
-    """Per step: the sparse all-gather of the messages or a dense all-reduce of their decoded sum; ``auto`` takes
-    whichever puts fewer bytes on the wire (:func:`workers.training.torch.comm.dense_is_cheaper`)."""
+    """Per step: the sparse all-gather of the messages or a dense all-reduce of the residuals (exact: a dense step
+    sends everything); ``auto`` takes whichever puts fewer bytes on the wire
+    (:func:`workers.training.torch.comm.dense_is_cheaper`), and always the dense one for a small model (below)."""
+    exact_below_bytes: int = 0
+    """With ``collective: auto``, a model whose dense update (4 bytes a parameter) is at most this many bytes is
+    exchanged exactly on every step, by a dense all-reduce, with no threshold at all: such a step costs under
+    0.3 ms on a 1 Gbit/s link at 32 KiB, and thresholding cost small recurrent networks accuracy (docs/torch-trainer.md
+    #small-models-are-exchanged-exactly). 0 here (the trainer's unit tests exercise the codec on tiny models);
+    requests get :data:`EXACT_BELOW_BYTES` unless they say otherwise."""
+
+
+EXACT_BELOW_BYTES = 32 * 1024
+"""``training.gradient_sharing.exact_below_bytes`` when a request leaves it out: 8,192 parameters."""
 
 
 def default_initial_threshold(optimizer: OptimizerSpec) -> float:
@@ -96,6 +108,9 @@ def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> Sh
     collective = obj.get("collective", "auto")
     if collective not in ("auto", "sparse", "dense"):
         raise SpecError(f"{path}.collective", f"auto, sparse or dense, got {collective!r}")
+    exact = obj.get("exact_below_bytes", EXACT_BELOW_BYTES)
+    if not isinstance(exact, int) or isinstance(exact, bool) or exact < 0:
+        raise SpecError(f"{path}.exact_below_bytes", f"a number of bytes, 0 or more, got {exact!r}")
     return SharingConfig(
         threshold_algorithm=algorithm,
         residual_clipping=clipping,
@@ -104,6 +119,7 @@ def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> Sh
         encoding_debug=debug,
         bitmap_ratio=ratio,
         collective=collective,
+        exact_below_bytes=exact,
     )
 
 

@@ -212,6 +212,8 @@ class GradientSharing(Strategy):
         self.encode_s = 0.0
         self.exchange_s = 0.0
         self.dense_steps = 0
+        self.exact = sharing.collective == "auto" and self.dense_bytes <= sharing.exact_below_bytes
+        """A small model: every step is a dense all-reduce of the whole residual, no threshold."""
 
     def _dense(self, longest: int) -> bool:
         """This step's collective, the same on every rank (every rank knows every message length)."""
@@ -244,6 +246,8 @@ class GradientSharing(Strategy):
             started = time.perf_counter()
             add_optimizer_update(self.optimizer, self.flat, self.residual, self._before)
             flag = int(stop) | int(nan_loss) << 1 | self._non_finite() << 2
+            if self.exact:
+                return self._exact_step(global_step, flag, started)
 
             t0 = time.perf_counter()
             tau = self.algorithm.next_threshold()
@@ -253,24 +257,18 @@ class GradientSharing(Strategy):
             t1 = time.perf_counter()
             sizes, flags = self.comm.exchange_lengths(encoded.nbytes, flag)
             exchange = time.perf_counter() - t1
-            any_stop, any_nan = any(f & 1 for f in flags), any(f & 2 for f in flags)
+            any_stop, any_nan = self._check_flags(flags, global_step)
             if any_stop or any_nan:
                 return any_stop, any_nan, None
-            bad = next(((rank, f >> 2) for rank, f in enumerate(flags) if f >> 2), None)
-            if bad is not None:
-                rank, code = bad
-                raise NonFiniteUpdate(
-                    step=global_step + 1,
-                    worker=rank,
-                    parameter=self.parameter_at((code - 1) // 2),
-                    kind="NaN" if code % 2 else "infinite",
-                )
             dense = self._dense(max(sizes))
             via_delta = dense
             if dense:
-                self._delta.zero_()
-                # each rank decodes its own message, the ring all-reduce sums them: the same bytes on every rank
-                decode_accumulate([encoded], self._delta, scale=self.scale)
+                # A ring all-reduce puts the same bytes on the wire whatever its values, so it carries the whole
+                # residual, exactly: the message's ±tau put back, plus what the threshold held back. Nothing is
+                # left behind on a dense step (and residual clipping has nothing to clip).
+                decode_accumulate([encoded], self.residual)
+                torch.mul(self.residual, self.scale, out=self._delta)
+                self.residual.zero_()
                 t2 = time.perf_counter()
                 self.comm.sum_(self._delta)
                 exchange += time.perf_counter() - t2
@@ -300,12 +298,13 @@ class GradientSharing(Strategy):
             False,
             False,
             StepStats(
-                bytes_sent=encoded.nbytes,
+                # a dense step carried the whole residual (4 bytes an element): the codec saved nothing on it
+                bytes_sent=self.dense_bytes if dense else encoded.nbytes,
                 dense_bytes=self.dense_bytes,
                 clipped_mass=clipped,
                 bitmap=encoded.kind == MessageKind.BITMAP,
                 tau=encoded.tau,
-                sparsity=encoded.count / encoded.n,
+                sparsity=1.0 if dense else encoded.count / encoded.n,
                 residual_norm=float(self.residual.norm()),
                 debug=debug,
                 collective=int(dense),
@@ -313,6 +312,44 @@ class GradientSharing(Strategy):
                 phases=_phases(started, t1, t1 + exchange, t3),
             ),
         )
+
+    def _check_flags(self, flags: list[int], global_step: int) -> tuple[bool, bool]:
+        """(any rank stopped, any rank saw a non-finite loss); raises :class:`NonFiniteUpdate` when a rank's
+        residual went non-finite."""
+        any_stop, any_nan = any(f & 1 for f in flags), any(f & 2 for f in flags)
+        if any_stop or any_nan:
+            return any_stop, any_nan
+        bad = next(((rank, f >> 2) for rank, f in enumerate(flags) if f >> 2), None)
+        if bad is not None:
+            rank, code = bad
+            raise NonFiniteUpdate(
+                step=global_step + 1,
+                worker=rank,
+                parameter=self.parameter_at((code - 1) // 2),
+                kind="NaN" if code % 2 else "infinite",
+            )
+        return False, False
+
+    def _exact_step(self, global_step: int, flag: int, started: float) -> tuple[bool, bool, StepStats | None]:
+        """A small model's step: the flags, then a ring all-reduce of every rank's whole residual (its update);
+        the residual is empty afterwards. What allreduce does with gradients, done with the optimizers' updates."""
+        t1 = time.perf_counter()
+        _, flags = self.comm.exchange_lengths(0, flag)
+        any_stop, any_nan = self._check_flags(flags, global_step)
+        if any_stop or any_nan:
+            return any_stop, any_nan, None
+        torch.mul(self.residual, self.scale, out=self._delta)
+        self.residual.zero_()
+        self.comm.sum_(self._delta)
+        exchanged = time.perf_counter()
+        self.flat.sub_(self._delta)
+        self.dense_steps += 1
+        done = time.perf_counter()
+        self.exchange_s += exchanged - t1
+        self.encode_s += t1 - started
+        stats = StepStats(bytes_sent=self.dense_bytes, dense_bytes=self.dense_bytes, tau=0.0, sparsity=1.0,
+                          residual_norm=0.0, collective=1, phases=_phases(started, t1, exchanged, done))  # fmt: skip
+        return False, False, stats
 
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return {"residual": self.residual}, {"threshold": self.algorithm.state_dict()}

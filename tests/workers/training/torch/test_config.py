@@ -48,3 +48,12 @@ def test_collective_defaults_to_auto_and_names_the_field() -> None:
     with pytest.raises(SpecError) as caught:
         parse_sharing({"collective": "ring"}, ADAM)
     assert caught.value.path == "training.gradient_sharing.collective"
+
+
+def test_requests_exchange_models_under_32_kib_exactly_unless_told_otherwise() -> None:
+    assert parse_sharing(None, ADAM).exact_below_bytes == 32 * 1024
+    assert parse_sharing({"exact_below_bytes": 0}, ADAM).exact_below_bytes == 0
+    for bad in (-1, 1.5, True, "32k"):
+        with pytest.raises(SpecError) as caught:
+            parse_sharing({"exact_below_bytes": bad}, ADAM)
+        assert caught.value.path == "training.gradient_sharing.exact_below_bytes"

@@ -84,14 +84,15 @@ def test_every_mode_keeps_bitwise_replicas_with_batch_norm_and_uneven_partitions
                 assert r["wire_bytes"] > (world - 1) * r["bytes_sent"]
 
 
-def _sharing(comm: Comm, aggregation: str) -> GradientSharing:
+def _sharing(comm: Comm, aggregation: str, **options: Any) -> GradientSharing:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1, bias=False)
     with torch.no_grad():
         model.weight.copy_(torch.tensor([[2.0, -1.0, 0.5, 3.0]]))
     flat = flatten_parameters(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    sharing = SharingConfig(threshold_algorithm={"type": "fixed", "threshold": 0.5}, aggregation=aggregation)  # type: ignore[arg-type]
+    sharing = SharingConfig(threshold_algorithm={"type": "fixed", "threshold": 0.5}, aggregation=aggregation,  # type: ignore[arg-type]
+                            **options)  # fmt: skip
     return GradientSharing(model, flat, optimizer, comm, sharing=sharing)
 
 
@@ -107,16 +108,18 @@ def _flags(comm: Comm) -> list[Any]:
     return out
 
 
-def _scaled_step(comm: Comm, aggregation: str) -> dict[str, list[float]]:
+def _scaled_step(comm: Comm, aggregation: str, **options: Any) -> dict[str, Any]:
     """One gradient-sharing step on a 4-weight model with SGD(lr=1) and a fixed tau of 0.5: rank r's update is
-    1.0 at element r (r < 3) and -0.6 at element 3, so it sends +tau at r and -tau at 3."""
-    strategy = _sharing(comm, aggregation)
+    1.0 at element r (r < 3) and -0.6 at element 3, so it sends +tau at r and -tau at 3 (on a sparse step)."""
+    strategy = _sharing(comm, aggregation, **options)
     grad = torch.zeros(1, 4)
     grad[0, comm.rank % 3] = 1.0
     grad[0, 3] = -0.6
     strategy.model.weight.grad = grad
+    before = comm.wire_bytes
     stats = strategy.step(0)
-    return {"theta": strategy.flat.tolist(), "residual": strategy.residual.tolist(), "bytes": [stats.bytes_sent]}
+    return {"theta": strategy.flat.tolist(), "residual": strategy.residual.tolist(), "bytes": [stats.bytes_sent],
+            "wire": comm.wire_bytes - before, "collective": stats.collective, "tau": stats.tau}  # fmt: skip
 
 
 def _on_three_ranks(comm: Comm) -> dict[str, Any]:
@@ -124,6 +127,9 @@ def _on_three_ranks(comm: Comm) -> dict[str, Any]:
     return {
         "sum": _scaled_step(comm, "sum"),
         "mean": _scaled_step(comm, "mean"),
+        # 16 bytes of parameters: a small model, exchanged exactly; and a forced dense step, exact too
+        "exact": _scaled_step(comm, "mean", exact_below_bytes=16),
+        "dense": _scaled_step(comm, "mean", collective="dense"),
         "wire": _collectives(comm, 20),
         "flags": _flags(comm),
     }
@@ -168,6 +174,22 @@ def test_gradient_sharing_sums_or_averages_the_messages(three_ranks: list[dict[s
         residual = [0.0, 0.0, 0.0, -0.1]
         residual[rank] = 0.5
         assert o[aggregation]["residual"] == pytest.approx(residual, rel=1e-6)
+
+
+@pytest.mark.parametrize("how", ["exact", "dense"])
+def test_a_dense_step_carries_every_update_exactly(three_ranks: list[dict[str, Any]], how: str) -> None:
+    """A small model (``exact_below_bytes``) or a forced dense step: no threshold holds anything back. The ring
+    all-reduce carries the whole residual, so the parameters move by the exact mean of the three updates
+    (a sparse step would move them by multiples of tau = 0.5) and no residual is left."""
+    updates = torch.tensor([[1.0, 0.0, 0.0, -0.6], [0.0, 1.0, 0.0, -0.6], [0.0, 0.0, 1.0, -0.6]])
+    expected = (torch.tensor([2.0, -1.0, 0.5, 3.0]) - updates.sum(0) * (1.0 / 3)).tolist()
+    for rank, o in enumerate(three_ranks):
+        assert o[how]["theta"] == pytest.approx(expected, abs=1e-7), rank
+        assert o[how]["residual"] == [0.0] * 4 and o[how]["collective"] == 1
+        assert o[how]["bytes"] == [16], "the codec saved nothing on a dense step"
+        # the flags' length exchange and the ring all-reduce of 4 float32: nothing else on the wire
+        assert o[how]["wire"] == ring_allgather_bytes(16, 3) + ring_allreduce_bytes(16, 4, 3, rank)
+    assert [o["exact"]["tau"] for o in three_ranks] == [0.0] * 3, "no threshold on a small model"
 
 
 def test_stop_and_nan_flags_ride_on_the_length_exchange(three_ranks: list[dict[str, Any]]) -> None:
