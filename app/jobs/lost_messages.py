@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, load_only, sessionmaker
 
 from app.core.jobstates import JobStatus
 from app.core.settings import Settings
@@ -118,8 +118,9 @@ class LostMessages:
     def _queued(self) -> list[tuple[str, str, str]]:
         """(id, task, queue) of every QUEUED job whose message should be on a queue now."""
         with self._db() as s:
+            columns = load_only(Job.id, Job.type, Job.framework, Job.attempt, Job.attempts)  # not the request
             rows = s.execute(
-                select(Job).where(Job.status == JobStatus.QUEUED.value, Job.waiting_for.is_(None))
+                select(Job).options(columns).where(Job.status == JobStatus.QUEUED.value, Job.waiting_for.is_(None))
             ).scalars()
             found = []
             for job in rows:
