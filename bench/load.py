@@ -69,12 +69,18 @@ def _percentiles(stats_csv: Path) -> dict[str, dict[str, float]]:
 
 
 def run_one(
-    kind: str, work: Path, users: int, seconds: int, training_jobs: int = 2, nice: int | None = None
+    kind: str,
+    work: Path,
+    users: int,
+    seconds: int,
+    training_jobs: int = 2,
+    nice: int | None = None,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     data = work / "data"
     _, rows = write_data(data)
     with _database(kind, work) as database:
-        settings = {**database, **({"spark_local_nice": str(nice)} if nice is not None else {})}
+        settings = {**database, **({"spark_local_nice": str(nice)} if nice is not None else {}), **(extra or {})}
         env = driver_env(work, log_level="WARNING", data_roots=f"{REPO / 'datasets'},{data}", **settings)
         driver = Driver(env, work / f"driver-{kind}.log").start()
         try:
@@ -142,6 +148,13 @@ def main() -> None:
         help="torch jobs training on the same machine during the load (0: the API alone)",
     )
     parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a driver setting (SPARKTRAIN_NAME), for A/B runs; repeatable",
+    )
+    parser.add_argument(
         "--spark-local-nice",
         type=int,
         default=None,
@@ -152,7 +165,9 @@ def main() -> None:
     result: dict[str, Any] = {"cpus": os.cpu_count(), "target_p99_ms_get_job_postgresql": TARGET_P99_MS}
     for kind in args.databases:
         work = Path(tempfile.mkdtemp(prefix=f"bench-load-{kind}-"))
-        figures = run_one(kind, work, users, seconds, args.training_jobs, args.spark_local_nice)
+        extra = dict(item.split("=", 1) for item in args.setting)
+        figures = run_one(kind, work, users, seconds, args.training_jobs, args.spark_local_nice, extra)
+        figures["settings"] = extra
         figures["training_jobs_running"] = args.training_jobs
         result[kind] = figures
         poll = figures["by_request"].get("GET /jobs/{id}", {})
@@ -167,7 +182,7 @@ def main() -> None:
     if "postgresql" in result:
         p99 = result["postgresql"]["by_request"].get("GET /jobs/{id}", {}).get("p99_ms")
         result["postgresql_get_job_p99_over_target"] = round(p99 / TARGET_P99_MS, 2) if p99 else None
-    if not args.quick and set(args.databases) == {"sqlite", "postgresql"}:
+    if not args.quick and not args.setting and set(args.databases) == {"sqlite", "postgresql"}:
         name = "load.json" if args.training_jobs == 2 else f"load-{args.training_jobs}-training-jobs.json"
         (REPO / "bench" / "results" / name).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))
