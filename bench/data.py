@@ -11,7 +11,9 @@ Also measured first: how long ``POST /train``'s planning takes on CSV, JSON-line
 the data while a barrier stage holds every task slot, and whether a Spark job ran.
 
 Data: the synthetic taxi generator (11 numeric features), written once to a temporary parquet file.
-The direct path is measured three times and the median reported, against the median of three pyarrow reads.
+The direct path and the pyarrow read are measured five times each, interleaved, after one warm-up of each; the
+medians are reported.
+
 Run: ``python -m bench.data [--quick] [--rows N]``; prints a table and, last, one JSON object, which a full run
 (2,000,000 rows) also writes to bench/results/data.json.
 """
@@ -33,6 +35,7 @@ FEATURES = (
     "dropoff_latitude", "hour", "day_of_week", "is_weekend", "h_distance",
 )  # fmt: skip
 WORKERS = 2
+REPEATS = 5
 
 
 def single_process(path: Path) -> float:
@@ -256,8 +259,13 @@ def main() -> None:
         spark = build_spark_session(settings)
         latency = request_latency(spark, settings, Path(tmp), path)
         sparktrain(spark, settings, path, "direct")  # warm-up: Python workers, JIT
-        baseline = statistics.median(single_process(path) for _ in range(3))
-        runs = [sparktrain(spark, settings, path, "direct") for _ in range(3)]
+        single_process(path)  # and the same for pyarrow (the file in the page cache for both)
+        # interleaved, so that a machine that speeds up or slows down meanwhile moves both alike; medians of five
+        baselines, runs = [], []
+        for _ in range(REPEATS):
+            baselines.append(single_process(path))
+            runs.append(sparktrain(spark, settings, path, "direct"))
+        baseline = statistics.median(baselines)
         direct, got = statistics.median(s for s, _ in runs), runs[0][1]
         export_write, _ = sparktrain(spark, settings, path, "export")
         export_read, got_read = sparktrain(spark, settings, path, "export")
@@ -277,6 +285,7 @@ def main() -> None:
     held = {k: round(v, 3) for k, v in latency.items()}
     load = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: how busy it was (1, 5, 15 min)
     out = {"rows": rows, **figures, "direct_runs_s": [round(s, 3) for s, _ in runs],
+           "pyarrow_runs_s": [round(s, 3) for s in baselines],
            "request_s_with_every_slot_held": held, "load_average": load}  # fmt: skip
     if not args.quick and args.rows is None:
         (REPO / "bench" / "results" / "data.json").write_text(json.dumps(out, indent=1) + "\n")
