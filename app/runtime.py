@@ -161,7 +161,9 @@ def start_runtime(
     celery = celery or create_celery(settings)
     job_runtime = JobRuntime(settings=settings, db=db, spark=spark)
     attach_runtime(celery, job_runtime)
-    redis = settings.broker_url if settings.broker_url.startswith(("redis://", "rediss://")) else None
+    from app.jobs.lost_messages import is_redis
+
+    redis = settings.broker_url if is_redis(settings.broker_url) else None
     rt = ServiceRuntime(
         settings=settings,
         engine=engine,

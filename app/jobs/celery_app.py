@@ -14,6 +14,7 @@ from celery.exceptions import CPendingDeprecationWarning, Reject
 
 from app.core.logging import job_scope
 from app.core.settings import Settings
+from app.jobs.lost_messages import is_redis
 from app.jobs.runtime import JobRuntime
 from workers.families import FRAMEWORKS, task_name
 
@@ -77,7 +78,7 @@ def create_celery(settings: Settings) -> Celery:
     app = Celery("sparktrain", set_as_current=False)
     transport_options: dict[str, Any] = {}
     transport: str | None = None
-    if settings.broker_url.startswith(("redis://", "rediss://")):
+    if is_redis(settings.broker_url):
         # Redelivery of an unacked message after this long: longer than any job (Celery's Redis caveat).
         transport_options["visibility_timeout"] = settings.visibility_timeout_s
     if settings.broker_url.startswith("redis://"):
