@@ -179,7 +179,8 @@ def retry(*, session: Session, job: Job, now: datetime, reason: str, delay_s: fl
     pass sends it once that much time has passed."""
     if reason not in resume.RETRYABLE:
         return f"{reason} is not retried"
-    free = reason in resume.FREE
+    progressed = reason in resume.FREE_AFTER_PROGRESS and resume.made_progress(session, job)
+    free = reason in resume.FREE or progressed
     if job.attempt >= job.max_attempts and not free:
         return "no attempts left"
     try:
@@ -216,7 +217,9 @@ def retry(*, session: Session, job: Job, now: datetime, reason: str, delay_s: fl
     if not won:
         return "it left FAILED meanwhile"
     when = f" in {delay_s:.0f} s" if delay_s > 0 else ""
-    cost = " (a stop costs no attempt)" if free else ""
+    cost = ""
+    if free:
+        cost = " (it saved progress first: this costs no attempt)" if progressed else " (a stop costs no attempt)"
     jobs.add_log(session=session, job_id=job.id, level="WARNING", message=f"attempt {attempt} queued{when}: "
                  f"{nxt.how}{cost}")  # fmt: skip
     session.refresh(job)

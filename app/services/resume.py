@@ -8,23 +8,28 @@ renamed into place, an evaluation's result is stored, all at the very end), so r
 
 - A kind that writes checkpoints has a :class:`Resume` rule in :data:`RULES`: the next attempt continues from its
   newest checkpoint (torch: epochs, with every rank's optimizer and residual state; xgboost: boosting rounds, from
-  the saved booster). Without a checkpoint yet it starts from scratch.
-- Every other kind (Spark ML fits, evaluation, batch prediction, recipes, and any kind added later, e.g. tuning)
-  starts from scratch with its stored plan unchanged. A new kind that checkpoints adds its rule here; nothing
-  else in the retry path knows about kinds.
+  the saved booster; a Spark ML cross-validation: the (fold, parameter map) fits done, with their metrics).
+  Without a checkpoint yet it starts from scratch.
+- Every other kind (Spark ML fits without a grid, evaluation, batch prediction, recipes, and any kind added later,
+  e.g. tuning) starts from scratch with its stored plan unchanged. A new kind that checkpoints adds its rule here;
+  nothing else in the retry path knows about kinds.
 
 A stop (``DRIVER_STOPPED``: an operator restarting the service) costs the job no attempt: ``max_attempts`` grows
-with the retry, so no number of restarts fails a user's job. A storage failure is tried again after
-``SPARKTRAIN_RETRY_DELAY_S`` (a full disk rarely empties itself in a millisecond).
+with the retry, so no number of restarts fails a user's job. Neither does a lost driver or worker
+(``DRIVER_LOST``, ``WORKER_LOST``) when the attempt saved progress first (:func:`made_progress`: a checkpoint past
+every earlier attempt's): a job that keeps moving forward between failures is never failed by them, while one that
+dies again before its next checkpoint (a crash loop) runs out of attempts as before. A storage failure is tried
+again after ``SPARKTRAIN_RETRY_DELAY_S`` (a full disk rarely empties itself in a millisecond).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.db.models import Checkpoint, Job
@@ -34,6 +39,8 @@ RETRYABLE = frozenset({"DRIVER_LOST", "DRIVER_STOPPED", "WORKER_LOST", "STORAGE_
 """Reasons an attempt ends that are not the job's fault: the job is queued again while attempts remain."""
 FREE = frozenset({"DRIVER_STOPPED"})
 """Reasons that cost no attempt."""
+FREE_AFTER_PROGRESS = frozenset({"DRIVER_LOST", "WORKER_LOST"})
+"""Reasons that cost no attempt when the attempt saved progress first (:func:`made_progress`)."""
 DELAYED = frozenset({"STORAGE_FULL", "STORAGE_UNAVAILABLE"})
 """Reasons whose retry waits ``retry_delay_s`` before its message is sent."""
 
@@ -50,6 +57,8 @@ class Resume:
     """The stored plan, continuing from the checkpoint."""
     request_key: str | None = None
     """A section of the stored request whose ``resume_from`` names the checkpoint too (torch's ``training``)."""
+    unit: str = "epoch"
+    """What ``Checkpoint.epoch`` counts, as the job's log says it."""
 
 
 def _torch_total(job: Job) -> int:
@@ -79,9 +88,28 @@ def _xgboost_resuming(plan: dict[str, Any], checkpoint: Checkpoint, job: Job) ->
     return plans.dump(replace(plans.load(XGBoostPlan, plan), resume=point))
 
 
+def _spark_ml_total(job: Job) -> int:
+    """The cross-validation's fits and the final fit of the best parameters, which is never checkpointed: a
+    checkpoint after the last fold still leaves that to do."""
+    spec = (job.plan or {}).get("spec") or {}
+    grid = spec.get("grid") or {}
+    folds = spec.get("num_folds")
+    if not folds:
+        return 0
+    return int(folds) * math.prod(len(v) for v in grid.values()) + 1
+
+
+def _spark_ml_resuming(plan: dict[str, Any], checkpoint: Checkpoint, job: Job) -> dict[str, Any]:
+    from workers.training.spark_ml.spec import SparkMLPlan, SparkMLResume
+
+    point = SparkMLResume(checkpoint_id=checkpoint.id, uri=checkpoint.uri, fits=checkpoint.epoch, job_id=job.id)
+    return plans.dump(replace(plans.load(SparkMLPlan, plan), resume=point))
+
+
 RULES: dict[str, Resume] = {
     "train.torch": Resume(total=_torch_total, resuming=_torch_resuming, request_key="training"),
-    "train.xgboost": Resume(total=_xgboost_total, resuming=_xgboost_resuming),
+    "train.xgboost": Resume(total=_xgboost_total, resuming=_xgboost_resuming, unit="round"),
+    "train.spark_ml": Resume(total=_spark_ml_total, resuming=_spark_ml_resuming, unit="fit"),
 }
 """Kinds (``kind_of``) that continue from a checkpoint; every other kind starts again from scratch."""
 
@@ -102,12 +130,21 @@ class NextAttempt:
     plan: dict[str, Any] | None
     request: dict[str, Any]
     checkpoint: Checkpoint | None
+    unit: str = "epoch"
 
     @property
     def how(self) -> str:
         if self.checkpoint is None:
             return "starts from scratch"
-        return f"resumes from checkpoint {self.checkpoint.id} (epoch {self.checkpoint.epoch})"
+        return f"resumes from checkpoint {self.checkpoint.id} ({self.unit} {self.checkpoint.epoch})"
+
+
+def made_progress(session: Session, job: Job) -> bool:
+    """Whether the job's current attempt registered a checkpoint past every checkpoint of its earlier attempts."""
+    newest = func.max(Checkpoint.epoch)
+    mine = session.scalar(select(newest).where(Checkpoint.job_id == job.id, Checkpoint.attempt == job.attempt))
+    before = session.scalar(select(newest).where(Checkpoint.job_id == job.id, Checkpoint.attempt < job.attempt))
+    return mine is not None and mine > (before if before is not None else -1)
 
 
 def newest_checkpoint(session: Session, job: Job, rule: Resume) -> Checkpoint | None:
@@ -132,6 +169,6 @@ def next_attempt(session: Session, job: Job) -> NextAttempt:
     if rule.request_key is not None:
         request[rule.request_key] = {**dict(request.get(rule.request_key) or {}), "resume_from": checkpoint.id}
     if job.plan is None or plans.is_deferred(job.plan):  # the job plans its request, now with resume_from
-        return NextAttempt(plan=job.plan, request=request, checkpoint=checkpoint)
+        return NextAttempt(plan=job.plan, request=request, checkpoint=checkpoint, unit=rule.unit)
     plan = rule.resuming(job.plan, checkpoint, job)
-    return NextAttempt(plan=plan, request=request, checkpoint=checkpoint)
+    return NextAttempt(plan=plan, request=request, checkpoint=checkpoint, unit=rule.unit)

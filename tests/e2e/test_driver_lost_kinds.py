@@ -5,9 +5,10 @@
 - a batch prediction starts again from scratch: its output is written to a private directory and renamed into
   place, so the output holds exactly one row per key, nothing of the dead attempt is left, and a reader never saw
   half of it;
-- a Spark ML fit (a cross-validated grid) and an evaluation start again from scratch (the same rule: nothing they
-  write is visible before they succeed): the fit registers exactly one model version, from a grid of one attempt
-  alone, and the evaluation stores one result that counts every row once.
+- a Spark ML fit of a cross-validated grid continues after the (fold, parameter map) fits it checkpointed, and
+  registers exactly one model version, from one grid with every fit's metric once;
+- an evaluation starts again from scratch (nothing it writes is visible before it succeeds) and stores one result
+  that counts every row once.
 
 Every attempt that ended with its driver says so (``DRIVER_LOST``), and the job's log says how the next one ran.
 """
@@ -122,7 +123,7 @@ def test_a_killed_xgboost_job_continues_from_its_checkpoint_and_a_batch_predicti
     assert not [p.name for p in out.parent.iterdir() if ".partial" in p.name], "nothing of the dead attempt is left"
 
 
-def test_a_killed_spark_ml_fit_and_a_killed_evaluation_start_again_from_scratch(
+def test_a_killed_spark_ml_grid_continues_after_its_fits_and_a_killed_evaluation_starts_again(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     fit_uri, eval_uri, rows = _small_data(tmp_path / "data")
@@ -162,11 +163,19 @@ def test_a_killed_spark_ml_fit_and_a_killed_evaluation_start_again_from_scratch(
         assert [a["attempt"] for a in job["attempts"]] == [1, 2], job["attempts"]
         assert job["attempts"][1]["worker_id"] == job["worker_id"] != job["attempts"][0]["worker_id"]
         lines = log_lines(second.client, job_id)
-        assert "attempt 2 queued: starts from scratch" in lines, lines
         assert sum(line.startswith("attempt 2 started on ") for line in lines) == 1, lines
+    assert "attempt 2 queued: starts from scratch" in log_lines(second.client, ev)
+    lines = log_lines(second.client, fit)
+    queued = next(line for line in lines if line.startswith("attempt 2 queued: "))
+    assert queued.startswith("attempt 2 queued: resumes from checkpoint ") and " (fit " in queued, lines
+    done = int(queued.split(" (fit ")[1].split(")")[0])
+    assert 1 <= done < 4, queued
+    assert any(f"{done} done before, continuing from checkpoint" in line for line in lines), lines
 
     job = second.client.get(f"/jobs/{fit}").json()
     assert len(job["result"]["cross_validation"]["grid"]) == 2, job["result"]  # one grid, not two attempts' mixed
+    cv = second.client.get(f"/jobs/{fit}/metrics", params={"key": "cv_rmse"}).json()["metrics"]
+    assert {m["step"] for m in cv} == {1, 2, 3, 4}, cv
     versions = [v for m in second.client.get("/models").json()["items"] for v in m["versions"] if v["job_id"] == fit]
     assert len(versions) == 1, versions
     assert job["model"] == {"name": "forest", "version": versions[0]["version"]}

@@ -103,6 +103,58 @@ def test_a_torch_job_out_of_attempts_is_not_retried(db: Any) -> None:
     assert reconcile(db=db, send=never, stale_after_s=30)[0]["why"] == "no attempts left"
 
 
+@pytest.mark.parametrize(("earlier", "mine", "retried"), [((1,), (2,), True), ((2,), (1,), False), ((1, 2), (), False),
+                                                         ((), (1,), True)])  # fmt: skip
+def test_a_lost_attempt_that_saved_progress_costs_no_attempt(
+    db: Any, earlier: tuple[int, ...], mine: tuple[int, ...], retried: bool
+) -> None:
+    """Attempt 3 of 3 lost with its driver is queued again (as attempt 4 of 4) only when it registered a
+    checkpoint past every earlier attempt's: a job moving forward between kills is never failed by them, a crash
+    loop (dying again before the next checkpoint) runs out of attempts."""
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="torch")
+    with transaction(db) as session:
+        session.get(Job, job_id).attempt = 3
+        for epoch in earlier:
+            session.add(Checkpoint(id=f"e{epoch:031d}", job_id=job_id, attempt=2, epoch=epoch, uri=f"file:///e{epoch}"))
+        for epoch in mine:
+            session.add(Checkpoint(id=f"m{epoch:031d}", job_id=job_id, attempt=3, epoch=epoch, uri=f"file:///m{epoch}"))
+    (action,) = reconcile(db=db, send=lambda *m: None, stale_after_s=30)
+    with db() as session:
+        job = session.get(Job, job_id)
+        if not retried:
+            assert action["why"] == "no attempts left"
+            assert job.status == "FAILED"
+            return
+        assert action["action"] == "retried" and action["how"].startswith("resumes from checkpoint m")
+        assert (job.status, job.attempt, job.max_attempts) == ("QUEUED", 4, 4)
+        logs = [line.message for line in jobs.list_logs(session=session, job_id=job_id)]
+    assert any(line.endswith("(it saved progress first: this costs no attempt)") for line in logs), logs
+
+
+def test_a_spark_ml_cross_validation_continues_after_its_fits_done(db: Any) -> None:
+    """Its checkpoints count (fold, parameter map) fits; the final fit of the best parameters is one more unit,
+    so a checkpoint after the last fold still resumes (4 fits + 1)."""
+    from workers import plans
+    from workers.data.spec import ResolvedDataset
+    from workers.training.spark_ml.spec import SparkMLPlan, SparkMLResume, SparkMLSpec
+
+    planned = SparkMLPlan(
+        train=ResolvedDataset(path="/data/t.parquet", format="parquet", features=("x",), label="y", task="regression"),
+        validation=None, spec=SparkMLSpec(algorithm="random_forest", task="regression",
+                                          estimator_class="pyspark.ml.regression.RandomForestRegressor",
+                                          grid={"maxDepth": (3, 5)}, num_folds=2),
+    )  # fmt: skip
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="spark_ml", plan=plans.dump(planned))
+    with transaction(db) as session:
+        session.add(Checkpoint(id=f"{4:032d}", job_id=job_id, epoch=4, uri="file:///cv-4"))
+    (action,) = reconcile(db=db, send=lambda *m: None, stale_after_s=30)
+    assert action["how"] == f"resumes from checkpoint {4:032d} (fit 4)"
+    with db() as session:
+        resumed = plans.load(SparkMLPlan, session.get(Job, job_id).plan)
+    assert resumed.resume == SparkMLResume(checkpoint_id=f"{4:032d}", uri="file:///cv-4", fits=4, job_id=job_id)
+    assert resumed.spec == planned.spec
+
+
 def _two_checkpoints(db: Any, job_id: str) -> None:
     with transaction(db) as session:
         session.add(Checkpoint(id="a" * 32, job_id=job_id, epoch=1, uri="file:///one"))
@@ -251,7 +303,7 @@ def test_an_xgboost_retry_continues_from_its_newest_checkpoint_of_rounds(db: Any
         for rounds in (10, 20, 100):
             session.add(Checkpoint(id=f"{rounds:032d}", job_id=job_id, epoch=rounds, uri=f"file:///r{rounds}"))
     (action,) = reconcile(db=db, send=lambda *m: None, stale_after_s=30)
-    assert action["how"] == f"resumes from checkpoint {20:032d} (epoch 20)"
+    assert action["how"] == f"resumes from checkpoint {20:032d} (round 20)"
     with db() as session:
         resumed = plans.load(XGBoostPlan, session.get(Job, job_id).plan)
     assert resumed.resume == XGBoostResume(checkpoint_id=f"{20:032d}", uri="file:///r20", rounds=20, job_id=job_id)

@@ -6,8 +6,10 @@ Everything here runs on the driver; Spark ML ships its own JVM code to the execu
 from __future__ import annotations
 
 import importlib
-import itertools
+import json
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
@@ -84,7 +86,7 @@ def _fit(
     cv_table: list[dict[str, Any]] = []
     best_params: dict[str, Any] = dict(spec.params)
     if spec.cross_validated:
-        model, cv_table, best_params = _cross_validate(ctx, spec, pipeline, estimator, label_col, train_df)
+        model, cv_table, best_params = _cross_validate(ctx, plan, pipeline, estimator, label_col, train_df)
     else:
         ctx.progress(0.1, "fitting")
         with StageProgress(ctx, low=0.1, high=0.9, label="fitting"):
@@ -153,40 +155,93 @@ def _estimator(spec: SparkMLSpec, label_col: str, weight: str | None) -> Estimat
 
 def _cross_validate(
     ctx: JobContext,
-    spec: SparkMLSpec,
+    plan: SparkMLPlan,
     pipeline: Any,
     estimator: Any,
     label_col: str,
     train_df: DataFrame,
 ) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    """Spark ML's CrossValidator, one (fold, parameter map) fit at a time with a checkpoint after each: the same
+    folds (``CrossValidator._kFold``, seeded), fits, metrics and best model as ``CrossValidator.fit`` with
+    ``parallelism=1``, but a retry after a lost driver continues after the fits already done instead of
+    starting again."""
     from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
+    spec = plan.spec
     names = list(spec.grid)
     builder = ParamGridBuilder()
     for name in names:
         builder = builder.addGrid(estimator.getParam(name), list(spec.grid[name]))
     param_maps = builder.build()
     assert spec.num_folds is not None
-    total = spec.num_folds * len(param_maps)
-    ctx.log(f"cross-validating {len(param_maps)} parameter combinations x {spec.num_folds} folds = {total} fits")
-    evaluator = _ProgressEvaluator(_evaluator(spec, label_col, spec.metric), ctx, total)
-    cv = CrossValidator(
-        estimator=pipeline,
-        estimatorParamMaps=param_maps,
-        evaluator=evaluator,
-        numFolds=spec.num_folds,
-        seed=spec.seed,
-        parallelism=1,
-    )
-    cv_model = cv.fit(train_df)
+    folds, total = spec.num_folds, spec.cv_fits
+    evaluator = _evaluator(spec, label_col, spec.metric)
+    metrics = _resumed_metrics(ctx, plan, len(param_maps))
+    done = sum(m is not None for row in metrics for m in row)
+    resumed = f"; {done} done before, continuing from checkpoint {plan.resume.checkpoint_id}" if plan.resume else ""
+    ctx.log(f"cross-validating {len(param_maps)} parameter combinations x {folds} folds = {total} fits{resumed}")
+    splits = CrossValidator(
+        estimator=pipeline, estimatorParamMaps=param_maps, evaluator=evaluator, numFolds=folds, seed=spec.seed
+    )._kFold(train_df)
+    for i, (train_split, validation_split) in enumerate(splits):
+        todo = [j for j, m in enumerate(metrics[i]) if m is None]
+        if not todo:
+            continue
+        fold_train, fold_validation = train_split.cache(), validation_split.cache()
+        try:
+            for j in todo:
+                ctx.check_cancelled()
+                model = pipeline.fit(fold_train, param_maps[j])
+                value = float(evaluator.evaluate(model.transform(fold_validation, param_maps[j])))
+                metrics[i][j] = value
+                done += 1
+                ctx.metrics([MetricPoint(f"cv_{spec.metric}", value, step=done)])
+                _save_cv_checkpoint(ctx, metrics, done)
+                ctx.progress(0.05 + 0.85 * done / total, f"cross-validation fit {done} of {total}")
+        finally:
+            fold_train.unpersist()
+            fold_validation.unpersist()
+    matrix = np.array(metrics, dtype=np.float64)
+    means, stds = matrix.mean(axis=0), matrix.std(axis=0)
+    best = int(np.argmax(means) if evaluator.isLargerBetter() else np.argmin(means))
     combos = [{name: pm[estimator.getParam(name)] for name in names} for pm in param_maps]
     table = [
         {"params": combo, spec.metric: float(m), "std": float(s)}
-        for combo, m, s in itertools.zip_longest(combos, cv_model.avgMetrics, cv_model.stdMetrics)
+        for combo, m, s in zip(combos, means, stds, strict=True)
     ]
-    scores = [float(m) for m in cv_model.avgMetrics]
-    best = scores.index(max(scores) if evaluator.isLargerBetter() else min(scores))
-    return cv_model.bestModel, table, {**spec.params, **combos[best]}
+    ctx.check_cancelled()
+    ctx.progress(0.9, "fitting the best parameters on all the training data")
+    return pipeline.fit(train_df, param_maps[best]), table, {**spec.params, **combos[best]}
+
+
+CV_FILE = "cv.json"
+
+
+def _checkpoint_dir(ctx: JobContext) -> str:
+    if ctx.store:
+        return storage.join(ctx.store, "jobs", ctx.job_id, "checkpoints")
+    return str(ctx.work_dir / "checkpoints")
+
+
+def _save_cv_checkpoint(ctx: JobContext, metrics: list[list[float | None]], done: int) -> None:
+    """The metrics of the fits done so far, complete or not at all, registered as the checkpoint for ``done``."""
+    body = json.dumps({"fits": done, "metrics": metrics}).encode()
+    uri = storage.publish_files(_checkpoint_dir(ctx), f"cv-{done}", {CV_FILE: body})
+    ctx.checkpoint(done, done, uri, {"fits": done})
+
+
+def _resumed_metrics(ctx: JobContext, plan: SparkMLPlan, maps: int) -> list[list[float | None]]:
+    """[fold][parameter map] metrics: those of the checkpoint this attempt continues from, the rest None."""
+    assert plan.spec.num_folds is not None
+    metrics: list[list[float | None]] = [[None] * maps for _ in range(plan.spec.num_folds)]
+    if plan.resume is None:
+        return metrics
+    saved = json.loads((storage.fetch_dir(plan.resume.uri) / CV_FILE).read_text())
+    stored = saved["metrics"]
+    if len(stored) != len(metrics) or any(len(row) != maps for row in stored):
+        raise JobFailure("BAD_CHECKPOINT", f"checkpoint {plan.resume.checkpoint_id} holds a {len(stored)}-fold grid "
+                         f"that is not this job's ({len(metrics)} folds x {maps} parameter maps)")  # fmt: skip
+    return [[None if m is None else float(m) for m in row] for row in stored]
 
 
 def _evaluator(spec: SparkMLSpec, label_col: str, metric: str) -> Any:
@@ -194,29 +249,3 @@ def _evaluator(spec: SparkMLSpec, label_col: str, metric: str) -> Any:
 
     cls: Any = RegressionEvaluator if spec.task == "regression" else MulticlassClassificationEvaluator
     return cls(labelCol=label_col, predictionCol="prediction", metricName=metric)
-
-
-class _ProgressEvaluator:
-    """Wraps the selection evaluator: CrossValidator calls it once per (fold, parameter map), which is exactly
-    the progress we want to report, and the place to stop between fits when the job is cancelled."""
-
-    def __new__(cls, inner: Any, ctx: JobContext, total: int) -> Any:
-        from pyspark.ml.evaluation import Evaluator
-
-        class ProgressEvaluator(Evaluator):
-            def __init__(self) -> None:
-                super().__init__()
-                self.done = 0
-
-            def _evaluate(self, dataset: DataFrame) -> float:
-                ctx.check_cancelled()
-                value = float(inner.evaluate(dataset))
-                self.done += 1
-                ctx.metrics([MetricPoint(f"cv_{inner.getMetricName()}", value, step=self.done)])
-                ctx.progress(0.05 + 0.85 * self.done / total, f"cross-validation fit {self.done} of {total}")
-                return value
-
-            def isLargerBetter(self) -> bool:  # noqa: N802 (pyspark API)
-                return bool(inner.isLargerBetter())
-
-        return ProgressEvaluator()

@@ -128,6 +128,11 @@ class SparkMLSpec:
     def grid_size(self) -> int:
         return math.prod(len(v) for v in self.grid.values()) if self.grid else 1
 
+    @property
+    def cv_fits(self) -> int:
+        """Fits of the cross-validation (folds x parameter maps; 0 without one), the units its checkpoints count."""
+        return (self.num_folds or 0) * self.grid_size if self.cross_validated else 0
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "algorithm": self.algorithm,
@@ -143,12 +148,25 @@ class SparkMLSpec:
 
 
 @dataclass(frozen=True)
+class SparkMLResume:
+    """Where a retried cross-validation continues: a checkpoint of its own holding the metric of each of the
+    first ``fits`` (fold, parameter map) fits."""
+
+    checkpoint_id: str
+    uri: str
+    fits: int
+    job_id: str
+
+
+@dataclass(frozen=True)
 class SparkMLPlan:
     """What a spark_ml job runs: checked datasets and parameters."""
 
     train: ResolvedDataset
     validation: ResolvedDataset | None
     spec: SparkMLSpec
+    resume: SparkMLResume | None = None
+    """Set on a retry of a cross-validation that continues from a checkpoint (app/services/resume.py)."""
 
 
 def _is_number(v: Any) -> bool:
