@@ -22,7 +22,9 @@ Counted per job, from the database through the API once everything has settled:
   that was not dropped), a later attempt that started before the driver running the earlier attempt was killed
   (two attempts at once), more attempts started than the job counts, or more than one model version
   registered by the job. Re-training the steps between the newest checkpoint and a kill is not "twice": that
-  is what resuming from a checkpoint means, and it is reported as ``resumed``;
+  is what resuming from a checkpoint means, and it is reported as ``resumed`` (jobs a retry of which continued
+  from a checkpoint), per family with ``free_retries`` (retries after an attempt that saved progress, which cost
+  no attempt) and ``most_attempts``;
 - ``bad_outputs``: a batch prediction whose output does not hold exactly one row per input key (a mix of two
   attempts' files, or a half-written one);
 - ``takeover_s``: per lost attempt, from the dead driver's last heartbeat to a reconciler ending the attempt. With
@@ -67,6 +69,7 @@ from bench.processes import (  # noqa: F401 (tests import these from here)
 from bench.soak import taxi_job, write_data
 
 STARTED = re.compile(r"^attempt (\d+) started on (\S+)")
+QUEUED_AGAIN = re.compile(r"^attempt \d+ queued")
 
 
 # --- the jobs --------------------------------------------------------------------------------------------
@@ -269,7 +272,8 @@ def _count(
             versions[version["job_id"]] = versions.get(version["job_id"], 0) + 1
     result: dict[str, Any] = {"submitted": len(ids), "succeeded": 0, "failed": {}, "lost": 0, "run_twice": 0,
                               "bad_outputs": 0}  # fmt: skip
-    by_kind = {kind: {"submitted": 0, "succeeded": 0, "retried": 0} for kind in KINDS}
+    by_kind = {kind: {"submitted": 0, "succeeded": 0, "retried": 0, "resumed": 0, "free_retries": 0, "most_attempts": 0}
+               for kind in KINDS}  # fmt: skip
     resumed, twice, problems, takeovers = 0, {}, [], []
     for job_id in ids:
         job = client.get(f"/jobs/{job_id}").json()
@@ -293,8 +297,12 @@ def _count(
             result["lost"] += 1
             problems.append(f"{job_id} ({kinds[job_id]}) unfinished: {job['status']}, attempt {job['attempt']}, "
                             f"progress {job['progress']:.2f}, waiting for {job.get('waiting_for')}")  # fmt: skip
-        resumed += any(line.startswith(("resuming from checkpoint", "continuing from checkpoint"))
-                       for line in _log(client, job_id))  # fmt: skip
+        lines = _log(client, job_id)
+        queued = [line for line in lines if QUEUED_AGAIN.match(line)]
+        resumed += (resumes := any(": resumes from checkpoint " in line for line in queued))
+        kind["resumed"] += resumes
+        kind["free_retries"] += sum(line.endswith("costs no attempt)") for line in queued)
+        kind["most_attempts"] = max(kind["most_attempts"], job["attempt"])
         why = ran_twice(job, starts(client, job_id), kills, versions.get(job_id, 0))
         if why:
             twice[job_id] = why
