@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,6 +34,7 @@ from app.api.routes import (
 )
 from app.api.telemetry import HttpMetrics, Telemetry
 from app.core.auth import KeyRing
+from app.core.heap import HeapKeeper
 from app.core.settings import Settings, load_settings
 from app.ui import install_console
 
@@ -66,13 +66,14 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
         logging.getLogger("sparktrain").setLevel(resolved.log_level)
         install_keyring(app, KeyRing(resolved.api_keys), public_metrics=resolved.metrics_public)
         app.state.runtime = await run_in_threadpool(start_runtime, resolved, spark=spark)
-        # Everything built so far (pyspark, torch, SQLAlchemy, ... hundreds of thousands of objects) lives as long
-        # as the process: keep it out of the collector's full passes, which otherwise stall requests for
-        # milliseconds (the p99 of online predictions).
-        gc.freeze()
+        # What is built so far, and the libraries the first jobs import, live as long as the process: kept out of
+        # the collector's full passes, which otherwise stall every request (app/core/heap.py).
+        heap = HeapKeeper()
+        heap.start()
         try:
             yield
         finally:
+            heap.stop()
             await app.state.events.close()
             await run_in_threadpool(app.state.runtime.close)  # after a stop signal the jobs were handed back already
 

@@ -1,12 +1,18 @@
-"""FastAPI dependencies as ``Annotated`` aliases."""
+"""FastAPI dependencies as ``Annotated`` aliases.
+
+Every one is ``async``: FastAPI runs a plain ``def`` dependency in its thread pool, and under load each such hop
+waits for a free thread and for the GIL (``bench.load``). None of them blocks: the session is opened without a
+connection (the endpoint's first query, in the endpoint's thread, checks one out), and only a write request's
+close, which may have a transaction to roll back, goes to a thread."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from app.core.auth import Caller
 from app.core.errors import Unauthorized
@@ -17,25 +23,33 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def get_runtime(request: Request) -> ServiceRuntime:
+async def get_runtime(request: Request) -> ServiceRuntime:
     return request.app.state.runtime
 
 
 RuntimeDep = Annotated[ServiceRuntime, Depends(get_runtime)]
 
 
-def get_settings(rt: RuntimeDep) -> Settings:
+async def get_settings(rt: RuntimeDep) -> Settings:
     return rt.settings
 
 
-def get_session(request: Request, rt: RuntimeDep) -> Iterator[Session]:
-    """The request's session; a GET's reads without a transaction of its own (``ServiceRuntime.reads``)."""
-    factory = rt.reads if request.method in ("GET", "HEAD") and rt.reads is not None else rt.db
-    with factory() as session:
+async def get_session(request: Request, rt: RuntimeDep) -> AsyncIterator[Session]:
+    """The request's session; a GET's reads without a transaction of its own (``ServiceRuntime.reads``). A read's
+    session is closed here (returning its connection to the pool does no I/O); a write's in a thread, since it may
+    roll back."""
+    reading = request.method in ("GET", "HEAD")
+    session = (rt.reads if reading and rt.reads is not None else rt.db)()
+    try:
         yield session
+    finally:
+        if reading:
+            session.close()
+        else:
+            await run_in_threadpool(session.close)
 
 
-def get_spark(rt: RuntimeDep) -> Any:
+async def get_spark(rt: RuntimeDep) -> Any:
     return rt.spark
 
 
