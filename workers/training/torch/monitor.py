@@ -1,7 +1,8 @@
 """The driver's end of the training workers' event stream (see ``report.py``).
 
 Runs on the driver next to the blocked ``collect()`` of the barrier stage: it turns step events into job
-metrics (batched into one insert every half second), rank 0's plan and steps into progress, epochs into
+metrics (batched into one insert every half second), rank 0's plan and steps into progress (at most one database
+write every ``PROGRESS_S``, and the first step of every epoch and the last step always), epochs into
 validation metrics and log lines, checkpoints into checkpoint rows. When the job is cancelled it tells the
 workers to stop at the next step (the Spark job group is cancelled as well).
 """
@@ -9,6 +10,8 @@ workers to stop at the next step (the Spark job group is cancelled as well).
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,9 +43,12 @@ TOTAL_KEYS = {
     "wire_bytes_total": "wire_bytes_total",
     "clipped_mass": "clipped_mass_total",
     "dense_steps": "dense_steps",
+    "step_events_dropped": "step_events_dropped",
 }
 """A worker's figures over the whole run (its last event), as job metrics at the final step: key -> metric."""
 FLUSH_S = 0.5
+PROGRESS_S = 0.25
+"""Rank 0 reports every step; a database write for each was a fifth of a loaded driver's GIL time (bench.load)."""
 DRAIN_S = 60.0
 """How long the end of a stage waits for the workers' last events to be handled (a checkpoint's row is written
 to the database as its event is handled)."""
@@ -65,6 +71,8 @@ class Monitor(EventListener):
         self.warnings: set[str] = set()
         self.plan: dict[str, Any] = {}
         self.epochs_seen: list[dict[str, Any]] = []
+        self._progress_at = -math.inf
+        self._progress_epoch = -1
 
     def __enter__(self) -> Monitor:
         self.start()
@@ -131,6 +139,10 @@ class Monitor(EventListener):
         total = int(plan["steps_per_epoch"]) * (int(plan["epochs"]) - int(plan["start_epoch"]))
         done = step - start
         epoch = int(plan["start_epoch"]) + 1 + (done - 1) // max(1, int(plan["steps_per_epoch"]))
+        now = time.monotonic()
+        if epoch == self._progress_epoch and done < total and now - self._progress_at < PROGRESS_S:
+            return
+        self._progress_epoch, self._progress_at = epoch, now
         self.ctx.progress(0.02 + 0.96 * done / max(1, total), f"epoch {epoch} of {plan['epochs']}, step {step}")
 
     def _flush(self) -> None:

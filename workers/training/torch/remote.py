@@ -326,6 +326,7 @@ def _train(
         return _failed(base, failure.reason, failure.detail)
     checksum = replica_checksum(model)
     counted = totals(c, comm, cfg.mode)
+    counted["step_events_dropped"] = getattr(reporter, "dropped", 0)
     reporter.send({"t": "totals", "rank": rank, "step": global_step, **counted})
     result = {
         **base,

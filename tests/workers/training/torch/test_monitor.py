@@ -64,3 +64,29 @@ def test_step_and_totals_events_become_metrics_per_worker() -> None:
     assert found[("wire_bytes_total", 10, 1)] == 2000
     assert found[("collective", 5, 1)] == 1  # this step all-reduced the decoded sum
     assert found[("dense_steps", 10, 1)] == 3
+
+
+class _Progress(_Recorded):
+    def __init__(self) -> None:
+        super().__init__()
+        self.progressed: list[tuple[float, str | None]] = []
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        self.progressed.append((fraction, message))
+
+
+def test_progress_is_written_at_most_every_quarter_second_but_every_epoch_and_the_end() -> None:
+    """Rank 0 reports every step; each was a database write. Now: the first step of every epoch, the last step, and
+    at most one more every PROGRESS_S."""
+    ctx = _Progress()
+    monitor = Monitor(ctx, host="127.0.0.1", on_checkpoint=lambda *a, **k: None)  # type: ignore[arg-type]
+    monitor._handle({"t": "plan", "parameters": 10, "steps_per_epoch": 100, "start_epoch": 0, "epochs": 2,
+                     "start_step": 0})  # fmt: skip
+    for step in range(1, 201):  # two epochs of steps, much faster than PROGRESS_S
+        monitor._handle({"t": "step", "rank": 0, "epoch": 1 + (step - 1) // 100, "step": step, "loss": 0.1})
+    messages = [m for _, m in ctx.progressed]
+    assert messages[0] == "epoch 1 of 2, step 1"
+    assert "epoch 2 of 2, step 101" in messages, "the first step of an epoch is always written"
+    assert messages[-1] == "epoch 2 of 2, step 200" and ctx.progressed[-1][0] == 0.98, "and the last one"
+    assert len(messages) <= 5, messages
+    monitor._flush()
