@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from itertools import pairwise
 from typing import Any
 
 from sqlalchemy import (
@@ -34,8 +35,12 @@ from app.db.models import Job, JobMetric
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
 """Seconds: from an online-sized evaluation to a long training run."""
+SENT_KEY = "wire_bytes_sent"
+"""Each worker's bytes sent so far in the run, at the steps it reports (trainers since the step events are sampled,
+see ``TorchConfig.metrics_interval_s``): the rate is its growth."""
 WIRE_KEYS = ("wire_bytes", "bytes")
-"""The trainer's bytes sent per worker and step: ``wire_bytes`` (issue 14's name), else the older ``bytes``."""
+"""Older trainers, which reported every step: the bytes each worker sent in the step (``wire_bytes``, issue 14's
+name), else the older ``bytes``; the rate is their sum."""
 RATE_WINDOW_S = 10.0
 
 
@@ -119,7 +124,8 @@ def running_torch(*, session: Session, newest: int = 64, wire: int = 512) -> lis
     of every running torch training job: two queries however many jobs run. The second takes, by the (job_id, key,
     step) index, each job's last ``newest`` points of each key (a step of up to 64 workers) and its last ``wire``
     points of bytes sent, all in one UNION ALL, and reduces them in the database: one row per worker and key (its
-    newest point) and one per stored batch of bytes sent, so a scrape reads a few dozen rows per job, not hundreds."""
+    newest point), each worker's running total of bytes sent as stored (a few points a second per worker) or, from
+    older trainers, one row per stored batch of bytes sent, so a scrape reads a few dozen rows per job."""
     running = session.execute(
         select(Job.id, Job.name).where(
             Job.status == JobStatus.RUNNING.value, Job.type == "train", Job.framework == "torch"
@@ -141,8 +147,11 @@ def running_torch(*, session: Session, newest: int = 64, wire: int = 512) -> lis
             if latest[key]:
                 setattr(live, key, sum(latest[key].values()) / len(latest[key]))
         live.workers = max(len(v) for v in latest.values())
-        sent = next((rows[(job_id, key)] for key in WIRE_KEYS if rows[(job_id, key)]), [])
-        live.wire_bytes_per_s = _wire_rate([(t, v) for _, v, t in sent])
+        if rows[(job_id, SENT_KEY)]:
+            live.wire_bytes_per_s = _sent_rate(rows[(job_id, SENT_KEY)])
+        else:
+            sent = next((rows[(job_id, key)] for key in WIRE_KEYS if rows[(job_id, key)]), [])
+            live.wire_bytes_per_s = _wire_rate([(t, v) for _, v, t in sent])
         out.append(live)
     return out
 
@@ -164,6 +173,8 @@ def _torch_statement(jobs: int, newest: int, wire: int) -> CompoundSelect:
             parts.append(
                 select(job, ranked.c.key, ranked.c.worker, ranked.c.value, ranked.c.time).where(ranked.c.rank == 1)
             )
+        last = _last_points(job, SENT_KEY, wire)
+        parts.append(select(job, last.c.key, last.c.worker, last.c.value, last.c.time))
         for key in WIRE_KEYS:  # the trainer's points arrive in batches that share a time: one row per batch
             last = _last_points(job, key, wire)
             parts.append(
@@ -181,6 +192,29 @@ def _last_points(job: BindParameter[str], key: str, limit: int) -> Subquery:
         .limit(limit)
         .subquery()
     )
+
+
+def _sent_rate(points: list[tuple[int | None, float, datetime]]) -> float | None:
+    """Bytes sent per second over the last RATE_WINDOW_S seconds, from each worker's running total (worker, total,
+    time), summed over the workers. Points are stored in batches that share a time (the monitor flushes twice a
+    second), so a worker's rate is its total's growth after its oldest batch in the window over the time since that
+    batch; a total that falls (a new attempt's) counts again from its fall."""
+    newest = max(t for _, _, t in points)
+    by_worker: dict[int | None, list[tuple[datetime, float]]] = defaultdict(list)
+    for worker, value, t in points:
+        if (newest - t).total_seconds() <= RATE_WINDOW_S:
+            by_worker[worker].append((t, value))
+    rates = []
+    for series in by_worker.values():
+        series.sort()
+        first = series[0][0]
+        base = max(v for t, v in series if t == first)
+        later = [v for t, v in series if t > first]
+        span = (series[-1][0] - first).total_seconds()
+        if later and span > 0:
+            grown = sum(max(0.0, b - a) for a, b in pairwise([base, *later]))
+            rates.append(grown / span)
+    return sum(rates) if rates else None
 
 
 def _wire_rate(points: list[tuple[datetime, float]]) -> float | None:

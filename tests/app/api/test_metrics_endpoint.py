@@ -143,6 +143,33 @@ def test_running_torch_jobs_and_http_requests(svc: Service) -> None:
     assert _value(families, "sparktrain_executor_cores") >= 1
 
 
+def test_wire_rate_from_the_workers_running_totals(svc: Service) -> None:
+    """Trainers that sample their step events report each worker's running total of bytes sent
+    (``wire_bytes_sent``): the rate is each worker's growth after its oldest batch in the window, summed; a total that
+    falls (a new attempt's) counts again from its fall, and points older than the window are left out."""
+    now = utcnow()
+    with transaction(svc.runtime.db) as s:
+        job, _ = jobs.create_job(session=s, job_type="train", request={}, framework="torch", name="sampled")
+        job.status, job.started_at, job.heartbeat_at = "RUNNING", now, now
+        job_id = job.id
+    series = {  # worker -> (seconds before now, total): two or three sampled steps per half-second batch
+        0: [(30.0, 1e9), (4.0, 1000.0), (4.0, 3000.0), (2.0, 5000.0), (2.0, 7000.0), (0.0, 11_000.0)],
+        1: [(4.0, 500.0), (2.0, 900.0), (0.0, 100.0), (0.0, 300.0)],  # restarted between the last two batches
+    }
+    points = [
+        {"key": "wire_bytes_sent", "step": step, "worker": w, "value": v, "time": now - timedelta(seconds=ago)}
+        for w, rows in series.items()
+        for step, (ago, v) in enumerate(rows)
+    ]
+    with transaction(svc.runtime.db) as s:
+        jobs.add_metrics(session=s, job_id=job_id, points=points)
+    families = _families(svc)
+    # worker 0: (11,000 - 3,000) / 4 s; worker 1: (900 - 500) + (300 - 100), over 4 s
+    expected = 8000 / 4 + 600 / 4
+    got = _value(families, "sparktrain_torch_wire_bytes_per_second", job_id=job_id, name="sampled")
+    assert got == pytest.approx(expected)
+
+
 @pytest.mark.parametrize("public", [False, True])
 def test_metrics_need_an_admin_key_unless_public(make_service: Any, public: bool) -> None:
     keys = "admin-0123456789abcdef:ops:admin,alice-0123456789abcdef:alice"

@@ -179,6 +179,10 @@ class TrainerConfig:
     collective_timeout_s: float = 300.0
     threads: int = 1
     metrics_every: int = 1
+    metrics_interval_s: float = 0.2
+    """A worker sends a step's figures at most this often (and always the first and last step of an epoch): at every
+    step, two small-model trainings made their driver insert ~8,000 metric rows a second and its requests' p99 went
+    from 340 to 770 ms (bench.load). 0 sends every ``metrics_every``-th step."""
     store: str | None = None
     """Publish checkpoints and the model under ``<store>/jobs/<job_id>/`` (see workers.storage)."""
     export_dir: str | None = None

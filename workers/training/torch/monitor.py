@@ -24,6 +24,7 @@ STEP_KEYS = (
     "samples_per_s",
     "bytes",
     "wire_bytes",
+    "wire_bytes_sent",
     "dense_bytes",
     "tau",
     "sparsity",

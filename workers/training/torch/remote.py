@@ -201,6 +201,7 @@ def _train(
             }
         )
     c = Counters(dense_bytes_per_step=flat.numel() * 4)
+    sent_at = -math.inf
     for epoch in range(cfg.start_epoch, cfg.epochs):
         if stopping is not None and stopping.should_stop(comm):
             break
@@ -251,7 +252,10 @@ def _train(
             if epoch > 0:
                 c.bytes_after_first_epoch += stats.bytes_sent
                 c.steps_after_first_epoch += 1
-            if global_step % cfg.metrics_every == 0:
+            now = time.perf_counter()
+            edge = s == 0 or s == steps_per_epoch - 1
+            if global_step % cfg.metrics_every == 0 and (edge or now - sent_at >= cfg.metrics_interval_s):
+                sent_at = now
                 event = {
                     "t": "step",
                     "rank": rank,
@@ -261,6 +265,7 @@ def _train(
                     "samples_per_s": len(idx) / dt,
                     "bytes": stats.bytes_sent,
                     "wire_bytes": wire,
+                    "wire_bytes_sent": c.wire_bytes,
                     "dense_bytes": stats.dense_bytes,
                 }
                 if stats.tau is not None:

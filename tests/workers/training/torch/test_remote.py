@@ -4,6 +4,7 @@ exact resume, failures every rank agrees on, devices, and what the shipped funct
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,31 @@ def test_a_barrier_task_runs_without_spark(tmp_path: Path) -> None:
     found = json.loads(out.stdout.strip().splitlines()[-1])
     # 48 training rows in batches of 16, one epoch; rank 0 shares its port through all_gather once
     assert found == {"rank": 0, "steps": 3, "said": 1, "rows": 48, "pyspark": False}, out.stderr
+
+
+@pytest.mark.parametrize("interval_s", [0.0, 3600.0])
+def test_step_events_are_sampled_in_time_with_every_epochs_edges(tmp_path: Path, interval_s: float) -> None:
+    """A worker sends a step's figures at most every ``metrics_interval_s`` and always at the first and last step of
+    each epoch; each carries its running total of bytes sent (``wire_bytes_sent``), the sum of the steps' own."""
+    from workers.training.torch.local import free_port
+    from workers.training.torch.remote import run_training
+    from workers.training.torch.report import NullReporter
+
+    reporter = NullReporter()
+    train, val = _splits(world=1)[0]
+    cfg = _cfg(tmp_path, num_workers=1, epochs=2, metrics_interval_s=interval_s)
+    result = run_training(cfg, rank=0, world_size=1, host="127.0.0.1", port=free_port(), train=train, val=val,
+                          reporter=reporter)  # fmt: skip
+    assert "error" not in result, result
+    steps = [e for e in reporter.events if e["t"] == "step"]
+    per_epoch = 400 // 16
+    if interval_s == 0:
+        assert [e["step"] for e in steps] == list(range(1, 2 * per_epoch + 1))
+        sent = 0
+        for e in steps:
+            sent += e["wire_bytes"]
+            assert e["wire_bytes_sent"] == sent
+    else:
+        assert [e["step"] for e in steps] == [1, per_epoch, per_epoch + 1, 2 * per_epoch]
+        assert [e["epoch"] for e in steps] == [1, 1, 2, 2]
+        assert all(a["wire_bytes_sent"] <= b["wire_bytes_sent"] for a, b in itertools.pairwise(steps))
