@@ -157,6 +157,34 @@ def test_export_path_is_reused_and_trains_identically(service: Service) -> None:
     assert card["normalizer"]["kind"] == "standardize"  # the normalizer travels with the export
 
 
+def test_an_export_that_cannot_be_written_costs_the_export_not_the_job(service: Service) -> None:
+    """The shards are written while the ranks train: a write that fails (here the export root is a file) leaves the
+    job SUCCEEDED with a warning naming the failure, no manifest, and the next job prepares the data again."""
+    exports = service.runtime.settings.artifact_root / "exports"
+    aside = exports.with_name("exports-aside")
+    if exports.exists():
+        exports.rename(aside)
+    exports.write_text("not a directory")
+    try:
+        body = {
+            "name": "export-fails",
+            "framework": "torch",
+            "dataset": {"uri": "digits/train.parquet", "features": ["pixels"], "label": "label",
+                        "task": "classification", "num_classes": 10},
+            "network": MLP,
+            "training": {"epochs": 1, "batch_size_per_worker": 32, "num_workers": 2, "data_path": "export"},
+        }  # fmt: skip
+        job = _done(service, body)
+        assert any("were not exported" in w and "could not write" in w for w in job["warnings"]), job["warnings"]
+        again = _done(service, {**body, "name": "export-fails-again"})
+        lines = service.client.get(f"/jobs/{again['id']}/logs").json()["lines"]
+        assert not any("training from exported tensors" in line["message"] for line in lines)
+    finally:
+        exports.unlink()
+        if aside.exists():
+            aside.rename(exports)
+
+
 LSTM_BODY: dict[str, Any] = {
     "name": "sequences-lstm",
     "framework": "torch",

@@ -6,6 +6,7 @@ Executor-side: stdlib, numpy, pyarrow, torch only.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,8 +162,35 @@ def save_splits(directory: Path, rank: int, train: Split, val: Split) -> None:
     if train.w is not None:
         arrays["w"] = train.w.numpy()
     tmp = directory / f".rank-{rank}.tmp.npz"
-    np.savez(tmp, **arrays)  # type: ignore[arg-type]
-    os.replace(tmp, _shard(directory, rank))
+    try:
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
+        os.replace(tmp, _shard(directory, rank))
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class ExportWriter:
+    """:func:`save_splits` on a thread of its own, started at once: the rank trains while its export is written.
+    :meth:`join` waits for it and returns what went wrong, if anything (the export is a cache: a job whose export
+    failed still trains; the driver then marks no export complete)."""
+
+    def __init__(self, directory: Path, rank: int, train: Split, val: Split) -> None:
+        self.error: str | None = None
+        self._thread = threading.Thread(
+            target=self._write, args=(directory, rank, train, val), name="export-writer", daemon=True
+        )
+        self._thread.start()
+
+    def _write(self, directory: Path, rank: int, train: Split, val: Split) -> None:
+        try:
+            save_splits(directory, rank, train, val)
+        except Exception as exc:  # any failure only costs the export; the job says which
+            self.error = f"rank {rank} could not write {directory}: {type(exc).__name__}: {exc}"
+
+    def join(self) -> str | None:
+        self._thread.join()
+        return self.error
 
 
 def load_splits(directory: Path, rank: int) -> tuple[Split, Split]:

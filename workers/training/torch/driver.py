@@ -189,7 +189,10 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         rows = results[0]["rows"]
         data = replace(data, rows=rows)
         ctx.log(f"{rows['train']} training and {rows['validation']} validation rows, no bad row (counted by the tasks)")
-    if data.export_mode == "write":
+    export_errors = [r["export_error"] for r in results if r.get("export_error")]
+    if data.export_mode == "write" and export_errors:
+        ctx.warn(f"the prepared tensors were not exported ({export_errors[0]}); a later job prepares them again")
+    elif data.export_mode == "write":
         write_manifest(data, ctx.job_id)
         ctx.log(f"exported the prepared tensors to {data.export_dir} for later jobs")
     if any(r.get("stopped") for r in results):

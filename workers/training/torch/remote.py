@@ -378,7 +378,7 @@ def barrier_partition(
     import pyarrow as pa
 
     from workers.data.arrow_read import DataFailure
-    from workers.training.torch.data import checked_splits, load_splits, save_splits
+    from workers.training.torch.data import ExportWriter, checked_splits, load_splits
     from workers.training.torch.report import SocketReporter
 
     cfg = TrainerConfig.from_dict(cfg_dict)
@@ -397,8 +397,9 @@ def barrier_partition(
                 [pa.array([rank], pa.int32()), pa.array([json.dumps(failed)], pa.string())], names=["rank", "result"]
             )
             return
-        if cfg.export_mode == "write":
-            save_splits(Path(cfg.export_dir or ""), rank, train, val)
+    # The export is written while the rank trains (it reads the tensors, training never writes them), so a job that
+    # exports starts training as soon as one that does not; a failed write costs the export, not the job.
+    export = ExportWriter(Path(cfg.export_dir or ""), rank, train, val) if cfg.export_mode == "write" else None
 
     reporter: Reporter = NullReporter()
     if cfg.monitor is not None:
@@ -419,6 +420,9 @@ def barrier_partition(
         )
     finally:
         reporter.close()
+        failure = export.join() if export is not None else None
+    if failure is not None:
+        result["export_error"] = failure
     if rows is not None:
         result["rows"] = rows
     yield pa.RecordBatch.from_arrays(
