@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from workers.codecs import native, threshold
 from workers.codecs.threshold import (
     MessageKind,
     bitmap_min_count,
@@ -173,7 +174,10 @@ def step_cost(n: int, sparsity: float, rng: np.random.Generator, repeats: int, w
         step_s = _times(one_step, partial(residual.copy_, base), repeats, cpu)
         add_s = _times(partial(torch.add, residual, update, out=delta), lambda: None, repeats, cpu)
         probe = encode_threshold(base.clone(), TAU)
+        threshold._NATIVE = False  # the same step with numpy alone, as before the C loops
+        numpy_s = _times(one_step, partial(residual.copy_, base), repeats, cpu)
     finally:
+        threshold._NATIVE = True
         torch.set_num_threads(threads)
     per_million = 1e3 * 1e6 / n
     return {
@@ -190,13 +194,17 @@ def step_cost(n: int, sparsity: float, rng: np.random.Generator, repeats: int, w
         "best_step_ms_per_million": min(step_s) * per_million,
         "best_add_ms_per_million": min(add_s) * per_million,
         "best_ratio_to_add": min(step_s) / min(add_s),
+        "native": native.library() is not None,
+        "numpy_step_ms_per_million": statistics.median(numpy_s) * per_million,
+        "numpy_best_step_ms_per_million": min(numpy_s) * per_million,
     }
 
 
 def _step_table(rows: list[dict[str, Any]]) -> str:
     header = (
         f"{'N':>10} {'sparsity':>8} {'coding':<8} {'step ms':>8} {'ms/M':>7} {'add ms/M':>9} {'x add':>6} "
-        f"{'best ms/M':>9} {'best add':>9} {'x add':>6}   (1 thread; median, then fastest repeat)"
+        f"{'best ms/M':>9} {'best add':>9} {'x add':>6} {'numpy ms/M':>10} {'best':>6}"
+        "   (1 thread; median, then fastest repeat; numpy: the same step without the C loops)"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -204,7 +212,8 @@ def _step_table(rows: list[dict[str, Any]]) -> str:
             f"{row['n']:>10} {row['sparsity']:>8g} {row['coding']:<8} {row['step_ms']:>8.2f} "
             f"{row['step_ms_per_million']:>7.2f} {row['add_ms_per_million']:>9.3f} {row['ratio_to_add']:>6.1f} "
             f"{row['best_step_ms_per_million']:>9.2f} {row['best_add_ms_per_million']:>9.3f} "
-            f"{row['best_ratio_to_add']:>6.1f}"
+            f"{row['best_ratio_to_add']:>6.1f} {row['numpy_step_ms_per_million']:>10.2f} "
+            f"{row['numpy_best_step_ms_per_million']:>6.2f}"
         )
     return "\n".join(lines)
 

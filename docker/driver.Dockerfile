@@ -5,8 +5,21 @@
 # (docker/README.md).
 #
 #   docker build -f docker/driver.Dockerfile -t sparktrain-driver .
+
+# Gradient sharing's C codec loops (workers/codecs/native.py), built in a stage of their own so that the image needs
+# no compiler; the executors find the build under SPARKTRAIN_NATIVE_CACHE (its name is the hash of the source).
+FROM python:3.11-slim-bookworm AS codec
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc=4:12.* libc6-dev=2.36* \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /build
+COPY workers/codecs/native.py workers/codecs/threshold_native.c ./
+RUN SPARKTRAIN_NATIVE_CACHE=/opt/sparktrain-native python -c "import native, sys; sys.exit(native.library() is None)"
+
 FROM python:3.11-slim-bookworm
 
+COPY --from=codec /opt/sparktrain-native /opt/sparktrain-native
+ENV SPARKTRAIN_NATIVE_CACHE=/opt/sparktrain-native
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless=17.* curl=7.* \
  && rm -rf /var/lib/apt/lists/*

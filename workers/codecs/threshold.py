@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from workers.codecs import bitmap
+from workers.codecs import bitmap, native
 from workers.codecs.varint import decode_signed_indices, encode_signed_indices
 
 __all__ = [
@@ -126,6 +126,9 @@ def _float32_tau(tau: float) -> float:
 # CPU tensors go through numpy (it shares their memory): torch's CPU nonzero/masking kernels are several
 # times slower. Tests set this to False to run the accelerator (torch) path on CPU tensors.
 _NUMPY_ON_CPU = True
+# Sparse messages on the CPU are encoded, checked and added by the C loops of workers.codecs.native when it can be
+# built (bit for bit what numpy gives). Tests set this to False to compare the two.
+_NATIVE = True
 # Dense numpy passes run over chunks of this many elements, so temporaries stay in cache and are reused
 # instead of page-faulting fresh N-sized buffers (about 2x faster at N = 1e7). Must be a multiple of 16
 # (chunks start on bitmap word boundaries).
@@ -198,6 +201,19 @@ def _sparse_payload(
 
 
 def _encode_numpy(r: npt.NDArray[np.float32], tau32: float, sparse_kind: MessageKind, bitmap_ratio: int) -> _Payload:
+    lib = native.library() if _NATIVE else None
+    if lib is not None and r.flags.c_contiguous:
+        count = int(lib.st_count(r.ctypes.data, r.size, tau32))
+        if count < 2:
+            return 0, sparse_kind, np.empty(0, dtype=np.uint8), None
+        if count < bitmap_min_count(r.size, bitmap_ratio):  # sparse: found, taken and coded in C; else numpy below
+            found = np.empty(count + native.BLOCK, dtype=np.int32)
+            lib.st_scan(r.ctypes.data, r.size, tau32, found.ctypes.data, count + 1)
+            negative_sent = np.empty(count, dtype=np.bool_)
+            payload = np.empty(5 * count, dtype=np.uint8)  # a gap of an index below 2**31 takes at most 5 bytes
+            size = lib.st_take(r.ctypes.data, found.ctypes.data, count, tau32, int(sparse_kind),
+                               negative_sent.ctypes.data, payload.ctypes.data)  # fmt: skip
+            return count, sparse_kind, payload[:size], (found[:count].astype(np.int64), negative_sent)
     tau = np.float32(tau32)
     positive, negative = np.greater_equal(r, tau), np.less_equal(r, -tau)  # NaN is in neither
     count = int(np.count_nonzero(positive)) + int(np.count_nonzero(negative))
@@ -336,6 +352,7 @@ def decode_accumulate(messages: Iterable[MessageLike | Encoded], out: torch.Tens
         raise ValueError(f"scale must be a finite number, got {scale!r}")
     n_out = out.numel()
     out_np = out.detach().numpy() if _use_numpy(out) else None
+    lib = native.library() if _NATIVE and out_np is not None and out_np.dtype == np.float32 else None
     for position, message in enumerate(messages):
         local = message.local if isinstance(message, Encoded) and out_np is not None else None
         try:
@@ -350,10 +367,15 @@ def decode_accumulate(messages: Iterable[MessageLike | Encoded], out: torch.Tens
             coefficient = header.tau * scale
             if abs(coefficient) > torch.finfo(out.dtype).max:
                 raise ValueError(f"scale * tau = {scale!r} * {header.tau!r} overflows {out.dtype}")
+            checked_compact = False
             if local is None:
                 payload = data[HEADER_BYTES:]
                 if header.kind == MessageKind.BITMAP:
                     _check_bitmap(header, payload)
+                elif lib is not None and header.kind == MessageKind.SPARSE_COMPACT and header.count > 0:
+                    checked_compact = lib.st_check(payload.ctypes.data, payload.size, header.count, header.n) == 0
+                    if not checked_compact:  # numpy's decoder says what is wrong (or reads a code C does not)
+                        indices, negative = _sparse_indices(header, payload)
                 else:
                     indices, negative = _sparse_indices(header, payload)
             elif header.kind != MessageKind.BITMAP:
@@ -369,6 +391,14 @@ def decode_accumulate(messages: Iterable[MessageLike | Encoded], out: torch.Tens
                 bitmap.add_steps(out_np, local[0], coefficient, _CHUNK)
             else:
                 bitmap.add_numpy(out_np, payload, coefficient, _CHUNK)
+        elif lib is not None and checked_compact:
+            assert out_np is not None
+            lib.st_add_compact(out_np.ctypes.data, payload.ctypes.data, header.count, np.float32(coefficient))
+        elif lib is not None:
+            assert out_np is not None
+            index64 = np.ascontiguousarray(indices, dtype=np.int64)
+            lib.st_add_local(out_np.ctypes.data, index64.ctypes.data, negative.ctypes.data, index64.size,
+                             np.float32(coefficient))  # fmt: skip
         elif out_np is not None:
             values = np.full(indices.size, coefficient, dtype=out_np.dtype)
             values[negative] *= -1

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from workers.codecs import native
 from workers.codecs import threshold as codec
 from workers.codecs.threshold import (
     HEADER_BYTES,
@@ -26,21 +27,28 @@ from workers.codecs.threshold import (
 NO_DEADLINE = settings(deadline=None)
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-PATHS = ("numpy", "numpy_small_chunks", "torch")
+PATHS = ("native", "numpy", "numpy_small_chunks", "torch")
 ALL_PATHS = pytest.mark.parametrize("path", PATHS)
 
 
 @contextlib.contextmanager
 def _path(path: str) -> Iterator[None]:
-    """CPU tensors normally go through numpy in chunks of 2**18 elements. "numpy_small_chunks" makes test-sized
-    vectors cross chunk boundaries; "torch" runs the code that CUDA tensors use, on the CPU."""
-    saved = codec._NUMPY_ON_CPU, codec._CHUNK
+    """CPU tensors normally go through the C loops for sparse messages ("native") and numpy in chunks of 2**18
+    elements for the rest; "numpy" is numpy alone, "numpy_small_chunks" makes test-sized vectors cross chunk
+    boundaries; "torch" runs the code that CUDA tensors use, on the CPU."""
+    saved = codec._NUMPY_ON_CPU, codec._CHUNK, codec._NATIVE
     codec._NUMPY_ON_CPU = path != "torch"
     codec._CHUNK = 48 if path == "numpy_small_chunks" else saved[1]
+    codec._NATIVE = path == "native"
     try:
         yield
     finally:
-        codec._NUMPY_ON_CPU, codec._CHUNK = saved
+        codec._NUMPY_ON_CPU, codec._CHUNK, codec._NATIVE = saved
+
+
+def test_the_c_codec_is_built_on_this_machine() -> None:
+    """Else every "native" case below would silently test numpy twice."""
+    assert native.library() is not None, native.failure()
 
 
 SPARSE_KIND = {"compact": MessageKind.SPARSE_COMPACT, "int32": MessageKind.SPARSE_INT32}
@@ -197,7 +205,7 @@ def test_own_message_applies_bitwise_as_its_bytes(
 ) -> None:
     """A worker applies its own message from what the encoder kept (Encoded.local), the others from bytes."""
     old, tau = case
-    for path in ("numpy", "numpy_small_chunks"):
+    for path in ("native", "numpy", "numpy_small_chunks"):
         with _path(path):
             enc = encode_threshold(
                 torch.from_numpy(old.copy()), tau, index_coding=index_coding, bitmap_ratio=bitmap_ratio

@@ -287,6 +287,7 @@ def summarize(results: list[dict[str, Any]], plan: TorchPlan, rows: dict[str, in
                     "clipped_mass",
                     "dense_steps",
                     "threshold",
+                    "codec",
                 )
             }
             for r in results

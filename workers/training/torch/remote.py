@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from workers import storage
+from workers.codecs import native
 from workers.storage import StorageError
 from workers.training.torch import checkpoint as ckpt
 from workers.training.torch.bookkeeping import Counters, diverged, non_finite_message, replica_checksum, totals
@@ -354,7 +355,10 @@ def _train(
         result.update(stopping.result(c.last_validation, restored))
     if isinstance(strategy, GradientSharing):
         result.update(
-            encode_s=strategy.encode_s, exchange_s=strategy.exchange_s, threshold=strategy.algorithm.state_dict()
+            encode_s=strategy.encode_s,
+            exchange_s=strategy.exchange_s,
+            threshold=strategy.algorithm.state_dict(),
+            codec=native.engine() if device.type == "cpu" else "torch",
         )
     return result
 

@@ -77,6 +77,7 @@ def test_modes_train_and_keep_replicas_identical(tmp_path: Path, mode: str) -> N
         dense = results[0]["dense_bytes_per_step"]
         assert results[0]["bytes_sent"] / results[0]["steps"] < dense / 10  # compressed
         assert results[0]["threshold"]["type"] == "adaptive"
+        assert results[0]["codec"] == "c"  # the C loops ran (workers.codecs.native), not numpy
     if mode == "allreduce":
         assert results[0]["bytes_sent"] == results[0]["steps"] * results[0]["dense_bytes_per_step"]
 

@@ -1,0 +1,116 @@
+/* The sparse threshold codec's hot loops in one pass each (see threshold.py for the message format and
+ * native.py for how this file is built and loaded). Every function gives bit for bit what the numpy code in
+ * threshold.py and varint.py gives: the same comparisons, float32 arithmetic (no fast-math), the same bytes.
+ *
+ * st_count       how many elements would be sent
+ * st_scan        the indices with |r_i| >= tau (NaN never), ascending; stops once `cap` (a bitmap's count)
+ * st_take        for those indices: r_i -= copysign(tau, r_i), the sign flags, and the payload bytes
+ * st_check       a SPARSE_COMPACT payload: exactly `count` codes, indices below n (nothing is written)
+ * st_add_compact out[i] += (negative ? -c : c) for every code of a checked payload
+ * st_add_local   the same from the encoder's own indices and signs
+ */
+#include <math.h>
+#include <stdint.h>
+
+#define BLOCK 64
+
+/* How many elements have |r_i| >= tau (NaN never): one vectorized pass, to choose sparse or bitmap first. */
+int64_t st_count(const float *r, int64_t n, float tau) {
+    int64_t count = 0;
+    for (int64_t b = 0; b < n; b += 4096) {
+        int64_t end = b + 4096 < n ? b + 4096 : n;
+        int32_t part = 0;
+        for (int64_t k = b; k < end; k++) part += fabsf(r[k]) >= tau;
+        count += part;
+    }
+    return count;
+}
+
+/* `idx` has room for cap + BLOCK entries. Blocks without a hit cost one vectorized pass; in a block with hits
+ * every element is written and the count advances by the comparison (no branch to mispredict at 1% density).
+ * Returns the count when it is below cap, else cap (the caller then sends a bitmap). */
+int64_t st_scan(const float *r, int64_t n, float tau, int32_t *idx, int64_t cap) {
+    int64_t count = 0;
+    for (int64_t b = 0; b < n; b += BLOCK) {
+        int64_t end = b + BLOCK < n ? b + BLOCK : n;
+        int any = 0;
+        for (int64_t k = b; k < end; k++) any |= fabsf(r[k]) >= tau; /* NaN compares false */
+        if (!any) continue;
+        for (int64_t k = b; k < end; k++) {
+            idx[count] = (int32_t)k;
+            count += fabsf(r[k]) >= tau; /* for tau > 0 exactly r >= tau or r <= -tau, numpy's test */
+        }
+        if (count >= cap) return cap;
+    }
+    return count;
+}
+
+/* kind 2: SPARSE_COMPACT (gap/sign LEB128), kind 0: SPARSE_INT32. Returns the payload's length in bytes. */
+int64_t st_take(float *r, const int32_t *idx, int64_t count, float tau, int kind, uint8_t *negative,
+                uint8_t *out) {
+    int64_t previous = -1, at = 0;
+    for (int64_t k = 0; k < count; k++) {
+        int64_t i = idx[k];
+        float v = r[i];
+        uint8_t neg = v < 0;
+        r[i] = v - copysignf(tau, v);
+        negative[k] = neg;
+        if (kind == 2) {
+            uint64_t value = ((uint64_t)(i - previous - 1) << 1) | neg;
+            while (value >= 0x80) {
+                out[at++] = (uint8_t)(value | 0x80);
+                value >>= 7;
+            }
+            out[at++] = (uint8_t)value;
+        } else {
+            int32_t signed_index = neg ? -(int32_t)(i + 1) : (int32_t)(i + 1);
+            uint32_t u = (uint32_t)signed_index;
+            out[at++] = (uint8_t)u;
+            out[at++] = (uint8_t)(u >> 8);
+            out[at++] = (uint8_t)(u >> 16);
+            out[at++] = (uint8_t)(u >> 24);
+        }
+        previous = i;
+    }
+    return at;
+}
+
+/* 0 when `data` holds exactly `count` codes of at most 5 bytes whose indices stay below n; else -1 (the numpy
+ * decoder then says what is wrong). Five bytes hold any gap of an index below 2**31 - 1. */
+int st_check(const uint8_t *data, int64_t size, int64_t count, int64_t n) {
+    int64_t at = 0, position = -1;
+    for (int64_t k = 0; k < count; k++) {
+        uint64_t value = 0;
+        int shift = 0;
+        for (;;) {
+            if (at >= size || shift > 28) return -1;
+            uint8_t byte = data[at++];
+            value |= (uint64_t)(byte & 0x7F) << shift;
+            shift += 7;
+            if (byte < 0x80) break;
+        }
+        position += (int64_t)(value >> 1) + 1;
+        if (position >= n) return -1;
+    }
+    return at == size ? 0 : -1;
+}
+
+void st_add_compact(float *out, const uint8_t *data, int64_t count, float c) {
+    int64_t at = 0, position = -1;
+    for (int64_t k = 0; k < count; k++) {
+        uint64_t value = 0;
+        int shift = 0;
+        uint8_t byte;
+        do {
+            byte = data[at++];
+            value |= (uint64_t)(byte & 0x7F) << shift;
+            shift += 7;
+        } while (byte >= 0x80);
+        position += (int64_t)(value >> 1) + 1;
+        out[position] += (value & 1) ? -c : c;
+    }
+}
+
+void st_add_local(float *out, const int64_t *idx, const uint8_t *negative, int64_t count, float c) {
+    for (int64_t k = 0; k < count; k++) out[idx[k]] += negative[k] ? -c : c;
+}
