@@ -126,8 +126,8 @@ def _float32_tau(tau: float) -> float:
 # CPU tensors go through numpy (it shares their memory): torch's CPU nonzero/masking kernels are several
 # times slower. Tests set this to False to run the accelerator (torch) path on CPU tensors.
 _NUMPY_ON_CPU = True
-# Sparse messages on the CPU are encoded, checked and added by the C loops of workers.codecs.native when it can be
-# built (bit for bit what numpy gives). Tests set this to False to compare the two.
+# Messages on the CPU are encoded and added by the C loops of workers.codecs.native when it can be built (bit for
+# bit what numpy gives; a bitmap's payload is still checked by numpy). Tests set this to False to compare the two.
 _NATIVE = True
 # Dense numpy passes run over chunks of this many elements, so temporaries stay in cache and are reused
 # instead of page-faulting fresh N-sized buffers (about 2x faster at N = 1e7). Must be a multiple of 16
@@ -214,6 +214,10 @@ def _encode_numpy(r: npt.NDArray[np.float32], tau32: float, sparse_kind: Message
             size = lib.st_take(r.ctypes.data, found.ctypes.data, count, tau32, int(sparse_kind),
                                negative_sent.ctypes.data, payload.ctypes.data)  # fmt: skip
             return count, sparse_kind, payload[:size], (found[:count].astype(np.int64), negative_sent)
+        steps = np.empty(r.size, dtype=np.int8)
+        payload = np.empty(4 * bitmap_min_count(r.size), dtype=np.uint8)
+        lib.st_bitmap(r.ctypes.data, r.size, tau32, payload.ctypes.data, steps.ctypes.data)
+        return count, MessageKind.BITMAP, payload, (steps,)
     tau = np.float32(tau32)
     positive, negative = np.greater_equal(r, tau), np.less_equal(r, -tau)  # NaN is in neither
     count = int(np.count_nonzero(positive)) + int(np.count_nonzero(negative))
@@ -387,6 +391,12 @@ def decode_accumulate(messages: Iterable[MessageLike | Encoded], out: torch.Tens
         if header.kind == MessageKind.BITMAP:
             if out_np is None:
                 bitmap.add_torch(out, payload, coefficient)
+            elif lib is not None and local is not None:
+                steps = np.ascontiguousarray(local[0], dtype=np.int8)
+                lib.st_add_steps(out_np.ctypes.data, steps.ctypes.data, out_np.size, abs(coefficient), coefficient < 0)
+            elif lib is not None:
+                lib.st_add_bitmap(out_np.ctypes.data, out_np.size, payload.ctypes.data, abs(coefficient),
+                                  coefficient < 0)  # fmt: skip
             elif local is not None:
                 bitmap.add_steps(out_np, local[0], coefficient, _CHUNK)
             else:

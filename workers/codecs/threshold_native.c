@@ -8,11 +8,16 @@
  * st_check       a SPARSE_COMPACT payload: exactly `count` codes, indices below n (nothing is written)
  * st_add_compact out[i] += (negative ? -c : c) for every code of a checked payload
  * st_add_local   the same from the encoder's own indices and signs
+ * st_bitmap      a BITMAP message: the payload, the int8 steps, the residual
+ * st_add_steps   a BITMAP from the encoder's own steps; st_add_bitmap from its payload
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define BLOCK 64
+#define LOW_BITS 0x0101010101010101ULL
+#define GATHER 0x0102040810204080ULL /* bytes of 0 or 1 -> their bits, byte j to bit j, in the top byte */
 
 /* How many elements have |r_i| >= tau (NaN never): one vectorized pass, to choose sparse or bitmap first. */
 int64_t st_count(const float *r, int64_t n, float tau) {
@@ -113,4 +118,62 @@ void st_add_compact(float *out, const uint8_t *data, int64_t count, float c) {
 
 void st_add_local(float *out, const int64_t *idx, const uint8_t *negative, int64_t count, float c) {
     for (int64_t k = 0; k < count; k++) out[idx[k]] += negative[k] ? -c : c;
+}
+
+/* BITMAP (count >= a bitmap's, known from st_count): per 16 elements one little-endian uint32 word, sent bits in
+ * 0..15 and negative bits in 16..31; steps[i] = +1, -1 or 0 (what bitmap.subtract_steps is given) and
+ * r_i -= steps[i] * tau (exact products: bit for bit torch's sub_ with alpha). */
+void st_bitmap(float *r, int64_t n, float tau, uint8_t *payload, int8_t *steps) {
+    for (int64_t i = 0; i < n; i++) { /* one vectorized pass: the steps and the residual */
+        float v = r[i];
+        int s = (v >= tau) - (v <= -tau);
+        steps[i] = (int8_t)s;
+        r[i] = v - (float)s * tau;
+    }
+    int64_t words = (n + 15) / 16, full = n / 16;
+    for (int64_t w = 0; w < words; w++) { /* then the bits, 8 steps at a time: 0x01 and 0xFF are sent, 0xFF negative */
+        uint8_t *word = payload + 4 * w;
+        for (int half = 0; half < 2; half++) {
+            int64_t base = 16 * w + 8 * half;
+            uint64_t x = 0;
+            if (w < full) {
+                memcpy(&x, steps + base, 8);
+            } else {
+                for (int64_t j = base; j < n && j < base + 8; j++) x |= (uint64_t)(uint8_t)steps[j] << (8 * (j - base));
+            }
+            word[half] = (uint8_t)(((x & LOW_BITS) * GATHER) >> 56);
+            word[2 + half] = (uint8_t)((((x >> 7) & LOW_BITS) * GATHER) >> 56);
+        }
+    }
+}
+
+/* out_i -= k_i * magnitude with k = -steps (a coefficient >= 0) or steps (below 0): bitmap.add_steps. */
+void st_add_steps(float *out, const int8_t *steps, int64_t n, float magnitude, int coefficient_negative) {
+    int sign = coefficient_negative ? 1 : -1; /* an integer k: k = 0 is +0.0, which leaves -0.0 as it is */
+    for (int64_t i = 0; i < n; i++) out[i] = out[i] - (float)(sign * steps[i]) * magnitude;
+}
+
+/* out_i -= k_i * magnitude with k = 2 * negative - sent (a coefficient >= 0) or sent - 2 * negative: the
+ * payload as bitmap.add_numpy adds it. */
+static uint64_t spread(uint32_t bits) { /* 8 bits -> 8 bytes of 0 or 1, bit j to byte j */
+    uint64_t x = ((uint64_t)(bits & 0xFF) * LOW_BITS) & 0x8040201008040201ULL;
+    return ((x + 0x7F7F7F7F7F7F7F7FULL) >> 7) & LOW_BITS;
+}
+
+void st_add_bitmap(float *out, int64_t n, const uint8_t *payload, float magnitude, int coefficient_negative) {
+    int sign = coefficient_negative ? -1 : 1;
+    int8_t k[4096]; /* a chunk's k (+1 sent negative, -1 sent positive, 0), then one vectorized pass */
+    for (int64_t start = 0; start < n; start += 4096) {
+        int64_t stop = start + 4096 < n ? start + 4096 : n;
+        for (int64_t w = start / 16; 16 * w < stop; w++) {
+            const uint8_t *word = payload + 4 * w;
+            for (int half = 0; half < 2; half++) {
+                uint64_t sent = spread(word[half]), neg = spread(word[2 + half]);
+                uint64_t minus = sent & ~neg;
+                uint64_t bytes = neg | ((minus << 8) - minus); /* 0x01 or 0xFF per byte, no borrow between bytes */
+                memcpy(k + 16 * w - start + 8 * half, &bytes, 8);
+            }
+        }
+        for (int64_t i = start; i < stop; i++) out[i] = out[i] - (float)(sign * k[i - start]) * magnitude;
+    }
 }
