@@ -15,6 +15,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the bitmap loops read and write words as little-endian bytes; numpy does the work on this machine"
+#endif
+
 #define BLOCK 64
 #define LOW_BITS 0x0101010101010101ULL
 #define GATHER 0x0102040810204080ULL /* bytes of 0 or 1 -> their bits, byte j to bit j, in the top byte */
