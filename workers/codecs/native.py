@@ -95,13 +95,12 @@ def _load() -> ctypes.CDLL | None:
             Path(tmp).unlink(missing_ok=True)
     lib = ctypes.CDLL(str(built))
     i64, f32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
-    lib.st_count.argtypes, lib.st_count.restype = [ptr, i64, f32], i64
     lib.st_scan.argtypes, lib.st_scan.restype = [ptr, i64, f32, ptr, i64], i64
     lib.st_take.argtypes, lib.st_take.restype = [ptr, ptr, i64, f32, ctypes.c_int, ptr, ptr], i64
     lib.st_check.argtypes, lib.st_check.restype = [ptr, i64, i64, i64], ctypes.c_int
     lib.st_add_compact.argtypes, lib.st_add_compact.restype = [ptr, ptr, i64, f32], None
     lib.st_add_local.argtypes, lib.st_add_local.restype = [ptr, ptr, ptr, i64, f32], None
-    lib.st_bitmap.argtypes, lib.st_bitmap.restype = [ptr, i64, f32, ptr, ptr], None
+    lib.st_bitmap.argtypes, lib.st_bitmap.restype = [ptr, i64, f32, ptr, ptr], i64
     lib.st_add_steps.argtypes, lib.st_add_steps.restype = [ptr, ptr, i64, f32, ctypes.c_int], None
     lib.st_add_bitmap.argtypes, lib.st_add_bitmap.restype = [ptr, i64, ptr, f32, ctypes.c_int], None
     return lib

@@ -202,21 +202,21 @@ def _sparse_payload(
 
 def _encode_numpy(r: npt.NDArray[np.float32], tau32: float, sparse_kind: MessageKind, bitmap_ratio: int) -> _Payload:
     lib = native.library() if _NATIVE else None
-    if lib is not None and r.flags.c_contiguous:
-        count = int(lib.st_count(r.ctypes.data, r.size, tau32))
+    cap = bitmap_min_count(r.size, bitmap_ratio)
+    if lib is not None and r.flags.c_contiguous and cap > 2:  # (a handful of elements: numpy, below)
+        found = np.empty(cap + native.BLOCK, dtype=np.int32)
+        count = int(lib.st_scan(r.ctypes.data, r.size, tau32, found.ctypes.data, cap))
         if count < 2:
             return 0, sparse_kind, np.empty(0, dtype=np.uint8), None
-        if count < bitmap_min_count(r.size, bitmap_ratio):  # sparse: found, taken and coded in C; else numpy below
-            found = np.empty(count + native.BLOCK, dtype=np.int32)
-            lib.st_scan(r.ctypes.data, r.size, tau32, found.ctypes.data, count + 1)
+        if count < cap:  # sparse: every index found; taken and coded in one more loop over them
             negative_sent = np.empty(count, dtype=np.bool_)
             payload = np.empty(5 * count, dtype=np.uint8)  # a gap of an index below 2**31 takes at most 5 bytes
             size = lib.st_take(r.ctypes.data, found.ctypes.data, count, tau32, int(sparse_kind),
                                negative_sent.ctypes.data, payload.ctypes.data)  # fmt: skip
             return count, sparse_kind, payload[:size], (found[:count].astype(np.int64), negative_sent)
-        steps = np.empty(r.size, dtype=np.int8)
-        payload = np.empty(4 * bitmap_min_count(r.size), dtype=np.uint8)
-        lib.st_bitmap(r.ctypes.data, r.size, tau32, payload.ctypes.data, steps.ctypes.data)
+        steps = np.empty(r.size, dtype=np.int8)  # at least a bitmap's count (st_scan stopped there): the residual
+        payload = np.empty(4 * bitmap_min_count(r.size), dtype=np.uint8)  # is untouched so far
+        count = int(lib.st_bitmap(r.ctypes.data, r.size, tau32, payload.ctypes.data, steps.ctypes.data))
         return count, MessageKind.BITMAP, payload, (steps,)
     tau = np.float32(tau32)
     positive, negative = np.greater_equal(r, tau), np.less_equal(r, -tau)  # NaN is in neither
