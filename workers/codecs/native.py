@@ -1,7 +1,7 @@
-"""The sparse codec's loops in C (``threshold_native.c``), built on first use with the machine's C compiler.
+"""The threshold codec's loops in C (``threshold_native.c``), built on first use with the machine's C compiler.
 
 numpy needs about ten passes and temporaries for what one loop does: compare, collect the indices, subtract τ
-and write the varints (``bench.codec`` profiled where the time goes). The C file is compiled once per machine
+and write the varints (``bench.codec`` profiled where the time goes); a bitmap's steps, residual and bits take two. The C file is compiled once per machine
 and source into a cache directory (``SPARKTRAIN_NATIVE_CACHE``, else ``~/.cache/sparktrain``), under a name
 that is the hash of the source, written to a private name and renamed into place, so ranks that start together
 never load half a file. Without a compiler, or with ``SPARKTRAIN_NATIVE_CODEC=0``, :func:`library` is None and
@@ -26,7 +26,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("threshold_native.c")
 BLOCK = 64
-"""``BLOCK`` of the C file: ``st_scan`` may write this many indices past its ``cap``."""
+"""Room past ``cap`` that ``st_scan`` may write indices into (it checks ``cap`` every 16 elements)."""
 FLAGS = ("-O3", "-std=c99", "-shared", "-fPIC")
 """No -march=native (a cached build may be shared by machines of another CPU) and no -ffast-math (results must
 be those of numpy's float32 arithmetic)."""
