@@ -1,11 +1,12 @@
 """The threshold codec's loops in C (``threshold_native.c``), built on first use with the machine's C compiler.
 
 numpy needs about ten passes and temporaries for what one loop does: compare, collect the indices, subtract τ
-and write the varints (``bench.codec`` profiled where the time goes); a bitmap's steps, residual and bits take two. The C file is compiled once per machine
-and source into a cache directory (``SPARKTRAIN_NATIVE_CACHE``, else ``~/.cache/sparktrain``), under a name
-that is the hash of the source, written to a private name and renamed into place, so ranks that start together
-never load half a file. Without a compiler, or with ``SPARKTRAIN_NATIVE_CODEC=0``, :func:`library` is None and
-the codec runs its numpy code: the same messages and residuals bit for bit (tests compare the two), only slower.
+and write the varints (``bench.codec`` profiled where the time goes); a bitmap's steps, residual and bits take
+two. The C file is compiled once per machine and source into a cache directory (``SPARKTRAIN_NATIVE_CACHE``, else
+``~/.cache/sparktrain``), under a name that is the hash of the source, written to a private name and renamed into
+place, so ranks that start together never load half a file. Without a compiler, or with
+``SPARKTRAIN_NATIVE_CODEC=0``, :func:`library` is None and the codec runs its numpy code: the same messages and
+residuals bit for bit (tests compare the two), only slower.
 
 Executor-side: stdlib only.
 """
