@@ -117,8 +117,8 @@ def ship_executor_code(spark: SparkSession, scratch: Path) -> Path:
     target = scratch / "sparktrain-executor.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
         for package in EXECUTOR_PACKAGES:
-            for path in sorted((root / package).rglob("*.py")):
-                archive.write(path, path.relative_to(root).as_posix())
+            for path in sorted([*(root / package).rglob("*.py"), *(root / package).rglob("*.c")]):
+                archive.write(path, path.relative_to(root).as_posix())  # .c: the codec's loops (native.py)
     spark.sparkContext.addPyFile(str(target))
     log.info("executor code shipped: %s (%s)", target, ", ".join(EXECUTOR_PACKAGES))
     return target

@@ -81,6 +81,7 @@ def test_digits_cnn_gradient_sharing(service: Service) -> None:
     assert result["validation"]["accuracy"] >= 0.95
     assert result["replicas_identical"] is True
     assert result["steps_per_worker"] == 15 * (718 // 32)
+    assert [w["codec"] for w in result["per_worker"]] == ["c", "c"]  # the C codec loops ran in the Spark tasks
     assert result["compression"] > 100
     assert 0 <= result["bitmap_byte_share"] < 1
 

@@ -17,6 +17,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import pkgutil
 import shutil
 import subprocess
 import tempfile
@@ -77,23 +78,25 @@ def _load() -> ctypes.CDLL | None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise RuntimeError("no C compiler (cc, gcc or $CC) on this machine")
-    source = SOURCE.read_bytes()
+    # read as package data: executors import this package from the zip the driver ships (app/spark/session.py)
+    source = pkgutil.get_data(__name__.rpartition(".")[0], SOURCE.name)
+    if source is None:
+        raise RuntimeError(f"{SOURCE.name} is not next to {__name__}")
     digest = hashlib.sha256(source + " ".join(FLAGS).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("SPARKTRAIN_NATIVE_CACHE") or Path.home() / ".cache" / "sparktrain")
     built = cache / f"threshold-{digest}.so"
     if not built.exists():
         cache.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".threshold-", suffix=".so", dir=cache)
-        os.close(fd)
-        try:
-            subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], check=True, capture_output=True,
-                           timeout=120)  # fmt: skip
-            os.chmod(tmp, 0o755)  # mkstemp's 0600 would hide it from other users (an image's runtime user)
+        with tempfile.TemporaryDirectory(prefix=".threshold-", dir=cache) as work:
+            c_file, tmp = Path(work, SOURCE.name), Path(work, built.name)
+            c_file.write_bytes(source)
+            try:
+                subprocess.run([compiler, *FLAGS, str(c_file), "-o", str(tmp), "-lm"], check=True,
+                               capture_output=True, timeout=120)  # fmt: skip
+            except subprocess.CalledProcessError as exc:
+                raise RuntimeError(f"{compiler} failed: {exc.stderr.decode(errors='replace')[-500:]}") from None
+            os.chmod(tmp, 0o755)  # readable by other users (an image's runtime user loads what root built)
             os.replace(tmp, built)
-        except subprocess.CalledProcessError as exc:
-            raise RuntimeError(f"{compiler} failed: {exc.stderr.decode(errors='replace')[-500:]}") from None
-        finally:
-            Path(tmp).unlink(missing_ok=True)
     lib = ctypes.CDLL(str(built))
     i64, f32, ptr = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
     lib.st_scan.argtypes, lib.st_scan.restype = [ptr, i64, f32, ptr, i64], i64
