@@ -91,6 +91,7 @@ def trainer_run(
     device: str,
     gpus: list[list[str]] | None,
     comm_device: str | None,
+    sharing: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     splits = splits_for(network, world)
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,7 +100,7 @@ def trainer_run(
             network=network,
             optimizer={"type": "adam", "learning_rate": lr},
             mode=mode,
-            sharing=parse_sharing(None, parse_optimizer({"type": "adam", "learning_rate": lr})),
+            sharing=parse_sharing(sharing, parse_optimizer({"type": "adam", "learning_rate": lr})),
             averaging_frequency=5,
             epochs=epochs,
             batch_size=32,
@@ -126,6 +127,13 @@ def trainer_run(
         "samples_per_s": round(sum(r["samples"] for r in results) / max(r["train_s"] for r in results), 1),
         "bytes_per_step": r0["bytes_sent"] / max(1, r0["steps"]),
         "replicas_identical": r0["replicas_identical"],
+        # which codec each worker ran ("c", "numpy (why)", "torch" for CUDA tensors) and the wire-true accounting
+        "codec": [r.get("codec") for r in results],
+        "wire_bytes_per_step": r0.get("wire_bytes_per_step"),
+        "wire_compression": r0.get("wire_compression"),
+        "codec_compression": r0.get("codec_compression"),
+        "dense_steps": r0.get("dense_steps"),
+        "steps": r0["steps"],
     }
 
 
@@ -134,7 +142,11 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "bench/results"))
     parser.add_argument("--cpu-only", action="store_true", help="dry run of the script on a machine without CUDA")
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--models", default="cnn,wide_mlp,lstm", help="comma-separated: cnn, wide_mlp, lstm")
+    parser.add_argument(
+        "--models",
+        default="cnn,wide_mlp,lstm,lstm_thresholded",
+        help="comma-separated: cnn, wide_mlp, lstm, lstm_thresholded",
+    )
     args = parser.parse_args()
     cuda = torch.cuda.is_available() and not args.cpu_only
     gpus = torch.cuda.device_count() if cuda else 0
@@ -145,17 +157,29 @@ def main() -> None:
         "gpus": [torch.cuda.get_device_name(i) for i in range(gpus)],
     }
     devices = ["cpu"] + (["cuda:0"] if cuda else [])
+    from workers.codecs import native
+
+    report["cpu_codec"] = native.engine()  # "c" when the C codec built on that machine, else why not
     report["codec"] = codec(devices)
     runs = []
-    models = {"cnn": (CNN, 3e-3), "wide_mlp": (WIDE, 1e-3), "lstm": (LSTM, 1e-2)}
-    for model, (network, lr) in models.items():
+    # lstm_thresholded: the LSTM is small enough to be exchanged exactly by default; this one forces the
+    # threshold codec on it (exact_below_bytes 0), the case the README's accuracy gap was measured on
+    models: dict[str, tuple[dict[str, Any], float, dict[str, Any] | None, tuple[str, ...]]] = {
+        "cnn": (CNN, 3e-3, None, ("gradient_sharing", "allreduce")),
+        "wide_mlp": (WIDE, 1e-3, None, ("gradient_sharing", "allreduce")),
+        "lstm": (LSTM, 1e-2, None, ("gradient_sharing", "allreduce")),
+        "lstm_thresholded": (LSTM, 1e-2, {"exact_below_bytes": 0}, ("gradient_sharing",)),
+    }
+    for model, (network, lr, sharing, modes) in models.items():
         if model not in args.models.split(","):
             continue
-        for mode in ("gradient_sharing", "allreduce"):
+        for mode in modes:
             setups: list[tuple[str, int, str, list[list[str]] | None, str | None]] = [
                 ("cpu-gloo-2", 2, "cpu", None, None)
             ]
-            if cuda and gpus >= 2:
+            if model == "lstm_thresholded" and cuda:  # 1 process exchanges nothing: only the 2-process setups
+                setups.append(("cuda-compute-gloo-2", 2, "cuda", [["0"], ["0"]], "cpu"))
+            elif cuda and gpus >= 2:
                 setups.append(("cuda-nccl-2", 2, "cuda", [["0"], ["1"]], None))
             elif cuda:
                 setups.append(("cuda-compute-gloo-2", 2, "cuda", [["0"], ["0"]], "cpu"))
@@ -165,19 +189,22 @@ def main() -> None:
                     "model": model,
                     "mode": mode,
                     "setup": name,
-                    **trainer_run(network, lr, mode, args.epochs, world, device, gpu_list, comm),
+                    **trainer_run(network, lr, mode, args.epochs, world, device, gpu_list, comm, sharing),
                 }
                 runs.append(row)
                 print(json.dumps(row), flush=True)
     report["trainer"] = runs
-    print(f"{'model':<9} {'mode':<17} {'setup':<20} {'acc':>6} {'train s':>8} {'samples/s':>10} {'B/step':>10}")
+    print(f"{'model':<17} {'mode':<17} {'setup':<20} {'acc':>6} {'train s':>8} {'samples/s':>10} {'B/step':>10} "
+          f"{'wire B/step':>12} {'wire x':>7} {'codec'}")  # fmt: skip
     for r in runs:
         if "failed" in r:
-            print(f"{r['model']:<9} {r['mode']:<17} {r['setup']:<20} FAILED: {r['failed']}")
+            print(f"{r['model']:<17} {r['mode']:<17} {r['setup']:<20} FAILED: {r['failed']}")
             continue
+        wire_x = f"{r['wire_compression']:.1f}" if r.get("wire_compression") else "-"
         print(
-            f"{r['model']:<9} {r['mode']:<17} {r['setup']:<20} {r['accuracy']:>6.3f} {r['train_s']:>8.2f} "
-            f"{r['samples_per_s']:>10.0f} {r['bytes_per_step']:>10.0f}"
+            f"{r['model']:<17} {r['mode']:<17} {r['setup']:<20} {r['accuracy']:>6.3f} {r['train_s']:>8.2f} "
+            f"{r['samples_per_s']:>10.0f} {r['bytes_per_step']:>10.0f} {r.get('wire_bytes_per_step') or 0:>12.0f} "
+            f"{wire_x:>7} {','.join(str(c) for c in r['codec'])}"
         )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
