@@ -10,10 +10,10 @@ same seeds for every variant. Variants:
   (``workers.training.torch.config.default_initial_threshold``).
 - ``tau0_lr_sum``: today's tau0 with the sum of the messages (which aggregation goes with tau0 = lr).
 - For the LSTM (4,835 parameters: small enough that ``now`` exchanges it exactly, every step a dense all-reduce of
-  the workers' updates, ``exact_below_bytes``): ``thresholded`` (the threshold all the same), ``exact_sum`` (exact,
-  with the sum of the updates), and what says where the thresholded gap comes from: residual clipping off, a fixed
-  tau (no adaptation) at the learning rate and at a third of it, three times the epochs (thresholded), and one
-  worker (thresholding without distribution).
+  the workers' gradients before the optimizer, ``exact_below_bytes``): ``thresholded`` (the threshold all the
+  same), ``exact_sum`` (exact, with the sum of the gradients), and what says where the thresholded gap comes
+  from: residual clipping off, a fixed tau (no adaptation) at the learning rate and at a third of it, three times
+  the epochs (thresholded), and one worker (thresholding without distribution).
 
 Printed per model, W and variant: the validation accuracy per seed and its mean, the codec compression over the
 run (dense bytes / the bytes of the messages) and tau at the end. Last line: one JSON object; the full run also

@@ -133,7 +133,7 @@ class TrainingOptions(BaseModel):
         None,
         description="threshold_algorithm, residual_clipping, aggregation, index_coding, encoding_debug, "
         'bitmap_ratio, collective ("auto", "sparse" or "dense"), exact_below_bytes (32768: a model this small is '
-        "exchanged exactly, no threshold)",
+        "exchanged exactly, no threshold: its gradients are all-reduced, as in allreduce mode)",
     )
     averaging_frequency: int = Field(5, ge=1, le=100_000, description="parameter_averaging: minibatches per average")
     resume_from: str | None = Field(None, pattern=ID_PATTERN, description="A checkpoint id to continue from.")

@@ -221,17 +221,19 @@ class GradientSharing(Strategy):
             return self.sharing.collective == "dense"
         return dense_is_cheaper(longest, self.dense_bytes, self.comm.world_size)
 
-    def _non_finite(self) -> int:
-        """0 when the residual is finite, else a code naming its first non-finite element: 2*index + 1 for NaN,
-        2*index + 2 for inf. One reduction on the fast path (a NaN or inf anywhere makes the sum non-finite;
-        a finite sum that overflowed is checked element by element before being called bad)."""
-        if math.isfinite(float(self.residual.sum())):
+    def _non_finite(self, values: torch.Tensor | None = None) -> int:
+        """0 when ``values`` (the residual by default) are finite, else a code naming the first non-finite
+        element: 2*index + 1 for NaN, 2*index + 2 for inf. One reduction on the fast path (a NaN or inf anywhere
+        makes the sum non-finite; a finite sum that overflowed is checked element by element before being called
+        bad)."""
+        values = self.residual if values is None else values
+        if math.isfinite(float(values.sum())):
             return 0
-        bad = torch.nonzero(~torch.isfinite(self.residual))
+        bad = torch.nonzero(~torch.isfinite(values))
         if bad.numel() == 0:
             return 0
         index = int(bad[0, 0])
-        return 2 * index + (1 if math.isnan(float(self.residual[index])) else 2)
+        return 2 * index + (1 if math.isnan(float(values[index])) else 2)
 
     def step(self, global_step: int) -> StepStats:
         stop, _, stats = self.flagged_step(global_step, stop=False, nan_loss=False)
@@ -244,10 +246,10 @@ class GradientSharing(Strategy):
         above the residual's :meth:`_non_finite` code. Any flag on any rank skips the payload on every rank."""
         with torch.no_grad():
             started = time.perf_counter()
+            if self.exact:
+                return self._exact_step(global_step, int(stop) | int(nan_loss) << 1, started)
             add_optimizer_update(self.optimizer, self.flat, self.residual, self._before)
             flag = int(stop) | int(nan_loss) << 1 | self._non_finite() << 2
-            if self.exact:
-                return self._exact_step(global_step, flag, started)
 
             t0 = time.perf_counter()
             tau = self.algorithm.next_threshold()
@@ -331,18 +333,40 @@ class GradientSharing(Strategy):
         return False, False
 
     def _exact_step(self, global_step: int, flag: int, started: float) -> tuple[bool, bool, StepStats | None]:
-        """A small model's step: the flags, then a ring all-reduce of every rank's whole residual (its update);
-        the residual is empty afterwards. What allreduce does with gradients, done with the optimizers' updates."""
+        """A small model's step: the flags, then a ring all-reduce of every rank's gradients (their mean, or their
+        sum with ``aggregation: "sum"``), then the optimizer's step on the result, the same on every rank.
+
+        Exchanging the optimizers' updates instead (each worker's Adam normalizing its own gradient, the mean of
+        those steps applied) cost the shipped LSTM 2.2 points against ``allreduce`` (bench.sharing_accuracy,
+        2026-12-02): on a model this small nothing is saved by sharing updates, so the step is ``allreduce``'s.
+        The residual stays empty; a non-finite gradient fails the step as a non-finite update would."""
+        grads = self._delta  # the gradients, laid out as the flat buffer is (the parameters are views of it)
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is None:
+                grads[offset : offset + n].zero_()
+            else:
+                grads[offset : offset + n].copy_(p.grad.reshape(-1))
+            offset += n
+        flag |= self._non_finite(grads) << 2
         t1 = time.perf_counter()
         _, flags = self.comm.exchange_lengths(0, flag)
         any_stop, any_nan = self._check_flags(flags, global_step)
         if any_stop or any_nan:
             return any_stop, any_nan, None
-        torch.mul(self.residual, self.scale, out=self._delta)
-        self.residual.zero_()
-        self.comm.sum_(self._delta)
+        if self.scale != 1.0:
+            grads.mul_(self.scale)
+        self.comm.sum_(grads)
         exchanged = time.perf_counter()
-        self.flat.sub_(self._delta)
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            p.grad.copy_(grads[offset : offset + n].view_as(p))
+            offset += n
+        self.optimizer.step()
         self.dense_steps += 1
         done = time.perf_counter()
         self.exchange_s += exchanged - t1

@@ -16,7 +16,7 @@ from workers.training.torch.checkpoint import final_dir
 from workers.training.torch.comm import Comm, ring_allgather_bytes, ring_allreduce_bytes
 from workers.training.torch.config import SharingConfig
 from workers.training.torch.local import run_local_many, run_ranks
-from workers.training.torch.modes import GradientSharing, flatten_parameters
+from workers.training.torch.modes import GradientSharing, NonFiniteUpdate, flatten_parameters
 
 BN_MLP = {
     "input_shape": [8],
@@ -108,6 +108,20 @@ def _flags(comm: Comm) -> list[Any]:
     return out
 
 
+def _exact_nan(comm: Comm) -> str:
+    """A small model (exchanged exactly) whose rank 1 has a NaN gradient with a finite loss: what each rank raises."""
+    strategy = _sharing(comm, "mean", exact_below_bytes=16)
+    grad = torch.ones(1, 4)
+    if comm.rank == 1:
+        grad[0, 2] = float("nan")
+    strategy.model.weight.grad = grad
+    try:
+        strategy.step(0)
+    except NonFiniteUpdate as exc:
+        return f"{exc.worker} {exc.parameter} {exc.kind} {exc.step}"
+    return "no error"
+
+
 def _scaled_step(comm: Comm, aggregation: str, **options: Any) -> dict[str, Any]:
     """One gradient-sharing step on a 4-weight model with SGD(lr=1) and a fixed tau of 0.5: rank r's update is
     1.0 at element r (r < 3) and -0.6 at element 3, so it sends +tau at r and -tau at 3 (on a sparse step)."""
@@ -132,6 +146,7 @@ def _on_three_ranks(comm: Comm) -> dict[str, Any]:
         "dense": _scaled_step(comm, "mean", collective="dense"),
         "wire": _collectives(comm, 20),
         "flags": _flags(comm),
+        "exact_nan": _exact_nan(comm),
     }
 
 
@@ -190,6 +205,10 @@ def test_a_dense_step_carries_every_update_exactly(three_ranks: list[dict[str, A
         # the flags' length exchange and the ring all-reduce of 4 float32: nothing else on the wire
         assert o[how]["wire"] == ring_allgather_bytes(16, 3) + ring_allreduce_bytes(16, 4, 3, rank)
     assert [o["exact"]["tau"] for o in three_ranks] == [0.0] * 3, "no threshold on a small model"
+
+
+def test_a_non_finite_gradient_of_a_small_model_fails_every_rank_by_name(three_ranks: list[dict[str, Any]]) -> None:
+    assert [o["exact_nan"] for o in three_ranks] == ["1 weight NaN 1"] * 3
 
 
 def test_stop_and_nan_flags_ride_on_the_length_exchange(three_ranks: list[dict[str, Any]]) -> None:
