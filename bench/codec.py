@@ -10,8 +10,8 @@ the GPU, synchronized, message bytes still built on the CPU).
 
 Then the whole per-step codec cost of one gradient-sharing worker on ONE CPU thread (``torch.set_num_threads(1)``):
 the update added to the residual, the encode, and the decode of W = 2 messages (its own and a peer's) applied to
-the parameters as the trainer does (sparse messages straight into them; with a bitmap, into a zeroed buffer that is
-then subtracted), in ms per million parameters, beside the floor, one plain
+the parameters as the trainer does (every message straight into them, consecutive bitmaps in one pass), in ms per
+million parameters, beside the floor, one plain
 ``torch.add`` over a buffer of the same size, and the ratio. The last line is one JSON object with every figure;
 a CPU run without ``--quick`` also writes it to bench/results/codec.json.
 """
@@ -36,7 +36,6 @@ from workers.codecs.threshold import (
     bitmap_min_count,
     decode_accumulate,
     encode_threshold,
-    read_header,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "codec.json"
@@ -158,17 +157,12 @@ def step_cost(n: int, sparsity: float, rng: np.random.Generator, repeats: int, w
         update = torch.from_numpy(rng.uniform(-1e-3, 1e-3, n).astype(np.float32))
         peers = [encode_threshold(base.clone(), TAU).message for _ in range(workers - 1)]
         residual, delta, flat = torch.empty(n), torch.zeros(n), torch.zeros(n)
-        bitmap_peers = any(read_header(m).kind == MessageKind.BITMAP for m in peers)
 
         def one_step() -> None:
             residual.add_(update)
             encoded = encode_threshold(residual, TAU)
-            if encoded.kind == MessageKind.BITMAP or bitmap_peers:
-                delta.zero_()
-                decode_accumulate([encoded, *peers], delta)  # its own message from what the encoder kept
-                flat.sub_(delta)
-            else:  # as the trainer does: sparse messages straight into the parameters
-                decode_accumulate([encoded, *peers], flat, scale=-1.0)
+            # as the trainer does: every message straight into the parameters, its own from what the encoder kept
+            decode_accumulate([encoded, *peers], flat, scale=-1.0)
 
         cpu = torch.device("cpu")
         step_s = _times(one_step, partial(residual.copy_, base), repeats, cpu)

@@ -32,9 +32,10 @@ densities; ``bitmap_ratio=4`` trades that CPU for bytes.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
@@ -354,9 +355,43 @@ def decode_accumulate(messages: Iterable[MessageLike | Encoded], out: torch.Tens
         raise ValueError("out must be a 1-D float32 or float64 tensor")
     if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
         raise ValueError(f"scale must be a finite number, got {scale!r}")
-    n_out = out.numel()
     out_np = out.detach().numpy() if _use_numpy(out) else None
     lib = native.library() if _NATIVE and out_np is not None and out_np.dtype == np.float32 else None
+    # consecutive bitmaps on the C path wait here and go in one pass over out (st_add_bitmaps: each element gets the
+    # same operations in the same order as one pass per message would give it)
+    pending: list[tuple[npt.NDArray[Any], bool, float, bool]] = []
+
+    def flush() -> None:
+        if pending:
+            assert lib is not None and out_np is not None
+            _add_bitmaps(lib, out_np, pending)
+            pending.clear()
+
+    try:
+        _decode_into(messages, out, scale, out_np, lib, pending, flush)
+    finally:
+        flush()
+
+
+def _add_bitmaps(lib: Any, out_np: npt.NDArray[Any], pending: list[tuple[npt.NDArray[Any], bool, float, bool]]) -> None:
+    k = len(pending)
+    sources = (ctypes.c_void_p * k)(*(source.ctypes.data for source, _, _, _ in pending))
+    is_steps = (ctypes.c_int * k)(*(int(steps) for _, steps, _, _ in pending))
+    magnitudes = (ctypes.c_float * k)(*(magnitude for _, _, magnitude, _ in pending))
+    negative = (ctypes.c_int * k)(*(int(neg) for _, _, _, neg in pending))
+    lib.st_add_bitmaps(out_np.ctypes.data, out_np.size, k, sources, is_steps, magnitudes, negative)
+
+
+def _decode_into(
+    messages: Iterable[MessageLike | Encoded],
+    out: torch.Tensor,
+    scale: float,
+    out_np: npt.NDArray[Any] | None,
+    lib: Any,
+    pending: list[tuple[npt.NDArray[Any], bool, float, bool]],
+    flush: Callable[[], None],
+) -> None:
+    n_out = out.numel()
     for position, message in enumerate(messages):
         local = message.local if isinstance(message, Encoded) and out_np is not None else None
         try:
@@ -388,15 +423,14 @@ def decode_accumulate(messages: Iterable[MessageLike | Encoded], out: torch.Tens
             raise ValueError(f"message {position}: {exc}") from None
         if header.count == 0:
             continue
+        if header.kind == MessageKind.BITMAP and lib is not None:
+            source = np.ascontiguousarray(local[0], dtype=np.int8) if local is not None else payload
+            pending.append((source, local is not None, abs(coefficient), coefficient < 0))
+            continue
+        flush()
         if header.kind == MessageKind.BITMAP:
             if out_np is None:
                 bitmap.add_torch(out, payload, coefficient)
-            elif lib is not None and local is not None:
-                steps = np.ascontiguousarray(local[0], dtype=np.int8)
-                lib.st_add_steps(out_np.ctypes.data, steps.ctypes.data, out_np.size, abs(coefficient), coefficient < 0)
-            elif lib is not None:
-                lib.st_add_bitmap(out_np.ctypes.data, out_np.size, payload.ctypes.data, abs(coefficient),
-                                  coefficient < 0)  # fmt: skip
             elif local is not None:
                 bitmap.add_steps(out_np, local[0], coefficient, _CHUNK)
             else:

@@ -9,6 +9,7 @@
  * st_add_local   the same from the encoder's own indices and signs
  * st_bitmap      a BITMAP message: the payload, the int8 steps, the residual
  * st_add_steps   a BITMAP from the encoder's own steps; st_add_bitmap from its payload
+ * st_add_bitmaps several BITMAPs (steps or payloads) in one pass over out, each element as the two above give it
  */
 #include <math.h>
 #include <stdint.h>
@@ -28,17 +29,43 @@
 /* The indices with |r_i| >= tau (NaN never), ascending, into `idx`, which has room for cap + BLOCK entries.
  * Returns the count when it is below cap, else cap (the caller then sends a bitmap). With SSE2 (every x86-64) 16
  * comparisons make a 16-bit mask and only its set bits are visited: one pass at memory speed, whatever the density. */
+#if defined(__SSE2__)
+/* Bit j set when |r[j]| >= tau, for the 16 elements at r; ordered: false for NaN, as numpy's r >= tau or r <= -tau */
+static inline int mask16(const float *r, __m128 t, __m128 magnitude) {
+    int mask = 0;
+    for (int q = 0; q < 4; q++) {
+        __m128 v = _mm_and_ps(_mm_loadu_ps(r + 4 * q), magnitude);
+        mask |= _mm_movemask_ps(_mm_cmpge_ps(v, t)) << (4 * q);
+    }
+    return mask;
+}
+
+/* Whether at least `cap` elements pass, found without visiting them one by one: a sample of every 64th block of 16
+ * first (1/64 of the buffer), and only when it extrapolates to a bitmap's count a counting pass that stops at cap.
+ * A bitmap step then skips the index scan, which would visit about n/16 bits before giving up. */
+static int reaches_cap(const float *r, int64_t n, __m128 t, __m128 magnitude, int64_t cap) {
+    const int64_t stride = 1024;
+    if (n < 16 * stride) return 0;
+    int64_t sampled = 0;
+    for (int64_t b = 0; b + 16 <= n; b += stride) sampled += __builtin_popcount((unsigned)mask16(r + b, t, magnitude));
+    if (sampled * (stride / 16) < cap) return 0; /* the sample extrapolated to the whole buffer */
+    int64_t count = 0;
+    for (int64_t b = 0; b + 16 <= n; b += 16) {
+        count += __builtin_popcount((unsigned)mask16(r + b, t, magnitude));
+        if (count >= cap) return 1;
+    }
+    return 0; /* the sample misled (rare): the index scan decides, as it always could */
+}
+#endif
+
 int64_t st_scan(const float *r, int64_t n, float tau, int32_t *idx, int64_t cap) {
     int64_t count = 0, b = 0;
 #if defined(__SSE2__)
     const __m128 t = _mm_set1_ps(tau);
     const __m128 magnitude = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
+    if (reaches_cap(r, n, t, magnitude, cap)) return cap;
     for (; b + 16 <= n; b += 16) {
-        int mask = 0;
-        for (int q = 0; q < 4; q++) { /* |r| >= tau, ordered: false for NaN, as numpy's r >= tau or r <= -tau */
-            __m128 v = _mm_and_ps(_mm_loadu_ps(r + b + 4 * q), magnitude);
-            mask |= _mm_movemask_ps(_mm_cmpge_ps(v, t)) << (4 * q);
-        }
+        int mask = mask16(r + b, t, magnitude);
         while (mask) {
             idx[count++] = (int32_t)(b + __builtin_ctz((unsigned)mask));
             mask &= mask - 1;
@@ -129,8 +156,31 @@ void st_add_local(float *out, const int64_t *idx, const uint8_t *negative, int64
  * 0..15 and negative bits in 16..31; steps[i] = +1, -1 or 0 (what bitmap.subtract_steps is given) and
  * r_i -= steps[i] * tau (exact products: bit for bit torch's sub_ with alpha). */
 int64_t st_bitmap(float *r, int64_t n, float tau, uint8_t *payload, int8_t *steps) {
-    int64_t count = 0;
-    for (int64_t i = 0; i < n; i++) { /* one vectorized pass: the steps, the residual, the count */
+    int64_t count = 0, b = 0;
+#if defined(__SSE2__)
+    /* 16 elements at a time, one pass: the comparisons' masks are the word's bits, the steps and the residual come
+     * from the same masks. s = 1.0 - 0.0, 0.0 - 1.0 or 0.0 - 0.0 = +0.0 and r - s * tau: the scalar loop's floats. */
+    const __m128 t = _mm_set1_ps(tau), minus_t = _mm_set1_ps(-tau), one = _mm_set1_ps(1.0f);
+    for (; b + 16 <= n; b += 16) {
+        int positive = 0, negative = 0;
+        __m128i s32[4];
+        for (int q = 0; q < 4; q++) {
+            __m128 v = _mm_loadu_ps(r + b + 4 * q);
+            __m128 p = _mm_cmpge_ps(v, t), m = _mm_cmple_ps(v, minus_t); /* NaN: neither */
+            positive |= _mm_movemask_ps(p) << (4 * q);
+            negative |= _mm_movemask_ps(m) << (4 * q);
+            __m128 s = _mm_sub_ps(_mm_and_ps(p, one), _mm_and_ps(m, one));
+            _mm_storeu_ps(r + b + 4 * q, _mm_sub_ps(v, _mm_mul_ps(s, t)));
+            s32[q] = _mm_cvttps_epi32(s);
+        }
+        __m128i bytes = _mm_packs_epi16(_mm_packs_epi32(s32[0], s32[1]), _mm_packs_epi32(s32[2], s32[3]));
+        _mm_storeu_si128((__m128i *)(steps + b), bytes);
+        uint32_t sent = (uint32_t)(positive | negative), word = sent | (uint32_t)negative << 16;
+        memcpy(payload + 4 * (b / 16), &word, 4); /* little-endian (checked above) */
+        count += __builtin_popcount(sent);
+    }
+#endif
+    for (int64_t i = b; i < n; i++) { /* the rest (all of it without SSE2): the steps, the residual, the count */
         float v = r[i];
         int s = (v >= tau) - (v <= -tau);
         steps[i] = (int8_t)s;
@@ -138,7 +188,7 @@ int64_t st_bitmap(float *r, int64_t n, float tau, uint8_t *payload, int8_t *step
         count += s != 0;
     }
     int64_t words = (n + 15) / 16, full = n / 16;
-    for (int64_t w = 0; w < words; w++) { /* then the bits, 8 steps at a time: 0x01 and 0xFF are sent, 0xFF negative */
+    for (int64_t w = b / 16; w < words; w++) { /* their bits, 8 steps at a time: 0x01 and 0xFF are sent, 0xFF negative */
         uint8_t *word = payload + 4 * w;
         for (int half = 0; half < 2; half++) {
             int64_t base = 16 * w + 8 * half;
@@ -170,8 +220,31 @@ static uint64_t spread(uint32_t bits) { /* 8 bits -> 8 bytes of 0 or 1, bit j to
 
 void st_add_bitmap(float *out, int64_t n, const uint8_t *payload, float magnitude, int coefficient_negative) {
     int sign = coefficient_negative ? -1 : 1;
+    int64_t begin = 0;
+#if defined(__SSE2__)
+    /* 16 elements a word: each lane's sent and negative bits become lane masks; the term is +0.0 where nothing was
+     * sent, else (sign * k) * magnitude = ±magnitude exactly, as the scalar loop below computes it. */
+    const __m128 c = _mm_set1_ps((float)sign * magnitude), sign_bit = _mm_set1_ps(-0.0f);
+    __m128i lane_bits[4];
+    for (int q = 0; q < 4; q++) lane_bits[q] = _mm_set_epi32(8 << (4 * q), 4 << (4 * q), 2 << (4 * q), 1 << (4 * q));
+    int64_t full = n / 16;
+    for (int64_t w = 0; w < full; w++) {
+        uint32_t word;
+        memcpy(&word, payload + 4 * w, 4);
+        __m128i sent = _mm_set1_epi32((int)(word & 0xFFFF)), negative = _mm_set1_epi32((int)(word >> 16));
+        for (int q = 0; q < 4; q++) {
+            __m128 s = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(sent, lane_bits[q]), lane_bits[q]));
+            __m128 m = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(negative, lane_bits[q]), lane_bits[q]));
+            /* k = +1 (sent negative): +c; k = -1 (sent positive): -c; not sent: +0.0 */
+            __m128 term = _mm_and_ps(s, _mm_xor_ps(c, _mm_andnot_ps(m, sign_bit)));
+            float *o = out + 16 * w + 4 * q;
+            _mm_storeu_ps(o, _mm_sub_ps(_mm_loadu_ps(o), term));
+        }
+    }
+    begin = 16 * full;
+#endif
     int8_t k[4096]; /* a chunk's k (+1 sent negative, -1 sent positive, 0), then one vectorized pass */
-    for (int64_t start = 0; start < n; start += 4096) {
+    for (int64_t start = begin; start < n; start += 4096) {
         int64_t stop = start + 4096 < n ? start + 4096 : n;
         for (int64_t w = start / 16; 16 * w < stop; w++) {
             const uint8_t *word = payload + 4 * w;
@@ -183,5 +256,84 @@ void st_add_bitmap(float *out, int64_t n, const uint8_t *payload, float magnitud
             }
         }
         for (int64_t i = start; i < stop; i++) out[i] = out[i] - (float)(sign * k[i - start]) * magnitude;
+    }
+}
+
+/* Several BITMAP messages added in one pass over `out`, in message order per element: message j is the encoder's
+ * own steps (is_steps[j]: int8 steps, as st_add_steps) or a payload (as st_add_bitmap), with its magnitude and
+ * coefficient sign. Every element receives exactly the operations the one-message functions would give it, in the
+ * same order, so the result is bit for bit theirs; only the passes over `out` are fewer (one instead of k). */
+#define MAX_FUSED 16
+void st_add_bitmaps(float *out, int64_t n, int64_t k, const void *const *sources, const int *is_steps,
+                    const float *magnitudes, const int *coefficient_negative) {
+    int64_t begin = 0;
+    if (k > MAX_FUSED) { /* more than the fused loop holds: one pass each */
+        for (int64_t j = 0; j < k; j++) {
+            if (is_steps[j]) st_add_steps(out, (const int8_t *)sources[j], n, magnitudes[j], coefficient_negative[j]);
+            else st_add_bitmap(out, n, (const uint8_t *)sources[j], magnitudes[j], coefficient_negative[j]);
+        }
+        return;
+    }
+#if defined(__SSE2__)
+    __m128 c[MAX_FUSED], magnitude[MAX_FUSED];
+    int negate_steps[MAX_FUSED];
+    const __m128 sign_bit = _mm_set1_ps(-0.0f);
+    const __m128i zero = _mm_setzero_si128();
+    __m128i lane_bits[4];
+    for (int q = 0; q < 4; q++) lane_bits[q] = _mm_set_epi32(8 << (4 * q), 4 << (4 * q), 2 << (4 * q), 1 << (4 * q));
+    for (int64_t j = 0; j < k; j++) {
+        c[j] = _mm_set1_ps((coefficient_negative[j] ? -1.0f : 1.0f) * magnitudes[j]); /* payloads: as st_add_bitmap */
+        magnitude[j] = _mm_set1_ps(magnitudes[j]);
+        negate_steps[j] = !coefficient_negative[j]; /* steps: out -= (float)(sign * s) * magnitude, sign = neg ? 1 : -1 */
+    }
+    int64_t full = n / 16;
+    for (int64_t w = 0; w < full; w++) {
+        __m128 o[4];
+        for (int q = 0; q < 4; q++) o[q] = _mm_loadu_ps(out + 16 * w + 4 * q);
+        for (int64_t j = 0; j < k; j++) {
+            if (is_steps[j]) {
+                __m128i s8 = _mm_loadu_si128((const __m128i *)((const int8_t *)sources[j] + 16 * w));
+                __m128i lo16 = _mm_srai_epi16(_mm_unpacklo_epi8(s8, s8), 8), hi16 = _mm_srai_epi16(_mm_unpackhi_epi8(s8, s8), 8);
+                __m128i s32[4] = {_mm_srai_epi32(_mm_unpacklo_epi16(lo16, lo16), 16),
+                                  _mm_srai_epi32(_mm_unpackhi_epi16(lo16, lo16), 16),
+                                  _mm_srai_epi32(_mm_unpacklo_epi16(hi16, hi16), 16),
+                                  _mm_srai_epi32(_mm_unpackhi_epi16(hi16, hi16), 16)};
+                for (int q = 0; q < 4; q++) { /* the integer product first: 0 stays +0.0, never -0.0 */
+                    __m128i k32 = negate_steps[j] ? _mm_sub_epi32(zero, s32[q]) : s32[q];
+                    o[q] = _mm_sub_ps(o[q], _mm_mul_ps(_mm_cvtepi32_ps(k32), magnitude[j]));
+                }
+            } else {
+                uint32_t word;
+                memcpy(&word, (const uint8_t *)sources[j] + 4 * w, 4);
+                __m128i sent = _mm_set1_epi32((int)(word & 0xFFFF)), negative = _mm_set1_epi32((int)(word >> 16));
+                for (int q = 0; q < 4; q++) {
+                    __m128 s = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(sent, lane_bits[q]), lane_bits[q]));
+                    __m128 m = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(negative, lane_bits[q]), lane_bits[q]));
+                    o[q] = _mm_sub_ps(o[q], _mm_and_ps(s, _mm_xor_ps(c[j], _mm_andnot_ps(m, sign_bit))));
+                }
+            }
+        }
+        for (int q = 0; q < 4; q++) _mm_storeu_ps(out + 16 * w + 4 * q, o[q]);
+    }
+    begin = 16 * full;
+#endif
+    if (begin < n) { /* the tail (everything without SSE2), one message at a time over it */
+        for (int64_t j = 0; j < k; j++) {
+            if (is_steps[j]) {
+                const int8_t *steps = (const int8_t *)sources[j];
+                int sign = coefficient_negative[j] ? 1 : -1;
+                for (int64_t i = begin; i < n; i++) out[i] = out[i] - (float)(sign * steps[i]) * magnitudes[j];
+            } else {
+                const uint8_t *payload = (const uint8_t *)sources[j];
+                int sign = coefficient_negative[j] ? -1 : 1;
+                for (int64_t i = begin; i < n; i++) {
+                    uint32_t word;
+                    memcpy(&word, payload + 4 * (i / 16), 4);
+                    int bit = (int)(i % 16), sent = (word >> bit) & 1, neg = (word >> (16 + bit)) & 1;
+                    int kk = sent ? (neg ? 1 : -1) : 0;
+                    out[i] = out[i] - (float)(sign * kk) * magnitudes[j];
+                }
+            }
+        }
     }
 }

@@ -527,3 +527,43 @@ def test_cuda_matches_cpu_bitwise(tau: float, index_coding: str) -> None:
         messages = [enc_gpu.message, enc_gpu.message.cuda(), enc_gpu.message.numpy().tobytes()]
         decode_accumulate(messages, out_gpu, scale=scale)
         assert torch.equal(_bits(out_cpu), _bits(out_gpu.cpu()))
+
+
+@pytest.mark.parametrize("n", [4096, 4111, 70_001, 100_003])
+@pytest.mark.parametrize("layout", ["spread", "clustered_front", "clustered_back"])
+def test_large_buffers_near_the_switch_agree_bitwise_with_numpy(n: int, layout: str) -> None:
+    """The C codec samples every 16th block before deciding a bitmap, then counts exactly, and packs and adds
+    bitmaps 16 elements at a time: around the switch (a bitmap's count and one less), with the hits spread out or
+    bunched where the sample over- or under-reads them, NaN and -0.0 among them, and a tail that is not a whole
+    word, its messages, residual and decoded sums are numpy's bit for bit."""
+    rng = np.random.default_rng(n)
+    cap = bitmap_min_count(n, 16)
+    for k in (cap - 1, cap, 3 * cap):
+        old = rng.uniform(-0.9, 0.9, n).astype(np.float32)
+        if layout == "spread":
+            where = rng.choice(n, size=k, replace=False)
+        elif layout == "clustered_front":
+            where = np.arange(k)
+        else:
+            where = np.arange(n - k, n)
+        old[rng.choice(n, size=7, replace=False)] = np.nan
+        old[rng.choice(n, size=50, replace=False)] = -0.0
+        old[where] = rng.choice(np.float32([-3.0, -1.0, 1.0, 2.5]), size=k)  # exactly k reach tau = 1
+        results = []
+        for path in ("native", "numpy"):
+            residual = torch.from_numpy(old.copy())
+            if results:
+                out = results[0][3].clone()
+            else:
+                out = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+                out[::5] = -0.0  # -0.0 - (+0.0) stays -0.0: where nothing was sent, nothing may change
+            start = out.clone()
+            with _path(path):
+                enc = encode_threshold(residual, 1.0)
+                peer = encode_threshold(torch.from_numpy(old[::-1].copy()), 1.0).message
+                for scale in (1.0, -0.5):
+                    decode_accumulate([enc, peer], out, scale=scale)
+            results.append((enc.message, _bits(residual), _bits(out), start))
+        (m1, r1, o1, _), (m2, r2, o2, _) = results
+        assert torch.equal(m1, m2) and torch.equal(r1, r2) and torch.equal(o1, o2), (layout, k)
+        assert (read_header(m1).kind == MessageKind.BITMAP) == (k >= cap), (layout, k)

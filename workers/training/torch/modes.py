@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from workers.codecs.threshold import MessageKind, decode_accumulate, encode_threshold, read_header
+from workers.codecs.threshold import MessageKind, decode_accumulate, encode_threshold
 from workers.training.torch.comm import Comm, dense_is_cheaper
 from workers.training.torch.config import SharingConfig
 from workers.training.torch.residuals import make_residual_clipping, residual_stats
@@ -263,7 +263,6 @@ class GradientSharing(Strategy):
             if any_stop or any_nan:
                 return any_stop, any_nan, None
             dense = self._dense(max(sizes))
-            via_delta = dense
             if dense:
                 # A ring all-reduce puts the same bytes on the wire whatever its values, so it carries the whole
                 # residual, exactly: the message's ±tau put back, plus what the threshold held back. Nothing is
@@ -279,14 +278,10 @@ class GradientSharing(Strategy):
                 messages = self.comm.all_gather_padded(encoded.message, sizes)
                 exchange += time.perf_counter() - t2
                 own = [encoded if rank == self.comm.rank else m for rank, m in enumerate(messages)]
-                if any(read_header(m).kind == MessageKind.BITMAP for m in messages):
-                    self._delta.zero_()
-                    decode_accumulate(own, self._delta, scale=self.scale)  # its own message without parsing it
-                    via_delta = True
-                else:  # only sparse messages: straight into the parameters, no dense pass
-                    decode_accumulate(own, self.flat, scale=-self.scale)
-                    via_delta = False
-            if via_delta:
+                # straight into the parameters, its own message without parsing it: no zeroed buffer and no
+                # dense subtraction, bitmaps included (each adds ±scale·tau where its bits say, in rank order)
+                decode_accumulate(own, self.flat, scale=-self.scale)
+            if dense:
                 self.flat.sub_(self._delta)
             self.dense_steps += dense
             self.algorithm.observe(encoded.count, encoded.n)
