@@ -26,7 +26,7 @@ CLUSTER_SCRIPT = REPO / "scripts" / "cluster.sh"
 def standalone_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     state = tmp_path_factory.mktemp("cluster")
     port = free_port()
-    start = [str(CLUSTER_SCRIPT), "start", "--port", str(port), "--dir", str(state), "--memory", "1g",
+    start = [str(CLUSTER_SCRIPT), "start", "--port", str(port), "--dir", str(state), "--memory", "2g",
              "--fake-gpus", "2"]  # fmt: skip
     env = {**os.environ, "PYTHON": sys.executable}
     subprocess.run(start, check=True, timeout=240, env=env)
@@ -62,7 +62,7 @@ def cluster_driver(master: str, work: Path, executor_python: str, **env: str) ->
     port = free_port()
     data = work / "data"
     data.mkdir(parents=True, exist_ok=True)
-    spark_conf = {"spark.ui.enabled": "false", "spark.executor.cores": "1", "spark.executor.memory": "1g",
+    spark_conf = {"spark.ui.enabled": "false", "spark.executor.cores": "1", "spark.executor.memory": "2g",
                   "spark.cores.max": "2", **json.loads(env.pop("SPARK_CONF", "{}"))}  # fmt: skip
     values = {
         **os.environ,
