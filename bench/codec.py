@@ -10,7 +10,7 @@ the GPU, synchronized, message bytes still built on the CPU).
 
 Then the whole per-step codec cost of one gradient-sharing worker on ONE CPU thread (``torch.set_num_threads(1)``):
 the update added to the residual, the encode, and the decode of W = 2 messages (its own and a peer's) applied to
-the parameters as the trainer does (every message straight into them, consecutive bitmaps in one pass), in ms per
+the parameters as the trainer does (straight into them; consecutive bitmaps summed, in one pass), in ms per
 million parameters, beside the floor, one plain
 ``torch.add`` over a buffer of the same size, and the ratio. The last line is one JSON object with every figure;
 a CPU run without ``--quick`` also writes it to bench/results/codec.json.
@@ -162,7 +162,7 @@ def step_cost(n: int, sparsity: float, rng: np.random.Generator, repeats: int, w
             residual.add_(update)
             encoded = encode_threshold(residual, TAU)
             # as the trainer does: every message straight into the parameters, its own from what the encoder kept
-            decode_accumulate([encoded, *peers], flat, scale=-1.0)
+            decode_accumulate([encoded, *peers], flat, scale=-1.0, sum_bitmaps=True)
 
         cpu = torch.device("cpu")
         step_s = _times(one_step, partial(residual.copy_, base), repeats, cpu)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.core.jobstates import JobStatus
@@ -54,7 +54,13 @@ def update_attempt(job: Job, attempt: int, **values: Any) -> list[dict[str, Any]
 
 
 def mark_sent(*, session: Session, job_id: str, attempt: int) -> None:
-    job = session.get(Job, job_id, with_for_update=True)
+    """Note that the retry's message went out. The message may already have been taken by then: a runner's
+    STARTING (with its ``worker_id`` in the attempt's entry) must be read here, not overwritten. So the row's write
+    lock comes first: a no-op UPDATE, because SQLite has no ``SELECT ... FOR UPDATE`` (a plain read there could
+    predate the runner's commit, and this write would then put the entry back without it)."""
+    session.execute(update(Job).where(Job.id == job_id).values(attempt=Job.attempt).execution_options(
+        synchronize_session=False))  # fmt: skip
+    job = session.get(Job, job_id, with_for_update=True, populate_existing=True)
     if job is not None and job.attempt == attempt:
         job.attempts = update_attempt(job, attempt, sent=True)
 

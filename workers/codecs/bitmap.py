@@ -10,6 +10,9 @@ and an element not sent gets ``- (+0.0)``, which leaves it bit for bit as it was
 
 from __future__ import annotations
 
+import ctypes
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 import torch
@@ -107,3 +110,62 @@ def add_torch(out: torch.Tensor, payload: npt.NDArray[np.uint8], coefficient: fl
     k = 2 * negative - sent if coefficient >= 0 else sent - 2 * negative
     magnitude = torch.tensor(abs(coefficient), dtype=out.dtype, device=out.device)
     out.sub_(k.to(out.dtype) * magnitude)
+
+
+Run = list[tuple[npt.NDArray[Any], bool, float]]
+"""Consecutive BITMAP messages: (the encoder's own int8 steps, or a payload; whether steps; the coefficient)."""
+
+FUSED = 16
+"""The most messages ``st_add_bitmaps`` takes in one pass."""
+
+
+def add_run(out: torch.Tensor, run: Run, *, lib: Any, sum_first: bool, chunk: int) -> None:
+    """Add ``coefficient * decoded`` of every message of ``run`` to ``out``, in order: one message at a time, or
+    with ``sum_first`` their sum per element (from +0.0, in order) added once, as a zeroed buffer decoded into with
+    the opposite coefficients and subtracted gives. With the C library (float32 on the CPU) in one pass over out,
+    bit for bit the same."""
+    if lib is not None and len(run) <= FUSED:
+        k = len(run)
+        sources = (ctypes.c_void_p * k)(*(source.ctypes.data for source, _, _ in run))
+        steps_flags = (ctypes.c_int * k)(*(int(steps) for _, steps, _ in run))
+        magnitudes = (ctypes.c_float * k)(*(abs(coefficient) for _, _, coefficient in run))
+        negative = (ctypes.c_int * k)(*(int(coefficient < 0) for _, _, coefficient in run))
+        out_np = out.detach().numpy()
+        lib.st_add_bitmaps(out_np.ctypes.data, out_np.size, k, sources, steps_flags, magnitudes, negative,
+                           int(sum_first))  # fmt: skip
+        return
+    target = torch.zeros_like(out) if sum_first else out
+    sign = -1.0 if sum_first else 1.0
+    for source, is_steps, coefficient in run:
+        if target.device.type != "cpu":
+            add_torch(target, source, sign * coefficient)
+        elif is_steps:
+            add_steps(target.detach().numpy(), source, sign * coefficient, chunk)
+        else:
+            add_numpy(target.detach().numpy(), source, sign * coefficient, chunk)
+    if sum_first:
+        out.sub_(target)
+
+
+def _popcount16(values: npt.NDArray[np.uint32]) -> int:
+    if hasattr(np, "bitwise_count"):
+        return int(np.bitwise_count(values).sum())
+    return int(np.unpackbits(values.astype("<u2").view(np.uint8)).sum())
+
+
+def check(n: int, count: int, payload: npt.NDArray[np.uint8]) -> None:
+    """ValueError unless ``payload`` is a well-formed BITMAP of ``n`` elements sending ``count`` of them."""
+    words = -(-n // 16)
+    if payload.size != 4 * words:
+        raise ValueError(f"BITMAP payload has {payload.size} bytes, expected 4 * ceil(N/16) = {4 * words}")
+    packed = payload.view("<u4")
+    sent = packed & np.uint32(0xFFFF)
+    negative = packed >> np.uint32(16)
+    if bool((negative & ~sent).any()):
+        raise ValueError("BITMAP has a sign bit set for an element that is not sent")
+    used = n - 16 * (words - 1)
+    if used < 16 and (int(sent[-1]) | int(negative[-1])) >> used:
+        raise ValueError(f"BITMAP sets bits past N={n}")
+    total = _popcount16(sent)
+    if total != count:
+        raise ValueError(f"BITMAP sends {total} elements but the header says count={count}")

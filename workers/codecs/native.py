@@ -107,5 +107,5 @@ def _load() -> ctypes.CDLL | None:
     lib.st_bitmap.argtypes, lib.st_bitmap.restype = [ptr, i64, f32, ptr, ptr], i64
     lib.st_add_steps.argtypes, lib.st_add_steps.restype = [ptr, ptr, i64, f32, ctypes.c_int], None
     lib.st_add_bitmap.argtypes, lib.st_add_bitmap.restype = [ptr, i64, ptr, f32, ctypes.c_int], None
-    lib.st_add_bitmaps.argtypes, lib.st_add_bitmaps.restype = [ptr, i64, i64, ptr, ptr, ptr, ptr], None
+    lib.st_add_bitmaps.argtypes, lib.st_add_bitmaps.restype = [ptr, i64, i64, ptr, ptr, ptr, ptr, ctypes.c_int], None
     return lib

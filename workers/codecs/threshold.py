@@ -32,7 +32,6 @@ densities; ``bitmap_ratio=4`` trades that CPU for bytes.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import struct
 from collections.abc import Callable, Iterable
@@ -316,31 +315,9 @@ def _sparse_indices(
     return magnitude - 1, signed < 0
 
 
-def _popcount16(values: npt.NDArray[np.uint32]) -> int:
-    if hasattr(np, "bitwise_count"):
-        return int(np.bitwise_count(values).sum())
-    return int(np.unpackbits(values.astype("<u2").view(np.uint8)).sum())
-
-
-def _check_bitmap(header: Header, payload: npt.NDArray[np.uint8]) -> None:
-    n = header.n
-    words = bitmap_min_count(n)
-    if payload.size != 4 * words:
-        raise ValueError(f"BITMAP payload has {payload.size} bytes, expected 4 * ceil(N/16) = {4 * words}")
-    packed = payload.view("<u4")
-    sent = packed & np.uint32(0xFFFF)
-    negative = packed >> np.uint32(16)
-    if bool((negative & ~sent).any()):
-        raise ValueError("BITMAP has a sign bit set for an element that is not sent")
-    used = n - 16 * (words - 1)
-    if used < 16 and (int(sent[-1]) | int(negative[-1])) >> used:
-        raise ValueError(f"BITMAP sets bits past N={n}")
-    total = _popcount16(sent)
-    if total != header.count:
-        raise ValueError(f"BITMAP sends {total} elements but the header says count={header.count}")
-
-
-def decode_accumulate(messages: Iterable[MessageLike | Encoded], out: torch.Tensor, *, scale: float = 1.0) -> None:
+def decode_accumulate(
+    messages: Iterable[MessageLike | Encoded], out: torch.Tensor, *, scale: float = 1.0, sum_bitmaps: bool = False
+) -> None:
     """Add ``scale * decoded(message)`` for every message to ``out`` (1-D float32/64, any device), in order.
 
     Each element receives at most one exact ``±scale*tau`` addition per message (sparse indices are unique;
@@ -350,6 +327,10 @@ def decode_accumulate(messages: Iterable[MessageLike | Encoded], out: torch.Tens
     consistent with the header) and a bad one raises ValueError; messages before it have already been added.
     An :class:`Encoded` (a worker's own message) is applied from what its encoder kept (:attr:`Encoded.local`),
     with the same arithmetic, so the result is bitwise the one its bytes give.
+
+    ``sum_bitmaps``: consecutive BITMAP messages are first summed per element (from +0.0, in message order) and
+    their sum added once, one rounding per element instead of one per message: bitwise what decoding them into a
+    zeroed buffer and adding that buffer gives. Consecutive bitmaps take one pass over ``out`` on the C path.
     """
     if not isinstance(out, torch.Tensor) or out.dim() != 1 or out.dtype not in (torch.float32, torch.float64):
         raise ValueError("out must be a 1-D float32 or float64 tensor")
@@ -357,29 +338,17 @@ def decode_accumulate(messages: Iterable[MessageLike | Encoded], out: torch.Tens
         raise ValueError(f"scale must be a finite number, got {scale!r}")
     out_np = out.detach().numpy() if _use_numpy(out) else None
     lib = native.library() if _NATIVE and out_np is not None and out_np.dtype == np.float32 else None
-    # consecutive bitmaps on the C path wait here and go in one pass over out (st_add_bitmaps: each element gets the
-    # same operations in the same order as one pass per message would give it)
-    pending: list[tuple[npt.NDArray[Any], bool, float, bool]] = []
+    run: bitmap.Run = []  # consecutive bitmaps wait here, then go in together (bitmap.add_run)
 
     def flush() -> None:
-        if pending:
-            assert lib is not None and out_np is not None
-            _add_bitmaps(lib, out_np, pending)
-            pending.clear()
+        if run:
+            bitmap.add_run(out, run, lib=lib, sum_first=sum_bitmaps, chunk=_CHUNK)
+            run.clear()
 
     try:
-        _decode_into(messages, out, scale, out_np, lib, pending, flush)
+        _decode_into(messages, out, scale, out_np, lib, run, flush)
     finally:
         flush()
-
-
-def _add_bitmaps(lib: Any, out_np: npt.NDArray[Any], pending: list[tuple[npt.NDArray[Any], bool, float, bool]]) -> None:
-    k = len(pending)
-    sources = (ctypes.c_void_p * k)(*(source.ctypes.data for source, _, _, _ in pending))
-    is_steps = (ctypes.c_int * k)(*(int(steps) for _, steps, _, _ in pending))
-    magnitudes = (ctypes.c_float * k)(*(magnitude for _, _, magnitude, _ in pending))
-    negative = (ctypes.c_int * k)(*(int(neg) for _, _, _, neg in pending))
-    lib.st_add_bitmaps(out_np.ctypes.data, out_np.size, k, sources, is_steps, magnitudes, negative)
 
 
 def _decode_into(
@@ -388,7 +357,7 @@ def _decode_into(
     scale: float,
     out_np: npt.NDArray[Any] | None,
     lib: Any,
-    pending: list[tuple[npt.NDArray[Any], bool, float, bool]],
+    run: bitmap.Run,
     flush: Callable[[], None],
 ) -> None:
     n_out = out.numel()
@@ -410,7 +379,7 @@ def _decode_into(
             if local is None:
                 payload = data[HEADER_BYTES:]
                 if header.kind == MessageKind.BITMAP:
-                    _check_bitmap(header, payload)
+                    bitmap.check(header.n, header.count, payload)
                 elif lib is not None and header.kind == MessageKind.SPARSE_COMPACT and header.count > 0:
                     checked_compact = lib.st_check(payload.ctypes.data, payload.size, header.count, header.n) == 0
                     if not checked_compact:  # numpy's decoder says what is wrong (or reads a code C does not)
@@ -423,19 +392,12 @@ def _decode_into(
             raise ValueError(f"message {position}: {exc}") from None
         if header.count == 0:
             continue
-        if header.kind == MessageKind.BITMAP and lib is not None:
+        if header.kind == MessageKind.BITMAP:
             source = np.ascontiguousarray(local[0], dtype=np.int8) if local is not None else payload
-            pending.append((source, local is not None, abs(coefficient), coefficient < 0))
+            run.append((source, local is not None, coefficient))
             continue
         flush()
-        if header.kind == MessageKind.BITMAP:
-            if out_np is None:
-                bitmap.add_torch(out, payload, coefficient)
-            elif local is not None:
-                bitmap.add_steps(out_np, local[0], coefficient, _CHUNK)
-            else:
-                bitmap.add_numpy(out_np, payload, coefficient, _CHUNK)
-        elif lib is not None and checked_compact:
+        if lib is not None and checked_compact:
             assert out_np is not None
             lib.st_add_compact(out_np.ctypes.data, payload.ctypes.data, header.count, np.float32(coefficient))
         elif lib is not None:

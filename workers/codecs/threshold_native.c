@@ -261,13 +261,16 @@ void st_add_bitmap(float *out, int64_t n, const uint8_t *payload, float magnitud
 
 /* Several BITMAP messages added in one pass over `out`, in message order per element: message j is the encoder's
  * own steps (is_steps[j]: int8 steps, as st_add_steps) or a payload (as st_add_bitmap), with its magnitude and
- * coefficient sign. Every element receives exactly the operations the one-message functions would give it, in the
- * same order, so the result is bit for bit theirs; only the passes over `out` are fewer (one instead of k). */
+ * coefficient sign. Each message's term per element is what the one-message functions subtract from it. Without
+ * sum_first every element receives exactly their operations, in the same order (bit for bit theirs, one pass
+ * instead of k); with sum_first the terms are summed from +0.0 in message order and out -= the sum: one rounding
+ * per element, bit for bit what decoding the messages into a zeroed buffer with the opposite scale and subtracting
+ * that buffer gives. */
 #define MAX_FUSED 16
 void st_add_bitmaps(float *out, int64_t n, int64_t k, const void *const *sources, const int *is_steps,
-                    const float *magnitudes, const int *coefficient_negative) {
+                    const float *magnitudes, const int *coefficient_negative, int sum_first) {
     int64_t begin = 0;
-    if (k > MAX_FUSED) { /* more than the fused loop holds: one pass each */
+    if (k > MAX_FUSED) { /* more than the fused loop holds (the caller splits sum_first runs to fit) */
         for (int64_t j = 0; j < k; j++) {
             if (is_steps[j]) st_add_steps(out, (const int8_t *)sources[j], n, magnitudes[j], coefficient_negative[j]);
             else st_add_bitmap(out, n, (const uint8_t *)sources[j], magnitudes[j], coefficient_negative[j]);
@@ -288,8 +291,11 @@ void st_add_bitmaps(float *out, int64_t n, int64_t k, const void *const *sources
     }
     int64_t full = n / 16;
     for (int64_t w = 0; w < full; w++) {
-        __m128 o[4];
-        for (int q = 0; q < 4; q++) o[q] = _mm_loadu_ps(out + 16 * w + 4 * q);
+        __m128 o[4], acc[4];
+        for (int q = 0; q < 4; q++) {
+            o[q] = _mm_loadu_ps(out + 16 * w + 4 * q);
+            acc[q] = _mm_setzero_ps();
+        }
         for (int64_t j = 0; j < k; j++) {
             if (is_steps[j]) {
                 __m128i s8 = _mm_loadu_si128((const __m128i *)((const int8_t *)sources[j] + 16 * w));
@@ -300,7 +306,9 @@ void st_add_bitmaps(float *out, int64_t n, int64_t k, const void *const *sources
                                   _mm_srai_epi32(_mm_unpackhi_epi16(hi16, hi16), 16)};
                 for (int q = 0; q < 4; q++) { /* the integer product first: 0 stays +0.0, never -0.0 */
                     __m128i k32 = negate_steps[j] ? _mm_sub_epi32(zero, s32[q]) : s32[q];
-                    o[q] = _mm_sub_ps(o[q], _mm_mul_ps(_mm_cvtepi32_ps(k32), magnitude[j]));
+                    __m128 term = _mm_mul_ps(_mm_cvtepi32_ps(k32), magnitude[j]);
+                    if (sum_first) acc[q] = _mm_add_ps(acc[q], term);
+                    else o[q] = _mm_sub_ps(o[q], term);
                 }
             } else {
                 uint32_t word;
@@ -309,15 +317,34 @@ void st_add_bitmaps(float *out, int64_t n, int64_t k, const void *const *sources
                 for (int q = 0; q < 4; q++) {
                     __m128 s = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(sent, lane_bits[q]), lane_bits[q]));
                     __m128 m = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(negative, lane_bits[q]), lane_bits[q]));
-                    o[q] = _mm_sub_ps(o[q], _mm_and_ps(s, _mm_xor_ps(c[j], _mm_andnot_ps(m, sign_bit))));
+                    __m128 term = _mm_and_ps(s, _mm_xor_ps(c[j], _mm_andnot_ps(m, sign_bit)));
+                    if (sum_first) acc[q] = _mm_add_ps(acc[q], term);
+                    else o[q] = _mm_sub_ps(o[q], term);
                 }
             }
         }
-        for (int q = 0; q < 4; q++) _mm_storeu_ps(out + 16 * w + 4 * q, o[q]);
+        for (int q = 0; q < 4; q++) _mm_storeu_ps(out + 16 * w + 4 * q, sum_first ? _mm_sub_ps(o[q], acc[q]) : o[q]);
     }
     begin = 16 * full;
 #endif
-    if (begin < n) { /* the tail (everything without SSE2), one message at a time over it */
+    if (begin < n && sum_first) { /* the tail (everything without SSE2): the terms' sum per element, then out -= it */
+        for (int64_t i = begin; i < n; i++) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < k; j++) {
+                int kk;
+                if (is_steps[j]) {
+                    kk = (coefficient_negative[j] ? 1 : -1) * ((const int8_t *)sources[j])[i];
+                } else {
+                    uint32_t word;
+                    memcpy(&word, (const uint8_t *)sources[j] + 4 * (i / 16), 4);
+                    int bit = (int)(i % 16), sent = (word >> bit) & 1, neg = (word >> (16 + bit)) & 1;
+                    kk = (coefficient_negative[j] ? -1 : 1) * (sent ? (neg ? 1 : -1) : 0);
+                }
+                acc = acc + (float)kk * magnitudes[j];
+            }
+            out[i] = out[i] - acc;
+        }
+    } else if (begin < n) { /* the tail (everything without SSE2), one message at a time over it */
         for (int64_t j = 0; j < k; j++) {
             if (is_steps[j]) {
                 const int8_t *steps = (const int8_t *)sources[j];

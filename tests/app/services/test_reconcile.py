@@ -5,6 +5,7 @@ stopping driver hands its jobs back."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -354,3 +355,41 @@ def test_a_failure_of_the_job_itself_is_not_retried(db: Any, reason: str) -> Non
         outcome = end_and_retry(session=session, job=session.get(Job, job_id), reason=reason, message="m",
                                 now=utcnow(), sources=[JobStatus.RUNNING])  # fmt: skip
     assert outcome == {"job_id": job_id, "action": "failed", "why": f"{reason} is not retried"}
+
+
+def test_noting_a_sent_retry_keeps_the_runner_that_took_it_meanwhile(db: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The retry's message can be taken before the sender notes it went out: the note must not put back the
+    attempt's entry as it was before the runner's STARTING (seen once in CI: two drivers, SQLite, the entry lost
+    its worker_id). The runner tries to commit between the note's read and its write: it must wait for the note
+    (and then add to it), not slip in and be overwritten."""
+    job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, queue="default")
+
+    def refuse(name: str, jid: str, queue: str) -> None:
+        raise ConnectionError("not yet")
+
+    assert [a["action"] for a in reconcile(db=db, send=refuse, stale_after_s=30)] == ["retried"]
+    original = attempts.update_attempt
+
+    def take() -> None:  # as app/jobs/runner.py takes an attempt
+        with transaction(db) as runner:
+            assert jobs.transition(session=runner, job_id=job_id, sources=[JobStatus.QUEUED],
+                                   target=JobStatus.STARTING, worker_id="host:2:alive")  # fmt: skip
+            job = runner.get(Job, job_id)
+            runner.refresh(job)
+            job.attempts = original(job, 2, worker_id="host:2:alive")
+
+    runner = threading.Thread(target=take)
+
+    def between_read_and_write(job: Job, attempt: int, **values: Any) -> list[dict[str, Any]]:
+        runner.start()
+        runner.join(2.0)  # with the row locked first, the runner waits here until the note commits
+        return original(job, attempt, **values)
+
+    monkeypatch.setattr(attempts, "update_attempt", between_read_and_write)
+    with transaction(db) as noting:
+        attempts.mark_sent(session=noting, job_id=job_id, attempt=2)
+    runner.join(60)
+    assert not runner.is_alive()
+    with db() as session:
+        entry = session.get(Job, job_id).attempts[-1]
+    assert (entry["attempt"], entry.get("worker_id"), entry["sent"]) == (2, "host:2:alive", True)

@@ -561,9 +561,39 @@ def test_large_buffers_near_the_switch_agree_bitwise_with_numpy(n: int, layout: 
             with _path(path):
                 enc = encode_threshold(residual, 1.0)
                 peer = encode_threshold(torch.from_numpy(old[::-1].copy()), 1.0).message
-                for scale in (1.0, -0.5):
-                    decode_accumulate([enc, peer], out, scale=scale)
+                for scale, summed in ((1.0, False), (-0.5, False), (-0.5, True), (1 / 3, True)):
+                    decode_accumulate([enc, peer], out, scale=scale, sum_bitmaps=summed)
+                    decode_accumulate([peer, enc], out, scale=scale, sum_bitmaps=summed)  # the other rank's order
             results.append((enc.message, _bits(residual), _bits(out), start))
         (m1, r1, o1, _), (m2, r2, o2, _) = results
         assert torch.equal(m1, m2) and torch.equal(r1, r2) and torch.equal(o1, o2), (layout, k)
         assert (read_header(m1).kind == MessageKind.BITMAP) == (k >= cap), (layout, k)
+
+
+@NO_DEADLINE
+@given(residual_and_tau(), st.sampled_from([16, 1, 1000]), st.sampled_from([1.0, -0.5, -1 / 3]))
+def test_summed_bitmaps_are_a_zeroed_buffer_subtracted_bitwise_on_every_path(
+    case: tuple[np.ndarray, float], bitmap_ratio: int, scale: float
+) -> None:
+    """``sum_bitmaps``: the bitmaps' terms summed per element, then added once (the trainer's one rounding per
+    element): on every path bit for bit what a zeroed buffer decoded into with the opposite scale and then
+    subtracted gives, own message (from the encoder's steps) and a peer's bytes alike; sparse messages are added
+    directly, the same on every path."""
+    old, tau = case
+    results = []
+    for path in PATHS:
+        with _path(path):
+            enc = encode_threshold(torch.from_numpy(old.copy()), tau, bitmap_ratio=bitmap_ratio)
+            peer = encode_threshold(torch.from_numpy(old[::-1].copy()), tau, bitmap_ratio=bitmap_ratio).message
+            out = torch.from_numpy(old.copy())
+            out[::3] = -0.0
+            buffered = out.clone()
+            decode_accumulate([enc, peer], out, scale=scale, sum_bitmaps=True)
+            zeroed = torch.zeros_like(buffered)
+            decode_accumulate([enc.message, peer], zeroed, scale=-scale)
+            buffered.sub_(zeroed)
+        if enc.kind == MessageKind.BITMAP and read_header(peer).kind == MessageKind.BITMAP:  # sparse ones go directly
+            assert torch.equal(_bits(out), _bits(buffered)), path
+        results.append(_bits(out))
+    for other in results[1:]:
+        assert torch.equal(results[0], other)

@@ -278,9 +278,9 @@ class GradientSharing(Strategy):
                 messages = self.comm.all_gather_padded(encoded.message, sizes)
                 exchange += time.perf_counter() - t2
                 own = [encoded if rank == self.comm.rank else m for rank, m in enumerate(messages)]
-                # straight into the parameters, its own message without parsing it: no zeroed buffer and no
-                # dense subtraction, bitmaps included (each adds ±scale·tau where its bits say, in rank order)
-                decode_accumulate(own, self.flat, scale=-self.scale)
+                # straight into the parameters, its own message without parsing it, in rank order; bitmaps summed
+                # per element first and subtracted once (one rounding, as through a zeroed buffer; one pass in C)
+                decode_accumulate(own, self.flat, scale=-self.scale, sum_bitmaps=True)
             if dense:
                 self.flat.sub_(self._delta)
             self.dense_steps += dense
