@@ -60,7 +60,7 @@ def mark_sent(*, session: Session, job_id: str, attempt: int) -> None:
     predate the runner's commit, and this write would then put the entry back without it)."""
     session.execute(update(Job).where(Job.id == job_id).values(attempt=Job.attempt).execution_options(
         synchronize_session=False))  # fmt: skip
-    job = session.get(Job, job_id, with_for_update=True, populate_existing=True)
+    job = session.get(Job, job_id, populate_existing=True)
     if job is not None and job.attempt == attempt:
         job.attempts = update_attempt(job, attempt, sent=True)
 

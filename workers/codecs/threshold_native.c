@@ -218,30 +218,18 @@ static uint64_t spread(uint32_t bits) { /* 8 bits -> 8 bytes of 0 or 1, bit j to
     return ((x + 0x7F7F7F7F7F7F7F7FULL) >> 7) & LOW_BITS;
 }
 
+void st_add_bitmaps(float *out, int64_t n, int64_t k, const void *const *sources, const int *is_steps,
+                    const float *magnitudes, const int *coefficient_negative, int sum_first);
+
 void st_add_bitmap(float *out, int64_t n, const uint8_t *payload, float magnitude, int coefficient_negative) {
     int sign = coefficient_negative ? -1 : 1;
     int64_t begin = 0;
 #if defined(__SSE2__)
-    /* 16 elements a word: each lane's sent and negative bits become lane masks; the term is +0.0 where nothing was
-     * sent, else (sign * k) * magnitude = ±magnitude exactly, as the scalar loop below computes it. */
-    const __m128 c = _mm_set1_ps((float)sign * magnitude), sign_bit = _mm_set1_ps(-0.0f);
-    __m128i lane_bits[4];
-    for (int q = 0; q < 4; q++) lane_bits[q] = _mm_set_epi32(8 << (4 * q), 4 << (4 * q), 2 << (4 * q), 1 << (4 * q));
-    int64_t full = n / 16;
-    for (int64_t w = 0; w < full; w++) {
-        uint32_t word;
-        memcpy(&word, payload + 4 * w, 4);
-        __m128i sent = _mm_set1_epi32((int)(word & 0xFFFF)), negative = _mm_set1_epi32((int)(word >> 16));
-        for (int q = 0; q < 4; q++) {
-            __m128 s = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(sent, lane_bits[q]), lane_bits[q]));
-            __m128 m = _mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(negative, lane_bits[q]), lane_bits[q]));
-            /* k = +1 (sent negative): +c; k = -1 (sent positive): -c; not sent: +0.0 */
-            __m128 term = _mm_and_ps(s, _mm_xor_ps(c, _mm_andnot_ps(m, sign_bit)));
-            float *o = out + 16 * w + 4 * q;
-            _mm_storeu_ps(o, _mm_sub_ps(_mm_loadu_ps(o), term));
-        }
-    }
-    begin = 16 * full;
+    /* the whole words 16 lanes at a time: the fused loop below with this one message (the same floats) */
+    const void *source = payload;
+    const int not_steps = 0;
+    begin = 16 * (n / 16);
+    st_add_bitmaps(out, begin, 1, &source, &not_steps, &magnitude, &coefficient_negative, 0);
 #endif
     int8_t k[4096]; /* a chunk's k (+1 sent negative, -1 sent positive, 0), then one vectorized pass */
     for (int64_t start = begin; start < n; start += 4096) {
@@ -344,22 +332,14 @@ void st_add_bitmaps(float *out, int64_t n, int64_t k, const void *const *sources
             }
             out[i] = out[i] - acc;
         }
-    } else if (begin < n) { /* the tail (everything without SSE2), one message at a time over it */
+    } else if (begin < n) { /* the tail (everything without SSE2): each message by its one-message function */
         for (int64_t j = 0; j < k; j++) {
             if (is_steps[j]) {
-                const int8_t *steps = (const int8_t *)sources[j];
-                int sign = coefficient_negative[j] ? 1 : -1;
-                for (int64_t i = begin; i < n; i++) out[i] = out[i] - (float)(sign * steps[i]) * magnitudes[j];
-            } else {
-                const uint8_t *payload = (const uint8_t *)sources[j];
-                int sign = coefficient_negative[j] ? -1 : 1;
-                for (int64_t i = begin; i < n; i++) {
-                    uint32_t word;
-                    memcpy(&word, payload + 4 * (i / 16), 4);
-                    int bit = (int)(i % 16), sent = (word >> bit) & 1, neg = (word >> (16 + bit)) & 1;
-                    int kk = sent ? (neg ? 1 : -1) : 0;
-                    out[i] = out[i] - (float)(sign * kk) * magnitudes[j];
-                }
+                st_add_steps(out + begin, (const int8_t *)sources[j] + begin, n - begin, magnitudes[j],
+                             coefficient_negative[j]);
+            } else { /* begin is a whole number of words: the payload's words from there on */
+                st_add_bitmap(out + begin, n - begin, (const uint8_t *)sources[j] + 4 * (begin / 16), magnitudes[j],
+                              coefficient_negative[j]);
             }
         }
     }

@@ -124,6 +124,28 @@ class Strategy:
             return stop, nan, None
         return False, False, self.step(global_step)
 
+    def gradients_into(self, buffer: torch.Tensor) -> torch.Tensor:
+        """The parameters' gradients laid out as the flat buffer is (zeros where a parameter has none)."""
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is None:
+                buffer[offset : offset + n].zero_()
+            else:
+                buffer[offset : offset + n].copy_(p.grad.reshape(-1))
+            offset += n
+        return buffer
+
+    def set_gradients(self, flat_grads: torch.Tensor) -> None:
+        """Each parameter's gradient from ``flat_grads`` (laid out as the flat buffer is)."""
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            p.grad.copy_(flat_grads[offset : offset + n].view_as(p))
+            offset += n
+
     def parameter_at(self, index: int) -> str:
         """The name of the parameter that element ``index`` of the flat buffer belongs to."""
         names, starts, start = [], [], 0
@@ -150,19 +172,11 @@ class Strategy:
 class AllReduce(Strategy):
     def step(self, global_step: int) -> StepStats:
         t0 = time.perf_counter()
-        grads = torch.cat(
-            [p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1) for p in self.params]
-        )
+        grads = self.gradients_into(torch.empty_like(self.flat))
         t1 = time.perf_counter()
         self.comm.mean_(grads)
         t2 = time.perf_counter()
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            p.grad.copy_(grads[offset : offset + n].view_as(p))
-            offset += n
+        self.set_gradients(grads)
         self.optimizer.step()
         return StepStats(
             bytes_sent=self.dense_bytes, dense_bytes=self.dense_bytes, phases=_phases(t0, t1, t2, time.perf_counter())
@@ -335,15 +349,7 @@ class GradientSharing(Strategy):
         those steps applied) cost the shipped LSTM 2.2 points against ``allreduce`` (bench.sharing_accuracy,
         2026-12-02): on a model this small nothing is saved by sharing updates, so the step is ``allreduce``'s.
         The residual stays empty; a non-finite gradient fails the step as a non-finite update would."""
-        grads = self._delta  # the gradients, laid out as the flat buffer is (the parameters are views of it)
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            if p.grad is None:
-                grads[offset : offset + n].zero_()
-            else:
-                grads[offset : offset + n].copy_(p.grad.reshape(-1))
-            offset += n
+        grads = self.gradients_into(self._delta)
         flag |= self._non_finite(grads) << 2
         t1 = time.perf_counter()
         _, flags = self.comm.exchange_lengths(0, flag)
@@ -354,13 +360,7 @@ class GradientSharing(Strategy):
             grads.mul_(self.scale)
         self.comm.sum_(grads)
         exchanged = time.perf_counter()
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            p.grad.copy_(grads[offset : offset + n].view_as(p))
-            offset += n
+        self.set_gradients(grads)
         self.optimizer.step()
         self.dense_steps += 1
         done = time.perf_counter()
