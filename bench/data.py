@@ -11,7 +11,7 @@ Also measured first: how long ``POST /train``'s planning takes on CSV, JSON-line
 the data while a barrier stage holds every task slot, and whether a Spark job ran.
 
 Data: the synthetic taxi generator (11 numeric features), written once to a temporary parquet file.
-The direct path, the Export path's first job and the pyarrow read are measured five times each, interleaved, after
+The direct path, the Export path's first job and the pyarrow read are measured nine times each, interleaved, after
 one warm-up of each; the medians are reported. A first Export job writes its shards while its ranks train; with no
 training here, the tasks wait for the write after their tensors are ready, and that tail is printed, not counted.
 
@@ -36,7 +36,7 @@ FEATURES = (
     "dropoff_latitude", "hour", "day_of_week", "is_weekend", "h_distance",
 )  # fmt: skip
 WORKERS = 2
-REPEATS = 5
+REPEATS = 9
 
 
 def single_process(path: Path) -> float:
@@ -256,6 +256,16 @@ def request_latency(spark: Any, settings: Any, tmp: Path, path: Path) -> dict[st
     return out
 
 
+SETTLE_S = 1.0
+
+
+def settle() -> None:
+    """A pause between two measured runs. Back to back, a run started while the last one's Python workers were still
+    freeing its tensors, and came out 0.1 to 0.3 s slower than after a pause: whichever path ran second in a round was
+    the slower one. A first job on new data does not start within milliseconds of another one's end."""
+    time.sleep(SETTLE_S)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.data")
     parser.add_argument("--quick", action="store_true", help="200,000 rows")
@@ -277,17 +287,26 @@ def main() -> None:
         spark = build_spark_session(settings)
         latency = request_latency(spark, settings, Path(tmp), path)
         sparktrain(spark, settings, path, "direct")  # warm-up: Python workers, JIT
+        sparktrain(spark, settings, path, "export", Path(tmp) / "exports-warm-up")  # and the export's writer
         single_process(path)  # and the same for pyarrow (the file in the page cache for both)
-        # interleaved, so that a machine that speeds up or slows down meanwhile moves both alike; medians of five
+        # interleaved, so that a machine that speeds up or slows down meanwhile moves both alike; medians of nine
         # and the Export path's first job (on an export root of its own each time) in the same rounds
         baselines, runs, firsts = [], [], []
+        writeback: list[float] = []
         for i in range(REPEATS):  # the two sparktrain paths in turn first (whichever follows another run is warmer)
             baselines.append(single_process(path))
+            settle()
             for which in ("direct", "export") if i % 2 == 0 else ("export", "direct"):
                 if which == "direct":
                     runs.append(sparktrain(spark, settings, path, "direct"))
                 else:
                     firsts.append(sparktrain(spark, settings, path, "export", Path(tmp) / f"exports-{i}")[0])
+                    # the shards are in the page cache; flushed to disk here, untimed (in a job, training overlaps
+                    # it), and the time printed
+                    t = time.perf_counter()
+                    os.sync()
+                    writeback.append(time.perf_counter() - t)
+                settle()
         baseline = statistics.median(baselines)
         direct, got = statistics.median(s for s, _ in runs), runs[0][1]
         export_write = statistics.median(firsts)  # then a later job, on the last first job's export
@@ -304,11 +323,14 @@ def main() -> None:
     print(f"{'path':<30} {'seconds':>8} {'rows/s':>12} {'vs pyarrow':>11}")
     for name, seconds in table.items():
         print(f"{name:<30} {seconds:>8.2f} {rows / seconds:>12,.0f} {baseline / seconds:>10.2f}x")
+    flushed = statistics.median(writeback)
+    print(f"the export's shards flushed to disk after each first job (untimed): median {flushed:.2f} s")
     figures = {k: {"s": round(v, 3), "rows_per_s": round(rows / v)} for k, v in table.items()}
     held = {k: round(v, 3) for k, v in latency.items()}
     load = [round(x, 2) for x in os.getloadavg()]  # the machine is shared: how busy it was (1, 5, 15 min)
     out = {"rows": rows, **figures, "direct_runs_s": [round(s, 3) for s, _ in runs],
            "pyarrow_runs_s": [round(s, 3) for s in baselines], "export_first_runs_s": [round(s, 3) for s in firsts],
+           "sync_after_export_first_s": [round(s, 3) for s in writeback],
            "request_s_with_every_slot_held": held, "load_average": load}  # fmt: skip
     if not args.quick and args.rows is None:
         (REPO / "bench" / "results" / "data.json").write_text(json.dumps(out, indent=1) + "\n")

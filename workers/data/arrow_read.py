@@ -114,6 +114,11 @@ def read_share(spec: dict[str, Any], rank: int, split_name: str, row_name: str) 
     return table.append_column(split_name, pa.array(held)).append_column(row_name, pa.array(index))
 
 
+# A task has spark.task.cpus cores, which Spark's Python workers see as OMP_NUM_THREADS: pyarrow's own pool (one
+# thread per core of the machine) would put every task's decoding on every core at once.
+_THREADS = int(os.environ.get("OMP_NUM_THREADS") or 1) > 1
+
+
 def _rows(file: Any, columns: list[str], lo: int, hi: int) -> list[pa.Table]:
     """Rows ``[lo, hi)`` of one file, reading only the row groups they fall in."""
     out = []
@@ -122,7 +127,7 @@ def _rows(file: Any, columns: list[str], lo: int, hi: int) -> list[pa.Table]:
         n = file.metadata.row_group(group).num_rows
         a, b = max(lo, first), min(hi, first + n)
         if a < b:
-            out.append(file.read_row_group(group, columns=columns).slice(a - first, b - a))
+            out.append(file.read_row_group(group, columns=columns, use_threads=_THREADS).slice(a - first, b - a))
         first += n
     return out
 
