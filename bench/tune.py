@@ -143,9 +143,95 @@ def _fmt(value: float | None, spec: str = ".4f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def taxi_searches(client: httpx.Client, quick: bool) -> dict[str, Any]:
+    """The article's forest grid, then TPE over xgboost and over the torch MLP, each in the grid's wall time."""
+    rf_body = _example("random-forest-cv.json")
+    if quick:
+        rf_body["params"]["grid"] = {"maxBins": [100], "maxDepth": [2, 7], "numTrees": [5]}
+        rf_body["params"]["num_folds"] = 2
+    rf, rf_wall = run_job(client, "/train", rf_body)
+    grid = {"wall_s": rf_wall, "rmse": rf["result"]["validation"]["rmse"], "grid": rf_body["params"]["grid"],
+            "num_folds": rf_body["params"]["num_folds"],
+            "best_params": rf["result"].get("best_params")}  # fmt: skip
+    print(f"forest grid: {rf_wall:.1f} s, rmse {grid['rmse']:.4f}", flush=True)
+    budget_min = rf_wall / 60
+
+    xgb_base = _example("xgboost-taxi.json")
+    xgb_params = {**xgb_base["params"], "num_round": 300, "min_child_weight": 1.0}
+    xgb_body = {
+        "name": "tune-xgb", "base": {**xgb_base, "params": xgb_params},
+        "space": {
+            "params.learning_rate": {"type": "loguniform", "low": 0.02, "high": 0.3},
+            "params.max_depth": {"type": "int", "low": 3, "high": 10},
+            "params.subsample": {"type": "uniform", "low": 0.5, "high": 1.0},
+            "params.min_child_weight": {"type": "loguniform", "low": 0.5, "high": 20},
+            "params.num_round": {"type": "int", "low": 50, "high": 100 if quick else 400, "step": 50},
+        },
+        "sampler": "tpe", "pruner": "none", "trials": 8 if quick else 40, "parallel": 1, "metric": "rmse",
+        "mode": "min", "timeout_minutes": budget_min, "seed": 7,
+    }  # fmt: skip
+    xgb = rmse_search(client, xgb_body, rf_wall)
+    _print_search("xgboost TPE", xgb)
+
+    mlp_base = _example("taxi-mlp.json")
+    mlp_base["training"]["epochs"] = 3 if quick else 10
+    mlp_body = {
+        "name": "tune-mlp", "base": mlp_base,
+        "space": {
+            "training.optimizer.learning_rate": {"type": "loguniform", "low": 1e-3, "high": 3e-2},
+            "network.layers.1.units": {"type": "int", "low": 16, "high": 128, "step": 16},
+            "network.layers.2.units": {"type": "int", "low": 16, "high": 128, "step": 16},
+            "training.batch_size_per_worker": {"type": "choice", "values": [64, 128, 256]},
+        },
+        "sampler": "tpe", "pruner": "asha", "trials": 6 if quick else 30, "parallel": 1, "metric": "rmse",
+        "mode": "min", "timeout_minutes": budget_min, "seed": 7,
+    }  # fmt: skip
+    mlp = rmse_search(client, mlp_body, rf_wall)
+    _print_search("torch MLP TPE+ASHA", mlp)
+    return {"grid": grid, "xgboost": xgb, "torch_mlp": mlp}
+
+
+# The space of Optuna's own PyTorch example (optimizer Adam, RMSprop or SGD; learning rate 1e-5 to 1e-1, log),
+# with the CNN's first conv width and the batch size: what a user who does not yet know the network searches.
+CNN_SPACE = {
+    "training.optimizer.type": {"type": "choice", "values": ["adam", "rmsprop", "sgd"]},
+    "training.optimizer.learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-1},
+    "network.layers.0.filters": {"type": "choice", "values": [8, 16, 32]},
+    "training.batch_size_per_worker": {"type": "choice", "values": [16, 32, 64]},
+}
+
+
+def cnn_searches(client: httpx.Client, quick: bool) -> dict[str, Any]:
+    """Random search without pruning against TPE with ASHA on the digits CNN, once per seed, paired."""
+    cnn = _example("digits-cnn.json")
+    cnn["training"]["epochs"] = 5 if quick else 20
+    n = 4 if quick else 16
+    seeds = [11] if quick else [11, 12, 13, 14, 15]
+    out: dict[str, Any] = {"target_accuracy": TARGET_ACCURACY, "epochs": cnn["training"]["epochs"], "trials": n,
+                           "seeds": seeds, "space": CNN_SPACE, "runs": []}  # fmt: skip
+    for seed in seeds:  # TPE's first trials are random ones: with one seed, luck decides which search wins
+        common = {"base": cnn, "space": CNN_SPACE, "trials": n, "parallel": 1, "metric": "accuracy",
+                  "mode": "max", "seed": seed}  # fmt: skip
+        run: dict[str, Any] = {"seed": seed}
+        for label, sampler, pruner in (("random", "random", "none"), ("tpe_asha", "tpe", "asha")):
+            body = {**common, "name": f"tune-cnn-{label}-{seed}", "sampler": sampler, "pruner": pruner}
+            search = time_to_target(client, body)
+            run[label] = search
+            print(f"digits CNN seed {seed} {label}: {search['states']} {search['epochs_trained']} epochs in "
+                  f"{search['wall_s']:.1f} s, best accuracy {_fmt(search['best_accuracy'])}, 98% after "
+                  f"{_fmt(search['time_to_target_s'], '.1f')} s", flush=True)  # fmt: skip
+        random_t, asha_t = run["random"]["time_to_target_s"], run["tpe_asha"]["time_to_target_s"]
+        # random never reaching the target: compare with its whole run instead
+        reference = random_t if random_t is not None else run["random"]["wall_s"]
+        run["asha_over_random"] = asha_t / reference if asha_t is not None else None
+        out["runs"].append(run)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.tune")
     parser.add_argument("--quick", action="store_true", help="a smaller grid, fewer trials and epochs (~5 minutes)")
+    parser.add_argument("--only", choices=("taxi", "cnn"), help="one half of the benchmark (not saved)")
     args = parser.parse_args()
     quick = args.quick
     load_start = _load()
@@ -159,100 +245,33 @@ def main() -> None:
         xgb_base = _example("xgboost-taxi.json")
         # warm-up: the executors' Python workers start once in a long-lived driver
         run_job(client, "/train", {**xgb_base, "name": "warm-up", "params": {**xgb_base["params"], "num_round": 5}})
-
-        rf_body = _example("random-forest-cv.json")
-        if quick:
-            rf_body["params"]["grid"] = {"maxBins": [100], "maxDepth": [2, 7], "numTrees": [5]}
-            rf_body["params"]["num_folds"] = 2
-        rf, rf_wall = run_job(client, "/train", rf_body)
-        grid = {"wall_s": rf_wall, "rmse": rf["result"]["validation"]["rmse"], "grid": rf_body["params"]["grid"],
-                "num_folds": rf_body["params"]["num_folds"],
-                "best_params": rf["result"].get("best_params")}  # fmt: skip
-        results["grid"] = grid
-        print(f"forest grid: {rf_wall:.1f} s, rmse {grid['rmse']:.4f}", flush=True)
-        budget_min = rf_wall / 60
-
-        xgb_params = {**xgb_base["params"], "num_round": 300, "min_child_weight": 1.0}
-        xgb_body = {
-            "name": "tune-xgb", "base": {**xgb_base, "params": xgb_params},
-            "space": {
-                "params.learning_rate": {"type": "loguniform", "low": 0.02, "high": 0.3},
-                "params.max_depth": {"type": "int", "low": 3, "high": 10},
-                "params.subsample": {"type": "uniform", "low": 0.5, "high": 1.0},
-                "params.min_child_weight": {"type": "loguniform", "low": 0.5, "high": 20},
-                "params.num_round": {"type": "int", "low": 50, "high": 100 if quick else 400, "step": 50},
-            },
-            "sampler": "tpe", "pruner": "none", "trials": 8 if quick else 40, "parallel": 1, "metric": "rmse",
-            "mode": "min", "timeout_minutes": budget_min, "seed": 7,
-        }  # fmt: skip
-        results["xgboost"] = rmse_search(client, xgb_body, rf_wall)
-        _print_search("xgboost TPE", results["xgboost"])
-
-        mlp_base = _example("taxi-mlp.json")
-        mlp_base["training"]["epochs"] = 3 if quick else 10
-        mlp_body = {
-            "name": "tune-mlp", "base": mlp_base,
-            "space": {
-                "training.optimizer.learning_rate": {"type": "loguniform", "low": 1e-3, "high": 3e-2},
-                "network.layers.1.units": {"type": "int", "low": 16, "high": 128, "step": 16},
-                "network.layers.2.units": {"type": "int", "low": 16, "high": 128, "step": 16},
-                "training.batch_size_per_worker": {"type": "choice", "values": [64, 128, 256]},
-            },
-            "sampler": "tpe", "pruner": "asha", "trials": 6 if quick else 30, "parallel": 1, "metric": "rmse",
-            "mode": "min", "timeout_minutes": budget_min, "seed": 7,
-        }  # fmt: skip
-        results["torch_mlp"] = rmse_search(client, mlp_body, rf_wall)
-        _print_search("torch MLP TPE+ASHA", results["torch_mlp"])
-
-        cnn = _example("digits-cnn.json")
-        cnn["training"]["epochs"] = 5 if quick else 20
-        cnn_space = {
-            "training.optimizer.learning_rate": {"type": "loguniform", "low": 1e-4, "high": 3e-2},
-            "network.layers.0.filters": {"type": "choice", "values": [8, 16, 32]},
-            "training.batch_size_per_worker": {"type": "choice", "values": [16, 32, 64]},
-        }
-        n = 3 if quick else 10
-        seeds = [11] if quick else [11, 12, 13]
-        results["digits_cnn"] = {"target_accuracy": TARGET_ACCURACY, "epochs": cnn["training"]["epochs"], "trials": n,
-                                 "seeds": seeds, "runs": []}  # fmt: skip
-        for seed in seeds:  # TPE's first trials are random ones: with one seed, luck decides which search wins
-            common = {"base": cnn, "space": cnn_space, "trials": n, "parallel": 1, "metric": "accuracy",
-                      "mode": "max", "seed": seed}  # fmt: skip
-            run: dict[str, Any] = {"seed": seed}
-            for label, sampler, pruner in (("random", "random", "none"), ("tpe_asha", "tpe", "asha")):
-                body = {**common, "name": f"tune-cnn-{label}-{seed}", "sampler": sampler, "pruner": pruner}
-                out = time_to_target(client, body)
-                run[label] = out
-                print(f"digits CNN seed {seed} {label}: {out['states']} {out['epochs_trained']} epochs in "
-                      f"{out['wall_s']:.1f} s, best accuracy {_fmt(out['best_accuracy'])}, 98% after "
-                      f"{_fmt(out['time_to_target_s'], '.1f')} s", flush=True)  # fmt: skip
-            results["digits_cnn"]["runs"].append(run)
+        if args.only in (None, "taxi"):
+            results.update(taxi_searches(client, quick))
+        if args.only in (None, "cnn"):
+            results["digits_cnn"] = cnn_searches(client, quick)
     finally:
         stop(proc)
 
-    x, digits = results["xgboost"], results["digits_cnn"]
-    ratios = []
-    for run in digits["runs"]:
-        random_t, asha_t = run["random"]["time_to_target_s"], run["tpe_asha"]["time_to_target_s"]
-        # random never reaching the target: compare with its whole run instead
-        reference = random_t if random_t is not None else run["random"]["wall_s"]
-        run["asha_over_random"] = asha_t / reference if asha_t is not None else None
-        ratios.append(run["asha_over_random"])
-    reached = [r for r in ratios if r is not None]
-    median = statistics.median(reached) if len(reached) == len(ratios) else None
-    results["targets"] = {
-        "xgboost_beats_grid_within_grid_time": x["best_rmse_within_budget"] is not None
-        and x["best_rmse_within_budget"] < grid["rmse"],
-        "asha_at_most_half_of_random": median is not None and median <= 0.5,
-        "asha_over_random_median": median,
-        "asha_over_random_per_seed": ratios,
-    }
+    targets: dict[str, Any] = {}
+    if "xgboost" in results:
+        x, grid = results["xgboost"], results["grid"]
+        targets["xgboost_beats_grid_within_grid_time"] = (
+            x["best_rmse_within_budget"] is not None and x["best_rmse_within_budget"] < grid["rmse"]
+        )
+    if "digits_cnn" in results:
+        ratios = [run["asha_over_random"] for run in results["digits_cnn"]["runs"]]
+        reached = [r for r in ratios if r is not None]
+        median = statistics.median(reached) if len(reached) == len(ratios) else None
+        targets["asha_at_most_half_of_random"] = median is not None and median <= 0.5
+        targets["asha_over_random_median"] = median
+        targets["asha_over_random_per_seed"] = ratios
+    results["targets"] = targets
     results["load_average"] = {"start": load_start, "end": _load()}
-    for name, met in results["targets"].items():
+    for name, met in targets.items():
         if isinstance(met, bool):
             print(f"target {name}: {'met' if met else 'NOT met'}", flush=True)
     print(f"load average (1, 5, 15 min): start {load_start}, end {results['load_average']['end']}", flush=True)
-    if not quick:
+    if not quick and args.only is None:
         (REPO / "bench" / "results" / "tune.json").write_text(json.dumps(results, indent=1) + "\n")
     print(json.dumps(results))
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bench.chaos import digits_job
-from tests.e2e.chaos_support import wait_final
+from tests.e2e.chaos_support import log_lines, wait_final
 from tests.helpers import TAXI_FEATURES, Service, running_service, taxi_request
 
 pytestmark = pytest.mark.slow
@@ -77,6 +77,10 @@ def test_random_search_ends_with_a_leaderboard_and_the_best_alias(svc: Service) 
         assert child["request"]["network"]["layers"][0]["units"] == row["params"]["network.layers.0.units"]
         assert child["result"]["validation"]["accuracy"] == row["metric"]
         assert svc.client.get(f"/jobs/{child['id']}/metrics", params={"key": "validation_accuracy"}).json()["metrics"]
+        assert child["request"]["training"]["data_path"] == "export"  # the base chose none: trials share the rows
+    # trials 0 and 1 ran at once and each prepared the rows (writing the same export, each under a name of its
+    # own); trial 2 started after one of them had marked the export complete, and read it
+    assert any(line.startswith("training from exported tensors") for line in log_lines(svc.client, children[2]["id"]))
     model = next(m for m in svc.client.get("/models").json()["items"] if m["name"] == "tune-random")
     assert len(model["versions"]) == 3
     assert model["aliases"] == {"best": best["model"]["version"]}

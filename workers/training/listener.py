@@ -2,8 +2,10 @@
 connection opened with a hello carrying the job's random token (the tasks' side: workers/training/torch/report.py).
 
 :class:`EventListener` accepts connections, drops those without the token, hands each event to ``_handle`` and
-calls ``_tick`` every ``flush_s`` on a thread of its own (batching database writes). Leaving it reads the open
-connections to their end first when asked to (the tasks closed them, so their last events are not cut off).
+calls ``_tick`` every ``flush_s`` on a thread of its own (batching database writes), and ``_watch`` every
+``WATCH_S`` on the same thread (a cancel reaching the tasks within a step or two, not a flush later). Leaving it
+reads the open connections to their end first when asked to (the tasks closed them, so their last events are not
+cut off).
 Used by the torch monitor (workers/training/torch/monitor.py) and xgboost's round reports
 (workers/training/xgboost/rounds.py). Driver side: stdlib only.
 """
@@ -17,9 +19,11 @@ import secrets
 import socket
 import socketserver
 import threading
+import time
 from typing import Any
 
 log = logging.getLogger(__name__)
+WATCH_S = 0.05
 
 
 class EventListener:
@@ -56,6 +60,9 @@ class EventListener:
 
     def _tick(self) -> None:
         """Every ``flush_s`` while listening."""
+
+    def _watch(self) -> None:
+        """Every ``WATCH_S`` while listening: cheap checks only."""
 
     def start(self) -> None:
         for t in self._threads:
@@ -109,8 +116,12 @@ class EventListener:
                 self._drained.notify_all()
 
     def _tick_loop(self) -> None:
-        while not self._halt.wait(self._flush_s):
+        due = time.monotonic() + self._flush_s
+        while not self._halt.wait(min(WATCH_S, self._flush_s)):
             try:
-                self._tick()
+                self._watch()
+                if time.monotonic() >= due:
+                    due = time.monotonic() + self._flush_s
+                    self._tick()
             except Exception:
                 log.exception("%s: flush failed", self.name)

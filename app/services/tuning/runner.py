@@ -43,7 +43,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("sparktrain.jobs")
-POLL_S = 0.5
+POLL_S = 0.1
+"""How often the search reads its running trials' metrics: a pruned trial is cancelled within this of the epoch
+that condemned it, and the next trial starts within this of the last one's end (a torch epoch on the digits CNN
+takes about 0.1 s here; at 0.5 s a pruned trial trained four more epochs on average)."""
+QUOTA_RETRY_S = 1.0
+"""How often a trial that an owner's quota refused is submitted again."""
 PRUNED_NOTE = "pruned by tune job"
 
 
@@ -91,6 +96,7 @@ class _Search:
         self.waiting: tuple[int, optuna.trial.Trial, dict[str, Any]] | None = None
         """A trial asked of the study whose job a quota refused (429): submitted again on the next passes."""
         self.waiting_since: float | None = None
+        self.waiting_tried = 0.0
 
     # --- the study rebuilt from the trial jobs -----------------------------------------------------------------
     def rebuild(self) -> None:
@@ -134,6 +140,8 @@ class _Search:
     def launch(self) -> None:
         while len(self.active) < self.tune.parallel and not self.timed_out():
             if self.waiting is not None:  # refused by a quota on an earlier pass: the same trial, submitted again
+                if time.monotonic() - self.waiting_tried < QUOTA_RETRY_S:
+                    return
                 number, trial, params = self.waiting
                 self.waiting = None
             elif self.next_number < self.tune.trials:
@@ -152,7 +160,7 @@ class _Search:
                 if self.waiting_since is None:
                     self.waiting_since = time.monotonic()
                     self.ctx.log(f"trial {number} waits for the owner's quota: {exc.detail}")
-                self.waiting = (number, trial, params)
+                self.waiting, self.waiting_tried = (number, trial, params), time.monotonic()
                 return
             except AppError as exc:  # the sampled body does not plan (checked at its extremes): a failed trial
                 self.ctx.warn(f"trial {number} {params}: {exc.detail}")
@@ -167,7 +175,7 @@ class _Search:
             self.ctx.log(f"trial {number} started as job {record.job_id}: {params}")
 
     def _submit(self, number: int, params: dict[str, Any]) -> str:
-        train = train_request(spaces.substitute(self.base, params), "base")
+        train = train_request(trial_body(self.base, params), "base")
         plan = plan_training(request=train, settings=self.driver.settings, spark=self.driver.spark, db=self.driver.db)
         limits = quotas.limits_for(settings=self.driver.settings, owner=self.owner)
         job, _ = jobs.submit(
@@ -328,6 +336,18 @@ def _pruner(tune: TuneRequest) -> Any:
     return optuna.pruners.NopPruner()
 
 
+def trial_body(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's ``/train`` body: the base with the sampled values. A torch trial whose base does not choose a data
+    path takes the Export path: every trial reads the same rows, so the first one prepares them while it trains
+    and writes each worker's tensors, and the others start from those (no Spark pass, no shuffle: about half a
+    second less per trial on the digits, ``bench.tune``). The export is keyed by the data files, the columns, the
+    split and the worker count, so a space over any of those still gets the right rows."""
+    body = spaces.substitute(base, params)
+    if body.get("framework") == "torch" and not (body.get("training") or {}).get("data_path"):
+        body["training"] = {**(body.get("training") or {}), "data_path": "export"}
+    return body
+
+
 def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: str) -> JobOutcome:
     """Run the search to its end: every trial finished (or the timeout passed), then the leaderboard."""
     import optuna
@@ -340,11 +360,12 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
         ctx.log(f"parallel {search.tune.parallel}: this driver runs {threads} jobs at once "
                 "(SPARKTRAIN_CONSUMER_CONCURRENCY), so at most that many trials run here at a time; other drivers on "
                 "the queue may run the rest")  # fmt: skip
+    shown = None
     try:
         while True:
             ctx.check_cancelled()
+            search.poll()  # first: a trial that just ended makes room for the next one in this same pass
             search.launch()
-            search.poll()
             done = len(search.finished)
             ended = (search.next_number >= search.tune.trials and search.waiting is None) or search.timed_out()
             if not search.active and ended:
@@ -353,7 +374,9 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
                 search.cancel_trials("the tune job's timeout_minutes passed")
                 for active in search.active.values():
                     active.pruning = True
-            ctx.progress(done / search.tune.trials, f"{done} of {search.tune.trials} trials finished")
+            if done != shown:  # a database write: only when it changed
+                ctx.progress(done / search.tune.trials, f"{done} of {search.tune.trials} trials finished")
+                shown = done
             time.sleep(POLL_S)
     except BaseException:  # JobCancelled, or the Spark job of a trial's planning cancelled with the tune's group
         if search.cancel_requested():

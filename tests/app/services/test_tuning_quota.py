@@ -15,7 +15,7 @@ from app.db.session import transaction
 from app.schemas.train import TrainRequest
 from app.schemas.tune import TuneRequest
 from app.services import jobs
-from app.services.tuning.runner import TuneDriver, _Search
+from app.services.tuning.runner import QUOTA_RETRY_S, TuneDriver, _Search
 from app.services.tuning.submit import resolved
 from bench.chaos import digits_job
 from tests.app.services.test_tuning_resume import Recorded
@@ -44,11 +44,15 @@ def test_a_trial_refused_by_the_queued_jobs_quota_waits_and_is_submitted_again(
     assert list(search.active) == [0] and not search.finished, search.finished
     assert search.waiting is not None and search.waiting[0] == 1 and search.next_number == 2
     assert any(line.startswith("trial 1 waits for the owner's quota") for line in ctx.lines), ctx.lines
+    search.waiting_tried -= QUOTA_RETRY_S  # as if that much time had passed: submitted again, and refused again
     search.launch()  # still queued: it keeps waiting, the same trial, no second ask of the study
     assert search.waiting[0] == 1 and len(search.study.trials) == 2 and not search.finished
 
     with transaction(db) as s:  # a consumer takes trial 0
         s.get(Job, search.active[0].record.job_id).status = JobStatus.RUNNING.value
+    search.launch()  # not tried again within QUOTA_RETRY_S of the last refusal (a search polls ten times a second)
+    assert search.waiting is not None and sorted(search.active) == [0]
+    search.waiting_tried -= QUOTA_RETRY_S
     search.launch()
     assert search.waiting is None and sorted(search.active) == [0, 1] and not search.finished
     assert search.active[1].record.params == search.active[1].trial.params

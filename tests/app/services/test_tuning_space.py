@@ -69,3 +69,16 @@ def test_leaderboard_puts_completed_trials_best_first() -> None:
     ]
     assert [r.number for r in leaderboard(records, "max")] == [2, 0, 1, 3]
     assert [r.number for r in leaderboard(records, "min")] == [0, 2, 1, 3]
+
+
+def test_torch_trials_take_the_export_path_unless_the_base_chooses() -> None:
+    from app.services.tuning.runner import trial_body
+
+    params = {"training.optimizer.learning_rate": 0.01}
+    out = trial_body({**BODY, "framework": "torch"}, params)
+    assert out["training"]["data_path"] == "export" and out["training"]["optimizer"]["learning_rate"] == 0.01
+    assert "data_path" not in BODY["training"]  # type: ignore[operator]
+    chosen = {**BODY, "framework": "torch", "training": {**BODY["training"], "data_path": "direct"}}  # type: ignore[dict-item]
+    assert trial_body(chosen, params)["training"]["data_path"] == "direct"
+    xgb = {"framework": "xgboost", "params": {"max_depth": 3}}
+    assert trial_body(xgb, {"params.max_depth": 5}) == {"framework": "xgboost", "params": {"max_depth": 5}}

@@ -161,7 +161,8 @@ def save_splits(directory: Path, rank: int, train: Split, val: Split) -> None:
     arrays = {"x": train.x.numpy(), "y": train.y.numpy(), "vx": val.x.numpy(), "vy": val.y.numpy()}
     if train.w is not None:
         arrays["w"] = train.w.numpy()
-    tmp = directory / f".rank-{rank}.tmp.npz"
+    # a name of its own: two jobs on the same data (a tune's parallel trials) may write the same shard at once
+    tmp = directory / f".rank-{rank}.{os.getpid()}.{threading.get_ident()}.tmp.npz"
     try:
         np.savez(tmp, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, _shard(directory, rank))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -90,4 +91,7 @@ def write_manifest(data: StageInput, job_id: str) -> None:
     assert data.export_dir is not None
     normalizer = data.normalizer.to_dict() if data.normalizer else None
     manifest = {"rows": data.rows, "normalizer": normalizer, "job_id": job_id}
-    (data.export_dir / MANIFEST).write_text(json.dumps(manifest))
+    # renamed into place: another job on the same data may be reading it (or writing its own) at this moment
+    tmp = data.export_dir / f".{MANIFEST}.{job_id}.tmp"
+    tmp.write_text(json.dumps(manifest))
+    os.replace(tmp, data.export_dir / MANIFEST)

@@ -4,7 +4,7 @@ Runs on the driver next to the blocked ``collect()`` of the barrier stage: it tu
 metrics (batched into one insert every half second), rank 0's plan and steps into progress (at most one database
 write every ``PROGRESS_S``, and the first step of every epoch and the last step always), epochs into
 validation metrics and log lines, checkpoints into checkpoint rows. When the job is cancelled it tells the
-workers to stop at the next step (the Spark job group is cancelled as well).
+workers to stop at the next step, within ``WATCH_S`` of the cancel (the Spark job group is cancelled as well).
 """
 
 from __future__ import annotations
@@ -154,6 +154,8 @@ class Monitor(EventListener):
 
     def _tick(self) -> None:
         self._flush()
+
+    def _watch(self) -> None:
         if self.ctx.cancelled and not self._stop_sent:
             self.request_stop()
 
