@@ -206,9 +206,7 @@ def test_lstm_learns_the_shipped_sequences(service: Service) -> None:
     assert job["result"]["validation"]["accuracy"] >= 0.9, job["result"]["validation"]
 
 
-def test_per_step_labels_with_a_separate_label_dataset(service: Service, data: Path) -> None:
-    """Features and labels in separate data joined by sequence id; labels shorter than the features, aligned at
-    the end; padding never counts in the loss or the metrics."""
+def _per_step_data(data: Path) -> None:
     rng = np.random.default_rng(5)
     feats, labels = [], []
     for sid in range(300):
@@ -220,7 +218,10 @@ def test_per_step_labels_with_a_separate_label_dataset(service: Service, data: P
         labels += [{"sequence_id": sid, "step": t, "label": int(running[n - k + t] > 0)} for t in range(k)]
     pd.DataFrame(feats).to_parquet(data / "steps.parquet")
     pd.DataFrame(labels).to_parquet(data / "step-labels.parquet")
-    body = {
+
+
+def _per_step_body() -> dict[str, Any]:
+    return {
         "name": "per-step",
         "framework": "torch",
         "dataset": {"uri": "steps.parquet", "features": ["v"], "label": "label", "task": "classification",
@@ -232,6 +233,13 @@ def test_per_step_labels_with_a_separate_label_dataset(service: Service, data: P
         "training": {"epochs": 25, "batch_size_per_worker": 16, "num_workers": 2,
                      "optimizer": {"type": "adam", "learning_rate": 0.02}},
     }  # fmt: skip
+
+
+def test_per_step_labels_with_a_separate_label_dataset(service: Service, data: Path) -> None:
+    """Features and labels in separate data joined by sequence id; labels shorter than the features, aligned at
+    the end; padding never counts in the loss or the metrics."""
+    _per_step_data(data)
+    body = _per_step_body()
     job = _done(service, body)
     assert job["result"]["validation"]["accuracy"] > 0.85
 
@@ -240,3 +248,21 @@ def test_per_step_labels_with_a_separate_label_dataset(service: Service, data: P
                                              "loss": "cross_entropy"}]}}  # fmt: skip
     problem = service.client.post("/train", json=wrong)
     assert problem.status_code == 422 and "per_step labels need an output per step" in problem.json()["detail"]
+
+
+def test_sequences_on_the_export_path_train_as_on_the_direct_path(service: Service, data: Path) -> None:
+    """The shards carry each sequence's length and per-step label mask: a job reading them gets bitwise the weights
+    and the validation figures of the direct path (without them it trained on the padding)."""
+    from safetensors.torch import load_file
+
+    _per_step_data(data)
+    base = _per_step_body()
+    training = {**base["training"], "epochs": 2}
+    jobs = [_done(service, {**base, "name": f"per-step-{path}-{i}", "training": {**training, "data_path": path}})
+            for i, path in enumerate(("direct", "export", "export"))]  # fmt: skip
+    lines = service.client.get(f"/jobs/{jobs[2]['id']}/logs").json()["lines"]
+    assert any("training from exported tensors" in line["message"] for line in lines)
+    weights = [load_file(str(_model_dir(service, job) / "weights.safetensors")) for job in jobs]
+    for other in weights[1:]:
+        assert all(bool((weights[0][k] == other[k]).all()) for k in weights[0])
+    assert jobs[2]["result"]["validation"] == jobs[0]["result"]["validation"]

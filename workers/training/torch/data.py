@@ -159,8 +159,13 @@ def save_splits(directory: Path, rank: int, train: Split, val: Split) -> None:
     """DL4J's Export: this rank's ready tensors, written once (atomically) for later jobs to reuse."""
     directory.mkdir(parents=True, exist_ok=True)
     arrays = {"x": train.x.numpy(), "y": train.y.numpy(), "vx": val.x.numpy(), "vy": val.y.numpy()}
-    if train.w is not None:
-        arrays["w"] = train.w.numpy()
+    # a sequence split's lengths and per-step label mask travel too: without them a later job would train on the
+    # padding as if it were data
+    for prefix, split in (("", train), ("v", val)):
+        for name in ("w", "lengths", "mask"):
+            value = getattr(split, name)
+            if value is not None:
+                arrays[prefix + name] = value.numpy()
     # a name of its own: two jobs on the same data (a tune's parallel trials) may write the same shard at once
     tmp = directory / f".rank-{rank}.{os.getpid()}.{threading.get_ident()}.tmp.npz"
     try:
@@ -196,8 +201,12 @@ class ExportWriter:
 
 def load_splits(directory: Path, rank: int) -> tuple[Split, Split]:
     with np.load(_shard(directory, rank), allow_pickle=False) as shard:
-        w = torch.from_numpy(shard["w"]) if "w" in shard.files else None
-        return (
-            Split(torch.from_numpy(shard["x"]), torch.from_numpy(shard["y"]), w),
-            Split(torch.from_numpy(shard["vx"]), torch.from_numpy(shard["vy"])),
-        )
+
+        def get(name: str) -> torch.Tensor | None:
+            return torch.from_numpy(shard[name]) if name in shard.files else None
+
+        def split(prefix: str) -> Split:
+            x, y = torch.from_numpy(shard[prefix + "x"]), torch.from_numpy(shard[prefix + "y"])
+            return Split(x, y, get(prefix + "w"), lengths=get(prefix + "lengths"), mask=get(prefix + "mask"))
+
+        return split(""), split("v")

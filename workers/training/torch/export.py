@@ -25,7 +25,8 @@ from workers.training.torch.prepare import prepare
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-EXPORT_VERSION = 2  # 2: the split of local parquet is a hash of the row's place in the files
+EXPORT_VERSION = 3
+"""2: the split of local parquet is a hash of the row's place in the files; 3: sequences' lengths and label masks."""
 MANIFEST = "manifest.json"
 
 
