@@ -21,11 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from bench.trainer import CNN, REPO, WIDE, run_sparktrain, wide_mlp
+from bench.trainer import REPO, WIDE, run_sparktrain, warm_session, wide_mlp
 
 MODES = ("gradient_sharing", "allreduce")
 
@@ -36,17 +34,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    from app.core.settings import Settings
-    from app.spark.session import build_spark_session
-
-    settings = Settings(
-        var_dir=Path(tempfile.mkdtemp()),
-        spark_master="local[2]",
-        spark_conf={"spark.ui.enabled": "false"},
-        data_roots=[REPO / "datasets"],
-    )
-    spark = build_spark_session(settings)
-    run_sparktrain(spark, settings, CNN, 3e-3, 1, "allreduce")  # warm-up: the executors' Python workers
+    spark, settings = warm_session("local[2]")
     models = {
         "mlp_1m": (WIDE, 1e-3, 6 if args.quick else 30),
         "mlp_10m": (wide_mlp(3072), 5e-4, 4 if args.quick else 20),

@@ -213,6 +213,24 @@ def _parameters(network: dict[str, Any]) -> int:
     return parameter_count(parse_network(network, input_shape=(64,)))
 
 
+def warm_session(master: str) -> tuple[Any, Any]:
+    """A SparkSession and its settings (the UI off, the shipped datasets readable), after one unmeasured stage: the
+    first barrier stage of a session starts the executors' Python workers and imports torch there; the service
+    pays that once per driver, so it is left out of every measured run."""
+    from app.core.settings import Settings
+    from app.spark.session import build_spark_session
+
+    settings = Settings(
+        var_dir=Path(tempfile.mkdtemp()),
+        spark_master=master,
+        spark_conf={"spark.ui.enabled": "false"},
+        data_roots=[REPO / "datasets"],
+    )
+    spark = build_spark_session(settings)
+    run_sparktrain(spark, settings, CNN, 3e-3, 1, "allreduce")
+    return spark, settings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.trainer")
     parser.add_argument("--quick", action="store_true", help="14 epochs (308 steps per worker), fewer wide runs")
@@ -220,19 +238,7 @@ def main() -> None:
     args = parser.parse_args()
     epochs = 14 if args.quick else 30
 
-    from app.core.settings import Settings
-    from app.spark.session import build_spark_session
-
-    settings = Settings(
-        var_dir=Path(tempfile.mkdtemp()),
-        spark_master=args.master,
-        spark_conf={"spark.ui.enabled": "false"},
-        data_roots=[REPO / "datasets"],
-    )
-    spark = build_spark_session(settings)
-    # The first barrier stage of a session starts the executors' Python workers and imports torch there; the
-    # service pays that once per driver, so it is left out of every measured run.
-    run_sparktrain(spark, settings, CNN, 3e-3, 1, "allreduce")
+    spark, settings = warm_session(args.master)
     runs: dict[str, dict[str, dict[str, Any]]] = {}
     for model, (network, lr) in MODELS.items():
         plan = [

@@ -73,6 +73,8 @@ class _Active:
     trial: optuna.trial.Trial
     reported: set[int] = field(default_factory=set)
     pruning: bool = False
+    seen: int = 0
+    """The id of the last metric row read: each poll reads only the rows written since."""
 
 
 class _Search:
@@ -114,7 +116,7 @@ class _Search:
                 self.next_number = max(self.next_number, number + 1)
                 params = spaces.params_of(child.request, self.tune.space)
                 record = TrialRecord(number=number, params=params, job_id=child.id)
-                curve = self._curve(s, child.id)
+                curve, seen = self._curve(s, child.id)
                 if child.status in TERMINAL:
                     self._settle(record, child, curve)
                     state = optuna.trial.TrialState.COMPLETE if record.state == "COMPLETE" else _state(record.state)
@@ -128,7 +130,7 @@ class _Search:
                     self.finished.append(record)
                 else:
                     self.study.enqueue_trial(params)
-                    active = _Active(record, self.study.ask(self.dists))
+                    active = _Active(record, self.study.ask(self.dists), seen=seen)
                     self.active[number] = active
                     self._report(active, curve)
         if children:
@@ -192,7 +194,8 @@ class _Search:
                 child = s.get(Job, active.record.job_id)
                 if child is None:
                     continue
-                self._report(active, self._curve(s, child.id), running=child.status == JobStatus.RUNNING)
+                curve, active.seen = self._curve(s, child.id, after=active.seen)
+                self._report(active, curve, running=child.status == JobStatus.RUNNING)
                 if child.status not in TERMINAL:
                     continue
                 self._settle(active.record, child, None)
@@ -205,19 +208,22 @@ class _Search:
             self.finished.append(record)
             self.ctx.log(f"trial {number} {record.state}: {self.metric} {record.metric}")
 
-    def _curve(self, s: Session, job_id: str) -> dict[int, float]:
-        """The trial's validation metric per epoch (torch) or boosting round (xgboost); Spark ML reports none."""
+    def _curve(self, s: Session, job_id: str, after: int = 0) -> tuple[dict[int, float], int]:
+        """The trial's validation metric per epoch (torch) or boosting round (xgboost) from the rows after metric row
+        ``after``, and the last row's id (Spark ML reports none). A trial's rows of one key come from one writer
+        in order, so polling from the last id read sees each row once."""
         if self.framework == "spark_ml":
-            return {}
+            return {}, after
         rows = s.execute(
-            select(JobMetric.step, JobMetric.epoch, JobMetric.value)
-            .where(JobMetric.job_id == job_id, JobMetric.key == f"validation_{self.metric}")
+            select(JobMetric.id, JobMetric.step, JobMetric.epoch, JobMetric.value)
+            .where(JobMetric.job_id == job_id, JobMetric.key == f"validation_{self.metric}", JobMetric.id > after)
             .order_by(JobMetric.id)
         ).all()
         curve: dict[int, float] = {}
-        for step, epoch, value in rows:
+        for row_id, step, epoch, value in rows:
             curve.setdefault(int(epoch if epoch is not None else step), float(value))
-        return curve
+            after = row_id
+        return curve, after
 
     def _report(self, active: _Active, curve: dict[int, float], running: bool = False) -> None:
         for step in sorted(set(curve) - active.reported):
@@ -344,8 +350,9 @@ def trial_body(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     second less per trial on the digits, ``bench.tune``). The export is keyed by the data files, the columns, the
     split and the worker count, so a space over any of those still gets the right rows."""
     body = spaces.substitute(base, params)
-    if body.get("framework") == "torch" and not (body.get("training") or {}).get("data_path"):
-        body["training"] = {**(body.get("training") or {}), "data_path": "export"}
+    training = body.get("training") or {}
+    if body.get("framework") == "torch" and not training.get("data_path"):
+        body["training"] = {**training, "data_path": "export"}
     return body
 
 
