@@ -35,18 +35,35 @@ def parameter_groups(module: nn.Module, *, weight_decay: float) -> list[dict[str
     ]
 
 
+def fused_available(module: nn.Module) -> bool:
+    """Whether torch's fused SGD/Adam/AdamW kernels take every parameter: floating point, on the CPU or CUDA.
+
+    One pass over each parameter per step instead of one per arithmetic op: Adam's step on a 9.7M-parameter MLP
+    takes 11 ms on one core of the development VM instead of 54 ms (``bench.codec``'s notes). The result differs
+    from the per-op kernels' in the last bit of some elements (another order of the same float32 operations)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    return bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+
+
 def build_optimizer(spec: OptimizerSpec, module: nn.Module, *, l2: float) -> torch.optim.Optimizer:
     check_optimizer_l2(spec, l2)
     lr = spec.learning_rate
+    fused = fused_available(module)
     if spec.type == "sgd":
         return torch.optim.SGD(
-            parameter_groups(module, weight_decay=l2), lr=lr, momentum=spec.momentum, nesterov=spec.nesterov
+            parameter_groups(module, weight_decay=l2),
+            lr=lr,
+            momentum=spec.momentum,
+            nesterov=spec.nesterov,
+            fused=fused,
         )
     if spec.type == "adam":
-        return torch.optim.Adam(parameter_groups(module, weight_decay=l2), lr=lr, betas=spec.betas, eps=spec.eps)
+        groups = parameter_groups(module, weight_decay=l2)
+        return torch.optim.Adam(groups, lr=lr, betas=spec.betas, eps=spec.eps, fused=fused)
     if spec.type == "adamw":
         decay = spec.weight_decay if spec.weight_decay > 0 else l2
-        return torch.optim.AdamW(parameter_groups(module, weight_decay=decay), lr=lr, betas=spec.betas, eps=spec.eps)
+        groups = parameter_groups(module, weight_decay=decay)
+        return torch.optim.AdamW(groups, lr=lr, betas=spec.betas, eps=spec.eps, fused=fused)
     if spec.type == "rmsprop":
         return torch.optim.RMSprop(
             parameter_groups(module, weight_decay=l2),

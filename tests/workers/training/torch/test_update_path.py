@@ -27,8 +27,8 @@ def test_an_update_below_half_an_ulp_of_its_weight_reaches_the_residual() -> Non
     param, flat = _one_parameter([1.0, 1.0, -3.0])
     optimizer = torch.optim.SGD([param], lr=1.0)
     param.grad = torch.tensor([1e-8, 5e-8, 1e-7])
-    residual, before = torch.zeros_like(flat), torch.empty_like(flat)
-    add_optimizer_update(optimizer, flat, residual, before)
+    residual, scratch = torch.zeros_like(flat), torch.empty_like(flat)
+    add_optimizer_update(optimizer, flat, residual, scratch)
     # the parameters are untouched; the residual holds the gradient itself, not what survives 1 - 1e-8 in float32
     assert flat.tolist() == [1.0, 1.0, -3.0]
     assert residual.tolist() == torch.tensor([1e-8, 5e-8, 1e-7]).tolist()
@@ -36,7 +36,9 @@ def test_an_update_below_half_an_ulp_of_its_weight_reaches_the_residual() -> Non
     assert float(torch.tensor(1.0) - (torch.tensor(1.0) - torch.tensor(1e-8))) == 0.0
 
 
-@pytest.mark.parametrize("kind", ["sgd_l2_momentum", "adam_l2", "adamw", "rmsprop"])
+@pytest.mark.parametrize(
+    "kind", ["sgd_l2_momentum", "adam_l2", "adamw", "rmsprop", "sgd_fused", "adam_fused", "adamw_fused"]
+)
 def test_the_update_is_what_the_optimizer_would_apply(kind: str) -> None:
     """Against float64 arithmetic of the same optimizer: the weight-decay terms that read theta are kept."""
     gen = torch.Generator().manual_seed(0)
@@ -48,14 +50,20 @@ def test_the_update_is_what_the_optimizer_would_apply(kind: str) -> None:
         "adam_l2": lambda p: torch.optim.Adam([p], lr=0.01, weight_decay=0.01),
         "adamw": lambda p: torch.optim.AdamW([p], lr=0.01, weight_decay=0.1),
         "rmsprop": lambda p: torch.optim.RMSprop([p], lr=0.01, weight_decay=0.01),
+        # the kernels the trainer builds (optim.fused_available): one pass per parameter, the same update
+        "sgd_fused": lambda p: torch.optim.SGD(
+            [p], lr=0.1, momentum=0.9, weight_decay=0.01, fused=p.dtype != torch.float64
+        ),
+        "adam_fused": lambda p: torch.optim.Adam([p], lr=0.01, weight_decay=0.01, fused=p.dtype != torch.float64),
+        "adamw_fused": lambda p: torch.optim.AdamW([p], lr=0.01, weight_decay=0.1, fused=p.dtype != torch.float64),
     }[kind]
     optimizer, ref_optimizer = make(param), make(reference)
-    update, before = torch.empty_like(flat), torch.empty_like(flat)
+    update, scratch = torch.empty_like(flat), torch.empty_like(flat)
     for _ in range(3):
         grad = torch.randn(64, generator=gen)
         param.grad, reference.grad = grad.clone(), grad.double()
         update.zero_()
-        add_optimizer_update(optimizer, flat, update, before)
+        add_optimizer_update(optimizer, flat, update, scratch)
         start = reference.detach().clone()
         ref_optimizer.step()
         expected = start - reference.detach()
