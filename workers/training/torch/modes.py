@@ -106,6 +106,8 @@ class StepStats:
     tau: float | None = None
     sparsity: float | None = None
     residual_norm: float | None = None
+    """Gradient sharing: the residual's L2 norm after the step, filled in only for the steps a worker reports
+    (:meth:`GradientSharing.residual_norm`): a pass over the residual, 3 ms a step on a 9.7M model."""
     debug: dict[str, float] | None = None
     collective: int | None = None
     """Gradient sharing: 0 when the step all-gathered the messages, 1 when it all-reduced their decoded sum."""
@@ -163,6 +165,10 @@ class Strategy:
             starts.append(start)
             start += p.numel()
         return names[bisect.bisect_right(starts, index) - 1]
+
+    def residual_norm(self) -> float | None:
+        """The L2 norm of what this worker holds back (gradient sharing's residual); None where nothing is."""
+        return None
 
     def end_epoch(self) -> None:
         """Make the replicas identical where the mode lets them drift (buffers such as batch-norm statistics)."""
@@ -237,6 +243,9 @@ class GradientSharing(Strategy):
         self.dense_steps = 0
         self.exact = sharing.collective == "auto" and self.dense_bytes <= sharing.exact_below_bytes
         """A small model: every step is a dense all-reduce of the whole residual, no threshold."""
+
+    def residual_norm(self) -> float | None:
+        return float(self.residual.norm())
 
     def _dense(self, longest: int) -> bool:
         """This step's collective, the same on every rank (every rank knows every message length)."""
@@ -325,7 +334,6 @@ class GradientSharing(Strategy):
                 bitmap=encoded.kind == MessageKind.BITMAP,
                 tau=encoded.tau,
                 sparsity=1.0 if dense else encoded.count / encoded.n,
-                residual_norm=float(self.residual.norm()),
                 debug=debug,
                 collective=int(dense),
                 # encode: the optimizer's update into the residual too; apply: decoding and applying the sum
