@@ -15,6 +15,18 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 
 
+SETTLE_S = 1.0
+
+
+def settle() -> None:
+    """A pause between two measured runs. Back to back, a run started while the last one's Python workers were still
+    freeing its tensors, and came out 0.1 to 0.3 s slower than after a pause (``bench.data``: whichever path ran
+    second in a round was the slower one; ``bench.network``: the first job of a mode right after another job paid
+    0.5 to 2 s before its stage started). A first job on new data does not start within milliseconds of another
+    one's end."""
+    time.sleep(SETTLE_S)
+
+
 def free_port() -> int:
     import socket
 

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import settle
+
 REPO = Path(__file__).resolve().parents[1]
 FEATURES = (
     "passenger_count", "trip_distance", "pickup_longitude", "pickup_latitude", "rate_code", "dropoff_longitude",
@@ -254,16 +256,6 @@ def request_latency(spark: Any, settings: Any, tmp: Path, path: Path) -> dict[st
         release.touch()
         holder.join()
     return out
-
-
-SETTLE_S = 1.0
-
-
-def settle() -> None:
-    """A pause between two measured runs. Back to back, a run started while the last one's Python workers were still
-    freeing its tensors, and came out 0.1 to 0.3 s slower than after a pause: whichever path ran second in a round was
-    the slower one. A first job on new data does not start within milliseconds of another one's end."""
-    time.sleep(SETTLE_S)
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import netns
-from bench.common import REPO
+from bench.common import REPO, settle
 
 LINKS = {"unshaped": None, "10gbit": 10e9, "1gbit": 1e9}
 MODES = ("gradient_sharing", "allreduce", "parameter_averaging", "torch_distributor")
@@ -100,6 +100,7 @@ def child(workers: int, tag: str, links: list[str], models: list[str], modes: li
                 network, lr, epochs = _models()[model]
                 parameters = _parameters(network)
                 for mode in modes:
+                    settle()
                     before = topology.sent_bytes()
                     if mode == "torch_distributor":
                         r = run_torch_distributor(network, lr, epochs, workers)

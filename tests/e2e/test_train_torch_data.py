@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from tests.helpers import TAXI_FEATURES, Service
+from workers.training.torch.export import MANIFEST
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -155,6 +156,11 @@ def test_export_path_is_reused_and_trains_identically(service: Service) -> None:
         assert all(bool((weights[0][k] == other[k]).all()) for k in weights[0])
     card = json.loads((_model_dir(service, again) / "spec.json").read_text())
     assert card["normalizer"]["kind"] == "standardize"  # the normalizer travels with the export
+    # so does the model card's input example: a job on an export runs no Spark job to read one from the data
+    example = json.loads((_model_dir(service, direct) / "spec.json").read_text())["input_example"]
+    assert example and card["input_example"] == example
+    manifests = (service.runtime.settings.artifact_root / "exports").glob(f"*/{MANIFEST}")
+    assert any(json.loads(m.read_text()).get("input_example") == example for m in manifests)
 
 
 def test_an_export_that_cannot_be_written_costs_the_export_not_the_job(service: Service) -> None:

@@ -158,7 +158,8 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         export_dir=str(data.export_dir) if data.export_dir else None,
         export_mode=data.export_mode,
     )
-    cfg = replace(cfg, model_card={**cfg.model_card, "input_example": example_rows(ctx.spark, plan.train)})
+    example = data.input_example if data.input_example is not None else example_rows(ctx.spark, plan.train)
+    cfg = replace(cfg, model_card={**cfg.model_card, "input_example": example})
     if plan.resume:
         ctx.log(
             f"resuming from checkpoint {plan.resume.checkpoint_id} (epoch {plan.resume.epoch} of job "
@@ -193,7 +194,7 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     if data.export_mode == "write" and export_errors:
         ctx.warn(f"the prepared tensors were not exported ({export_errors[0]}); a later job prepares them again")
     elif data.export_mode == "write":
-        write_manifest(data, ctx.job_id)
+        write_manifest(data, ctx.job_id, example)
         ctx.log(f"exported the prepared tensors to {data.export_dir} for later jobs")
     if any(r.get("stopped") for r in results):
         raise JobCancelled(ctx.job_id)

@@ -44,6 +44,9 @@ class StageInput:
     """None: tensors from the rows; write: from the rows, and saved; read: from a saved export"""
     source: dict[str, Any] | None = None
     """the files each task reads its share of itself (:mod:`workers.data.arrow_read`); the rows are placeholders"""
+    input_example: list[Any] | None = None
+    """read: the model card's input example the export was made with (the same files and settings give the same
+    rows), so a job on an export runs no Spark job of its own before its stage; None: read it from the data"""
 
 
 def _files(path: str) -> list[tuple[str, int, int]] | None:
@@ -82,16 +85,17 @@ def stage_input(ctx: JobContext, plan: TorchPlan) -> StageInput:
         ctx.log(f"training from exported tensors {key} (made by job {saved['job_id']})")
         normalizer = Normalizer.from_dict(saved["normalizer"]) if saved["normalizer"] else None
         placeholders = ctx.spark.range(0, plan.num_workers, 1, plan.num_workers)  # one per worker, no shuffle
-        return StageInput(placeholders, saved["rows"], normalizer, export_dir, "read")
+        example = saved.get("input_example")  # absent from exports made before it was saved there
+        return StageInput(placeholders, saved["rows"], normalizer, export_dir, "read", input_example=example)
     frame, rows, normalizer, source = prepare(ctx, plan)
     return StageInput(frame, rows, normalizer, export_dir, "write" if export_dir else None, source)
 
 
-def write_manifest(data: StageInput, job_id: str) -> None:
+def write_manifest(data: StageInput, job_id: str, input_example: list[Any]) -> None:
     """After a stage that wrote an export: mark it complete, for later jobs."""
     assert data.export_dir is not None
     normalizer = data.normalizer.to_dict() if data.normalizer else None
-    manifest = {"rows": data.rows, "normalizer": normalizer, "job_id": job_id}
+    manifest = {"rows": data.rows, "normalizer": normalizer, "job_id": job_id, "input_example": input_example}
     # renamed into place: another job on the same data may be reading it (or writing its own) at this moment
     tmp = data.export_dir / f".{MANIFEST}.{job_id}.tmp"
     tmp.write_text(json.dumps(manifest))
