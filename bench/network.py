@@ -38,6 +38,8 @@ from bench import netns
 from bench.common import REPO, settle
 
 LINKS = {"unshaped": None, "10gbit": 10e9, "1gbit": 1e9}
+SHORT_S = 10.0
+"""sparktrain runs shorter than this (wall seconds) are repeated three times and the median kept"""
 MODES = ("gradient_sharing", "allreduce", "parameter_averaging", "torch_distributor")
 LINK_MODEL = (
     "one veth per worker, tbf-shaped both ways (a full-duplex link per worker, as one NIC per worker behind a "
@@ -100,18 +102,29 @@ def child(workers: int, tag: str, links: list[str], models: list[str], modes: li
                 network, lr, epochs = _models()[model]
                 parameters = _parameters(network)
                 for mode in modes:
-                    settle()
-                    before = topology.sent_bytes()
-                    if mode == "torch_distributor":
-                        r = run_torch_distributor(network, lr, epochs, workers)
-                        # TorchDistributor's tasks leave the executors without idle Python workers: the next stage
-                        # would pay their start (10-15 s here), so a small stage, not measured, starts them again.
-                        run_sparktrain(spark, settings, CNN, 3e-3, 1, "allreduce", data_path="export", workers=workers)
-                    else:
-                        r = run_sparktrain(
-                            spark, settings, network, lr, epochs, mode, data_path="export", workers=workers
-                        )
-                    link_bytes = sum(topology.sent_bytes()) - sum(before)
+                    tries: list[tuple[dict[str, Any], int]] = []
+                    while True:
+                        settle()
+                        before = topology.sent_bytes()
+                        if mode == "torch_distributor":
+                            r = run_torch_distributor(network, lr, epochs, workers)
+                            # TorchDistributor's tasks leave the executors without idle Python workers: the next
+                            # stage would pay their start (10-15 s here), so a small stage, not measured, starts
+                            # them again.
+                            run_sparktrain(spark, settings, CNN, 3e-3, 1, "allreduce", data_path="export",
+                                           workers=workers)  # fmt: skip
+                        else:
+                            r = run_sparktrain(
+                                spark, settings, network, lr, epochs, mode, data_path="export", workers=workers
+                            )
+                        tries.append((r, sum(topology.sent_bytes()) - sum(before)))
+                        # A job of a few seconds moves by ±0.5 s from one run to the next (stage start, the
+                        # executors' Python workers): short sparktrain runs are measured three times, the median
+                        # by wall time kept. TorchDistributor's runs (10 s and more, most of it its start) once.
+                        if mode == "torch_distributor" or tries[0][0]["wall_s"] >= SHORT_S or len(tries) == 3:
+                            break
+                    r, link_bytes = sorted(tries, key=lambda t: t[0]["wall_s"])[len(tries) // 2]
+                    r["walls_s"] = [t[0]["wall_s"] for t in tries]
                     steps = r["steps_per_worker"]
                     r["link_bytes_per_step"] = link_bytes / workers / steps
                     dense = dense_ring_total(4 * parameters, workers) / workers  # the trainer's model of a dense step

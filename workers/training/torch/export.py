@@ -91,11 +91,14 @@ def stage_input(ctx: JobContext, plan: TorchPlan) -> StageInput:
     return StageInput(frame, rows, normalizer, export_dir, "write" if export_dir else None, source)
 
 
-def write_manifest(data: StageInput, job_id: str, input_example: list[Any]) -> None:
-    """After a stage that wrote an export: mark it complete, for later jobs."""
+def write_manifest(data: StageInput, job_id: str, input_example: list[Any] | None = None) -> None:
+    """After a stage that wrote an export: mark it complete, for later jobs (with the model card's input example
+    when there is one to keep)."""
     assert data.export_dir is not None
     normalizer = data.normalizer.to_dict() if data.normalizer else None
-    manifest = {"rows": data.rows, "normalizer": normalizer, "job_id": job_id, "input_example": input_example}
+    manifest: dict[str, Any] = {"rows": data.rows, "normalizer": normalizer, "job_id": job_id}
+    if input_example is not None:
+        manifest["input_example"] = input_example
     # renamed into place: another job on the same data may be reading it (or writing its own) at this moment
     tmp = data.export_dir / f".{MANIFEST}.{job_id}.tmp"
     tmp.write_text(json.dumps(manifest))
