@@ -15,8 +15,10 @@ machine's load average (the machine is shared; say so with the figures). Targets
 locked" on both, and a p99 of ``GET /jobs/{id}`` under 50 ms on PostgreSQL.
 
 Run: ``python -m bench.load [--quick] [--training-jobs N]`` (``--quick``: 20 users for 20 s; ``--training-jobs 0``:
-the API alone, no training competing for the same cores); the last line is one JSON object; a full run is written
-to bench/results/load.json (``load-0-training-jobs.json`` with ``--training-jobs 0``).
+the API alone, no training competing for the same cores; ``--databases postgresql --job-driver``: the load's driver
+takes no jobs and a second driver on the same database and broker runs the trainings and the evaluations); the last
+line is one JSON object; a full run is written to bench/results/load.json (``load-0-training-jobs.json`` with
+``--training-jobs 0``, ``load-job-driver.json`` with ``--job-driver``).
 """
 
 from __future__ import annotations
@@ -76,21 +78,31 @@ def run_one(
     training_jobs: int = 2,
     nice: int | None = None,
     extra: dict[str, str] | None = None,
+    job_driver: bool = False,
 ) -> dict[str, Any]:
     data = work / "data"
     _, rows = write_data(data)
     with _database(kind, work) as database:
         settings = {**database, **({"spark_local_nice": str(nice)} if nice is not None else {}), **(extra or {})}
         env = driver_env(work, log_level="WARNING", data_roots=f"{REPO / 'datasets'},{data}", **settings)
+        runner: Driver | None = None
+        if job_driver:
+            # The API driver takes no jobs from the queue; a second driver on the same database, broker and
+            # artifact root runs them all (the trainings, the evaluations the load submits), in its own process.
+            runner = Driver({**env, "SPARKTRAIN_VAR_DIR": str(work / "var-jobs")}, work / f"jobs-{kind}.log").start()
+            env = {**env, "SPARKTRAIN_IN_PROCESS_CONSUMER": "false"}
         driver = Driver(env, work / f"driver-{kind}.log").start()
         try:
             client = driver.client
             model = driver.wait_job(client.post("/train", json=taxi_job("load-xgb", "xgboost", {
                 "num_round": 30, "max_depth": 4})).json()["id"])  # fmt: skip
             assert model["status"] == "SUCCEEDED", model["error"]
-            training = [client.post("/train", json=digits_job(f"load-{i}", epochs=400, units=64, batch=16, seed=i,
-                                                              workers=1)).json()["id"]
-                        for i in range(1, training_jobs + 1)]  # fmt: skip
+            training = []
+            for i in range(1, training_jobs + 1):
+                submitted = client.post("/train", json=digits_job(f"load-{i}", epochs=1000, units=64, batch=16,
+                                                                  seed=i, workers=1))  # fmt: skip
+                assert submitted.status_code == 202, submitted.text
+                training.append(submitted.json()["id"])
             for job_id in training:
                 driver.wait_job(job_id, statuses=("RUNNING",))
             evaluate = {"model": {"name": "load-xgb"}, "dataset": {"uri": str(data / "taxi-keyed.parquet")},
@@ -111,7 +123,11 @@ def run_one(
                 client.post(f"/jobs/{job['id']}/cancel")
         finally:
             driver.stop()
-        figures["database_is_locked"] = driver.log.read_text(errors="replace").count("database is locked")
+            if runner is not None:
+                runner.stop()
+        logs = [driver.log] + ([runner.log] if runner is not None else [])
+        figures["database_is_locked"] = sum(log.read_text(errors="replace").count("database is locked") for log in logs)
+        figures["job_driver"] = job_driver
     return figures
 
 
@@ -203,13 +219,21 @@ def main() -> None:
         default=None,
         help="the driver's SPARKTRAIN_SPARK_LOCAL_NICE (default: the service's own default, 10)",
     )
+    parser.add_argument(
+        "--job-driver",
+        action="store_true",
+        help="PostgreSQL only: the load's driver takes no jobs (SPARKTRAIN_IN_PROCESS_CONSUMER=false); a second "
+        "driver on the same database and broker runs the trainings and the evaluations",
+    )
     args = parser.parse_args()
+    if args.job_driver and "sqlite" in args.databases:
+        parser.error("--job-driver needs --databases postgresql (two drivers share PostgreSQL and Redis)")
     users, seconds = (20, 20) if args.quick else (args.users, args.seconds)
     result: dict[str, Any] = {"cpus": os.cpu_count(), "target_p99_ms_get_job_postgresql": TARGET_P99_MS}
     for kind in args.databases:
         work = Path(tempfile.mkdtemp(prefix=f"bench-load-{kind}-"))
         extra = dict(item.split("=", 1) for item in args.setting)
-        figures = run_one(kind, work, users, seconds, args.training_jobs, args.spark_local_nice, extra)
+        figures = run_one(kind, work, users, seconds, args.training_jobs, args.spark_local_nice, extra, args.job_driver)
         figures["settings"] = extra
         figures["training_jobs_running"] = args.training_jobs
         result[kind] = figures
@@ -228,7 +252,9 @@ def main() -> None:
     if "postgresql" in result:
         p99 = result["postgresql"]["by_request"].get("GET /jobs/{id}", {}).get("p99_ms")
         result["postgresql_get_job_p99_over_target"] = round(p99 / TARGET_P99_MS, 2) if p99 else None
-    if not args.quick and not args.setting and set(args.databases) == {"sqlite", "postgresql"}:
+    if args.job_driver and not args.quick and not args.setting:
+        (REPO / "bench" / "results" / "load-job-driver.json").write_text(json.dumps(result, indent=1) + "\n")
+    elif not args.quick and not args.setting and set(args.databases) == {"sqlite", "postgresql"}:
         name = "load.json" if args.training_jobs == 2 else f"load-{args.training_jobs}-training-jobs.json"
         (REPO / "bench" / "results" / name).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))
