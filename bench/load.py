@@ -85,14 +85,18 @@ def run_one(
     with _database(kind, work) as database:
         settings = {**database, **({"spark_local_nice": str(nice)} if nice is not None else {}), **(extra or {})}
         env = driver_env(work, log_level="WARNING", data_roots=f"{REPO / 'datasets'},{data}", **settings)
-        runner: Driver | None = None
-        if job_driver:
-            # The API driver takes no jobs from the queue; a second driver on the same database, broker and
-            # artifact root runs them all (the trainings, the evaluations the load submits), in its own process.
-            runner = Driver({**env, "SPARKTRAIN_VAR_DIR": str(work / "var-jobs")}, work / f"jobs-{kind}.log").start()
-            env = {**env, "SPARKTRAIN_IN_PROCESS_CONSUMER": "false"}
-        driver = Driver(env, work / f"driver-{kind}.log").start()
-        try:
+        drivers: list[Driver] = []
+        with contextlib.ExitStack() as running:
+            if job_driver:
+                # The API driver takes no jobs from the queue; a second driver on the same database, broker and
+                # artifact root runs them all (the trainings, the evaluations the load submits), in its own process.
+                runner = Driver({**env, "SPARKTRAIN_VAR_DIR": str(work / "var-jobs")}, work / f"jobs-{kind}.log")
+                drivers.append(runner.start())
+                running.callback(runner.stop)
+                env = {**env, "SPARKTRAIN_IN_PROCESS_CONSUMER": "false"}
+            driver = Driver(env, work / f"driver-{kind}.log").start()
+            drivers.append(driver)
+            running.callback(driver.stop)
             client = driver.client
             model = driver.wait_job(client.post("/train", json=taxi_job("load-xgb", "xgboost", {
                 "num_round": 30, "max_depth": 4})).json()["id"])  # fmt: skip
@@ -121,12 +125,9 @@ def run_one(
             queued = client.get("/jobs", params={"status": "QUEUED", "limit": 500}).json()["items"]
             for job in queued + states:  # the submitted evaluations and the training jobs have served their purpose
                 client.post(f"/jobs/{job['id']}/cancel")
-        finally:
-            driver.stop()
-            if runner is not None:
-                runner.stop()
-        logs = [driver.log] + ([runner.log] if runner is not None else [])
-        figures["database_is_locked"] = sum(log.read_text(errors="replace").count("database is locked") for log in logs)
+        figures["database_is_locked"] = sum(
+            d.log.read_text(errors="replace").count("database is locked") for d in drivers
+        )
         figures["job_driver"] = job_driver
     return figures
 

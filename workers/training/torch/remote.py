@@ -273,7 +273,7 @@ def _train(
                     event.update(
                         tau=stats.tau,
                         sparsity=stats.sparsity,
-                        residual_norm=strategy.residual_norm() if stats.residual_norm is None else stats.residual_norm,
+                        residual_norm=strategy.residual_norm(),
                         bitmap=stats.bitmap,
                         clipped_mass=stats.clipped_mass,
                         collective=stats.collective,
