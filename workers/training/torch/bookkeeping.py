@@ -37,7 +37,7 @@ def _digest(tensors: Sequence[torch.Tensor]) -> float:
     """A 48-bit digest of the tensors' exact bytes (fits a float64): equal on every rank iff bitwise equal."""
     sha = hashlib.sha256()
     for t in tensors:
-        sha.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        sha.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy())  # no copy
     digest = sha.digest()
     return float(int.from_bytes(digest[:6], "big"))
 
@@ -47,10 +47,11 @@ def replica_checksum(model: torch.nn.Module) -> float:
     return _digest([*model.parameters(), *model.buffers()])
 
 
-def diverged(comm: Comm, model: torch.nn.Module, where: str) -> str | None:
+def diverged(comm: Comm, model: torch.nn.Module, where: str, checksum: float | None = None) -> str | None:
     """None when every rank's parameters and buffers are bitwise equal; else a message naming the first tensor
-    that differs and the ranks that disagree with rank 0 (one gather; a second one only on a mismatch)."""
-    sums = comm.gather_floats([replica_checksum(model)])
+    that differs and the ranks that disagree with rank 0 (one gather; a second one only on a mismatch).
+    ``checksum``: this rank's :func:`replica_checksum`, when the caller has it already."""
+    sums = comm.gather_floats([replica_checksum(model) if checksum is None else checksum])
     if len({row[0] for row in sums}) == 1:
         return None
     named = [*model.named_parameters(), *model.named_buffers()]

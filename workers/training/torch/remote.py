@@ -318,7 +318,8 @@ def _train(
                 }
             )
     restored = stopping.restore(model) if stopping is not None else False
-    differs = diverged(comm, model, "at the end of training")
+    checksum = replica_checksum(model)
+    differs = diverged(comm, model, "at the end of training", checksum)
     if differs is not None:
         return _failed(base, "REPLICAS_DIVERGED", differs)
 
@@ -330,7 +331,6 @@ def _train(
     failure = agree(comm, tried("writing the model", cfg.model_dir, save_model) if rank == 0 else None)
     if failure is not None:
         return _failed(base, failure.reason, failure.detail)
-    checksum = replica_checksum(model)
     counted = totals(c, comm, cfg.mode)
     counted["step_events_dropped"] = getattr(reporter, "dropped", 0)
     reporter.send({"t": "totals", "rank": rank, "step": global_step, **counted})

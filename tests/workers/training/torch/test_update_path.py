@@ -27,8 +27,8 @@ def test_an_update_below_half_an_ulp_of_its_weight_reaches_the_residual() -> Non
     param, flat = _one_parameter([1.0, 1.0, -3.0])
     optimizer = torch.optim.SGD([param], lr=1.0)
     param.grad = torch.tensor([1e-8, 5e-8, 1e-7])
-    residual, scratch = torch.zeros_like(flat), torch.empty_like(flat)
-    add_optimizer_update(optimizer, flat, residual, scratch)
+    residual = torch.zeros_like(flat)
+    add_optimizer_update(optimizer, flat, residual)
     # the parameters are untouched; the residual holds the gradient itself, not what survives 1 - 1e-8 in float32
     assert flat.tolist() == [1.0, 1.0, -3.0]
     assert residual.tolist() == torch.tensor([1e-8, 5e-8, 1e-7]).tolist()
@@ -58,12 +58,12 @@ def test_the_update_is_what_the_optimizer_would_apply(kind: str) -> None:
         "adamw_fused": lambda p: torch.optim.AdamW([p], lr=0.01, weight_decay=0.1, fused=p.dtype != torch.float64),
     }[kind]
     optimizer, ref_optimizer = make(param), make(reference)
-    update, scratch = torch.empty_like(flat), torch.empty_like(flat)
+    update = torch.empty_like(flat)
     for _ in range(3):
         grad = torch.randn(64, generator=gen)
         param.grad, reference.grad = grad.clone(), grad.double()
         update.zero_()
-        add_optimizer_update(optimizer, flat, update, scratch)
+        add_optimizer_update(optimizer, flat, update)
         start = reference.detach().clone()
         ref_optimizer.step()
         expected = start - reference.detach()
