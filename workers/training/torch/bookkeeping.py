@@ -37,7 +37,7 @@ def _digest(tensors: Sequence[torch.Tensor]) -> float:
     """A 48-bit digest of the tensors' exact bytes (fits a float64): equal on every rank iff bitwise equal."""
     sha = hashlib.sha256()
     for t in tensors:
-        sha.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy())  # no copy
+        sha.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().data)  # no copy
     digest = sha.digest()
     return float(int.from_bytes(digest[:6], "big"))
 
