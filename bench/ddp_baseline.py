@@ -1,7 +1,8 @@
 """The peers of ``bench.trainer``: a plain DDP loop for pyspark's TorchDistributor, and single-process torch.
 
 Both build the same network (same spec, same seed) with sparktrain's builder and read the same parquet files,
-so only the way the work is distributed differs.
+so only the way the work is distributed differs. Both build the fused Adam and keep the heap while they train
+(``workers.training.torch.heap``), as sparktrain's trainer does, so that the comparison is about the exchange.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def ddp_train(
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
+    from workers.training.torch import heap
     from workers.training.torch.network import build_network, make_loss
     from workers.training.torch.spec import parse_network
 
@@ -54,13 +56,14 @@ def ddp_train(
     opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True)  # as sparktrain builds it (optim.py)
     steps = len(xs) // batch
     t0 = time.perf_counter()
-    for epoch in range(epochs):
-        order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(seed * 1000 + epoch * 10 + rank))
-        for s in range(steps):
-            idx = order[s * batch : (s + 1) * batch]
-            opt.zero_grad()
-            loss_fn(model(xs[idx]), ys[idx]).backward()
-            opt.step()
+    with heap.kept():
+        for epoch in range(epochs):
+            order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(seed * 1000 + epoch * 10 + rank))
+            for s in range(steps):
+                idx = order[s * batch : (s + 1) * batch]
+                opt.zero_grad()
+                loss_fn(model(xs[idx]), ys[idx]).backward()
+                opt.step()
     train_s = time.perf_counter() - t0
     acc = _accuracy(model.module, torch.from_numpy(xv).reshape(shape), torch.from_numpy(yv))
     dist.destroy_process_group()
@@ -73,6 +76,7 @@ def single_process(
     """One process, all the data, the same per-step batch as one worker."""
     import torch
 
+    from workers.training.torch import heap
     from workers.training.torch.network import build_network, make_loss
     from workers.training.torch.spec import parse_network
 
@@ -86,13 +90,14 @@ def single_process(
     opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True)  # as sparktrain builds it (optim.py)
     steps = len(xs) // batch
     t0 = time.perf_counter()
-    for epoch in range(epochs):
-        order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(seed * 1000 + epoch))
-        for s in range(steps):
-            idx = order[s * batch : (s + 1) * batch]
-            opt.zero_grad()
-            loss_fn(model(xs[idx]), ys[idx]).backward()
-            opt.step()
+    with heap.kept():
+        for epoch in range(epochs):
+            order = torch.randperm(len(xs), generator=torch.Generator().manual_seed(seed * 1000 + epoch))
+            for s in range(steps):
+                idx = order[s * batch : (s + 1) * batch]
+                opt.zero_grad()
+                loss_fn(model(xs[idx]), ys[idx]).backward()
+                opt.step()
     train_s = time.perf_counter() - t0
     acc = _accuracy(model, torch.from_numpy(xv).reshape(shape), torch.from_numpy(yv))
     return {"accuracy": acc, "train_s": train_s, "steps": steps * epochs, "samples": steps * epochs * batch}

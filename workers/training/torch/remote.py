@@ -24,6 +24,7 @@ from workers import storage
 from workers.codecs import native
 from workers.storage import StorageError
 from workers.training.torch import checkpoint as ckpt
+from workers.training.torch import heap
 from workers.training.torch.bookkeeping import Counters, diverged, non_finite_message, replica_checksum, totals
 from workers.training.torch.comm import Comm
 from workers.training.torch.config import TrainerConfig
@@ -155,9 +156,10 @@ def run_training(
         store=store,
     )
     try:
-        if warning and rank == 0:
-            reporter.send({"t": "warn", "msg": warning})
-        return _train(cfg, rank, comm, device, train, val, reporter)
+        with heap.kept():  # large tensors reuse freed memory, not a fresh mmap each step (heap.py)
+            if warning and rank == 0:
+                reporter.send({"t": "warn", "msg": warning})
+            return _train(cfg, rank, comm, device, train, val, reporter)
     finally:
         comm.close()
 
