@@ -93,8 +93,9 @@ def main() -> None:
     try:
         for name, width in list(MODELS.items())[: 1 if args.quick else None]:
             model, state = _state(width)
-            mb = (sum(t.numel() * t.element_size() for t in ckpt.model_tensors(model).values())
-                  + sum(t.numel() * t.element_size() for t in state.values())) / 1e6  # fmt: skip
+            weights_mb = sum(t.numel() * t.element_size() for t in ckpt.model_tensors(model).values()) / 1e6
+            rank_mb = sum(t.numel() * t.element_size() for t in state.values()) / 1e6
+            mb = weights_mb + rank_mb  # rank 0 writes both; every other rank its own state
             entry: dict[str, Any] = {"checkpoint_mb_rank0": round(mb, 1)}
             for writers, pattern in ((1, "kept"), (2, "kept"), (2, "removed")):
                 keep = pattern == "kept"
@@ -103,7 +104,7 @@ def main() -> None:
                     for way in ("direct", "buffered"):
                         times[way].append(_timed(root, way == "direct", writers, model, state, keep))
                 median = {way: statistics.median(ts) for way, ts in times.items()}
-                written = mb + (writers - 1) * (mb - sum(p.numel() * 4 for p in model.parameters()) / 1e6)
+                written = mb + (writers - 1) * rank_mb
                 entry[f"writers_{writers}_{pattern}"] = {
                     "mb_written": round(written, 1),
                     **{f"{way}_s": round(s, 4) for way, s in median.items()},

@@ -93,16 +93,6 @@ def take_optimizer_step_into(optimizer: Any, flat: torch.Tensor, owed: torch.Ten
                 owed[place].sub_(flat[place], alpha=float(group["lr"]) * decay)
 
 
-def add_optimizer_update(optimizer: Any, flat: torch.Tensor, residual: torch.Tensor) -> None:
-    """Add to ``residual`` the update ``u`` that ``optimizer.step()`` would subtract from the parameters, and take
-    the optimizer's step without changing the parameters (:func:`take_optimizer_step_into` on ``-residual``)."""
-    residual.neg_()
-    try:
-        take_optimizer_step_into(optimizer, flat, residual)
-    finally:
-        residual.neg_()
-
-
 @dataclass
 class StepStats:
     bytes_sent: int

@@ -52,7 +52,7 @@ DTYPES = {
     torch.bool: "BOOL",
 }
 
-_local = threading.local()  # one staging buffer per thread that writes (a checkpoint and an export may overlap)
+_local = threading.local()  # one staging buffer per thread, so that two threads may write at once
 
 
 def direct_io_enabled() -> bool:

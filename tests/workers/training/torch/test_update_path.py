@@ -13,7 +13,7 @@ from tests.workers.training.torch.test_remote import MLP, _cfg, _splits
 from workers.training.torch.bookkeeping import replica_checksum
 from workers.training.torch.checkpoint import final_dir
 from workers.training.torch.local import run_local_many
-from workers.training.torch.modes import add_optimizer_update
+from workers.training.torch.modes import take_optimizer_step_into
 
 
 def _one_parameter(values: list[float]) -> tuple[torch.nn.Parameter, torch.Tensor]:
@@ -21,6 +21,14 @@ def _one_parameter(values: list[float]) -> tuple[torch.nn.Parameter, torch.Tenso
     param = torch.nn.Parameter(flat.view(-1))
     param.data = flat  # the trainer's parameters are views of one flat buffer
     return param, flat
+
+
+def add_optimizer_update(optimizer: torch.optim.Optimizer, flat: torch.Tensor, residual: torch.Tensor) -> None:
+    """Add the optimizer's update to ``residual`` as gradient sharing does: its residual is kept negated, and the
+    step runs into it (``take_optimizer_step_into``)."""
+    residual.neg_()
+    take_optimizer_step_into(optimizer, flat, residual)
+    residual.neg_()
 
 
 def test_an_update_below_half_an_ulp_of_its_weight_reaches_the_residual() -> None:
