@@ -93,8 +93,13 @@ def model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_weights(directory: Path, model: torch.nn.Module) -> None:
+    save_weight_tensors(directory, model_tensors(model))
+
+
+def save_weight_tensors(directory: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """``weights.safetensors`` from tensors taken before (:func:`model_tensors`, copied)."""
     directory.mkdir(parents=True, exist_ok=True)
-    _save_tensors(directory / WEIGHTS, model_tensors(model))
+    _save_tensors(directory / WEIGHTS, tensors)
 
 
 def load_weights(directory: str | Path, model: torch.nn.Module) -> None:

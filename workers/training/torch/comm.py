@@ -174,6 +174,12 @@ class Comm:
         dist.init_process_group(self.backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         self._store = store
 
+    @property
+    def store(self) -> dist.Store:
+        """The job's rendezvous store, which every rank holds (checkpoints agree through it off the training
+        thread: workers/training/torch/snapshots.py)."""
+        return self._store
+
     def _on_device(self, t: torch.Tensor) -> torch.Tensor:
         return t if t.device == self.device else t.to(self.device)
 

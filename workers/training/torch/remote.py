@@ -22,7 +22,6 @@ import torch
 
 from workers import storage
 from workers.codecs import native
-from workers.storage import StorageError
 from workers.training.torch import checkpoint as ckpt
 from workers.training.torch import heap
 from workers.training.torch.bookkeeping import Counters, diverged, non_finite_message, replica_checksum, totals
@@ -35,7 +34,7 @@ from workers.training.torch.network import build_network, make_loss, predict_tra
 from workers.training.torch.optim import build_optimizer, build_scheduler
 from workers.training.torch.rendezvous import task_rendezvous
 from workers.training.torch.report import NullReporter, Reporter
-from workers.training.torch.snapshots import agree, published, resume, save_checkpoint, tried
+from workers.training.torch.snapshots import Checkpoints, agree, published, resume, tried
 from workers.training.torch.spec import NetworkSpec, parse_network, parse_optimizer, spec_to_dict
 
 
@@ -156,10 +155,11 @@ def run_training(
         store=store,
     )
     try:
-        with heap.kept():  # large tensors reuse freed memory, not a fresh mmap each step (heap.py)
+        # heap.kept(): large tensors reuse freed memory, not a fresh mmap each step (heap.py)
+        with heap.kept(), Checkpoints(cfg, rank, comm, reporter) as checkpoints:
             if warning and rank == 0:
                 reporter.send({"t": "warn", "msg": warning})
-            return _train(cfg, rank, comm, device, train, val, reporter)
+            return _train(cfg, rank, comm, device, train, val, reporter, checkpoints)
     finally:
         comm.close()
 
@@ -170,7 +170,14 @@ def _failed(base: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
 
 
 def _train(
-    cfg: TrainerConfig, rank: int, comm: Comm, device: torch.device, train: Split, val: Split, reporter: Reporter
+    cfg: TrainerConfig,
+    rank: int,
+    comm: Comm,
+    device: torch.device,
+    train: Split,
+    val: Split,
+    reporter: Reporter,
+    checkpoints: Checkpoints,
 ) -> dict[str, Any]:
     spec = parse_network(cfg.network, input_shape=cfg.data.input_shape)
     opt_spec = parse_optimizer(cfg.optimizer)
@@ -294,11 +301,6 @@ def _train(
         if differs is not None:
             return _failed(base, "REPLICAS_DIVERGED", differs)
         extra = {META_KEY: stopping.state()} if stopping is not None else None
-        try:
-            saved = save_checkpoint(cfg, rank, epoch + 1, global_step, comm, model, optimizer, scheduler, strategy,
-                                    extra)  # fmt: skip
-        except StorageError as exc:  # every rank has it (snapshots.agree)
-            return _failed(base, exc.reason, exc.detail)
         if rank == 0:
             reporter.send(
                 {
@@ -309,16 +311,16 @@ def _train(
                     "replicas_identical": True,
                 }
             )
-            reporter.send(
-                {
-                    "t": "checkpoint",
-                    "epoch": epoch + 1,
-                    "step": global_step,
-                    "path": published(cfg, f"checkpoints/epoch-{epoch + 1}") if cfg.store else str(saved),
-                    "metrics": c.last_validation,
-                    "keep_epoch": stopping.pinned_epoch() if stopping is not None else None,
-                }
-            )
+        # Written in the background; rank 0 reports it once every rank's part is on disk (snapshots.Checkpoints).
+        failure = checkpoints.take(
+            epoch + 1, global_step, model, optimizer, scheduler, strategy, metrics=c.last_validation, extra=extra,
+            keep_epoch=stopping.pinned_epoch() if stopping is not None and rank == 0 else None,
+        )  # fmt: skip
+        if failure is not None:  # every rank has it
+            return _failed(base, failure.reason, failure.detail)
+    failure = checkpoints.finish()  # the last epoch's checkpoint is published before the model
+    if failure is not None:
+        return _failed(base, failure.reason, failure.detail)
     restored = stopping.restore(model) if stopping is not None else False
     checksum = replica_checksum(model)
     differs = diverged(comm, model, "at the end of training", checksum)

@@ -1,12 +1,14 @@
 """Checkpoints that all ranks take, and resume from, together (files: :mod:`workers.training.torch.checkpoint`).
 
-Saving: rank 0 writes the meta and the weights into the run's partial directory, every rank its own optimizer
-and mode state, and rank 0 publishes the directory (and copies it to the store) once all are done; after each
-step the ranks agree (:func:`agree`) on whether a write failed anywhere. A full or unwritable store fails the
-checkpoint on every rank with the same :class:`~workers.storage.StorageError` (the partial directory removed), so
-the training ends with that reason on every rank, not with the other ranks' broken connections. Resuming: every
-rank loads the weights and, when the checkpoint was written by as many ranks, its own optimizer, scheduler and
-mode state.
+Saving (:class:`Checkpoints`): at the end of an epoch every rank copies its state and goes on training while a
+thread of its own writes it: rank 0 the meta and the weights into the run's partial directory, every rank its
+own optimizer and mode state; rank 0 publishes the directory (and copies it to the store) once all are done,
+and only then reports it to the driver. The ranks agree on the outcome through the job's rendezvous store. A full
+or unwritable store fails the checkpoint on every rank with the same :class:`~workers.storage.StorageError` (the
+partial directory removed), so the training ends with that reason on every rank, not with the other ranks'
+broken connections. :func:`agree` does the same for writes on the training thread (the final model). Resuming:
+every rank loads the weights and, when the checkpoint was written by as many ranks, its own optimizer, scheduler
+and mode state.
 
 Executor-side: stdlib, torch, safetensors and this package's executor modules only.
 """
@@ -14,7 +16,10 @@ Executor-side: stdlib, torch, safetensors and this package's executor modules on
 from __future__ import annotations
 
 import contextlib
+import json
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,31 +34,68 @@ from workers.training.torch.modes import Strategy
 from workers.training.torch.report import Reporter
 
 
-def save_checkpoint(
-    cfg: TrainerConfig,
-    rank: int,
-    epoch: int,
-    global_step: int,
-    comm: Comm,
-    model: torch.nn.Module,
-    optimizer: Any,
-    scheduler: Any,
-    strategy: Strategy,
-    extra: dict[str, Any] | None = None,
-) -> Path:
-    """Every rank writes its state into ``epoch-<n>.partial-<run>``; rank 0 renames it when all are done.
-    ``extra`` goes into ``meta.json`` too (the early-stopping counters). A storage failure on any rank raises the
-    same :class:`StorageError` on every rank, and nothing of the checkpoint is left under its name."""
-    partial = ckpt.partial_dir(cfg.checkpoint_dir, epoch, cfg.run_id)
-    target = ckpt.final_dir(cfg.checkpoint_dir, epoch)
+class Checkpoints:
+    """The epoch checkpoints of one training run, written on a thread of their own while the ranks train on.
 
-    def weights() -> None:
-        ckpt.write_meta(
-            partial,
-            {
+    :meth:`take` copies this rank's state at the end of an epoch (tensors to host memory, the rest serialized)
+    and starts a writer thread: rank 0 writes the meta and the weights into the run's partial directory, every
+    rank its own optimizer and mode state. Then the ranks agree through the job's rendezvous store, not a
+    collective (the training thread is running collectives of its own): each writer posts its outcome, rank 0's
+    waits for all of them, publishes the directory (or discards it when any write failed) and posts the verdict,
+    which every rank's writer reads. The training thread waits for a write only when it takes the next checkpoint
+    and at the end of training (:meth:`finish`), so at most one is in flight and the epoch-end barriers of a
+    synchronous write are gone. A full or unwritable store is the same :class:`StorageError` on every rank there.
+
+    Leaving the ``with`` block waits for a write still in flight (a stopped or failed run keeps the checkpoint it
+    took last) unless an exception is on its way: then nothing waits, as a lost peer would hold the verdict up
+    to the store's timeout."""
+
+    def __init__(self, cfg: TrainerConfig, rank: int, comm: Comm, reporter: Reporter) -> None:
+        self.cfg, self.rank, self.world_size, self.reporter = cfg, rank, comm.world_size, reporter
+        self._store = comm.store
+        self._thread: threading.Thread | None = None
+        self._outcome: StorageError | BaseException | None = None
+
+    def __enter__(self) -> Checkpoints:
+        return self
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        if kind is None:
+            self.finish()
+
+    def take(
+        self,
+        epoch: int,
+        global_step: int,
+        model: torch.nn.Module,
+        optimizer: Any,
+        scheduler: Any,
+        strategy: Strategy,
+        *,
+        metrics: dict[str, float],
+        extra: dict[str, Any] | None = None,
+        keep_epoch: int | None = None,
+    ) -> StorageError | None:
+        """Wait for the previous checkpoint (its failure, if any, is returned and nothing new starts), then copy
+        this rank's state after ``epoch`` and write it in the background. ``extra`` goes into ``meta.json`` too."""
+        failure = self.finish()
+        if failure is not None:
+            return failure
+        cfg = self.cfg
+        opt_tensors, opt_rest = ckpt.split_optimizer_state(optimizer.state_dict())
+        mode_tensors, mode_rest = strategy.state()
+        rest = {"optimizer": opt_rest, "scheduler": scheduler.state_dict() if scheduler else None, **mode_rest}
+        snapshot = _Snapshot(
+            epoch=epoch,
+            tensors=_copied({**opt_tensors, **mode_tensors}),
+            rest=json.loads(json.dumps(rest)),  # frozen now: training goes on changing the live state
+        )
+        if self.rank == 0:
+            snapshot.weights = _copied(ckpt.model_tensors(model))
+            snapshot.meta = {
                 "epoch": epoch,
                 "global_step": global_step,
-                "world_size": comm.world_size,
+                "world_size": self.world_size,
                 "mode": cfg.mode,
                 "network": cfg.network,
                 "optimizer": cfg.optimizer,
@@ -61,33 +103,100 @@ def save_checkpoint(
                 "job_id": cfg.job_id,
                 "model_card": cfg.model_card,
                 **(extra or {}),
-            },
-        )
-        ckpt.save_weights(partial, model)
+            }
+            target = ckpt.final_dir(cfg.checkpoint_dir, epoch)
+            where = published(cfg, f"checkpoints/epoch-{epoch}") if cfg.store else str(target)
+            snapshot.event = {"t": "checkpoint", "epoch": epoch, "step": global_step, "path": where,
+                              "metrics": metrics, "keep_epoch": keep_epoch}  # fmt: skip
+        self._outcome = None
+        self._thread = threading.Thread(target=self._run, args=(snapshot,), name="checkpoint-writer", daemon=True)
+        self._thread.start()
+        return None
 
-    def rank_state() -> None:
-        opt_tensors, opt_rest = ckpt.split_optimizer_state(optimizer.state_dict())
-        mode_tensors, mode_rest = strategy.state()
-        ckpt.save_rank_state(
-            partial,
-            rank,
-            {**opt_tensors, **mode_tensors},
-            {"optimizer": opt_rest, "scheduler": scheduler.state_dict() if scheduler else None, **mode_rest},
-        )
+    def finish(self) -> StorageError | None:
+        """Wait for the checkpoint in flight; the verdict every rank agreed on (None: published)."""
+        if self._thread is None:
+            return None
+        self._thread.join()
+        self._thread, outcome, self._outcome = None, self._outcome, None
+        if isinstance(outcome, StorageError) or outcome is None:
+            return outcome
+        raise outcome
 
-    def publish() -> None:
-        ckpt.publish(cfg.checkpoint_dir, epoch, cfg.run_id)
-        if cfg.store:
-            storage.publish_dir(target, published(cfg, f"checkpoints/epoch-{epoch}"))
+    def _run(self, snapshot: _Snapshot) -> None:
+        try:
+            self._outcome = self._write(snapshot)
+        except BaseException as exc:  # handed to the training thread by finish()
+            self._outcome = exc
 
-    for step, everyone in ((weights, False), (rank_state, True), (publish, False)):
-        failure = agree(comm, tried("writing checkpoint", str(target), step) if everyone or rank == 0 else None)
-        if failure is not None:
-            if rank == 0:
-                with contextlib.suppress(OSError):
-                    ckpt.discard(partial)
-            raise failure
-    return target
+    def _write(self, snapshot: _Snapshot) -> StorageError | None:
+        cfg, epoch = self.cfg, snapshot.epoch
+        partial = ckpt.partial_dir(cfg.checkpoint_dir, epoch, cfg.run_id)
+        target = ckpt.final_dir(cfg.checkpoint_dir, epoch)
+        key = f"checkpoint/{cfg.run_id}/{epoch}"
+
+        def files() -> None:
+            if snapshot.meta is not None and snapshot.weights is not None:
+                ckpt.write_meta(partial, snapshot.meta)
+                ckpt.save_weight_tensors(partial, snapshot.weights)
+            ckpt.save_rank_state(partial, self.rank, snapshot.tensors, snapshot.rest)
+
+        mine = f"{CHECKPOINT_FAILED}: rank {self.rank} could not write its part of {target}"
+        try:
+            failure = tried("writing checkpoint", str(target), files)
+            mine = str(failure) if failure is not None else OK
+        finally:
+            self._store.set(f"{key}/rank-{self.rank}", mine)
+            if self.rank == 0:
+                self._decide(snapshot, key, partial, target)
+        return _verdict(self._store.get(f"{key}/verdict").decode())
+
+    def _decide(self, snapshot: _Snapshot, key: str, partial: Path, target: Path) -> None:
+        """Rank 0: every rank's outcome, then publish or discard, then the verdict for all."""
+        cfg = self.cfg
+        outcomes = [self._store.get(f"{key}/rank-{r}").decode() for r in range(self.world_size)]
+        verdict = next((o for o in outcomes if o != OK), OK)
+        if verdict == OK:
+
+            def publish() -> None:
+                ckpt.publish(cfg.checkpoint_dir, snapshot.epoch, cfg.run_id)
+                if cfg.store:
+                    storage.publish_dir(target, published(cfg, f"checkpoints/epoch-{snapshot.epoch}"))
+
+            failure = tried("writing checkpoint", str(target), publish)
+            verdict = str(failure) if failure is not None else OK
+        if verdict != OK:
+            with contextlib.suppress(OSError):
+                ckpt.discard(partial)
+        elif snapshot.event is not None:
+            self.reporter.send(snapshot.event)
+        self._store.set(f"{key}/verdict", verdict)
+
+
+OK = "ok"
+CHECKPOINT_FAILED = "CHECKPOINT_FAILED"
+
+
+@dataclass
+class _Snapshot:
+    epoch: int
+    tensors: dict[str, torch.Tensor]
+    rest: dict[str, Any]
+    weights: dict[str, torch.Tensor] | None = None
+    meta: dict[str, Any] | None = None
+    event: dict[str, Any] | None = None
+
+
+def _copied(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Host copies, taken on the training thread, of tensors that training goes on changing."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}
+
+
+def _verdict(text: str) -> StorageError | None:
+    if text == OK:
+        return None
+    reason, _, detail = text.partition(": ")
+    return StorageError(reason, detail)
 
 
 def tried(what: str, uri: str, step: Callable[[], None]) -> StorageError | None:
