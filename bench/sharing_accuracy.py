@@ -19,7 +19,9 @@ Printed per model, W and variant: the validation accuracy per seed and its mean,
 run (dense bytes / the bytes of the messages) and tau at the end. Last line: one JSON object; the full run also
 writes it to bench/results/sharing_accuracy.json.
 
-Run: ``python -m bench.sharing_accuracy [--quick]`` (about 5 minutes on 2 cores; ``--quick``: one seed).
+Run: ``python -m bench.sharing_accuracy [--quick] [--set w4_10m]`` (about 5 minutes on 2 cores; ``--quick``: one
+seed; ``--set w4_10m``: instead, ``bench.network``'s 9.7M MLP at W = 4 over 4, 8 and 12 epochs, ``allreduce``
+against the defaults, about 11 minutes, written to bench/results/sharing_accuracy_w4_10m.json).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.splits import LSTM, layout, splits_for
-from bench.trainer import CNN, WIDE
+from bench.trainer import CNN, WIDE, wide_mlp
 from workers.training.torch.config import TrainerConfig, parse_sharing
 from workers.training.torch.local import run_local_many
 from workers.training.torch.spec import parse_optimizer
@@ -59,6 +61,11 @@ RUNS: list[tuple[str, dict[str, Any], float, int, int]] = [
     ("lstm", LSTM, 1e-2, 10, 1),
 ]
 
+# --set w4_10m: bench.network's 9.7M MLP at W = 4 (44 steps per worker over its 4 epochs), over more epochs
+RUNS_W4_10M: list[tuple[str, dict[str, Any], float, int, int]] = [
+    ("mlp_10m", wide_mlp(3072), 5e-4, epochs, 4) for epochs in (4, 8, 12)
+]
+
 
 def _variants(model: str, lr: float, world: int) -> dict[str, tuple[str, dict[str, Any] | None]]:
     variants: dict[str, tuple[str, dict[str, Any] | None]] = {
@@ -82,7 +89,7 @@ def _variants(model: str, lr: float, world: int) -> dict[str, tuple[str, dict[st
         )
         variants["thresholded_3x_epochs"] = variants["thresholded"]
         variants["allreduce_3x_epochs"] = variants["allreduce"]
-    elif model == "lstm":
+    elif model in ("lstm", "mlp_10m"):  # mlp_10m (--set w4_10m): how the gap closes with more steps, the defaults
         del variants["before"]
     else:
         variants["tau0_lr_sum"] = ("gradient_sharing", {"aggregation": "sum"})
@@ -159,15 +166,26 @@ def run(model: str, network: dict[str, Any], lr: float, epochs: int, world: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one seed")
-    parser.add_argument("--out", default=str(REPO / "bench/results/sharing_accuracy.json"))
+    parser.add_argument(
+        "--set",
+        choices=["short", "w4_10m"],
+        default="short",
+        help="short: the runs above (default); w4_10m: the 9.7M MLP at W = 4 over 4, 8 and 12 epochs, allreduce "
+        "against the defaults (written to bench/results/sharing_accuracy_w4_10m.json)",
+    )
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    runs = RUNS_W4_10M if args.set == "w4_10m" else RUNS
+    name = "sharing_accuracy_w4_10m" if args.set == "w4_10m" else "sharing_accuracy"
+    out = args.out or str(REPO / f"bench/results/{name}.json")
     seeds = [7] if args.quick else [7, 8, 9]
     report: dict[str, Any] = {"seeds": seeds, "runs": {}}
     print(f"{'model':<7} {'W':>2} {'variant':<22} {'steps':>5} {'accuracy (per seed)':<26} {'mean':>6} "
           f"{'vs allreduce':>12} {'codec x':>8} {'tau end':>9}")  # fmt: skip
-    for model, network, lr, epochs, world in RUNS:
+    for model, network, lr, epochs, world in runs:
         figures = run(model, network, lr, epochs, world, seeds)
-        report["runs"][f"{model}_w{world}"] = {"lr": lr, "epochs": epochs, "workers": world, "variants": figures}
+        key = f"{model}_w{world}_e{epochs}" if args.set == "w4_10m" else f"{model}_w{world}"
+        report["runs"][key] = {"lr": lr, "epochs": epochs, "workers": world, "variants": figures}
         for name, f in figures.items():
             base = figures["allreduce_3x_epochs" if name.endswith("3x_epochs") else "allreduce"]["mean_accuracy"]
             tau = f"{f['tau_end']:.2e}" if f["tau_end"] else "-"
@@ -176,7 +194,7 @@ def main() -> None:
                   f"{f['mean_accuracy']:>6.4f} {100 * (f['mean_accuracy'] - base):>+11.2f}p {f['compression']:>8.1f} "
                   f"{tau:>9}", flush=True)  # fmt: skip
     if not args.quick:
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+        Path(out).write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report))
 
 
