@@ -21,7 +21,9 @@ writes it to bench/results/sharing_accuracy.json.
 
 Run: ``python -m bench.sharing_accuracy [--quick] [--set w4_10m]`` (about 5 minutes on 2 cores; ``--quick``: one
 seed; ``--set w4_10m``: instead, ``bench.network``'s 9.7M MLP at W = 4 over 4, 8 and 12 epochs, ``allreduce``
-against the defaults, about 11 minutes, written to bench/results/sharing_accuracy_w4_10m.json).
+against the defaults, 6 minutes, written to bench/results/sharing_accuracy_w4_10m.json; ``--set tau0_10m``: the
+same model at W = 2 over 4 and 20 epochs, the first threshold at one step (the default) and at ten
+(``tau0_10lr``), 9 minutes, bench/results/sharing_accuracy_tau0_10m.json).
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ RUNS: list[tuple[str, dict[str, Any], float, int, int]] = [
 RUNS_W4_10M: list[tuple[str, dict[str, Any], float, int, int]] = [
     ("mlp_10m", wide_mlp(3072), 5e-4, epochs, 4) for epochs in (4, 8, 12)
 ]
+# --set tau0_10m: the same model at W = 2 over 4 and 20 epochs, the first threshold at one step and at ten
+RUNS_TAU0_10M: list[tuple[str, dict[str, Any], float, int, int]] = [
+    ("mlp_10m_tau0", wide_mlp(3072), 5e-4, epochs, 2) for epochs in (4, 20)
+]
 
 
 def _variants(model: str, lr: float, world: int) -> dict[str, tuple[str, dict[str, Any] | None]]:
@@ -91,6 +97,9 @@ def _variants(model: str, lr: float, world: int) -> dict[str, tuple[str, dict[st
         variants["allreduce_3x_epochs"] = variants["allreduce"]
     elif model in ("lstm", "mlp_10m"):  # mlp_10m (--set w4_10m): how the gap closes with more steps, the defaults
         del variants["before"]
+    elif model == "mlp_10m_tau0":  # --set tau0_10m: what a first threshold of ten steps trades
+        del variants["before"]
+        variants["tau0_10lr"] = ("gradient_sharing", {"threshold_algorithm": {"initial_threshold": 10 * lr}})
     else:
         variants["tau0_lr_sum"] = ("gradient_sharing", {"aggregation": "sum"})
     return variants
@@ -168,15 +177,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one seed")
     parser.add_argument(
         "--set",
-        choices=["short", "w4_10m"],
+        choices=["short", "w4_10m", "tau0_10m"],
         default="short",
         help="short: the runs above (default); w4_10m: the 9.7M MLP at W = 4 over 4, 8 and 12 epochs, allreduce "
-        "against the defaults (written to bench/results/sharing_accuracy_w4_10m.json)",
+        "against the defaults; tau0_10m: the 9.7M MLP at W = 2 over 4 and 20 epochs, the first threshold at one "
+        "step and at ten (written to bench/results/sharing_accuracy_<set>.json)",
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    runs = RUNS_W4_10M if args.set == "w4_10m" else RUNS
-    name = "sharing_accuracy_w4_10m" if args.set == "w4_10m" else "sharing_accuracy"
+    runs = {"short": RUNS, "w4_10m": RUNS_W4_10M, "tau0_10m": RUNS_TAU0_10M}[args.set]
+    name = "sharing_accuracy" if args.set == "short" else f"sharing_accuracy_{args.set}"
     out = args.out or str(REPO / f"bench/results/{name}.json")
     seeds = [7] if args.quick else [7, 8, 9]
     report: dict[str, Any] = {"seeds": seeds, "runs": {}}
@@ -184,7 +194,7 @@ def main() -> None:
           f"{'vs allreduce':>12} {'codec x':>8} {'tau end':>9}")  # fmt: skip
     for model, network, lr, epochs, world in runs:
         figures = run(model, network, lr, epochs, world, seeds)
-        key = f"{model}_w{world}_e{epochs}" if args.set == "w4_10m" else f"{model}_w{world}"
+        key = f"{model}_w{world}" if args.set == "short" else f"{model}_w{world}_e{epochs}"
         report["runs"][key] = {"lr": lr, "epochs": epochs, "workers": world, "variants": figures}
         for name, f in figures.items():
             base = figures["allreduce_3x_epochs" if name.endswith("3x_epochs") else "allreduce"]["mean_accuracy"]

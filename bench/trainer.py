@@ -98,7 +98,14 @@ class BenchContext:
 
 
 def _request(
-    network: dict[str, Any], lr: float, epochs: int, mode: str, coding: str, data_path: str, workers: int = WORKERS
+    network: dict[str, Any],
+    lr: float,
+    epochs: int,
+    mode: str,
+    coding: str,
+    data_path: str,
+    workers: int = WORKERS,
+    sharing: dict[str, Any] | None = None,
 ) -> Any:
     from app.schemas.train import TrainRequest
 
@@ -122,7 +129,7 @@ def _request(
                 "seed": SEED,
                 "optimizer": {"type": "adam", "learning_rate": lr},
                 "mode": mode,
-                "gradient_sharing": {"index_coding": coding},
+                "gradient_sharing": {"index_coding": coding, **(sharing or {})},
                 "data_path": data_path,
             },
         }
@@ -139,14 +146,16 @@ def run_sparktrain(
     coding: str = "compact",
     data_path: str = "direct",
     workers: int = WORKERS,
+    sharing: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """One job as the service runs it; ``sharing`` adds to the request's ``training.gradient_sharing``."""
     from app.services.planning.training import plan_training
     from workers.training.torch.driver import train
 
     with tempfile.TemporaryDirectory() as tmp:
         ctx = BenchContext(spark, Path(tmp))
         t0 = time.perf_counter()
-        request = _request(network, lr, epochs, mode, coding, data_path, workers)
+        request = _request(network, lr, epochs, mode, coding, data_path, workers, sharing)
         plan = plan_training(request=request, settings=settings, spark=spark)
         result = train(ctx, plan).result
         wall = time.perf_counter() - t0
