@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -13,12 +14,28 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount``'s ``-o size=``) mounted at ``mount`` (made here), unmounted afterwards; the
+    test is skipped where it cannot be mounted (not root, no mount)."""
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True,
+                          check=False)  # fmt: skip
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode()[:200]}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from bench.chaos import digits_job
-from tests.helpers import TAXI_FEATURES, running_service
+from tests.helpers import TAXI_FEATURES, running_service, tmpfs
 
 pytestmark = pytest.mark.slow
 
@@ -28,16 +28,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 64 MB tmpfs, unmounted afterwards (root only)."""
-    mount = tmp_path / "store"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True,
-                          check=False)  # fmt: skip
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode()[:200]}")
-    try:
+    with tmpfs(tmp_path / "store", "64m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fill(disk: Path, leave: int) -> Path:
