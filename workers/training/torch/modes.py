@@ -21,7 +21,7 @@ import torch
 
 from workers.codecs.threshold import MessageKind, decode_accumulate, encode_threshold
 from workers.training.torch.comm import Comm, dense_is_cheaper
-from workers.training.torch.config import SharingConfig
+from workers.training.torch.config import SharingConfig, planned_threshold_multiple
 from workers.training.torch.residuals import make_residual_clipping, residual_stats
 from workers.training.torch.thresholds import make_threshold_algorithm
 
@@ -119,6 +119,11 @@ class Strategy:
 
     def step(self, global_step: int) -> StepStats:
         raise NotImplementedError
+
+    def plan(self, planned_steps: int) -> float | None:
+        """Told the run's length (steps per worker) before its first step; gradient sharing picks its first
+        threshold from it. Returns that threshold, or None when nothing was picked."""
+        return None
 
     def flagged_step(self, global_step: int, *, stop: bool, nan_loss: bool) -> tuple[bool, bool, StepStats | None]:
         """Whether any rank asked to stop or saw a non-finite loss and, when none did, the step taken.
@@ -246,6 +251,17 @@ class GradientSharing(Strategy):
     def residual(self) -> torch.Tensor:
         """What this worker has not sent yet (a copy: the strategy keeps it negated, :attr:`owed`)."""
         return torch.neg(self.owed)
+
+    def plan(self, planned_steps: int) -> float | None:
+        """tau's first value for a run of ``planned_steps`` per worker, when the request left it to the trainer
+        (:attr:`SharingConfig.planned_initial_threshold`): the configured one step times
+        :func:`planned_threshold_multiple`. None when it did not, the model is exchanged exactly, or the run
+        resumed (its threshold comes from the checkpoint)."""
+        if not self.sharing.planned_initial_threshold or self.exact or self.algorithm.threshold is not None:
+            return None
+        tau0 = float(self.sharing.threshold_algorithm["initial_threshold"]) * planned_threshold_multiple(planned_steps)
+        self.algorithm.start_at(tau0)
+        return tau0
 
     def residual_norm(self) -> float | None:
         """Asked for only on the steps a worker reports (a pass over the residual: 3 ms on a 9.7M model); a model

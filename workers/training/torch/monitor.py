@@ -114,6 +114,7 @@ class Monitor(EventListener):
             self.ctx.log(
                 f"{event['parameters']:,} parameters; {event['steps_per_epoch']} steps per epoch per worker; "
                 f"epochs {event['start_epoch'] + 1}..{event['epochs']}"
+                + (f"; first threshold {event['initial_threshold']:.3g}" if event.get("initial_threshold") else "")
             )
         elif kind == "epoch":
             self.epochs_seen.append(event)

@@ -199,10 +199,12 @@ def _train(
     if steps_per_epoch == 0:
         too_few = f"a worker has fewer than batch_size_per_worker={batch} training rows"
         return _failed(base, "EMPTY_PARTITION", f"{too_few}; use fewer workers, a smaller batch or more data")
+    tau0 = strategy.plan(steps_per_epoch * cfg.epochs)  # None on a resumed run: tau comes from the checkpoint
     if rank == 0:
         reporter.send(
             {
                 "t": "plan",
+                "initial_threshold": tau0,
                 "steps_per_epoch": steps_per_epoch,
                 "start_step": global_step,
                 "start_epoch": cfg.start_epoch,

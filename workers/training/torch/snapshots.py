@@ -193,8 +193,11 @@ def _copied(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _verdict(text: str) -> StorageError | None:
-    if text == OK:
-        return None
+    return None if text == OK else _parsed(text)
+
+
+def _parsed(text: str) -> StorageError:
+    """A StorageError back from its ``str()`` (``"REASON: detail"``), as another rank wrote it."""
     reason, _, detail = text.partition(": ")
     return StorageError(reason, detail)
 
@@ -220,8 +223,7 @@ def agree(comm: Comm, failure: StorageError | None) -> StorageError | None:
     mine = torch.frombuffer(bytearray(text), dtype=torch.uint8) if text else torch.zeros(0, dtype=torch.uint8)
     gathered = comm.all_gather_padded(mine, sizes)
     first = next(bytes(m.cpu().tolist()).decode(errors="replace") for m, n in zip(gathered, sizes, strict=True) if n)
-    reason, _, detail = first.partition(": ")
-    return StorageError(reason, detail)
+    return _parsed(first)
 
 
 def published(cfg: TrainerConfig, what: str) -> str:

@@ -100,6 +100,7 @@ class ThresholdAlgorithm(ABC):
         self._threshold: float | None = None
         self._last_sparsity: float | None = None
         self._steps = 0
+        self._first: float | None = None
 
     @property
     def threshold(self) -> float | None:
@@ -114,7 +115,7 @@ class ThresholdAlgorithm(ABC):
     def next_threshold(self) -> float:
         """tau for the step about to be encoded."""
         if self._threshold is None:
-            tau = self._initial()
+            tau = self._first if self._first is not None else self._initial()
         elif self._last_sparsity is None:
             tau = self._threshold
         else:
@@ -133,6 +134,12 @@ class ThresholdAlgorithm(ABC):
         if not 0 <= count <= n:
             raise ValueError(f"count={count} must be in [0, n={n}]")
         self._last_sparsity = count / n if n else 0.0
+
+    def start_at(self, tau: float) -> None:
+        """Start from ``tau`` instead of the configured first value; only before the first step."""
+        if self._threshold is not None:
+            raise RuntimeError("the threshold has already started")
+        self._first = _positive_tau("first threshold", tau)
 
     @abstractmethod
     def _initial(self) -> float: ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workers.errors import SpecError
-from workers.training.torch.config import parse_sharing
+from workers.training.torch.config import parse_sharing, planned_threshold_multiple
 from workers.training.torch.spec import parse_optimizer
 
 ADAM = parse_optimizer({"type": "adam", "learning_rate": 0.01})
@@ -57,3 +57,21 @@ def test_requests_exchange_models_under_32_kib_exactly_unless_told_otherwise() -
         with pytest.raises(SpecError) as caught:
             parse_sharing({"exact_below_bytes": bad}, ADAM)
         assert caught.value.path == "training.gradient_sharing.exact_below_bytes"
+
+
+def test_left_out_the_first_threshold_of_adam_family_follows_the_run_length() -> None:
+    """The trainer multiplies the one step by the planned length's multiple (remote._train calls plan())."""
+    assert parse_sharing(None, ADAM).planned_initial_threshold
+    target = parse_sharing({"threshold_algorithm": {"type": "target_sparsity"}}, ADAM)
+    assert target.planned_initial_threshold
+    explicit = parse_sharing({"threshold_algorithm": {"initial_threshold": 0.01}}, ADAM)
+    assert not explicit.planned_initial_threshold
+    fixed = parse_sharing({"threshold_algorithm": {"type": "fixed", "threshold": 0.01}}, ADAM)
+    assert not fixed.planned_initial_threshold
+    sgd = parse_sharing(None, parse_optimizer({"type": "sgd", "learning_rate": 0.1}))
+    assert not sgd.planned_initial_threshold
+
+
+@pytest.mark.parametrize(("steps", "multiple"), [(1, 1.0), (88, 1.0), (374, 5.5), (660, 10.0), (10**6, 10.0)])
+def test_planned_threshold_multiple(steps: int, multiple: float) -> None:
+    assert planned_threshold_multiple(steps) == pytest.approx(multiple)

@@ -16,7 +16,7 @@ import torch
 from workers.training.torch.checkpoint import WEIGHTS, final_dir
 from workers.training.torch.config import DataLayout, SharingConfig, TrainerConfig
 from workers.training.torch.data import Split
-from workers.training.torch.local import run_local
+from workers.training.torch.local import run_local, run_local_many
 from workers.training.torch.remote import DeviceError, select_device
 
 MLP = {
@@ -216,3 +216,30 @@ def test_step_events_are_sampled_in_time_with_every_epochs_edges(tmp_path: Path,
         assert [e["step"] for e in steps] == [1, per_epoch, per_epoch + 1, 2 * per_epoch]
         assert [e["epoch"] for e in steps] == [1, 1, 2, 2]
         assert all(a["wire_bytes_sent"] <= b["wire_bytes_sent"] for a, b in itertools.pairwise(steps))
+
+
+def test_a_planned_first_threshold_is_the_one_step_times_the_runs_multiple(tmp_path: Path) -> None:
+    """Left to the trainer, tau0 is picked from the planned steps (8 epochs of 25: 200 per worker, 1 + 9 * 112 / 572
+    steps of tau0): bitwise the run with that tau0 given explicitly, not the one with one step; a resumed run keeps the
+    threshold of its checkpoint and ends where the uninterrupted run does."""
+    one_step = {"type": "adaptive", "initial_threshold": 0.01}
+    planned = SharingConfig(threshold_algorithm=one_step, planned_initial_threshold=True)
+    explicit = SharingConfig(threshold_algorithm={**one_step, "initial_threshold": 0.01 * (1 + 9 * 112 / 572)})
+    runs = run_local_many(
+        [
+            _cfg(tmp_path / "planned", sharing=planned, epochs=8),
+            _cfg(tmp_path / "explicit", sharing=explicit, epochs=8),
+            _cfg(tmp_path / "one", sharing=SharingConfig(threshold_algorithm=one_step), epochs=8),
+        ],
+        _splits(),
+    )
+    for ranks in runs:
+        assert all("exception" not in r for r in ranks), ranks
+    assert runs[0][0]["checksum"] == runs[1][0]["checksum"] != runs[2][0]["checksum"]
+    resumed = run_local(
+        _cfg(tmp_path / "resumed", sharing=planned, epochs=8, start_epoch=6,
+             resume_dir=str(final_dir(tmp_path / "planned" / "checkpoints", 6))),
+        _splits(),
+    )  # fmt: skip
+    assert "exception" not in resumed[0], resumed
+    assert resumed[0]["checksum"] == runs[0][0]["checksum"]

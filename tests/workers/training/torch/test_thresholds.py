@@ -25,6 +25,17 @@ NO_DEADLINE = settings(deadline=None)
 N = 100_000
 
 
+def test_start_at_replaces_the_first_threshold_before_the_first_step_only() -> None:
+    algo = AdaptiveThreshold(initial=1e-3)
+    algo.start_at(4e-3)
+    assert algo.next_threshold() == 4e-3
+    assert algo.spec()["initial_threshold"] == 1e-3  # the configuration is unchanged
+    with pytest.raises(RuntimeError, match="already started"):
+        algo.start_at(1e-2)
+    with pytest.raises(ValueError, match="first threshold"):
+        AdaptiveThreshold().start_at(0.0)
+
+
 def test_default_decay_doubles_in_twenty_steps() -> None:
     assert math.isclose(DEFAULT_DECAY, 0.965936, abs_tol=1e-6)
     assert math.isclose(DEFAULT_DECAY**20, 0.5)
