@@ -114,7 +114,11 @@ class Monitor(EventListener):
             self.ctx.log(
                 f"{event['parameters']:,} parameters; {event['steps_per_epoch']} steps per epoch per worker; "
                 f"epochs {event['start_epoch'] + 1}..{event['epochs']}"
-                + (f"; first threshold {event['initial_threshold']:.3g}" if event.get("initial_threshold") else "")
+                + (
+                    f"; first threshold {event['initial_threshold']:.3g} (from the planned steps)"
+                    if event.get("initial_threshold")
+                    else ""
+                )
             )
         elif kind == "epoch":
             self.epochs_seen.append(event)

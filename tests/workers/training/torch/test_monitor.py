@@ -90,3 +90,30 @@ def test_progress_is_written_at_most_every_quarter_second_but_every_epoch_and_th
     assert messages[-1] == "epoch 2 of 2, step 200" and ctx.progressed[-1][0] == 0.98, "and the last one"
     assert len(messages) <= 5, messages
     monitor._flush()
+
+
+class _Logged(_Recorded):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def log(self, message: str, level: str = "INFO") -> None:
+        self.lines.append(message)
+
+
+def test_the_plan_line_names_the_first_threshold_the_trainer_picked() -> None:
+    ctx = _Logged()
+    monitor = Monitor(ctx, host="127.0.0.1", on_checkpoint=lambda *a, **k: None)  # type: ignore[arg-type]
+    plan = {
+        "t": "plan",
+        "parameters": 9_700_000,
+        "steps_per_epoch": 22,
+        "start_epoch": 0,
+        "epochs": 20,
+        "start_step": 0,
+    }
+    monitor._handle({**plan, "initial_threshold": 0.0032})
+    monitor._handle({**plan, "initial_threshold": None})  # given in the request, or a resumed run
+    head = "9,700,000 parameters; 22 steps per epoch per worker; epochs 1..20"
+    assert ctx.lines == [f"{head}; first threshold 0.0032 (from the planned steps)", head]
+    monitor._flush()
