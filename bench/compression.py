@@ -5,9 +5,10 @@ the threshold starts at one optimizer step and most elements are sent, weighs on
 the same two MLPs for longer on ``local[2]`` (no shaped link: the wire bytes are the trainer's own count of what
 its collectives put on the wire, which ``bench.network`` checked against the link's byte counters at 0.96 to 0.99
 for these models): the 1.1M MLP for 30 epochs and the 9.7M MLP for 20, 2 workers, each in ``gradient_sharing``
-with the defaults, ``gradient_sharing`` with the first threshold at ten times the learning rate instead of one
-step (``gradient_sharing_tau0_10lr``: what a long run can trade for compression) and ``allreduce``, after one
-warm-up stage.
+with the defaults (the first threshold picked from the planned length: ten optimizer steps from 440 planned steps
+per worker, ``workers.training.torch.config.planned_threshold_multiple``), ``gradient_sharing`` with the first
+threshold at one step (``gradient_sharing_tau0_1lr``: the default before 2026-12-05, what a short run gets) and
+``allreduce``, after one warm-up stage.
 
 Reported per run: validation accuracy, wall time, the wire compression over the whole run (what a dense ring
 all-reduce step puts on the wire over what the run put there), the codec's ratio over the run and after the first
@@ -29,10 +30,10 @@ from bench.trainer import REPO, WIDE, run_sparktrain, warm_session, wide_mlp
 
 MODES: dict[str, tuple[str, float | None]] = {
     "gradient_sharing": ("gradient_sharing", None),
-    "gradient_sharing_tau0_10lr": ("gradient_sharing", 10.0),
+    "gradient_sharing_tau0_1lr": ("gradient_sharing", 1.0),
     "allreduce": ("allreduce", None),
 }
-"""Run name -> (mode, the first threshold as a multiple of the learning rate; None: the defaults, one step)."""
+"""Run name -> (mode, the first threshold as a multiple of the learning rate; None: the defaults)."""
 
 
 def main() -> None:

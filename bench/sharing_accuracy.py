@@ -6,9 +6,11 @@ same seeds for every variant. Variants:
 
 - ``allreduce``: the dense baseline.
 - ``before``: the defaults up to 2026-12-01, tau0 = 1e-2 and the sum of the messages.
-- ``now``: today's defaults, tau0 = one optimizer step (Adam: the learning rate) and the mean of the messages
-  (``workers.training.torch.config.default_initial_threshold``).
-- ``tau0_lr_sum``: today's tau0 with the sum of the messages (which aggregation goes with tau0 = lr).
+- ``now``: today's defaults, the mean of the messages and tau0 picked from the planned length: one optimizer step
+  (Adam: the learning rate) up to 88 steps per worker, ten from 660, linear between
+  (``workers.training.torch.config.planned_threshold_multiple``; until 2026-12-05 one step whatever the length).
+- ``tau0_lr_sum``: today's tau0 with the sum of the messages (which aggregation goes with it; the name is from when
+  today's tau0 was one step, lr).
 - For the LSTM (4,835 parameters: small enough that ``now`` exchanges it exactly, every step a dense all-reduce of
   the workers' gradients before the optimizer, ``exact_below_bytes``): ``thresholded`` (the threshold all the
   same), ``exact_sum`` (exact, with the sum of the gradients), and what says where the thresholded gap comes
@@ -23,7 +25,10 @@ Run: ``python -m bench.sharing_accuracy [--quick] [--set w4_10m]`` (about 5 minu
 seed; ``--set w4_10m``: instead, ``bench.network``'s 9.7M MLP at W = 4 over 4, 8 and 12 epochs, ``allreduce``
 against the defaults, 6 minutes, written to bench/results/sharing_accuracy_w4_10m.json; ``--set tau0_10m``: the
 same model at W = 2 over 4 and 20 epochs, the first threshold at one step (the default) and at ten
-(``tau0_10lr``), 9 minutes, bench/results/sharing_accuracy_tau0_10m.json).
+(``tau0_10lr``), 9 minutes, bench/results/sharing_accuracy_tau0_10m.json; ``--set tau0_steps``: the same model
+over 4, 10 and 20 epochs and the digits CNN over 10, the first threshold at explicit multiples of the learning rate
+(``tau0_<m>lr``), what the planned-length rule was fitted on, 16 minutes,
+bench/results/sharing_accuracy_tau0_steps.json).
 """
 
 from __future__ import annotations
@@ -71,9 +76,29 @@ RUNS_W4_10M: list[tuple[str, dict[str, Any], float, int, int]] = [
 RUNS_TAU0_10M: list[tuple[str, dict[str, Any], float, int, int]] = [
     ("mlp_10m_tau0", wide_mlp(3072), 5e-4, epochs, 2) for epochs in (4, 20)
 ]
+# --set tau0_steps: the same model at W = 2 over 4, 10 and 20 epochs (88, 220 and 440 steps per worker), the
+# first threshold at several multiples of the learning rate: which multiple each run length can afford
+RUNS_TAU0_STEPS: list[tuple[str, dict[str, Any], float, int, int]] = [
+    *(("mlp_10m_tau0steps", wide_mlp(3072), 5e-4, epochs, 2) for epochs in (4, 10, 20)),
+    ("cnn_tau0steps", CNN, 3e-3, 10, 2),
+]
+TAU0_MULTIPLES = {
+    ("mlp_10m_tau0steps", 4): (1, 2, 3),
+    ("mlp_10m_tau0steps", 10): (1, 3, 5, 10),
+    ("mlp_10m_tau0steps", 20): (1, 5, 10),
+    ("cnn_tau0steps", 10): (1, 2, 3, 4.4, 10),
+}
 
 
-def _variants(model: str, lr: float, world: int) -> dict[str, tuple[str, dict[str, Any] | None]]:
+def _variants(model: str, lr: float, world: int, epochs: int) -> dict[str, tuple[str, dict[str, Any] | None]]:
+    if model.endswith("_tau0steps"):  # --set tau0_steps: explicit first thresholds, whatever the default is
+        return {
+            "allreduce": ("allreduce", None),
+            **{
+                f"tau0_{m}lr": ("gradient_sharing", {"threshold_algorithm": {"initial_threshold": m * lr}})
+                for m in TAU0_MULTIPLES[model, epochs]
+            },
+        }
     variants: dict[str, tuple[str, dict[str, Any] | None]] = {
         "allreduce": ("allreduce", None),
         "before": ("gradient_sharing", BEFORE),
@@ -140,35 +165,27 @@ def _summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(model: str, network: dict[str, Any], lr: float, epochs: int, world: int, seeds: list[int]) -> dict[str, Any]:
+    """Every variant over every seed; one variant's seeds at a time in the same rank processes, each variant in a
+    temporary directory of its own (a 9.7M-parameter run keeps about 0.2 GB of checkpoints per epoch: all the
+    variants of a 20-epoch set at once filled 40 GB of /tmp)."""
     splits = splits_for(network, world)
-    variants = _variants(model, lr, world)
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        configs = [
-            _config(
-                network,
-                lr,
-                mode,
-                sharing,
-                epochs=epochs * (3 if name.endswith("3x_epochs") else 1),
-                world=world,
-                seed=seed,
-                tmp=f"{tmp}/{name}",
-            )
-            for name, (mode, sharing) in variants.items()
-            for seed in seeds
-        ]
-        results = iter(run_local_many(configs, splits))
-        for name in variants:
-            runs = [_summary(next(results)) for _ in seeds]
-            accuracy = [r["accuracy"] for r in runs]
-            out[name] = {
-                "accuracy": [round(a, 4) for a in accuracy],
-                "mean_accuracy": round(statistics.fmean(accuracy), 4),
-                "compression": round(statistics.fmean(r["compression"] for r in runs), 1),
-                "tau_end": runs[0]["tau_end"],
-                "steps_per_worker": runs[0]["steps"],
-            }
+    for name, (mode, sharing) in _variants(model, lr, world, epochs).items():
+        with tempfile.TemporaryDirectory() as tmp:
+            length = epochs * (3 if name.endswith("3x_epochs") else 1)
+            configs = [
+                _config(network, lr, mode, sharing, epochs=length, world=world, seed=seed, tmp=f"{tmp}/{name}")
+                for seed in seeds
+            ]
+            runs = [_summary(ranks) for ranks in run_local_many(configs, splits)]
+        accuracy = [r["accuracy"] for r in runs]
+        out[name] = {
+            "accuracy": [round(a, 4) for a in accuracy],
+            "mean_accuracy": round(statistics.fmean(accuracy), 4),
+            "compression": round(statistics.fmean(r["compression"] for r in runs), 1),
+            "tau_end": runs[0]["tau_end"],
+            "steps_per_worker": runs[0]["steps"],
+        }
     return out
 
 
@@ -177,15 +194,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one seed")
     parser.add_argument(
         "--set",
-        choices=["short", "w4_10m", "tau0_10m"],
+        choices=["short", "w4_10m", "tau0_10m", "tau0_steps"],
         default="short",
         help="short: the runs above (default); w4_10m: the 9.7M MLP at W = 4 over 4, 8 and 12 epochs, allreduce "
         "against the defaults; tau0_10m: the 9.7M MLP at W = 2 over 4 and 20 epochs, the first threshold at one "
-        "step and at ten (written to bench/results/sharing_accuracy_<set>.json)",
+        "step and at ten; tau0_steps: the same over 4, 10 and 20 epochs, the first threshold at 1 to 10 steps "
+        "(written to bench/results/sharing_accuracy_<set>.json)",
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    runs = {"short": RUNS, "w4_10m": RUNS_W4_10M, "tau0_10m": RUNS_TAU0_10M}[args.set]
+    runs = {"short": RUNS, "w4_10m": RUNS_W4_10M, "tau0_10m": RUNS_TAU0_10M, "tau0_steps": RUNS_TAU0_STEPS}[args.set]
     name = "sharing_accuracy" if args.set == "short" else f"sharing_accuracy_{args.set}"
     out = args.out or str(REPO / f"bench/results/{name}.json")
     seeds = [7] if args.quick else [7, 8, 9]
