@@ -5,10 +5,10 @@ the threshold starts at one optimizer step and most elements are sent, weighs on
 the same two MLPs for longer on ``local[2]`` (no shaped link: the wire bytes are the trainer's own count of what
 its collectives put on the wire, which ``bench.network`` checked against the link's byte counters at 0.96 to 0.99
 for these models): the 1.1M MLP for 30 epochs and the 9.7M MLP for 20, 2 workers, each in ``gradient_sharing``
-with the defaults (the first threshold picked from the planned length: ten optimizer steps from 440 planned steps
-per worker, ``workers.training.torch.config.planned_threshold_multiple``), ``gradient_sharing`` with the first
-threshold at one step (``gradient_sharing_tau0_1lr``: the default before 2026-12-05, what a short run gets) and
-``allreduce``, after one warm-up stage.
+with the defaults (the first threshold picked from the planned length: 6.5 optimizer steps over the 9.7M MLP's 440
+planned steps per worker, ten over the 1.1M MLP's 660; ``workers.training.torch.config.planned_threshold_multiple``),
+``gradient_sharing`` with the first threshold at one step (``gradient_sharing_tau0_1lr``: the default before
+2026-12-05, what a short run gets) and ``allreduce``, after one warm-up stage.
 
 Reported per run: validation accuracy, wall time, the wire compression over the whole run (what a dense ring
 all-reduce step puts on the wire over what the run put there), the codec's ratio over the run and after the first

@@ -23,12 +23,11 @@ writes it to bench/results/sharing_accuracy.json.
 
 Run: ``python -m bench.sharing_accuracy [--quick] [--set w4_10m]`` (about 5 minutes on 2 cores; ``--quick``: one
 seed; ``--set w4_10m``: instead, ``bench.network``'s 9.7M MLP at W = 4 over 4, 8 and 12 epochs, ``allreduce``
-against the defaults, 6 minutes, written to bench/results/sharing_accuracy_w4_10m.json; ``--set tau0_10m``: the
-same model at W = 2 over 4 and 20 epochs, the first threshold at one step (the default) and at ten
-(``tau0_10lr``), 9 minutes, bench/results/sharing_accuracy_tau0_10m.json; ``--set tau0_steps``: the same model
-over 4, 10 and 20 epochs and the digits CNN over 10, the first threshold at explicit multiples of the learning rate
-(``tau0_<m>lr``), what the planned-length rule was fitted on, 16 minutes,
-bench/results/sharing_accuracy_tau0_steps.json).
+against the defaults, 6 minutes, written to bench/results/sharing_accuracy_w4_10m.json; ``--set tau0_steps``: the
+same model at W = 2 over 4, 10 and 20 epochs and the digits CNN over 10, the first threshold at explicit multiples
+of the learning rate (``tau0_<m>lr``), what the planned-length rule was fitted on, 17 minutes,
+bench/results/sharing_accuracy_tau0_steps.json; it replaces ``--set tau0_10m``, whose one and ten steps over 4
+and 20 epochs it runs too, bench/results/sharing_accuracy_tau0_10m.json).
 """
 
 from __future__ import annotations
@@ -72,10 +71,6 @@ RUNS: list[tuple[str, dict[str, Any], float, int, int]] = [
 RUNS_W4_10M: list[tuple[str, dict[str, Any], float, int, int]] = [
     ("mlp_10m", wide_mlp(3072), 5e-4, epochs, 4) for epochs in (4, 8, 12)
 ]
-# --set tau0_10m: the same model at W = 2 over 4 and 20 epochs, the first threshold at one step and at ten
-RUNS_TAU0_10M: list[tuple[str, dict[str, Any], float, int, int]] = [
-    ("mlp_10m_tau0", wide_mlp(3072), 5e-4, epochs, 2) for epochs in (4, 20)
-]
 # --set tau0_steps: the same model at W = 2 over 4, 10 and 20 epochs (88, 220 and 440 steps per worker), the
 # first threshold at several multiples of the learning rate: which multiple each run length can afford
 RUNS_TAU0_STEPS: list[tuple[str, dict[str, Any], float, int, int]] = [
@@ -83,7 +78,7 @@ RUNS_TAU0_STEPS: list[tuple[str, dict[str, Any], float, int, int]] = [
     ("cnn_tau0steps", CNN, 3e-3, 10, 2),
 ]
 TAU0_MULTIPLES = {
-    ("mlp_10m_tau0steps", 4): (1, 2, 3),
+    ("mlp_10m_tau0steps", 4): (1, 2, 3, 10),
     ("mlp_10m_tau0steps", 10): (1, 3, 5, 10),
     ("mlp_10m_tau0steps", 20): (1, 5, 10),
     ("cnn_tau0steps", 10): (1, 2, 3, 4.4, 10),
@@ -122,9 +117,6 @@ def _variants(model: str, lr: float, world: int, epochs: int) -> dict[str, tuple
         variants["allreduce_3x_epochs"] = variants["allreduce"]
     elif model in ("lstm", "mlp_10m"):  # mlp_10m (--set w4_10m): how the gap closes with more steps, the defaults
         del variants["before"]
-    elif model == "mlp_10m_tau0":  # --set tau0_10m: what a first threshold of ten steps trades
-        del variants["before"]
-        variants["tau0_10lr"] = ("gradient_sharing", {"threshold_algorithm": {"initial_threshold": 10 * lr}})
     else:
         variants["tau0_lr_sum"] = ("gradient_sharing", {"aggregation": "sum"})
     return variants
@@ -194,16 +186,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one seed")
     parser.add_argument(
         "--set",
-        choices=["short", "w4_10m", "tau0_10m", "tau0_steps"],
+        choices=["short", "w4_10m", "tau0_steps"],
         default="short",
         help="short: the runs above (default); w4_10m: the 9.7M MLP at W = 4 over 4, 8 and 12 epochs, allreduce "
-        "against the defaults; tau0_10m: the 9.7M MLP at W = 2 over 4 and 20 epochs, the first threshold at one "
-        "step and at ten; tau0_steps: the same over 4, 10 and 20 epochs, the first threshold at 1 to 10 steps "
+        "against the defaults; tau0_steps: the 9.7M MLP at W = 2 over 4, 10 and 20 epochs and the CNN over 10, the "
+        "first threshold at 1 to 10 steps "
         "(written to bench/results/sharing_accuracy_<set>.json)",
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    runs = {"short": RUNS, "w4_10m": RUNS_W4_10M, "tau0_10m": RUNS_TAU0_10M, "tau0_steps": RUNS_TAU0_STEPS}[args.set]
+    runs = {"short": RUNS, "w4_10m": RUNS_W4_10M, "tau0_steps": RUNS_TAU0_STEPS}[args.set]
     name = "sharing_accuracy" if args.set == "short" else f"sharing_accuracy_{args.set}"
     out = args.out or str(REPO / f"bench/results/{name}.json")
     seeds = [7] if args.quick else [7, 8, 9]
