@@ -18,7 +18,14 @@ from typing import Any
 import pytest
 
 from bench.chaos import busiest, digits_job, python_workers
-from tests.e2e.chaos_support import log_lines, model_weights, same_weights, wait_final, wait_for_epoch
+from tests.e2e.chaos_support import (
+    checkpoint_epochs,
+    log_lines,
+    model_weights,
+    same_weights,
+    wait_final,
+    wait_for_epoch,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +39,14 @@ LOST_WORKER_MESSAGES = (
 def test_a_killed_python_worker_fails_the_stage_and_the_job_resumes_from_its_checkpoint(
     make_service: Callable[..., Any],
 ) -> None:
-    body = digits_job("worker-lost", epochs=5, units=256, batch=16)
+    # batch 2: about a second per epoch here, so the kill lands in the middle of training (at batch 16 an epoch took
+    # 0.16 s and the whole run could end between noticing epoch 2 and the kill, which then hit an idle worker)
+    body = digits_job("worker-lost", epochs=5, units=256, batch=2)
     with make_service() as svc:
         job_id = svc.train(body)["id"]
         wait_for_epoch(svc.client, job_id, 2)
         victim = busiest(python_workers(os.getpid()), sample_s=0.5)
+        assert max(checkpoint_epochs(svc.client, job_id)) < 4, "training got too far before the kill: make it longer"
         os.kill(victim, signal.SIGKILL)
         killed_at = time.time()
 
