@@ -90,7 +90,8 @@ def test_a_second_delivery_of_a_running_jobs_message_does_nothing(
 ) -> None:
     with make_service(database_url=pg_url, broker_url=broker.url, consumer_concurrency=2) as svc:
         queue = svc.runtime.settings.queue
-        job_id = svc.train(digits_job("twice", epochs=4, units=256, batch=16))["id"]
+        # batch 2: seconds of training (at batch 16 under a second), so the second delivery meets it RUNNING
+        job_id = svc.train(digits_job("twice", epochs=4, units=256, batch=2))["id"]
         svc.wait(job_id, {"RUNNING"})
         client = redis.Redis(port=broker.port)
         tags = [
@@ -119,10 +120,14 @@ def test_jobs_that_end_while_redis_is_away_leave_the_consumer_taking_the_next(
     consumer's only prefetch slot for ever, and the waiting job stayed QUEUED (app/jobs/redis_transport.py): here it
     runs once Redis is back, and each job runs once."""
     with make_service(database_url=pg_url, broker_url=broker.url, consumer_concurrency=1) as svc:
-        first, second = (svc.train(digits_job(f"away-{i}", epochs=3, units=64, batch=32))["id"] for i in range(2))
+        # the first at batch 2 (seconds of training; at batch 32 it could end before Redis went away, and then its
+        # acknowledgement never met the missing broker), the second as small as it can be
+        first = svc.train(digits_job("away-0", epochs=3, units=64, batch=2))["id"]
+        second = svc.train(digits_job("away-1", epochs=3, units=64, batch=32))["id"]
         svc.wait(first, {"RUNNING"})
         assert svc.client.get(f"/jobs/{second}").json()["status"] == "QUEUED"
         broker.kill(signal.SIGKILL)
+        assert svc.client.get(f"/jobs/{first}").json()["status"] == "RUNNING", "it ended before Redis went away"
         try:
             ended = wait_final(svc.client, first, timeout=300)  # its acknowledgement meets no Redis
         finally:

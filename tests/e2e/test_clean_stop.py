@@ -68,8 +68,10 @@ def test_sigterm_to_the_group_hands_the_running_job_back_and_the_next_driver_fin
     env = driver_env(tmp_path)
     first = Driver(env, tmp_path / "first.log").start()
     try:
-        job_id = first.client.post("/train", json=digits_job("stop", epochs=6, units=64, batch=16)).json()["id"]
-        _wait_running(first, job_id, progress=0.2)  # past its first checkpoint
+        # batch 2: about a second per epoch, so the signal lands mid-training (at batch 16 the whole job took under
+        # a second and could end before it); progress 0.4: in epoch 3, past the first epoch's checkpoint
+        job_id = first.client.post("/train", json=digits_job("stop", epochs=6, units=64, batch=2)).json()["id"]
+        _wait_running(first, job_id, progress=0.4)
         status = _signal_group(first, signal.SIGTERM)
     finally:
         first.stop()

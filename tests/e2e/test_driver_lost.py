@@ -113,7 +113,9 @@ def test_a_killed_driver_resumes_its_job_from_the_checkpoint_like_an_uninterrupt
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     env = driver_env(tmp_path, heartbeat_stale_s="3", reconcile_interval_s="1", checkpoint_retention="3")
-    survivor = digits_job("survivor", epochs=4, units=256, batch=16)
+    # batch 2: about a second per epoch, so the kill lands mid-training (at batch 16 an epoch took 0.16 s and the job
+    # could finish between noticing epoch 2 and the kill)
+    survivor = digits_job("survivor", epochs=4, units=256, batch=2)
     # ~2.5 million parameters: each rank writes ~30 MB per checkpoint, long enough to be caught at it
     big = digits_job("big", epochs=4, units=1536, batch=32)
     big["network"]["layers"].insert(1, {"type": "dense", "units": 1536, "activation": "relu"})

@@ -48,7 +48,8 @@ def _job(client: httpx.Client, job_id: str, until: Any, timeout: float = 300) ->
 
 def test_a_job_over_the_concurrent_quota_waits_and_submits_over_the_queued_quota_are_429(svc: Service) -> None:
     alice = _as(svc, ALICE)
-    first = alice.post("/train", json=digits_job("alice-1", epochs=6, units=64, batch=16, workers=1)).json()["id"]
+    # each owner's first job trains at batch 2, for seconds: the checks below need it still running
+    first = alice.post("/train", json=digits_job("alice-1", epochs=6, units=64, batch=2, workers=1)).json()["id"]
     _job(alice, first, lambda j: j["status"] == "RUNNING")
     second = alice.post("/train", json=digits_job("alice-2", epochs=1, workers=1)).json()["id"]
     waiting = _job(alice, second, lambda j: j["waiting_for"] is not None)
@@ -78,7 +79,7 @@ def test_a_job_over_the_slot_quota_waits_in_queued_and_runs_once_the_owners_othe
     """carol may hold one task slot and run any number of jobs: her second one-worker job finds a free slot on the
     cluster (local[2]) and a free consumer, and still waits, for the quota alone."""
     carol = _as(svc, CAROL)
-    first = carol.post("/train", json=digits_job("carol-1", epochs=6, units=64, batch=16, workers=1)).json()["id"]
+    first = carol.post("/train", json=digits_job("carol-1", epochs=6, units=64, batch=2, workers=1)).json()["id"]
     _job(carol, first, lambda j: j["status"] == "RUNNING")
     second = carol.post("/train", json=digits_job("carol-2", epochs=1, workers=1)).json()["id"]
     waiting = _job(carol, second, lambda j: j["waiting_for"] is not None or j["status"] != "QUEUED")

@@ -168,10 +168,11 @@ def test_median_prunes_a_hopeless_xgboost_trial_mid_fit(svc: Service) -> None:
 def test_median_prunes_a_hopeless_xgboost_classifier_on_accuracy_mid_fit(svc: Service) -> None:
     # the shipped taxi's rate code (93% standard) from the trip: at 0.3 the first trial is above 0.97 from its first
     # round and early-stops (on mlogloss) after a few dozen; at 1e-4 every round predicts the standard rate, so its
-    # accuracy sits below the median from round 1 and the pruner stops it. Unpruned it would run all 500 rounds.
+    # accuracy sits below the median from round 1 and the pruner stops it. Unpruned it would run all 5,000
+    # rounds (seconds: at 500 the fit could end in about as long as the prune takes to land).
     features = [f for f in TAXI_FEATURES if f != "rate_code"]
     base = {**taxi_request("tune-xgb-acc"), "framework": "xgboost",
-            "params": {"learning_rate": 0.1, "max_depth": 6, "num_round": 500, "early_stopping_rounds": 10,
+            "params": {"learning_rate": 0.1, "max_depth": 6, "num_round": 5000, "early_stopping_rounds": 10,
                        "num_workers": 1}}  # fmt: skip
     base["dataset"] = {**base["dataset"], "features": features, "label": "rate_code", "task": "classification"}
     space = {"params.learning_rate": {"type": "choice", "values": [0.3, 1e-4]}}
@@ -181,15 +182,15 @@ def test_median_prunes_a_hopeless_xgboost_classifier_on_accuracy_mid_fit(svc: Se
     assert done["status"] == "SUCCEEDED", done["error"]
     assert done["result"]["mode"] == "max"
     board = {r["trial"]: r for r in done["result"]["leaderboard"]}
-    assert board[0]["state"] == "COMPLETE" and board[0]["rounds"] < 500 and board[0]["metric"] > 0.95, board
-    assert board[1]["state"] == "PRUNED" and 1 <= board[1]["rounds"] < 500, board
+    assert board[0]["state"] == "COMPLETE" and board[0]["rounds"] < 5000 and board[0]["metric"] > 0.95, board
+    assert board[1]["state"] == "PRUNED" and 1 <= board[1]["rounds"] < 5000, board
     assert done["result"]["best"]["trial"] == 0
     pruned = svc.client.get(f"/jobs/{board[1]['job_id']}").json()
     assert pruned["status"] == "CANCELLED" and pruned["model"] is None
     assert any(w.startswith(f"pruned by tune job {done['id']} at round") for w in pruned["warnings"]), pruned
     rounds = svc.client.get(f"/jobs/{pruned['id']}/metrics", params={"key": "validation_accuracy"}).json()["metrics"]
     steps = [m["step"] for m in rounds]
-    assert steps == list(range(1, len(steps) + 1)) and board[1]["rounds"] <= len(steps) < 500, steps[-5:]
+    assert steps == list(range(1, len(steps) + 1)) and board[1]["rounds"] <= len(steps) < 5000, steps[-5:]
     # the completed trial's curve at its kept round is its result's accuracy (1 - merror on the same trees and rows)
     kept = board[0]["rounds"]
     curve = svc.client.get(f"/jobs/{board[0]['job_id']}/metrics", params={"key": "validation_accuracy"}).json()

@@ -31,8 +31,9 @@ def test_a_killed_tune_job_finishes_on_the_next_driver_without_running_a_trial_t
     request.addfinalizer(lambda: [d.stop() for d in started])
     first = Driver(env, tmp_path / "first.log")
     started.append(first.start())
-    # grid order is the listed order: a short trial, a long one (killed in the middle), a short one
-    body = {"name": "tune-killed", "base": digits_job("tune-killed", epochs=1, units=8, batch=256, workers=1),
+    # grid order is the listed order: a short trial, a long one (killed in the middle), a short one; batch 4 gives
+    # the long one seconds of training (at batch 256 its ten epochs took a fraction of a second: a late kill)
+    body = {"name": "tune-killed", "base": digits_job("tune-killed", epochs=1, units=8, batch=4, workers=1),
             "space": {"training.epochs": {"type": "choice", "values": [1, 10, 2]}}, "sampler": "grid",
             "trials": 3, "parallel": 1, "metric": "accuracy"}  # fmt: skip
     response = first.client.post("/tune", json=body)
