@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
         finally:
             heap.stop()
             await app.state.events.close()
+            await app.state.runtime.close_loop_reads()
             await run_in_threadpool(app.state.runtime.close)  # after a stop signal the jobs were handed back already
 
     app = FastAPI(

@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.settings import Settings
+from app.db.loop_reads import LoopReads
 from app.jobs.runtime import JobRuntime
 from app.services.online import ResolvedModels
 from app.services.quotas import RequestLimiter
@@ -51,6 +52,9 @@ class ServiceRuntime:
     limiter: RequestLimiter | None = None
     reads: sessionmaker[Session] | None = None
     """Sessions for read-only requests (:func:`app.db.session.create_read_sessionmaker`); None: ``db``'s."""
+    loop_reads: LoopReads | None = None
+    """``GET /jobs/{id}``'s read on the event loop (PostgreSQL only; app/db/loop_reads.py); the service's lifespan
+    closes its connections (:meth:`close_loop_reads`)."""
     background: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sparktrain-after-answer")
     )
@@ -91,6 +95,11 @@ class ServiceRuntime:
         if self.reconciler is not None:
             self.reconciler.stop(wait=False)
         return hand_back_all(self.jobs, quiet=self.owns_spark)
+
+    async def close_loop_reads(self) -> None:
+        """Close the event loop's database connections, on that loop (before :meth:`close`)."""
+        if self.loop_reads is not None:
+            await self.loop_reads.close()
 
     def close(self) -> None:
         """Stop everything; never raises (a failed shutdown is an operator's page of tracebacks)."""
@@ -169,6 +178,7 @@ def start_runtime(
         engine=engine,
         db=db,
         reads=create_read_sessionmaker(engine),
+        loop_reads=LoopReads(settings.database_url) if LoopReads.supports(settings.database_url) else None,
         spark=spark,
         celery=celery,
         jobs=job_runtime,

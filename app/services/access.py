@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.core.auth import Caller
 from app.core.errors import NotFound, ValidationFailed
 from app.core.settings import Settings
+from app.db.loop_reads import LoopReads
 from app.db.models import Checkpoint, Job
 from app.schemas.inference import ModelSelector
 from app.schemas.train import DatasetRef, TrainRequest
@@ -25,6 +26,14 @@ from app.services.planning.inference import resolve_model
 def job_of(*, session: Session, job_id: str, caller: Caller) -> Job:
     job = jobs.get_job(session=session, job_id=job_id)
     if not caller.sees(job.owner):
+        raise NotFound(f"No job with id {job_id!r}.")
+    return job
+
+
+async def job_of_on_loop(*, reads: LoopReads, job_id: str, caller: Caller) -> Job:
+    """:func:`job_of` on the event loop (``ServiceRuntime.loop_reads``, PostgreSQL only)."""
+    job = await reads.job(job_id)
+    if job is None or not caller.sees(job.owner):
         raise NotFound(f"No job with id {job_id!r}.")
     return job
 

@@ -6,14 +6,16 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, exc, text
 
+from app.db.loop_reads import DATABASE_AWAY as LOOP_AWAY
 from app.spark.session import spark_alive
 
 if TYPE_CHECKING:
     from celery import Celery
     from pyspark.sql import SparkSession
 
-DATABASE_AWAY: tuple[type[Exception], ...] = (exc.OperationalError, exc.InterfaceError, exc.TimeoutError)
-"""What SQLAlchemy raises while the database restarts or cannot be reached: the API answers them 503."""
+DATABASE_AWAY: tuple[type[Exception], ...] = (exc.OperationalError, exc.InterfaceError, exc.TimeoutError, *LOOP_AWAY)
+"""What SQLAlchemy (and psycopg, on the event loop's reads: app/db/loop_reads.py) raise while the database restarts or
+cannot be reached: the API answers them 503."""
 
 
 def readiness(

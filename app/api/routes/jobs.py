@@ -5,16 +5,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Query, Request, Response, status
+from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import CallerDep, RuntimeDep, SessionDep
 from app.api.routes.events import STREAM_CONTENT, LastEventId, follow_logs
 from app.core.jobstates import JobStatus, JobType
 from app.schemas.jobs import JobError, JobPage, JobRead, LogLine, LogsRead, MetricPoint, MetricsRead, ModelRef
 from app.services import checkpoints, jobs
-from app.services.access import job_of
+from app.services.access import job_of, job_of_on_loop
 
 if TYPE_CHECKING:
+    from app.core.auth import Caller
     from app.db.models import Job
+    from app.runtime import ServiceRuntime
 
 router = APIRouter(tags=["jobs"])
 INT32 = 2**31 - 1  # job_metrics.step and job_logs.id are 32-bit integer columns
@@ -69,8 +72,17 @@ def list_jobs(
 
 
 @router.get("/jobs/{job_id}", response_model=JobRead, summary="One job")
-def get_job(job_id: str, session: SessionDep, caller: CallerDep) -> JobRead:
-    return to_job_read(job_of(session=session, job_id=job_id, caller=caller))
+async def get_job(job_id: str, rt: RuntimeDep, caller: CallerDep) -> JobRead:
+    # The request clients poll: on PostgreSQL read on the event loop, without the hop to the thread pool and back
+    # (app/db/loop_reads.py); elsewhere the read blocks, so it goes to the pool.
+    if rt.loop_reads is not None:
+        return to_job_read(await job_of_on_loop(reads=rt.loop_reads, job_id=job_id, caller=caller))
+    return await run_in_threadpool(_read_job, rt, job_id, caller)
+
+
+def _read_job(rt: ServiceRuntime, job_id: str, caller: Caller) -> JobRead:
+    with (rt.reads or rt.db)() as session:
+        return to_job_read(job_of(session=session, job_id=job_id, caller=caller))
 
 
 @router.get("/jobs/{job_id}/metrics", response_model=MetricsRead, summary="Step metrics, readable while it runs")
