@@ -197,7 +197,7 @@ def evaluate(
 def jobs(
     ctx: typer.Context,
     status: Annotated[str | None, typer.Option(help="Only jobs in this state (QUEUED, RUNNING, ...).")] = None,
-    type_: Annotated[str | None, typer.Option("--type", help="train, evaluate, predict or recipe.")] = None,
+    type_: Annotated[str | None, typer.Option("--type", help="train, evaluate, predict, recipe or tune.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
 ) -> int:
     """List jobs, newest first."""

@@ -140,7 +140,7 @@ class Settings(BaseSettings):
         "as per-worker tensor shards under the artifact root that later jobs on the same data reuse (export).",
     )
     model_cache_size: int = Field(8, ge=1, le=1000, description="Models the driver keeps loaded for online predict.")
-    max_predict_rows: int = Field(10_000, ge=1, description="Rows one online /predict may carry; more go batch.")
+    max_predict_rows: int = Field(10_000, ge=1, description="Rows one online /predict may carry; more: 413.")
     checkpoint_retention: int = Field(0, ge=0, description="Checkpoints kept per job (the newest); 0 keeps all.")
     max_epochs: int = Field(1000, ge=1)
     max_workers_per_job: int = Field(64, ge=1)
