@@ -10,10 +10,12 @@ SQLAlchemy's own asyncio engine was tried first and was slower than the hop: its
 more CPU per read than the thread does. Only PostgreSQL through psycopg gets this path; on SQLite a read is a call
 into the process's own library, and the thread pool keeps it off the loop.
 
-Connections are opened on first use on the running loop (at most ``size``), run in autocommit (one round trip a
-read, no ``BEGIN``/``ROLLBACK``), and are dropped after any error. A read that fails on a connection that waited in
-the pool (a restarted server closed it) is tried once more on a new one, which is what the blocking engine's
-pre-ping gives its reads; if the database is away, the error reaches the API's 503 handler.
+Connections are opened on first use on the running loop (at most ``size``, from the URL as SQLAlchemy reads it),
+run in autocommit (one round trip a read, no ``BEGIN``/``ROLLBACK``), and are closed when a read breaks or is
+cancelled. A read that loses a connection that waited in the pool (a restarted server closed them all) drops every
+idle one and is tried once more on a new one, which is what the blocking engine's pre-ping gives its reads; if the
+database is away, the error reaches the API's 503 handler. A statement's own error (a column a migration has not
+added yet) keeps the connection and is a 500, as on the blocking path.
 """
 
 from __future__ import annotations
@@ -34,20 +36,23 @@ log = logging.getLogger("sparktrain.db")
 DATABASE_AWAY: tuple[type[Exception], ...] = (psycopg.OperationalError, psycopg.InterfaceError)
 """What psycopg raises while the server restarts or cannot be reached (the API answers them 503)."""
 
-_COLUMNS = [c for c in Job.__table__.columns]
-_TIMES = {c.name for c in _COLUMNS if isinstance(c.type, UTCDateTime)}
-_SELECT_JOB = f"SELECT {', '.join(c.name for c in _COLUMNS)} FROM jobs WHERE id = %s"
+_COLUMNS = list(Job.__table__.columns)
+_KEYS = [c.key for c in _COLUMNS]
+_TIMES = {c.key for c in _COLUMNS if isinstance(c.type, UTCDateTime)}
+_SELECT_JOB = "SELECT " + ", ".join(f'"{c.name}"' for c in _COLUMNS) + " FROM jobs WHERE id = %s"
 
 
 class LoopReads:
     """A few psycopg async connections to PostgreSQL, used only from the event loop."""
 
-    def __init__(self, url: str, size: int = 5, connect_timeout_s: int = 10) -> None:
-        self._conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-        self._size, self._timeout = size, connect_timeout_s
+    def __init__(self, url: str, size: int = 5, connect_timeout_s: int = 10, wait_s: float = 30.0) -> None:
+        # the dialect's own reading of the URL (a multi-host URL, query options), as the blocking engine connects
+        _, self._connect_args = _DIALECT.create_connect_args(make_url(url))
+        self._size, self._timeout, self._wait_s = size, connect_timeout_s, wait_s
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._slots: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
 
     @staticmethod
     def supports(url: str) -> bool:
@@ -59,43 +64,76 @@ class LoopReads:
         row = await self._fetch_one(_SELECT_JOB, (job_id,))
         if row is None:
             return None
-        values = {c.name: v for c, v in zip(_COLUMNS, row, strict=True)}
-        for name in _TIMES:
-            values[name] = _UTC.process_result_value(values[name], _DIALECT)
+        values = dict(zip(_KEYS, row, strict=True))
+        for key in _TIMES:
+            values[key] = _UTC.process_result_value(values[key], _DIALECT)
         return Job(**values)
 
     async def close(self) -> None:
+        """Close the idle connections; a read still running closes its own when it ends."""
+        self._closed = True
+        await self._close_idle()
+
+    async def _fetch_one(self, statement: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        slots = self._slots_on_this_loop()
+        try:
+            async with asyncio.timeout(self._wait_s):
+                await slots.acquire()
+        except TimeoutError:
+            raise psycopg.OperationalError(f"no database connection came free within {self._wait_s:g} s") from None
+        try:
+            pooled = bool(self._idle)
+            conn = self._idle.pop() if pooled else await self._connect()
+            try:
+                return await self._read(conn, statement, params)
+            except DATABASE_AWAY:
+                if not pooled:
+                    raise
+                # the server closed it while it waited here (a restart closes them all): drop every idle one, as
+                # the blocking engine's pre-ping does, and try once more on a new connection
+                await self._close_idle()
+                return await self._read(await self._connect(), statement, params)
+        finally:
+            slots.release()
+
+    async def _read(
+        self, conn: psycopg.AsyncConnection[Any], statement: str, params: Sequence[Any]
+    ) -> tuple[Any, ...] | None:
+        """One statement on ``conn``; the connection goes back to the pool when it is still fit for the next one."""
+        try:
+            cur = await conn.execute(statement, params)
+            row = await cur.fetchone()
+        except psycopg.Error:
+            if conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                await _quietly_close(conn)
+            else:
+                self._give_back(conn)  # a statement's own error (a column a migration has not added yet)
+            raise
+        except BaseException:  # cancelled mid-read (the client went away): the connection is mid-statement
+            await asyncio.shield(_quietly_close(conn))
+            raise
+        self._give_back(conn)
+        return row
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(**self._connect_args, autocommit=True,
+                                                     connect_timeout=self._timeout)  # fmt: skip
+
+    def _give_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if self._closed or conn.closed:
+            asyncio.get_running_loop().create_task(_quietly_close(conn))
+        else:
+            self._idle.append(conn)
+
+    async def _close_idle(self) -> None:
         idle, self._idle = self._idle, []
         for conn in idle:
             await _quietly_close(conn)
 
-    async def _fetch_one(self, statement: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-        slots = self._slots_on_this_loop()
-        async with slots:
-            for retry in (True, False):
-                pooled = bool(self._idle)
-                conn = self._idle.pop() if pooled else await self._connect()
-                try:
-                    cur = await conn.execute(statement, params)
-                    row = await cur.fetchone()
-                except psycopg.Error:
-                    await _quietly_close(conn)
-                    if pooled and retry:
-                        continue  # a connection the server closed while it waited here: once more, on a new one
-                    raise
-                except BaseException:  # cancelled mid-read (the client went away): the connection is mid-statement
-                    await asyncio.shield(_quietly_close(conn))
-                    raise
-                self._idle.append(conn)
-                return row
-        raise AssertionError("unreachable")
-
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, connect_timeout=self._timeout)
-
     def _slots_on_this_loop(self) -> asyncio.Semaphore:
         """At most ``size`` reads at once, each on its own connection (so never more connections than that). A new
-        loop (a test's second client) starts over: connections belong to the loop that opened them."""
+        loop (a test's second client) starts over: connections belong to the loop that opened them, and those of a
+        loop that has ended cannot be closed from another; they are dropped."""
         loop = asyncio.get_running_loop()
         if self._slots is None or self._loop is not loop:
             self._idle, self._loop, self._slots = [], loop, asyncio.Semaphore(self._size)
