@@ -96,6 +96,11 @@ class ServiceRuntime:
             self.reconciler.stop(wait=False)
         return hand_back_all(self.jobs, quiet=self.owns_spark)
 
+    @property
+    def read_sessions(self) -> sessionmaker[Session]:
+        """The sessions a read-only request uses: :attr:`reads`, else :attr:`db`'s."""
+        return self.reads if self.reads is not None else self.db
+
     async def close_loop_reads(self) -> None:
         """Close the event loop's database connections, on that loop (before :meth:`close`)."""
         if self.loop_reads is not None:

@@ -39,7 +39,7 @@ async def get_session(request: Request, rt: RuntimeDep) -> AsyncIterator[Session
     session is closed here (returning its connection to the pool does no I/O); a write's in a thread, since it may
     roll back."""
     reading = request.method in ("GET", "HEAD")
-    session = (rt.reads if reading and rt.reads is not None else rt.db)()
+    session = (rt.read_sessions if reading else rt.db)()
     try:
         yield session
     finally:

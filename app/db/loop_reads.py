@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import make_url
 
 from app.db.base import UTCDateTime
@@ -147,11 +148,5 @@ async def _quietly_close(conn: psycopg.AsyncConnection[Any]) -> None:
         log.debug("closing a broken loop connection failed: %s", exc)
 
 
-def _postgresql_dialect() -> Any:
-    from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
-
-    return pg_psycopg.dialect()
-
-
-_DIALECT = _postgresql_dialect()
+_DIALECT = PGDialect_psycopg()
 _UTC = UTCDateTime()

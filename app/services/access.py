@@ -24,15 +24,16 @@ from app.services.planning.inference import resolve_model
 
 
 def job_of(*, session: Session, job_id: str, caller: Caller) -> Job:
-    job = jobs.get_job(session=session, job_id=job_id)
-    if not caller.sees(job.owner):
-        raise NotFound(f"No job with id {job_id!r}.")
-    return job
+    return _visible(jobs.get_job(session=session, job_id=job_id), job_id, caller)
 
 
 async def job_of_on_loop(*, reads: LoopReads, job_id: str, caller: Caller) -> Job:
     """:func:`job_of` on the event loop (``ServiceRuntime.loop_reads``, PostgreSQL only)."""
-    job = await reads.job(job_id)
+    return _visible(await reads.job(job_id), job_id, caller)
+
+
+def _visible(job: Job | None, job_id: str, caller: Caller) -> Job:
+    """A job another owner holds answers as one that does not exist."""
     if job is None or not caller.sees(job.owner):
         raise NotFound(f"No job with id {job_id!r}.")
     return job

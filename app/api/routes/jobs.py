@@ -81,7 +81,7 @@ async def get_job(job_id: str, rt: RuntimeDep, caller: CallerDep) -> JobRead:
 
 
 def _read_job(rt: ServiceRuntime, job_id: str, caller: Caller) -> JobRead:
-    with (rt.reads or rt.db)() as session:
+    with rt.read_sessions() as session:
         return to_job_read(job_of(session=session, job_id=job_id, caller=caller))
 
 
