@@ -27,7 +27,9 @@ against the defaults, 6 minutes, written to bench/results/sharing_accuracy_w4_10
 same model at W = 2 over 4, 10 and 20 epochs and the digits CNN over 10, the first threshold at explicit multiples
 of the learning rate (``tau0_<m>lr``), what the planned-length rule was fitted on, 17 minutes,
 bench/results/sharing_accuracy_tau0_steps.json; it replaces ``--set tau0_10m``, whose one and ten steps over 4
-and 20 epochs it runs too, bench/results/sharing_accuracy_tau0_10m.json).
+and 20 epochs it runs too, bench/results/sharing_accuracy_tau0_10m.json; ``--set early``: the digits CNN at batch 16
+and 64 per worker over 1, 2, 4 and 20 epochs, tau0 one step against what the defaults plan for 20 epochs, what a
+pruner sees of a trial in its first epochs, 4 minutes, bench/results/sharing_accuracy_early.json).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any
 
 from bench.splits import LSTM, layout, splits_for
 from bench.trainer import CNN, WIDE, wide_mlp
-from workers.training.torch.config import TrainerConfig, parse_sharing
+from workers.training.torch.config import TrainerConfig, parse_sharing, planned_threshold_multiple
 from workers.training.torch.local import run_local_many
 from workers.training.torch.spec import parse_optimizer
 
@@ -83,9 +85,32 @@ TAU0_MULTIPLES = {
     ("mlp_10m_tau0steps", 20): (1, 5, 10),
     ("cnn_tau0steps", 10): (1, 2, 3, 4.4, 10),
 }
+# --set early: the digits CNN at batch 16 and 64 per worker over 1, 2, 4 and 20 epochs, the first threshold at one
+# step and at what the defaults plan for 20 epochs: what a pruner (ASHA's rungs at epochs 1, 2, 4, ...) sees of a
+# 20-epoch trial in its first epochs. A run of k epochs with an explicit tau0 is the first k epochs of the longer run.
+EARLY_EPOCHS = (1, 2, 4, 20)
+EARLY_PLANNED_EPOCHS = 20
+RUNS_EARLY: list[tuple[str, dict[str, Any], float, int, int]] = [
+    (f"cnn_early_b{batch}", CNN, 3e-3, epochs, 2) for batch in (16, 64) for epochs in EARLY_EPOCHS
+]
 
 
-def _variants(model: str, lr: float, world: int, epochs: int) -> dict[str, tuple[str, dict[str, Any] | None]]:
+def _batch(model: str) -> int:
+    return int(model.rsplit("_b", 1)[1]) if model.startswith("cnn_early_b") else 32
+
+
+def _variants(model: str, lr: float, world: int, epochs: int, steps_per_epoch: int = 0,
+              ) -> dict[str, tuple[str, dict[str, Any] | None]]:  # fmt: skip
+    if model.startswith("cnn_early_b"):  # --set early
+        planned = planned_threshold_multiple(steps_per_epoch * EARLY_PLANNED_EPOCHS)
+        return {
+            "allreduce": ("allreduce", None),
+            "one_step": ("gradient_sharing", {"threshold_algorithm": {"initial_threshold": lr}}),
+            f"planned_{EARLY_PLANNED_EPOCHS}_epochs": (
+                "gradient_sharing",
+                {"threshold_algorithm": {"initial_threshold": planned * lr}},
+            ),
+        }
     if model.endswith("_tau0steps"):  # --set tau0_steps: explicit first thresholds, whatever the default is
         return {
             "allreduce": ("allreduce", None),
@@ -123,7 +148,7 @@ def _variants(model: str, lr: float, world: int, epochs: int) -> dict[str, tuple
 
 
 def _config(network: dict[str, Any], lr: float, mode: str, sharing: dict[str, Any] | None, *, epochs: int,
-            world: int, seed: int, tmp: str) -> TrainerConfig:  # fmt: skip
+            world: int, seed: int, tmp: str, batch: int = 32) -> TrainerConfig:  # fmt: skip
     optimizer = {"type": "adam", "learning_rate": lr}
     return TrainerConfig(
         job_id="sharing-accuracy",
@@ -133,7 +158,7 @@ def _config(network: dict[str, Any], lr: float, mode: str, sharing: dict[str, An
         sharing=parse_sharing(sharing, parse_optimizer(optimizer)),
         averaging_frequency=5,
         epochs=epochs,
-        batch_size=32,
+        batch_size=batch,
         num_workers=world,
         seed=seed,
         device="cpu",
@@ -161,12 +186,16 @@ def run(model: str, network: dict[str, Any], lr: float, epochs: int, world: int,
     temporary directory of its own (a 9.7M-parameter run keeps about 0.2 GB of checkpoints per epoch: all the
     variants of a 20-epoch set at once filled 40 GB of /tmp)."""
     splits = splits_for(network, world)
+    batch = _batch(model)
+    steps_per_epoch = min(len(train.x) for train, _ in splits) // batch
     out: dict[str, Any] = {}
-    for name, (mode, sharing) in _variants(model, lr, world, epochs).items():
+    for name, (mode, sharing) in _variants(model, lr, world, epochs, steps_per_epoch).items():
         with tempfile.TemporaryDirectory() as tmp:
             length = epochs * (3 if name.endswith("3x_epochs") else 1)
             configs = [
-                _config(network, lr, mode, sharing, epochs=length, world=world, seed=seed, tmp=f"{tmp}/{name}")
+                _config(
+                    network, lr, mode, sharing, epochs=length, world=world, seed=seed, tmp=f"{tmp}/{name}", batch=batch
+                )
                 for seed in seeds
             ]
             runs = [_summary(ranks) for ranks in run_local_many(configs, splits)]
@@ -177,6 +206,11 @@ def run(model: str, network: dict[str, Any], lr: float, epochs: int, world: int,
             "compression": round(statistics.fmean(r["compression"] for r in runs), 1),
             "tau_end": runs[0]["tau_end"],
             "steps_per_worker": runs[0]["steps"],
+            **(
+                {"tau0": sharing["threshold_algorithm"]["initial_threshold"]}
+                if model.startswith("cnn_early") and sharing
+                else {}
+            ),
         }
     return out
 
@@ -186,16 +220,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one seed")
     parser.add_argument(
         "--set",
-        choices=["short", "w4_10m", "tau0_steps"],
+        choices=["short", "w4_10m", "tau0_steps", "early"],
         default="short",
         help="short: the runs above (default); w4_10m: the 9.7M MLP at W = 4 over 4, 8 and 12 epochs, allreduce "
         "against the defaults; tau0_steps: the 9.7M MLP at W = 2 over 4, 10 and 20 epochs and the CNN over 10, the "
-        "first threshold at 1 to 10 steps "
+        "first threshold at 1 to 10 steps; early: the CNN at batch 16 and 64 over 1, 2, 4 and 20 epochs, tau0 one "
+        "step against what the defaults plan for 20 epochs "
         "(written to bench/results/sharing_accuracy_<set>.json)",
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    runs = {"short": RUNS, "w4_10m": RUNS_W4_10M, "tau0_steps": RUNS_TAU0_STEPS}[args.set]
+    runs = {"short": RUNS, "w4_10m": RUNS_W4_10M, "tau0_steps": RUNS_TAU0_STEPS, "early": RUNS_EARLY}[args.set]
     name = "sharing_accuracy" if args.set == "short" else f"sharing_accuracy_{args.set}"
     out = args.out or str(REPO / f"bench/results/{name}.json")
     seeds = [7] if args.quick else [7, 8, 9]

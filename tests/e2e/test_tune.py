@@ -58,6 +58,8 @@ def test_random_search_ends_with_a_leaderboard_and_the_best_alias(svc: Service) 
     result = done["result"]
     board = result["leaderboard"]
     assert len(board) == 3 and {r["trial"] for r in board} == {0, 1, 2}
+    # no pruner: the first threshold is the trainer's to plan
+    assert all("gradient_sharing" not in _children(svc, job["id"])[r["trial"]]["request"]["training"] for r in board)
     assert all(r["state"] == "COMPLETE" and r["epochs"] == 1 for r in board), board
     assert [r["metric"] for r in board] == sorted((r["metric"] for r in board), reverse=True)  # mode max
     for row in board:
@@ -135,6 +137,12 @@ def test_asha_prunes_the_hopeless_learning_rate(svc: Service) -> None:
     pruned = svc.client.get(f"/jobs/{board[1]['job_id']}").json()
     assert pruned["status"] == "CANCELLED" and pruned["model"] is None
     assert any(w.startswith(f"pruned by tune job {done['id']}") for w in pruned["warnings"]), pruned["warnings"]
+    # under a pruner each trial's first threshold is written in at one optimizer step, its own learning rate
+    for row in board.values():
+        training = svc.client.get(f"/jobs/{row['job_id']}").json()["request"]["training"]
+        first = training["gradient_sharing"]["threshold_algorithm"]["initial_threshold"]
+        assert first == training["optimizer"]["learning_rate"], training
+    assert any("starts it at one optimizer step" in line for line in log_lines(svc.client, done["id"]))
 
 
 def test_median_prunes_a_hopeless_xgboost_trial_mid_fit(svc: Service) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -82,3 +84,84 @@ def test_torch_trials_take_the_export_path_unless_the_base_chooses() -> None:
     assert trial_body(chosen, params)["training"]["data_path"] == "direct"
     xgb = {"framework": "xgboost", "params": {"max_depth": 3}}
     assert trial_body(xgb, {"params.max_depth": 5}) == {"framework": "xgboost", "params": {"max_depth": 5}}
+
+
+def _sharing(body: dict[str, Any]) -> dict[str, Any]:
+    return dict(body["training"].get("gradient_sharing") or {})
+
+
+def test_a_pruned_search_starts_gradient_sharing_at_one_optimizer_step() -> None:
+    """Left to the trainer the first threshold follows the planned length (up to ten steps), which hides a trial's
+    first epochs from the pruner: a pruned search writes one step (Adam: the trial's learning rate) into the trial."""
+    from app.services.tuning.runner import trial_body
+
+    torch_base = {**BODY, "framework": "torch"}
+    params = {"training.optimizer.learning_rate": 0.02}
+    pruned = trial_body(torch_base, params, pruned=True)
+    assert _sharing(pruned)["threshold_algorithm"] == {"initial_threshold": 0.02}
+    assert pruned["training"]["optimizer"]["learning_rate"] == 0.02 and pruned["training"]["data_path"] == "export"
+    assert "gradient_sharing" not in trial_body(torch_base, params)["training"]  # no pruner: the planned length's
+    assert "gradient_sharing" not in BODY["training"]  # type: ignore[operator]
+    rmsprop = {**BODY["training"], "optimizer": {"type": "rmsprop", "learning_rate": 0.001}}  # type: ignore[dict-item]
+    assert _sharing(trial_body({**torch_base, "training": rmsprop}, {}, pruned=True))["threshold_algorithm"] == {
+        "initial_threshold": 0.001
+    }
+    # no optimizer in the body: the request's default (Adam at 1e-3)
+    bare = trial_body({"framework": "torch", "training": {"epochs": 3}}, {}, pruned=True)
+    assert _sharing(bare)["threshold_algorithm"] == {"initial_threshold": 0.001}
+    # other settings of gradient sharing are kept beside it
+    kept = {**BODY["training"], "gradient_sharing": {"aggregation": "sum", "threshold_algorithm": {"type": "adaptive"}}}  # type: ignore[dict-item]
+    assert _sharing(trial_body({**torch_base, "training": kept}, params, pruned=True)) == {
+        "aggregation": "sum",
+        "threshold_algorithm": {"type": "adaptive", "initial_threshold": 0.02},
+    }
+
+
+@pytest.mark.parametrize(
+    "training",
+    [
+        {"optimizer": {"type": "sgd", "learning_rate": 0.1}},  # SGD's first threshold does not follow the length
+        {"optimizer": {"type": "adam", "learning_rate": 0.003}, "mode": "allreduce"},
+        {
+            "optimizer": {"type": "adam", "learning_rate": 0.003},
+            "gradient_sharing": {"threshold_algorithm": {"initial_threshold": 0.05}},
+        },
+        {
+            "optimizer": {"type": "adam", "learning_rate": 0.003},
+            "gradient_sharing": {"threshold_algorithm": {"type": "fixed", "threshold": 0.01}},
+        },
+        {"optimizer": {"type": "nadam", "learning_rate": 0.003}},  # invalid: the trial's planning says so
+    ],
+)
+def test_a_pruned_search_leaves_every_other_threshold_alone(training: dict[str, Any]) -> None:
+    from app.services.tuning.runner import trial_body
+
+    out = trial_body({"framework": "torch", "training": training}, {}, pruned=True)
+    assert out["training"] == {**training, "data_path": "export"}
+
+
+def test_a_fixed_threshold_under_a_sampled_learning_rate_is_warned_about() -> None:
+    from app.services.tuning.runner import threshold_warnings
+
+    rates = {"training.optimizer.learning_rate": Distribution(type="loguniform", low=1e-5, high=1e-1)}
+    fixed = {
+        "framework": "torch",
+        "training": {"gradient_sharing": {"threshold_algorithm": {"initial_threshold": 0.003}}},
+    }
+    (warning,) = threshold_warnings(fixed, rates)
+    assert "initial_threshold is fixed at 0.003" in warning and "from 1e-05 to 0.1" in warning, warning
+    assert "0.03 to 3e+02 optimizer steps" in warning, warning
+    fixed_tau = {
+        "framework": "torch",
+        "training": {"gradient_sharing": {"threshold_algorithm": {"type": "fixed", "threshold": 0.01}}},
+    }
+    assert "threshold stays at 0.1 to 1e+03 optimizer steps" in threshold_warnings(fixed_tau, rates)[0]
+    # nothing to say: the threshold left to the trainer, sampled as well, another mode, another family, no rate
+    assert threshold_warnings({"framework": "torch", "training": {}}, rates) == []
+    both = {**rates, "training.gradient_sharing.threshold_algorithm.initial_threshold": Distribution(
+        type="loguniform", low=1e-4, high=1e-2)}  # fmt: skip
+    assert threshold_warnings(fixed, both) == []
+    allreduce = {"framework": "torch", "training": {**fixed["training"], "mode": "allreduce"}}  # type: ignore[dict-item]
+    assert threshold_warnings(allreduce, rates) == []
+    assert threshold_warnings({**fixed, "framework": "xgboost"}, rates) == []
+    assert threshold_warnings(fixed, {}) == []
