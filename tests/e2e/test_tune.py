@@ -250,6 +250,8 @@ def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -
         ({"space": lr, "trials": 21}, "trials"),
         ({"space": lr, "parallel": 3}, "parallel"),
         ({"space": lr, "sampler": "grid"}, "sampler"),
+        ({"space": lr, "metric": "auc_roc"}, "metric"),  # no trial reports it: each would end without a metric
+        ({"space": lr, "metric": "rmse"}, "metric"),  # a torch classifier reports loss and accuracy
     ]  # fmt: skip
     for search, loc in cases:
         response = svc.client.post("/tune", json=_tune("tune-bad", **search))
@@ -259,7 +261,11 @@ def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -
     broken = _tune("tune-bad", space=lr)
     broken["base"]["dataset"]["uri"] = "datasets/digits/nothing.parquet"
     response = svc.client.post("/tune", json=broken)
-    assert response.status_code == 422 and response.json()["errors"][0]["loc"].startswith("base"), response.text
+    assert response.status_code == 422 and response.json()["errors"][0]["loc"] == "base.dataset.uri", response.text
+    unlabelled = _tune("tune-bad", space=lr)
+    unlabelled["base"]["dataset"]["label"] = "no_such_column"
+    response = svc.client.post("/tune", json=unlabelled)
+    assert response.status_code == 422 and response.json()["errors"][0]["loc"] == "base.dataset.label", response.text
     assert len(svc.client.get("/jobs", params={"limit": 500}).json()["items"]) == before
 
 

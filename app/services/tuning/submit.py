@@ -30,17 +30,18 @@ if TYPE_CHECKING:
 HIGHER_IS_BETTER = frozenset({"accuracy", "f1", "precision", "recall", "r2", "auc", "areaUnderROC"})
 
 
-def default_metric(train: TrainRequest) -> str:
+def default_metric(train: TrainRequest, task: str | None = None) -> str:
     if train.framework == "torch":
         return "loss"
-    return "accuracy" if train.dataset.task == "classification" else "rmse"
+    return "accuracy" if (task or train.dataset.task) == "classification" else "rmse"
 
 
-def resolved(request: TuneRequest, train: TrainRequest) -> dict[str, Any]:
-    """The request as stored with the job: its base named after the tune, the metric and mode filled in."""
+def resolved(request: TuneRequest, train: TrainRequest, task: str | None = None) -> dict[str, Any]:
+    """The request as stored with the job: its base named after the tune, the metric and mode filled in (``task``:
+    the base's, as planned, where the request left it to the data)."""
     body = request.model_dump(mode="json", exclude_none=True)
     body["base"] = {**request.base, "name": request.name}
-    body["metric"] = (request.metric or default_metric(train)).removeprefix("validation_")
+    body["metric"] = (request.metric or default_metric(train, task)).removeprefix("validation_")
     body["mode"] = request.mode or ("max" if body["metric"] in HIGHER_IS_BETTER else "min")
     return body
 
@@ -57,17 +58,29 @@ def train_request(body: dict[str, Any], loc: str) -> TrainRequest:
         raise ValidationFailed(f"{errors[0]['loc']}: {errors[0]['msg']}", errors=errors) from None
 
 
+def reported_metrics(framework: str, task: str) -> tuple[str, ...]:
+    """The metrics in a trial's ``result.validation``, which the leaderboard ranks by: torch computes the loss and
+    accuracy or rmse after every epoch (workers/training/torch/remote.py ``_evaluate``); xgboost and Spark ML the
+    regression metrics or accuracy and weighted F1 (``workers.training.validation.validation_metrics``)."""
+    classification = task == "classification"
+    if framework == "torch":
+        return ("loss", "accuracy") if classification else ("loss", "rmse")
+    return ("accuracy", "f1") if classification else ("rmse", "mae", "r2", "mse")
+
+
 def _located(exc: AppError, loc: str, what: str = "") -> ValidationFailed:
-    """A planning error of a body the search would run, as a 422 at ``loc`` (the field inside it kept as
-    ``inner``)."""
+    """A planning error of a body the search would run, as a 422 at ``loc``: for the base, at the field inside it
+    (``base.dataset.label``); for a space path, at the path. The field inside the body is kept as ``inner``."""
     inner = (exc.errors or [{}])[0].get("loc")
-    return ValidationFailed.at(loc, f"{what}: {exc.detail}" if what else exc.detail, inner=inner)
+    at = f"{loc}.{inner}" if loc == "base" and inner else loc
+    return ValidationFailed.at(at, f"{what}: {exc.detail}" if what else exc.detail, inner=inner)
 
 
 def check(
     *, request: TuneRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session] | None
-) -> tuple[TrainRequest, int]:
-    """Every check of the search (422 naming the field); returns the base request and the slots one trial holds."""
+) -> tuple[TrainRequest, int, str | None]:
+    """Every check of the search (422 naming the field); returns the base request, the slots one trial holds and the
+    base's task as planned (None while its data checks are deferred to the job)."""
     base = {**request.base, "name": request.name}
     train = train_request(base, "base")
     for path in request.space:
@@ -88,6 +101,16 @@ def check(
         plans = [plan_in_request(request=train, settings=settings, spark=spark, db=db)]
     except ValidationFailed as exc:
         raise _located(exc, "base") from None
+    # the task as planned (a request may leave it to the label's type); unknown while the data checks are deferred
+    task = getattr(getattr(plans[0], "train", None), "task", None) or train.dataset.task
+    if task is not None:
+        metric = (request.metric or default_metric(train, task)).removeprefix("validation_")
+        reported = reported_metrics(train.framework, task)
+        if metric not in reported:
+            raise ValidationFailed.at(
+                "metric", f"{metric!r} is not in the trials' results: a {train.framework} {task} trial reports "
+                f"{', '.join(reported)}"
+            )  # fmt: skip
     for path, dist in request.space.items():
         for value in dist.extremes():
             if value == spaces.lookup(base, path):
@@ -109,7 +132,7 @@ def check(
             f"{request.parallel} trials of {per_trial} barrier workers need {request.parallel * per_trial} task "
             f"slots at once and the cluster has {total}: ask for parallel <= {max(1, total // per_trial)}",
         )
-    return train, per_trial
+    return train, per_trial, task
 
 
 def submit_tune(
@@ -124,12 +147,12 @@ def submit_tune(
 ) -> tuple[Job, bool]:
     """Check the search (422 naming the field, nothing written), then write the QUEUED ``tune`` job and queue it.
     The tune job holds no task slots: its trials do, each as the training job it is."""
-    train, _ = check(request=request, settings=settings, spark=spark, db=db)
+    train, _, task = check(request=request, settings=settings, spark=spark, db=db)
     return jobs.submit(
         db=db,
         enqueue=enqueue,
         job_type=JobType.TUNE,
-        request=resolved(request, train),
+        request=resolved(request, train, task),
         framework=train.framework,
         name=request.name,
         owner=owner,
