@@ -111,6 +111,13 @@ def list_models(*, session: Session, limit: int = 100, owner: str | None = None)
     return session.scalars(stmt.order_by(Model.name).limit(limit)).all()
 
 
+def get_model(*, session: Session, name: str, owner: str | None = None) -> Model:
+    row = session.scalar(_model_named(name, owner))
+    if row is None:
+        raise NotFound(f"No model named {name!r}.")
+    return row
+
+
 def get_version(*, session: Session, name: str, version: int, owner: str | None = None) -> ModelVersion:
     stmt = select(ModelVersion).join(Model).where(Model.name == name, ModelVersion.version == version)
     row = session.scalar(stmt if owner is None else stmt.where(Model.owner == owner))

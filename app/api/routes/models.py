@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import CallerDep, SessionDep, SettingsDep
 from app.schemas.models import (
@@ -21,6 +21,8 @@ from app.schemas.models import (
 from app.services import artifacts, models
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from app.db.models import Model, ModelVersion
 
 router = APIRouter(tags=["models"])
@@ -55,13 +57,22 @@ def to_model_read(m: Model, aliases: dict[str, int]) -> ModelRead:
     )
 
 
+def _aliases(session: Session, m: Model) -> dict[str, int]:
+    return {a.alias: a.version.version for a in models.aliases_of(session=session, model_id=m.id)}
+
+
 @router.get("/models", response_model=ModelPage, summary="Registered models with their versions")
 def list_models(session: SessionDep, caller: CallerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> ModelPage:
     items = []
     for m in models.list_models(session=session, limit=limit, owner=caller.scope):
-        aliases = {a.alias: a.version.version for a in models.aliases_of(session=session, model_id=m.id)}
-        items.append(to_model_read(m, aliases))
+        items.append(to_model_read(m, _aliases(session, m)))
     return ModelPage(items=items)
+
+
+@router.get("/models/{name}", response_model=ModelRead, summary="One model: its versions and aliases")
+def get_model(name: str, session: SessionDep, caller: CallerDep) -> ModelRead:
+    m = models.get_model(session=session, name=name, owner=caller.scope)
+    return to_model_read(m, _aliases(session, m))
 
 
 @router.get(
@@ -74,6 +85,8 @@ def get_version(name: str, version: VersionPath, session: SessionDep, caller: Ca
 
 
 class AliasBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     version: int = Field(ge=1, le=VERSION_MAX)
 
 

@@ -231,7 +231,7 @@ def test_another_owners_checkpoint_is_not_found(world: dict[str, Any]) -> None:
 
 def test_another_owners_model_is_not_found(world: dict[str, Any]) -> None:
     bob: httpx.Client = world["bob"]
-    for path in ("/models/{}/versions/1", "/models/{}/versions/1/artifact"):
+    for path in ("/models/{}", "/models/{}/versions/1", "/models/{}/versions/1/artifact"):
         _same_as_unknown(bob, "GET", path, "no-such-model", MODEL)
     _same_as_unknown(bob, "PUT", "/models/{}/aliases/prod", "no-such-model", MODEL, json={"version": 1})
     _same_as_unknown(bob, "DELETE", "/models/{}/aliases/champion", "no-such-model", MODEL)
@@ -332,3 +332,21 @@ def test_each_owner_sees_its_own_and_an_admin_sees_all(world: dict[str, Any]) ->
     moved = root.put(f"/models/{MODEL}/aliases/audited", json={"version": 1})
     assert moved.status_code == 200, moved.text
     assert root.delete(f"/models/{MODEL}/aliases/audited").status_code == 204
+
+
+def test_one_model_reads_with_its_versions_and_aliases(world: dict[str, Any]) -> None:
+    alice: httpx.Client = world["alice"]
+    one = alice.get(f"/models/{MODEL}")
+    assert one.status_code == 200, one.text
+    body = one.json()
+    assert body == alice.get("/models").json()["items"][0]  # what the list says of it
+    assert body["name"] == MODEL and body["aliases"] == {"champion": 1} and body["latest_version"] == 1
+    assert [v["version"] for v in body["versions"]] == [1] and body["versions"][0]["job_id"] == world["job_id"]
+
+
+def test_an_alias_body_with_an_unknown_field_is_refused(world: dict[str, Any]) -> None:
+    alice: httpx.Client = world["alice"]
+    wrong = alice.put(f"/models/{MODEL}/aliases/staging", json={"ver": 1})
+    problem = _problem(wrong, 422)
+    assert any("ver" in str(e.get("loc")) for e in problem["errors"]), problem
+    assert "staging" not in alice.get(f"/models/{MODEL}").json()["aliases"]
