@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Engine, text
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 _PG_LOCK_KEY = 0x5350_4B54  # "SPKT": one advisory lock for every driver that migrates the same database
 
 
 def alembic_config(engine: Engine) -> Config:
+    # alembic logs one INFO line per plugin as it is first imported (seven at every start): quiet before importing
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["engine"] = engine
@@ -23,7 +29,8 @@ def alembic_config(engine: Engine) -> Config:
 def upgrade_database(engine: Engine) -> None:
     """Bring the schema to the newest revision; two drivers starting together on PostgreSQL take turns."""
     cfg = alembic_config(engine)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    from alembic import command
+
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})

@@ -59,7 +59,7 @@ def test_torch_gradient_sharing_then_evaluate_and_batch_predict(driver: httpx.Cl
     assert job["status"] == "SUCCEEDED", job["error"]
     assert job["result"]["validation"]["accuracy"] > 0.85
     lines = [line["message"] for line in driver.get(f"/jobs/{job['id']}/logs").json()["lines"]]
-    shipped = [line for line in lines if "executor environment matches the driver on 2 executor(s)" in line]
+    shipped = [line for line in lines if "executor environment matches the driver on 2 executors" in line]
     assert shipped and "sparktrain-executor.zip/workers" in shipped[0], lines
     # the codec's C loops were built on the executors from the source in that zip (workers/codecs/native.py)
     assert [w["codec"] for w in job["result"]["per_worker"]] == ["c", "c"]

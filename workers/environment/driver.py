@@ -93,12 +93,16 @@ def check_executors(ctx: JobContext, libraries: tuple[str, ...], tasks: int, *, 
     versions = ", ".join(f"{k} {v}" for k, v in mine["libraries"].items() if v)
     hosts = sorted({str(e.get("executor")) for e in found})
     codes = ", ".join(sorted({str(e.get("code")) for e in found}))
+    executors_seen = f"{len(hosts)} executor{'s' if len(hosts) != 1 else ''}"
     message = (
-        f"executor environment matches the driver on {len(hosts)} executor(s): Python {mine['python']}, {versions}; "
+        f"executor environment matches the driver on {executors_seen}: Python {mine['python']}, {versions}; "
         f"sparktrain code from {codes}"
     )
-    if cuda:
-        message += "; CUDA " + ", ".join(f"{e.get('executor')}: {'yes' if e.get('cuda') else 'no'}" for e in found)
+    if cuda:  # one entry per executor, however many of its tasks answered
+        seen: dict[str, set[str]] = {}
+        for e in found:
+            seen.setdefault(str(e.get("executor")), set()).add("yes" if e.get("cuda") else "no")
+        message += "; CUDA " + ", ".join(f"{host}: {'/'.join(sorted(answers))}" for host, answers in seen.items())
     ctx.log(message)
     with _lock:
         _checked.add(key)

@@ -168,7 +168,8 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     counted = (
         f"{rows['train']} training and {rows['validation']} validation rows" if rows else "rows counted by the tasks"
     )
-    shape = f"{plan.num_workers} workers, {plan.epochs} epochs, batch {plan.batch_size} per worker"
+    shape = (f"{plan.num_workers} worker{'s' if plan.num_workers != 1 else ''}, {plan.epochs} "
+             f"epoch{'s' if plan.epochs != 1 else ''}, batch {plan.batch_size} per worker")  # fmt: skip
     ctx.log(f"{plan.mode} on {shape}, {counted}")
     if plan.early_stopping and rows is not None and not rows.get("validation"):
         metric = plan.early_stopping["metric"]
