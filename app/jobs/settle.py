@@ -20,7 +20,7 @@ from app.jobs.failures import MAX_MESSAGE, describe_failure
 from app.jobs.runtime import JobRuntime, RunningJob, Send, spark_gone_error
 from app.services import jobs, models, reconcile, resume
 from app.spark.session import spark_alive
-from workers.context import JobOutcome
+from workers.context import JobCancelled, JobOutcome
 
 log = logging.getLogger("sparktrain.jobs")
 SPARK_STOPPED = "Spark stopped under the job because the driver is stopping; the attempt was handed back"
@@ -128,7 +128,12 @@ def _finish_cancelled(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> 
             error_message="cancelled on request",
         )
         if won:
-            jobs.add_log(session=s, job_id=ctx.job_id, message=f"cancelled ({type(exc).__name__})")
+            how = (
+                "the job stopped at its next check"
+                if isinstance(exc, JobCancelled)
+                else f"its Spark jobs were stopped ({type(exc).__name__})"
+            )
+            jobs.add_log(session=s, job_id=ctx.job_id, message=f"cancelled: {how}")
 
     rt.write(write, "recording a cancel")
 
