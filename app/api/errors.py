@@ -56,6 +56,9 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     if any(e.get("type") == "json_invalid" for e in raw):
         where = next(e for e in raw if e.get("type") == "json_invalid")
         detail = f"The body is not valid JSON: {where.get('ctx', {}).get('error', 'parse error')}"
+        position = [p for p in where.get("loc", ()) if isinstance(p, int)]
+        if position:  # pydantic's offset into the body, counted from 0
+            detail += f" at character {position[0] + 1}"
         body = {
             "type": PROBLEM_BASE + "malformed-json",
             "title": "Malformed JSON",

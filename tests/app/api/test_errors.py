@@ -83,6 +83,10 @@ def test_non_json_body(service: Service) -> None:
     before = _job_count(service)
     response = service.client.post("/train", content=b"{not json", headers={"content-type": "application/json"})
     assert "not valid JSON" in _problem(response, 400)["detail"]
+    body = b'{"name": "x",\n "training": {"epochs": }}'
+    response = service.client.post("/train", content=body, headers={"content-type": "application/json"})
+    detail = _problem(response, 400)["detail"]  # where: the first character that does not parse, counted from 1
+    assert detail.endswith(f"Expecting value at character {body.index(b'}') + 1}"), detail
     assert _job_count(service) == before
 
 
