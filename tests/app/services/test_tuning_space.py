@@ -74,7 +74,7 @@ def test_leaderboard_puts_completed_trials_best_first() -> None:
 
 
 def test_torch_trials_take_the_export_path_unless_the_base_chooses() -> None:
-    from app.services.tuning.runner import trial_body
+    from app.services.tuning.trials import trial_body
 
     params = {"training.optimizer.learning_rate": 0.01}
     out = trial_body({**BODY, "framework": "torch"}, params)
@@ -93,7 +93,7 @@ def _sharing(body: dict[str, Any]) -> dict[str, Any]:
 def test_a_pruned_search_starts_gradient_sharing_at_one_optimizer_step() -> None:
     """Left to the trainer the first threshold follows the planned length (up to ten steps), which hides a trial's
     first epochs from the pruner: a pruned search writes one step (Adam: the trial's learning rate) into the trial."""
-    from app.services.tuning.runner import trial_body
+    from app.services.tuning.trials import trial_body
 
     torch_base = {**BODY, "framework": "torch"}
     params = {"training.optimizer.learning_rate": 0.02}
@@ -134,14 +134,14 @@ def test_a_pruned_search_starts_gradient_sharing_at_one_optimizer_step() -> None
     ],
 )
 def test_a_pruned_search_leaves_every_other_threshold_alone(training: dict[str, Any]) -> None:
-    from app.services.tuning.runner import trial_body
+    from app.services.tuning.trials import trial_body
 
     out = trial_body({"framework": "torch", "training": training}, {}, pruned=True)
     assert out["training"] == {**training, "data_path": "export"}
 
 
 def test_a_fixed_threshold_under_a_sampled_learning_rate_is_warned_about() -> None:
-    from app.services.tuning.runner import threshold_warnings
+    from app.services.tuning.trials import threshold_warnings
 
     rates = {"training.optimizer.learning_rate": Distribution(type="loguniform", low=1e-5, high=1e-1)}
     fixed = {
