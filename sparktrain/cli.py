@@ -1,7 +1,8 @@
 """``sparktrain``: the service from a terminal (docs/cli.md).
 
-Exit codes: 0 the job succeeded (or the command did what it was asked), 1 the job failed, 2 a usage error or a
-request the service refused (4xx), 3 the job was cancelled, 4 the service is unreachable (no answer, 502/503/504).
+Exit codes: 0 the job succeeded (or the command did what it was asked), 1 the job failed, 2 a usage error (a local
+file that cannot be read or written too) or a request the service refused (4xx), 3 the job was cancelled, 4 the
+service is unreachable (no answer, 502/503/504).
 The service's address and key come from ``--url``/``--api-key`` or ``SPARKTRAIN_URL``/``SPARKTRAIN_API_KEY``.
 """
 
@@ -16,13 +17,23 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskProgressColumn, TextColumn
 from rich.table import Table
 
-from sparktrain.client import ApiError, Client, Event, ModelRef, SparktrainError, Unreachable
+from sparktrain._help import Command, Group
+from sparktrain._progress import Live
+from sparktrain.client import (
+    AmbiguousJobId,
+    ApiError,
+    Client,
+    LocalFileError,
+    ModelRef,
+    SparktrainError,
+    Unreachable,
+)
 
 OK, FAILED, USAGE, CANCELLED, UNREACHABLE = 0, 1, 2, 3, 4
 OUTCOME = {"SUCCEEDED": OK, "FAILED": FAILED, "CANCELLED": CANCELLED}
+JOB_HELP = "A job id, or the first 6 or more characters of one."
 INLINE_ROWS = 10_000
 """Rows ``predict --csv`` sends inline; more become a batch job (the service's SPARKTRAIN_MAX_PREDICT_ROWS default)."""
 
@@ -32,6 +43,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=Group,
 )
 # No console markup: job names, log lines and messages come from users and the server, and a "[/x]" in one must
 # print as written, not fail (rich parses markup in every printed string and table cell unless told not to).
@@ -58,11 +70,17 @@ def _options(ctx: typer.Context) -> Options:
 def _main(
     ctx: typer.Context,
     url: Annotated[
-        str | None, typer.Option(envvar="SPARKTRAIN_URL", help="The service (default http://127.0.0.1:8000).")
+        str | None,
+        typer.Option(envvar="SPARKTRAIN_URL", metavar="URL", help="The service (default http://127.0.0.1:8000)."),
     ] = None,
     api_key: Annotated[
         str | None,
-        typer.Option(envvar="SPARKTRAIN_API_KEY", help="An API key, when the service has them.", show_default=False),
+        typer.Option(
+            envvar="SPARKTRAIN_API_KEY",
+            metavar="KEY",
+            help="An API key, when the service has them.",
+            show_default=False,
+        ),
     ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Machine-readable JSON on stdout, no progress bar.")
@@ -85,57 +103,13 @@ def _read_body(path: Path) -> dict[str, Any]:
     return body
 
 
-class _Live:
-    """The live progress bar of ``--wait``: state, progress, message, and the newest metrics."""
-
-    SHOWN = ("loss", "samples_per_s")
-
-    def __init__(self, progress: Progress, task: Any) -> None:
-        self.progress, self.task = progress, task
-        self.latest: dict[str, dict[Any, float]] = {}
-
-    def __call__(self, event: Event) -> None:
-        if event.type == "state":
-            data = event.data
-            self.progress.update(
-                self.task,
-                completed=float(data.get("progress") or 0.0),
-                status=data["status"],
-                description=data.get("progress_message") or "",
-            )
-        elif event.type == "metrics":
-            for point in event.data["points"]:
-                if point["key"] in self.SHOWN or point["key"].startswith("validation_"):
-                    self.latest.setdefault(point["key"], {})[point.get("worker")] = point["value"]
-            self.progress.update(self.task, metrics=self.summary())
-
-    def summary(self) -> str:
-        parts = []
-        for key, by_worker in sorted(self.latest.items()):
-            values = list(by_worker.values())
-            value = sum(values) if key == "samples_per_s" else sum(values) / len(values)
-            parts.append(f"{key} {value:.4g}")
-        return " · ".join(parts)
-
-
 def _follow(opts: Options, api: Client, job: dict[str, Any]) -> int:
     """Wait for the job with a live progress bar (none with --json); report how it ended; its exit code."""
     if opts.json:
         final = api.wait(job["id"])
         _print_json(final)
         return OUTCOME.get(final["status"], FAILED)
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.fields[status]:<10}", style="bold", markup=False),
-        BarColumn(bar_width=30),
-        TaskProgressColumn(),
-        TextColumn("{task.description}", markup=False),
-        TextColumn("{task.fields[metrics]}", style="dim", markup=False),
-    )
-    with Progress(*columns, console=err, transient=False) as progress:
-        task = progress.add_task("", total=1.0, status=job["status"], metrics="")
-        final = api.wait(job["id"], on_event=_Live(progress, task))
-    return _report(final)
+    return _report(Live(err).follow(api, job))
 
 
 def _report(job: dict[str, Any]) -> int:
@@ -144,10 +118,16 @@ def _report(job: dict[str, Any]) -> int:
         out.print(f"SUCCEEDED job {job['id']}", highlight=False)
         if job.get("model"):
             out.print(f"model {job['model']['name']} version {job['model']['version']}", highlight=False)
-        validation = (job.get("result") or {}).get("validation")
+        result = job.get("result") or {}
+        validation = result.get("validation")
         if isinstance(validation, dict):
             shown = ", ".join(f"{k} {v:.4g}" for k, v in validation.items() if isinstance(v, int | float))
             out.print(f"validation: {shown}", highlight=False)
+        if result.get("output_uri"):  # a batch prediction's parquet output
+            counts = [f"{result['rows']} rows"] if isinstance(result.get("rows"), int) else []
+            if result.get("bad_rows"):
+                counts.append(f"{result['bad_rows']} bad rows dropped")
+            out.print(f"output {result['output_uri']}" + (f" ({', '.join(counts)})" if counts else ""), highlight=False)
         return OK
     error = job.get("error") or {}
     err.print(f"{status} job {job['id']}: {error.get('reason', '?')}: {error.get('message', '')}", highlight=False)
@@ -166,10 +146,12 @@ def _submitted(opts: Options, api: Client, job: dict[str, Any], wait: bool) -> i
     return _follow(opts, api, job)
 
 
-@app.command()
+@app.command(cls=Command)
 def submit(
     ctx: typer.Context,
-    body: Annotated[Path, typer.Argument(help="A POST /train body (JSON), e.g. examples/xgboost-taxi.json.")],
+    body: Annotated[
+        Path, typer.Argument(metavar="BODY", help="A POST /train body (JSON), e.g. examples/xgboost-taxi.json.")
+    ],
     wait: Annotated[bool, typer.Option("--wait", help="Follow the job to its end with a progress bar.")] = False,
 ) -> int:
     """Queue a training job."""
@@ -178,10 +160,10 @@ def submit(
         return _submitted(opts, api, api.train(_read_body(body)), wait)
 
 
-@app.command()
+@app.command(cls=Command)
 def evaluate(
     ctx: typer.Context,
-    body: Annotated[Path, typer.Argument(help="A POST /evaluate body (JSON).")],
+    body: Annotated[Path, typer.Argument(metavar="BODY", help="A POST /evaluate body (JSON).")],
     wait: Annotated[bool, typer.Option("--wait", help="Follow the job to its end.")] = False,
 ) -> int:
     """Queue an evaluation of a model version on a dataset."""
@@ -193,22 +175,31 @@ def evaluate(
         return code
 
 
-@app.command()
+@app.command(cls=Command)
 def jobs(
     ctx: typer.Context,
-    status: Annotated[str | None, typer.Option(help="Only jobs in this state (QUEUED, RUNNING, ...).")] = None,
-    type_: Annotated[str | None, typer.Option("--type", help="train, evaluate, predict, recipe or tune.")] = None,
+    status: Annotated[
+        str | None, typer.Option(metavar="STATE", help="Only jobs in this state (QUEUED, RUNNING, ...; any case).")
+    ] = None,
+    type_: Annotated[
+        str | None, typer.Option("--type", metavar="TYPE", help="train, evaluate, predict, recipe or tune.")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
 ) -> int:
     """List jobs, newest first."""
     opts = _options(ctx)
+    # The service spells states in upper case and types in lower case.
+    status, type_ = (status or "").strip().upper() or None, (type_ or "").strip().lower() or None
     with opts.client() as api:
         items = api.jobs(status=status, type=type_, limit=limit)
     if opts.json:
         _print_json(items)
         return OK
     if not items:
-        err.print("No jobs yet: sparktrain submit examples/xgboost-taxi.json --wait")
+        if status or type_:
+            err.print(f"No {' '.join(filter(None, (status, type_)))} jobs", highlight=False)
+        else:
+            err.print("No jobs yet: sparktrain submit examples/xgboost-taxi.json --wait")
         return OK
     table = Table("id", "name", "type", "status", "progress", "created")
     for j in items:
@@ -218,12 +209,12 @@ def jobs(
     return OK
 
 
-@app.command()
-def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="A job id.")]) -> int:
+@app.command(cls=Command)
+def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)]) -> int:
     """One job: state, progress, error, model and result."""
     opts = _options(ctx)
     with opts.client() as api:
-        job = api.job(job_id)
+        job = api.job(api.job_id(job_id))
     if opts.json:
         _print_json(job)
         return OK
@@ -248,15 +239,16 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="A job i
     return OK
 
 
-@app.command()
+@app.command(cls=Command)
 def logs(
     ctx: typer.Context,
-    job_id: Annotated[str, typer.Argument(help="A job id.")],
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends.")] = False,
 ) -> int:
     """A job's log lines; with -f, followed until the job ends (exit code: how it ended)."""
     opts = _options(ctx)
     with opts.client() as api:
+        job_id = api.job_id(job_id)
         lines = api.follow_logs(job_id) if follow else iter(api.logs(job_id))
         for line in lines:
             if opts.json:
@@ -267,17 +259,17 @@ def logs(
         return OUTCOME.get(api.job(job_id)["status"], FAILED) if follow else OK
 
 
-@app.command()
-def cancel(ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="A job id.")]) -> int:
+@app.command(cls=Command)
+def cancel(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)]) -> int:
     """Cancel a job (a finished one is refused: exit 2)."""
     opts = _options(ctx)
     with opts.client() as api:
-        job = api.cancel(job_id)
+        job = api.cancel(api.job_id(job_id))
     _print_json(job) if opts.json else out.print(f"{job['status']} job {job['id']}", highlight=False)
     return OK
 
 
-@app.command()
+@app.command(cls=Command)
 def models(ctx: typer.Context) -> int:
     """Registered models: versions, aliases, newest metrics."""
     opts = _options(ctx)
@@ -300,11 +292,19 @@ def models(ctx: typer.Context) -> int:
     return OK
 
 
-@app.command()
+@app.command(cls=Command)
 def download(
     ctx: typer.Context,
-    model: Annotated[str, typer.Argument(help="NAME, NAME:VERSION or NAME@ALIAS.")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="A file or a directory.")] = None,
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="NAME, NAME:VERSION or NAME@ALIAS.")],
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PATH",
+            help="A file, or a folder (created when it ends with /): the file in it is named by the service.",
+        ),
+    ] = None,
 ) -> int:
     """Download a model version's archive (loads without sparktrain: see sparktrain_model.py inside)."""
     opts = _options(ctx)
@@ -340,14 +340,16 @@ def _csv_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
         raise typer.BadParameter(f"{path}: not a CSV file with a header ({exc or 'empty'})") from exc
 
 
-@app.command()
+@app.command(cls=Command)
 def predict(
     ctx: typer.Context,
-    model: Annotated[str, typer.Argument(help="NAME, NAME:VERSION or NAME@ALIAS.")],
-    csv_file: Annotated[Path, typer.Option("--csv", help="Rows to predict, with a header line.")],
-    key: Annotated[str | None, typer.Option(help="Batch: the id column kept next to each prediction.")] = None,
-    output_uri: Annotated[str | None, typer.Option(help="Batch: where the parquet output goes.")] = None,
-    max_inline: Annotated[int, typer.Option(help="More rows than this run as a batch job.")] = INLINE_ROWS,
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="NAME, NAME:VERSION or NAME@ALIAS.")],
+    csv_file: Annotated[Path, typer.Option("--csv", metavar="FILE", help="Rows to predict, with a header line.")],
+    key: Annotated[
+        str | None, typer.Option(metavar="COLUMN", help="Batch: the id column kept next to each prediction.")
+    ] = None,
+    output_uri: Annotated[str | None, typer.Option(metavar="URI", help="Batch: where the parquet output goes.")] = None,
+    max_inline: Annotated[int, typer.Option(metavar="N", help="More rows than this run as a batch job.")] = INLINE_ROWS,
     wait: Annotated[bool, typer.Option("--wait", help="Batch: follow the job to its end.")] = False,
 ) -> int:
     """Predictions for a CSV file: answered at once for up to --max-inline rows, else as a batch job on the
@@ -388,6 +390,14 @@ def main(argv: list[str] | None = None) -> int:
         show = getattr(exc, "show", None)
         show() if callable(show) else err.print(str(exc))
         code = int(getattr(exc, "exit_code", USAGE))
+    except AmbiguousJobId as exc:
+        err.print(str(exc) + ":", highlight=False)
+        for job in exc.candidates:
+            err.print(f"  {job['id']}  {job['status']:<10} {job.get('name') or ''}", highlight=False)
+        code = USAGE
+    except LocalFileError as exc:
+        err.print(str(exc), highlight=False)
+        code = USAGE
     except Unreachable as exc:
         err.print(f"unreachable: {exc}", highlight=False)
         code = UNREACHABLE

@@ -10,12 +10,14 @@ The service's address and key come from the arguments or from ``SPARKTRAIN_URL``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,10 @@ import httpx
 DEFAULT_URL = "http://127.0.0.1:8000"
 ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _MODEL_REF = re.compile(r"^(?P<name>[^:@]+)(?::(?P<version>\d+)|@(?P<alias>[^:@]+))?$")
+_JOB_PREFIX = re.compile(r"^[0-9a-f]{6,31}$")
+"""Job ids are 32 hex digits; 6 to 31 of them may start one (the ``jobs`` table cuts ids on a narrow terminal)."""
+PREFIX_SCAN = 10_000
+"""How many of the newest jobs a job id prefix is looked for among."""
 
 
 class SparktrainError(Exception):
@@ -32,6 +38,18 @@ class SparktrainError(Exception):
 
 class Unreachable(SparktrainError):
     """No answer from the service (connection refused, timeout), or a 502/503/504."""
+
+
+class LocalFileError(SparktrainError):
+    """A local file or folder that cannot be read or written (the service is not involved)."""
+
+
+class AmbiguousJobId(SparktrainError):
+    """A job id prefix that starts more than one job's id: ``candidates`` are those jobs."""
+
+    def __init__(self, prefix: str, candidates: list[dict[str, Any]]) -> None:
+        self.prefix, self.candidates = prefix, candidates
+        super().__init__(f"{prefix!r} starts {len(candidates)} job ids; give more of the id")
 
 
 class ApiError(SparktrainError):
@@ -138,8 +156,47 @@ class Client:
         return dict(self._json("GET", f"/jobs/{job_id}"))
 
     def jobs(self, *, status: str | None = None, type: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        params = {k: v for k, v in {"status": status, "type": type, "limit": limit}.items() if v is not None}
-        return list(self._json("GET", "/jobs", params=params)["items"])
+        return self.jobs_page(status=status, type=type, limit=limit)[0]
+
+    def jobs_page(
+        self, *, status: str | None = None, type: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of ``GET /jobs``, newest first, and the cursor of the next page (None after the last)."""
+        given = {"status": status, "type": type, "limit": limit, "cursor": cursor}
+        page = self._json("GET", "/jobs", params={k: v for k, v in given.items() if v is not None})
+        return list(page["items"]), page.get("next_cursor")
+
+    def find_jobs(self, prefix: str, *, scan: int = PREFIX_SCAN) -> list[dict[str, Any]]:
+        """The jobs whose id starts with ``prefix``, among the newest ``scan`` (paged through ``GET /jobs``)."""
+        found: list[dict[str, Any]] = []
+        cursor: str | None = None
+        seen = 0
+        while seen < scan:
+            items, cursor = self.jobs_page(limit=min(500, scan - seen), cursor=cursor)
+            found += [job for job in items if str(job["id"]).startswith(prefix)]
+            seen += len(items)
+            if cursor is None or not items:
+                break
+        return found
+
+    def job_id(self, text: str) -> str:
+        """The id of the job that ``text`` names: the id itself, or a unique prefix of one (6 or more of its hex
+        digits). A prefix that starts several ids raises :class:`AmbiguousJobId`; one that starts none, the
+        service's 404 for ``text``."""
+        if not _JOB_PREFIX.match(text.lower()):
+            return text
+        try:
+            return str(self.job(text)["id"])
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            missing = exc
+        matches = self.find_jobs(text.lower())
+        if not matches:
+            raise missing
+        if len(matches) > 1:
+            raise AmbiguousJobId(text, matches)
+        return str(matches[0]["id"])
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         return dict(self._json("POST", f"/jobs/{job_id}/cancel"))
@@ -213,26 +270,67 @@ class Client:
             raise ApiError(404, {"title": "Not found", "detail": f"model {ref.name} has no alias {ref.alias!r}"})
         raise ApiError(404, {"title": "Not found", "detail": f"no model named {ref.name!r} (or it has no version)"})
 
-    def download(self, ref: ModelRef, dest: Path | None = None) -> Path:
-        """Save a model version's archive (``.tar.gz``); returns its path."""
+    def download(self, ref: ModelRef, dest: str | os.PathLike[str] | None = None) -> Path:
+        """Save a model version's archive (``.tar.gz``); returns its path.
+
+        ``dest`` is a file, or a folder when it ends with a slash or is one already: the folder (and a file's
+        parent folders) are created, and a file in a folder is named as the service names it
+        (``Content-Disposition``, ``NAME-vN.tar.gz``). None is the current folder."""
         version = self.resolve(ref)
-        target = dest or Path(f"{ref.name}-v{version}.tar.gz")
-        if target.is_dir():
-            target = target / f"{ref.name}-v{version}.tar.gz"
+        text = os.fspath(dest) if dest is not None else ""
+        into = not text or text.endswith(("/", os.sep)) or Path(text).is_dir()
         path = f"/models/{ref.name}/versions/{version}/artifact"
         try:
             with self._http.stream("GET", path) as response:
                 if response.status_code >= 400:
                     response.read()
                     _raise_for(response)
-                partial = target.with_name(target.name + ".part")
-                with partial.open("wb") as out:
-                    for chunk in response.iter_bytes():
-                        out.write(chunk)
-                partial.replace(target)
+                if into:
+                    name = _attachment_name(response) or f"{ref.name}-v{version}.tar.gz"
+                    target = Path(text or ".") / name
+                else:
+                    target = Path(text)
+                _make_folder(target.parent)
+                _save(response, target)
         except httpx.TransportError as exc:
             raise Unreachable(f"no answer from {self.url}: {exc}") from exc
         return target
+
+
+def _attachment_name(response: httpx.Response) -> str | None:
+    """The file name a response's ``Content-Disposition`` gives, without any folder part."""
+    header = response.headers.get("content-disposition")
+    if not header:
+        return None
+    message = Message()
+    message["content-disposition"] = header
+    name = Path(message.get_filename() or "").name
+    return name if name not in ("", ".", "..") else None
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise LocalFileError(f"cannot create the folder {folder}: a file has that name") from exc
+    except OSError as exc:
+        raise LocalFileError(f"cannot create the folder {folder}: {exc.strerror or exc}") from exc
+
+
+def _save(response: httpx.Response, target: Path) -> None:
+    """Write the body next to ``target`` and move it there once complete (no half file under the name)."""
+    partial = target.with_name(target.name + ".part")
+    try:
+        with partial.open("wb") as out:
+            for chunk in response.iter_bytes():
+                out.write(chunk)
+        partial.replace(target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise LocalFileError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        raise
 
 
 def parse_events(lines: Iterator[str]) -> Iterator[Event]:

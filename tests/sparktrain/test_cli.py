@@ -1,9 +1,11 @@
-"""The sparktrain CLI against the real service (subprocesses, real HTTP): exit codes, --wait, logs -f, downloads."""
+"""The sparktrain CLI against the real service (subprocesses, real HTTP): exit codes, --wait, logs -f, downloads,
+job id prefixes, filters, batch predictions, the progress line and the help."""
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -14,10 +16,12 @@ from typing import Any
 import pytest
 
 from bench.chaos import digits_job
-from tests.helpers import TAXI_FEATURES, Service, running_service
+from sparktrain._progress import final_line
+from tests.helpers import TAXI_FEATURES, Service, running_service, taxi_request
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"  # rich's "dots" frames
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +30,16 @@ def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servic
         yield service
 
 
-def cli(svc: Service | None, *args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {"SPARKTRAIN_URL": url or (svc.url if svc else ""), "PATH": "/usr/bin:/bin", "COLUMNS": "200"}
+@pytest.fixture(scope="module")
+def linear(svc: Service) -> dict[str, Any]:
+    """A model of its own for the tests below: cli-lr version 1, a linear regression (seconds to train)."""
+    return svc.done("/train", taxi_request("cli-lr"))
+
+
+def cli(
+    svc: Service | None, *args: str, url: str | None = None, columns: int = 200
+) -> subprocess.CompletedProcess[str]:
+    env = {"SPARKTRAIN_URL": url or (svc.url if svc else ""), "PATH": "/usr/bin:/bin", "COLUMNS": str(columns)}
     return subprocess.run(
         [sys.executable, "-m", "sparktrain", *args],
         check=False,
@@ -49,10 +61,13 @@ def test_submit_wait_ends_0_with_the_model_and_the_model_can_be_used(svc: Servic
     body = json.loads((REPO / "examples" / "xgboost-taxi.json").read_text())
     body["name"] = "cli-xgb"
     body["params"]["num_round"] = 20
-    done = cli(svc, "submit", _body(tmp_path, body), "--wait")
+    done = cli(svc, "submit", _body(tmp_path, body), "--wait", columns=80)
     assert done.returncode == 0, done.stderr
     assert "model cli-xgb version 1" in done.stdout
-    assert "SUCCEEDED" in done.stderr  # the progress bar's last state
+    # The progress bar's last line, at 80 columns and not on a terminal: the state whole, no spinner.
+    finals = [line for line in done.stderr.splitlines() if line.startswith("SUCCEEDED ")]
+    assert len(finals) == 1 and "100%" in finals[0] and len(finals[0]) <= 80, done.stderr
+    assert not set(SPINNER) & set(done.stderr), done.stderr
 
     listed = json.loads(cli(svc, "--json", "jobs", "--limit", "5").stdout)
     assert listed[0]["name"] == "cli-xgb" and listed[0]["status"] == "SUCCEEDED"
@@ -86,9 +101,11 @@ def test_a_failing_job_ends_1_with_its_reason_and_logs_f_ends_with_the_job(svc: 
     followed = cli(svc, "logs", "-f", job_id)
     assert followed.returncode == 1, followed.stderr  # how the job ended
     assert "failed: NAN_LOSS" in followed.stdout.splitlines()[-1]
-    waited = cli(svc, "submit", _body(tmp_path, {**nan, "name": "cli-nan-2"}), "--wait")
+    waited = cli(svc, "submit", _body(tmp_path, {**nan, "name": "cli-nan-2"}), "--wait", columns=80)
     assert waited.returncode == 1
     assert "FAILED" in waited.stderr and "NAN_LOSS" in waited.stderr
+    assert any(line.startswith("FAILED ") and "%" in line for line in waited.stderr.splitlines()), waited.stderr
+    assert not set(SPINNER) & set(waited.stderr), waited.stderr  # an ended job's line has no spinner
 
 
 def test_exit_codes_for_refusals_usage_and_an_unreachable_service(svc: Service, tmp_path: Path) -> None:
@@ -111,3 +128,117 @@ def test_names_and_messages_print_as_written_never_as_console_markup() -> None:
         with console.capture() as captured:
             console.print("job [/oops] [bold]x[/bold]")  # a user's job name, a server message: not markup
         assert captured.get().strip() == "job [/oops] [bold]x[/bold]"
+
+
+@pytest.mark.parametrize("width", [80, 40, 12, 3])
+def test_a_final_line_cuts_the_message_and_metrics_never_the_state(width: int) -> None:
+    metrics = "loss 0.1234 · samples_per_s 1.234e+04 · validation_mae 2.345 · validation_rmse 3.456"
+    line = final_line("CANCELLING", 0.5, "training epoch 3 of 5 on 2 workers", metrics, width=width).plain
+    assert line.startswith("CANCELLING") and len(line) <= max(width, len("CANCELLING"))
+    assert line == "CANCELLING" or line.endswith("…")
+    assert final_line("FAILED", 0.0, "reading data", "", width=80).plain == "FAILED       0%  reading data"
+
+
+def test_download_into_a_folder_that_is_not_there_yet_and_to_a_new_path(
+    svc: Service, linear: dict[str, Any], tmp_path: Path
+) -> None:
+    into = cli(svc, "download", "cli-lr:1", "-o", f"{tmp_path / 'models'}/")
+    assert into.returncode == 0, into.stderr
+    saved = tmp_path / "models" / "cli-lr-v1.tar.gz"  # named as the service names it (Content-Disposition)
+    assert Path(into.stdout.strip()) == saved and tarfile.is_tarfile(saved)
+    again = cli(svc, "download", "cli-lr", "-o", str(tmp_path / "models"))  # an existing folder, no slash
+    assert again.returncode == 0 and Path(again.stdout.strip()) == saved, again.stderr
+
+    nested = tmp_path / "nodir" / "sub" / "x.tar.gz"
+    made = cli(svc, "download", "cli-lr:1", "-o", str(nested))
+    assert made.returncode == 0, made.stderr
+    assert tarfile.is_tarfile(nested) and [p.name for p in nested.parent.iterdir()] == ["x.tar.gz"]
+
+
+def test_a_local_file_that_cannot_be_written_is_one_line_and_exit_2(
+    svc: Service, linear: dict[str, Any], tmp_path: Path
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "busy.tar.gz.part").mkdir()  # where the download is written before it is renamed
+    for target in (f"{tmp_path / 'a-file'}/", str(tmp_path / "a-file" / "x.tar.gz"), str(tmp_path / "busy.tar.gz")):
+        failed = cli(svc, "download", "cli-lr:1", "-o", target)
+        assert failed.returncode == 2, failed.stderr
+        assert "Traceback" not in failed.stderr and len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+        assert "a-file" in failed.stderr or "busy.tar.gz" in failed.stderr
+    assert (tmp_path / "busy.tar.gz.part").is_dir() and not (tmp_path / "busy.tar.gz").exists()
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        denied = cli(svc, "download", "cli-lr:1", "-o", str(locked / "x.tar.gz"))
+        assert denied.returncode == 2 and "Permission denied" in denied.stderr, denied.stderr
+        assert "Traceback" not in denied.stderr and not list(locked.iterdir())
+
+
+def test_job_filters_take_any_case_and_an_empty_filtered_list_names_the_filters(
+    svc: Service, linear: dict[str, Any]
+) -> None:
+    none = cli(svc, "jobs", "--status", "running", "--type", "TRAIN")
+    assert none.returncode == 0, none.stderr
+    assert "No RUNNING train jobs" in none.stderr and "No jobs yet" not in none.stderr
+    listed = json.loads(cli(svc, "--json", "jobs", "--status", "Succeeded", "--type", "Train").stdout)
+    assert linear["id"] in [j["id"] for j in listed]
+    assert all(j["status"] == "SUCCEEDED" and j["type"] == "train" for j in listed)
+
+
+def test_show_logs_and_cancel_take_a_unique_prefix_of_a_job_id(svc: Service, linear: dict[str, Any]) -> None:
+    from app.db.session import transaction
+    from app.services import jobs
+
+    job_id = linear["id"]
+    shown = cli(svc, "--json", "show", job_id[:8])
+    assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == job_id, shown.stderr
+    assert cli(svc, "logs", job_id[:6].upper()).returncode == 0
+    finished = cli(svc, "cancel", job_id[:10])  # found, and a finished job is not cancelled: 409
+    assert finished.returncode == 2 and "409" in finished.stderr, finished.stderr
+
+    ids = [j["id"] for j in json.loads(cli(svc, "--json", "jobs", "--limit", "500").stdout)]
+    unused = next(p for p in (f"{n:06x}" for n in range(1 << 24)) if not any(i.startswith(p) for i in ids))
+    missing = cli(svc, "show", unused)
+    assert missing.returncode == 2 and "404" in missing.stderr, missing.stderr
+    assert cli(svc, "show", "abc").returncode == 2  # too short to be a prefix: the service's 404
+
+    twins = ["c0ffee" + "0" * 26, "c0ffee" + "1" * 26]  # two jobs whose ids share their first 6 characters
+    with transaction(svc.runtime.db) as session:
+        for twin in twins:
+            row, _ = jobs.create_job(session=session, job_type="train", request={}, name="cli-twin")
+            row.id, row.status = twin, "CANCELLED"
+    ambiguous = cli(svc, "show", "c0ffee")
+    assert ambiguous.returncode == 2 and "starts 2 job ids" in ambiguous.stderr, ambiguous.stderr
+    assert all(twin in ambiguous.stderr for twin in twins)
+    assert json.loads(cli(svc, "--json", "show", "c0ffee1").stdout)["id"] == twins[1]
+
+
+def test_a_batch_prediction_with_wait_says_where_its_output_went(
+    svc: Service, linear: dict[str, Any], tmp_path: Path
+) -> None:
+    data = Path(svc.runtime.settings.data_roots[-1])  # the file must be inside the service's data roots
+    data.mkdir(parents=True, exist_ok=True)
+    rows = data / "cli-rows.csv"
+    with rows.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["trip_id", *TAXI_FEATURES])
+        for trip, distance in enumerate((1.0, 5.0, 12.0)):
+            writer.writerow([trip, 1, distance, -73.98, 40.75, 1, -73.96, 40.77, 9, 2, 0, distance * 1.2])
+    done = cli(svc, "predict", "cli-lr:1", "--csv", str(rows), "--max-inline", "1", "--key", "trip_id", "--wait")
+    assert done.returncode == 0, done.stderr
+    output = [line for line in done.stdout.splitlines() if line.startswith("output ")]
+    assert len(output) == 1 and output[0].endswith(" (3 rows)"), done.stdout
+    assert Path(output[0].removeprefix("output ").removesuffix(" (3 rows)")).is_dir()
+
+
+def test_help_shows_flags_without_a_value_and_arguments_by_name() -> None:
+    for command, usage in [
+        ((), "Usage: sparktrain [OPTIONS] COMMAND [ARGS]..."),
+        (("download",), "Usage: sparktrain download [OPTIONS] MODEL"),
+        (("submit",), "Usage: sparktrain submit [OPTIONS] BODY"),
+        (("logs",), "Usage: sparktrain logs [OPTIONS] JOB"),
+    ]:
+        shown = cli(None, *command, "--help", columns=100)
+        assert shown.returncode == 0, shown.stderr
+        assert usage in shown.stdout, shown.stdout
+        assert "<bool>" not in shown.stdout and "{" not in shown.stdout, shown.stdout
