@@ -29,7 +29,9 @@ of the learning rate (``tau0_<m>lr``), what the planned-length rule was fitted o
 bench/results/sharing_accuracy_tau0_steps.json; it replaces ``--set tau0_10m``, whose one and ten steps over 4
 and 20 epochs it runs too, bench/results/sharing_accuracy_tau0_10m.json; ``--set early``: the digits CNN at batch 16
 and 64 per worker over 1, 2, 4 and 20 epochs, tau0 one step against what the defaults plan for 20 epochs, what a
-pruner sees of a trial in its first epochs, 4 minutes, bench/results/sharing_accuracy_early.json).
+pruner sees of a trial in its first epochs, 2 minutes, bench/results/sharing_accuracy_early.json; ``--set
+w4_planned``: the planned-length rule, fitted at W = 2, checked at W = 4 on the CNN and the 1.1M MLP over 20 and 40
+epochs, the defaults against one step and ``allreduce``, bench/results/sharing_accuracy_w4_planned.json).
 """
 
 from __future__ import annotations
@@ -94,6 +96,14 @@ RUNS_EARLY: list[tuple[str, dict[str, Any], float, int, int]] = [
     (f"cnn_early_b{batch}", CNN, 3e-3, epochs, 2) for batch in (16, 64) for epochs in EARLY_EPOCHS
 ]
 
+# --set w4_planned: the planned-length rule (fitted at W = 2) checked at W = 4 on the CNN and the 1.1M MLP over 20 and
+# 40 epochs (220 and 440 steps per worker at batch 32): the defaults against one step and allreduce
+RUNS_W4_PLANNED: list[tuple[str, dict[str, Any], float, int, int]] = [
+    (model, network, lr, epochs, 4)
+    for model, network, lr in (("cnn_w4planned", CNN, 3e-3), ("mlp_1m_w4planned", WIDE, 1e-3))
+    for epochs in (20, 40)
+]
+
 
 def _batch(model: str) -> int:
     return int(model.rsplit("_b", 1)[1]) if model.startswith("cnn_early_b") else 32
@@ -110,6 +120,12 @@ def _variants(model: str, lr: float, world: int, epochs: int, steps_per_epoch: i
                 "gradient_sharing",
                 {"threshold_algorithm": {"initial_threshold": planned * lr}},
             ),
+        }
+    if model.endswith("_w4planned"):  # --set w4_planned
+        return {
+            "allreduce": ("allreduce", None),
+            "one_step": ("gradient_sharing", {"threshold_algorithm": {"initial_threshold": lr}}),
+            "now": ("gradient_sharing", None),
         }
     if model.endswith("_tau0steps"):  # --set tau0_steps: explicit first thresholds, whatever the default is
         return {
@@ -220,17 +236,24 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one seed")
     parser.add_argument(
         "--set",
-        choices=["short", "w4_10m", "tau0_steps", "early"],
+        choices=["short", "w4_10m", "tau0_steps", "early", "w4_planned"],
         default="short",
         help="short: the runs above (default); w4_10m: the 9.7M MLP at W = 4 over 4, 8 and 12 epochs, allreduce "
         "against the defaults; tau0_steps: the 9.7M MLP at W = 2 over 4, 10 and 20 epochs and the CNN over 10, the "
         "first threshold at 1 to 10 steps; early: the CNN at batch 16 and 64 over 1, 2, 4 and 20 epochs, tau0 one "
-        "step against what the defaults plan for 20 epochs "
+        "step against what the defaults plan for 20 epochs; w4_planned: the CNN and the 1.1M MLP at W = 4 over 20 and "
+        "40 epochs, the defaults against one step "
         "(written to bench/results/sharing_accuracy_<set>.json)",
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    runs = {"short": RUNS, "w4_10m": RUNS_W4_10M, "tau0_steps": RUNS_TAU0_STEPS, "early": RUNS_EARLY}[args.set]
+    runs = {
+        "short": RUNS,
+        "w4_10m": RUNS_W4_10M,
+        "tau0_steps": RUNS_TAU0_STEPS,
+        "early": RUNS_EARLY,
+        "w4_planned": RUNS_W4_PLANNED,
+    }[args.set]
     name = "sharing_accuracy" if args.set == "short" else f"sharing_accuracy_{args.set}"
     out = args.out or str(REPO / f"bench/results/{name}.json")
     seeds = [7] if args.quick else [7, 8, 9]
