@@ -22,7 +22,6 @@ from workers.inference.examples import example_rows
 from workers.inference.mlflow_format import write_mlflow_files
 from workers.inference.signature import build_signature
 from workers.inference.xgboost_model import CARD_FILE, MODEL_FILE
-from workers.spark_progress import StageProgress
 from workers.training.validation import validation_metrics
 from workers.training.xgboost.checkpoints import CheckpointTarget, RoundCheckpoints, resumed_rounds
 from workers.training.xgboost.remote import ReportTarget, accuracy_key
@@ -89,9 +88,8 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     data = train_df.withColumn(VALIDATION_COL, _lit(False)).unionByName(val_df.withColumn(VALIDATION_COL, _lit(True)))
     single = plan.num_workers == 1 and plan.device == "cpu"
     with (
-        StageProgress(ctx, low=0.05, high=0.85, label="training"),
         RoundCheckpoints(ctx, plan) as checkpoints,
-        RoundReports(ctx, _driver_host(ctx)) as reports,
+        RoundReports(ctx, _driver_host(ctx), num_round=spec.num_round, resumed=done, low=0.05, high=0.85) as reports,
     ):
         if single:
             booster, histories, val_metrics = _fit_single(plan, data, label_col, checkpoints.target, reports.target)

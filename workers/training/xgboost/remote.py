@@ -11,7 +11,8 @@ registers what appears there (driver.py). A retried job continues from one (``xg
 where the checkpoint is and boosting goes on for the rounds left.
 
 Round reports: rank 0 sends each round's evaluation to the driver as the round ends (:func:`round_callback`), so
-the validation metric can be read, and a tune job can prune the fit, while it runs (driver side: rounds.py).
+the validation metric can be read, the job's progress follows the rounds, and a tune job can prune the fit, while
+it runs (driver side: rounds.py).
 """
 
 from __future__ import annotations

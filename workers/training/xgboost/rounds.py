@@ -1,4 +1,5 @@
-"""The driver's end of an xgboost fit's round reports: each boosting round's evaluation, as job metrics while it runs.
+"""The driver's end of an xgboost fit's round reports: each boosting round's evaluation as job metrics, and the
+rounds done as the job's progress, while the fit runs.
 
 Rank 0's training callback (remote.py :func:`~workers.training.xgboost.remote.round_callback`) sends every round's
 evaluation as the round ends, newline-delimited JSON over TCP after a hello with a random token, the wire of
@@ -9,12 +10,18 @@ shows them while the fit runs and a tune job can prune the trial before it ends.
 It remembers which (key, round) it wrote: the history the fit hands back at its end adds only the rounds that did
 not arrive (:meth:`RoundReports.missing`), and a round sent twice (a stage attempt run again) is written once.
 
+The same reports move the job's progress: after each flush, the newest round heard of out of ``num_round``, scaled
+into the fit's share of the bar (:func:`round_progress`, "training: round 120 of 500"). Round numbers count the
+rounds of a checkpoint the fit continued from, so a resumed job starts where its checkpoint left off; progress never
+goes back (a stage attempt run again sends its rounds again: those are not shown twice).
+
 Driver side: stdlib only.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
@@ -31,18 +38,35 @@ DRAIN_S = 30.0
 Key = tuple[str, int]
 
 
+def round_progress(done: int, num_round: int, low: float, high: float) -> tuple[float, str]:
+    """The job's progress after ``done`` of ``num_round`` rounds, within ``[low, high]``, and its message."""
+    total = max(num_round, 1)
+    done = min(max(done, 0), total)
+    return low + (high - low) * done / total, f"training: round {done} of {total}"
+
+
 class RoundReports(EventListener):
+    """While open: writes each round's evaluation as job metrics and shows the rounds done as the job's progress,
+    between ``low`` and ``high``; ``resumed``: the rounds of the checkpoint the fit continues from."""
+
     name = "xgboost round reports"
 
-    def __init__(self, ctx: JobContext, host: str) -> None:
+    def __init__(
+        self, ctx: JobContext, host: str, *, num_round: int, resumed: int = 0, low: float = 0.0, high: float = 1.0
+    ) -> None:
         super().__init__(host, FLUSH_S)
         self._ctx = ctx
         self._pending: dict[Key, MetricPoint] = {}
         self._claimed: set[Key] = set()  # pending or written
         self._written: set[Key] = set()
+        self._num_round, self._low, self._high = num_round, low, high
+        self._round = resumed  # the newest round heard of
+        self._shown = -1  # the round the job's progress shows
+        self._showing = threading.Lock()  # one progress write at a time, so that a later round is never overwritten
         self.target: ReportTarget = (*self.address, self.token)
 
     def __enter__(self) -> RoundReports:
+        self._show_progress()  # the checkpoint's rounds (or none) until the first round ends
         self.start()
         return self
 
@@ -50,6 +74,7 @@ class RoundReports(EventListener):
         # after a fit that ended well rank 0 closed its socket: read what it sent last
         self.close(drain=kind is None, drain_s=DRAIN_S)
         self._flush()
+        self._show_progress()
 
     def missing(self, points: Iterable[MetricPoint]) -> list[MetricPoint]:
         """``points`` less the (key, step) pairs already written, each once."""
@@ -65,6 +90,7 @@ class RoundReports(EventListener):
             return
         step = int(event["round"])
         with self._lock:
+            self._round = max(self._round, step)
             for key, value in (event.get("metrics") or {}).items():
                 if (key, step) not in self._claimed:
                     self._claimed.add((key, step))
@@ -86,5 +112,21 @@ class RoundReports(EventListener):
         with self._lock:
             self._written.update(pending)
 
+    def _show_progress(self) -> None:
+        """The newest round as the job's progress, after its metrics were written (flushed first)."""
+        with self._showing:
+            with self._lock:
+                done = self._round
+            if done <= self._shown:
+                return
+            fraction, message = round_progress(done, self._num_round, self._low, self._high)
+            try:
+                self._ctx.progress(fraction, message)
+            except Exception as exc:  # the database is away: the next flush shows a newer round
+                log.warning("job %s: recording progress failed (%s: %s)", self._ctx.job_id, type(exc).__name__, exc)
+                return
+            self._shown = done
+
     def _tick(self) -> None:
         self._flush()
+        self._show_progress()

@@ -43,7 +43,7 @@ def test_each_round_reports_accuracy_and_the_kept_round_is_the_result(
     if classes > 2:
         params["num_class"] = classes
     ctx = Recorded()
-    with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
+    with RoundReports(ctx, "127.0.0.1", num_round=spec.num_round) as reports:  # type: ignore[arg-type]
         train = single_worker(["a", "b", "c", "d"], "y", None, "v", "classification", params, spec.num_round,
                               spec.early_stopping_rounds, 1, None, None, reports.target)  # fmt: skip
         [out] = list(train(iter([_batch(classes)])))
@@ -59,3 +59,5 @@ def test_each_round_reports_accuracy_and_the_kept_round_is_the_result(
     kept = trained - spec.early_stopping_rounds  # type: ignore[operator]
     assert accuracy[kept] == pytest.approx(result["accuracy"], abs=1e-12)
     assert len({round(v, 9) for v in accuracy.values()}) > 1  # it moves: a real per-round curve
+    # early stopping ends the rounds: the progress stops at the last round trained, not at num_round
+    assert ctx.shown[-1] == (pytest.approx(trained / 300), f"training: round {trained} of 300")

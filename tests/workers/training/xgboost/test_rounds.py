@@ -1,5 +1,6 @@
-"""The driver's end of an xgboost fit's round reports: rounds become job metrics as they arrive, once each, and
-the history written at the end of the fit adds only the rounds that did not arrive."""
+"""The driver's end of an xgboost fit's round reports: rounds become job metrics as they arrive, once each, the
+history written at the end of the fit adds only the rounds that did not arrive, and the job's progress moves with
+the rounds (counting those of a checkpoint the fit continued from) and never goes back."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.workers.training.xgboost.recorded import Recorded
 from workers.context import MetricPoint
 from workers.training.torch.report import SocketReporter
 from workers.training.xgboost.remote import round_callback
-from workers.training.xgboost.rounds import RoundReports
+from workers.training.xgboost.rounds import RoundReports, round_progress
 
 
 def _wait(ctx: Recorded, count: int) -> None:
@@ -27,7 +28,7 @@ def _wait(ctx: Recorded, count: int) -> None:
 
 def test_rounds_are_written_as_they_arrive_once_each_and_the_end_adds_only_the_missing_ones() -> None:
     ctx = Recorded()
-    with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
+    with RoundReports(ctx, "127.0.0.1", num_round=6) as reports:  # type: ignore[arg-type]
         host, port, token = reports.target
         reporter = SocketReporter(host, port, token, 0)
         for n in (1, 2, 2, 3):  # round 2 twice: a stage attempt run again
@@ -46,7 +47,7 @@ def test_rounds_are_written_as_they_arrive_once_each_and_the_end_adds_only_the_m
 
 def test_a_connection_without_the_token_writes_nothing() -> None:
     ctx = Recorded()
-    with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
+    with RoundReports(ctx, "127.0.0.1", num_round=1) as reports:  # type: ignore[arg-type]
         host, port, _ = reports.target
         reporter = SocketReporter(host, port, "not-the-token", 0)
         reporter.send({"t": "round", "round": 1, "metrics": {"validation_rmse": 1.0}})
@@ -63,7 +64,7 @@ def test_xgboost_training_reports_every_round_and_trains_without_a_listener(with
     y = x @ np.array([1.0, -2.0, 0.5])
     dtrain, dvalid = xgboost.DMatrix(x[:200], label=y[:200]), xgboost.DMatrix(x[200:], label=y[200:])
     ctx = Recorded()
-    with RoundReports(ctx, "127.0.0.1") as reports:  # type: ignore[arg-type]
+    with RoundReports(ctx, "127.0.0.1", num_round=7) as reports:  # type: ignore[arg-type]
         target = reports.target
         if not with_listener:  # a port nobody listens on: training goes on, nothing is written
             with socket.socket() as free:
@@ -79,6 +80,62 @@ def test_xgboost_training_reports_every_round_and_trains_without_a_listener(with
         assert streamed == {n + 1: pytest.approx(v) for n, v in enumerate(history["validation"]["rmse"])}
     else:
         assert streamed == {}
+
+
+def test_progress_shows_the_rounds_done_and_never_goes_back() -> None:
+    ctx = Recorded()
+    with RoundReports(ctx, "127.0.0.1", num_round=10, low=0.05, high=0.85) as reports:  # type: ignore[arg-type]
+        assert ctx.shown == [(0.05, "training: round 0 of 10")]  # before the first round ends
+        host, port, token = reports.target
+        reporter = SocketReporter(host, port, token, 0)
+        for n in (1, 2, 3):
+            reporter.send({"t": "round", "round": n, "metrics": {"validation_rmse": 10.0 - n}})
+        _wait(ctx, 3)
+        deadline = time.monotonic() + 10
+        while ctx.shown[-1][1] != "training: round 3 of 10" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reporter.send({"t": "round", "round": 2, "metrics": {"validation_rmse": 8.0}})  # a stage attempt run again
+        reporter.send({"t": "round", "round": 4, "metrics": {}})
+        reporter.close()
+    fractions = [f for f, _ in ctx.shown]
+    assert fractions == sorted(fractions) and len(set(fractions)) == len(fractions)
+    assert ctx.shown[-1] == (pytest.approx(0.05 + 0.8 * 4 / 10), "training: round 4 of 10")
+    assert "training: round 3 of 10" in [m for _, m in ctx.shown]
+    for fraction, message in ctx.shown:  # the message says where the bar is
+        assert message is not None
+        done = int(message.split()[2])
+        assert fraction == pytest.approx(0.05 + 0.8 * done / 10)
+
+
+@pytest.mark.parametrize(("done", "total", "shown"), [(0, 500, 0.05), (120, 500, 0.05 + 0.8 * 120 / 500),
+                                                       (500, 500, 0.85), (600, 500, 0.85)])  # fmt: skip
+def test_round_progress_is_the_share_of_rounds_done(done: int, total: int, shown: float) -> None:
+    fraction, message = round_progress(done, total, 0.05, 0.85)
+    assert fraction == pytest.approx(shown)
+    assert message == f"training: round {min(done, total)} of {total}"
+
+
+def test_a_fit_continued_from_a_checkpoint_counts_its_rounds() -> None:
+    """xgboost continues from the checkpoint's booster: the rounds reported go on from its rounds, and the
+    progress starts there rather than at 0."""
+    import xgboost
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 3))
+    y = x @ np.array([1.0, -2.0, 0.5])
+    dtrain, dvalid = xgboost.DMatrix(x[:200], label=y[:200]), xgboost.DMatrix(x[200:], label=y[200:])
+    checkpoint = xgboost.train({"nthread": 1}, dtrain, num_boost_round=20)
+    ctx = Recorded()
+    with RoundReports(ctx, "127.0.0.1", num_round=50, resumed=20, low=0.05, high=0.85) as reports:  # type: ignore[arg-type]
+        booster = xgboost.train({"nthread": 1}, dtrain, num_boost_round=30, evals=[(dvalid, "validation")],
+                                verbose_eval=False, xgb_model=checkpoint,
+                                callbacks=[round_callback(reports.target)])  # fmt: skip
+    assert booster.num_boosted_rounds() == 50
+    assert ctx.shown[0] == (pytest.approx(0.05 + 0.8 * 20 / 50), "training: round 20 of 50")
+    assert ctx.shown[-1] == (pytest.approx(0.85), "training: round 50 of 50")
+    fractions = [f for f, _ in ctx.shown]
+    assert fractions == sorted(fractions) and len(set(fractions)) == len(fractions)
+    assert sorted(p.step for p in ctx.points if p.key == "validation_rmse") == list(range(21, 51))
 
 
 def test_shipped_callbacks_and_task_carry_no_service_code(tmp_path: Path) -> None:
