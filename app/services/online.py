@@ -4,10 +4,11 @@ body formats; the V2 protocol's routes share this). Models are resolved once per
 
 from __future__ import annotations
 
-import math
 import time
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from pydantic import StrictFloat, TypeAdapter
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import PayloadTooLarge, ValidationFailed
@@ -102,12 +103,12 @@ def _name_specs(model: ModelRef, names: list[str]) -> list[dict[str, Any]]:
 
 
 def _check_names(given: Any, names: list[str], model: ModelRef, loc: str) -> None:
-    if list(given) == names:
+    given = list(given)
+    if given == names:
         return
-    try:
-        signature.check_names(given, {"inputs": _name_specs(model, names)}, loc, noun="feature")
-    except SpecError as exc:
-        raise ValidationFailed.at(exc.path, exc.message) from exc
+    problem = signature.names_problem(given, _name_specs(model, names), "feature")
+    if problem:
+        raise ValidationFailed.at(loc, problem)
 
 
 def _check_record_names(rows: list[Any], names: list[str], model: ModelRef, loc: str) -> None:
@@ -124,10 +125,9 @@ def check_input_names(given: list[str], model: ModelRef) -> None:
     names = expected_names(model)
     if sorted(given) == sorted(names):
         return
-    try:
-        signature.check_names(given, {"inputs": _name_specs(model, names)}, "inputs", noun="input")
-    except SpecError as exc:
-        raise ValidationFailed.at(exc.path, exc.message) from exc
+    problem = signature.names_problem(given, _name_specs(model, names), "input")
+    if problem:
+        raise ValidationFailed.at("inputs", problem)
 
 
 def expected_types(model: ModelRef) -> str:
@@ -145,14 +145,18 @@ def feature_dtype(model: ModelRef) -> str:
 
 
 def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
-    """(n, width) in the model's feature order and :func:`feature_dtype`; 422 naming what is missing, mistyped or
-    not finite (the column and the type the signature expects)."""
-    import numpy as np
+    """(n, width) in the model's feature order and :func:`feature_dtype`; 422 naming the row and the column that is
+    missing, mistyped (a string or a boolean for a number) or not finite, and the type the signature expects."""
+    x = _fast_matrix(rows, model)
+    if x is None:
+        x = _careful_matrix(rows, model, loc)
+    check_whole_numbers(x, model, loc)
+    return x
 
-    fast = _fast_matrix(rows, model)
-    if fast is not None:
-        check_whole_numbers(fast, model, loc)
-        return fast
+
+def _careful_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
+    """Row by row, value by value: the first problem, named (the rows :func:`_fast_matrix` does not take)."""
+    import numpy as np
 
     features = model.features
     array_column = bool(model.card.get("array_column"))
@@ -160,29 +164,74 @@ def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
     width = model.width
     out = np.zeros((len(rows), width), dtype=feature_dtype(model))
     for i, row in enumerate(rows):
+        where = f"{loc}[{i}]"
         if isinstance(row, dict):
-            missing = [f for f in features if f not in row]
-            if missing:
-                wanted = signature.expected(model.signature)
-                raise ValidationFailed.at(f"{loc}[{i}]", f"missing features {missing}; the model expects {wanted}")
+            if any(f not in row for f in features):
+                problem = signature.names_problem(list(row), _name_specs(model, list(features)), "feature")
+                raise ValidationFailed.at(where, problem or "missing features")
             values = [row[f] for f in features]
         else:
             values = [row] if array_column else row
-        _check_types(values, specs, f"{loc}[{i}]")
-        flat = _flatten(values)
+        wrong = f"values; the model needs {width} ({list(features)})"
+        if isinstance(values, list | tuple) and not array_column and len(values) != width:
+            raise ValidationFailed.at(where, f"{len(values)} {wrong}")  # before the types: a shifted row misleads
+        _check_types(values, specs, where)
+        flat = _flatten(values, model, where, bools=bool(specs))
         if len(flat) != width:
-            raise ValidationFailed.at(f"{loc}[{i}]", f"{len(flat)} values; the model needs {width} ({list(features)})")
+            raise ValidationFailed.at(where, f"{len(flat)} {wrong}")
         try:
             row64 = np.asarray(flat, dtype=np.float64)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise ValidationFailed.at(f"{loc}[{i}]", f"features must be numbers: {exc}") from exc
-        if not (np.abs(row64) <= FLOAT32_MAX).all():  # NaN compares false
+        except OverflowError as exc:  # a whole number beyond float64
+            j = next((j for j, v in enumerate(flat) if _beyond_float64(v)), 0)
+            problem = f"features must be numbers within float32, not {shown(flat[j])}"
+            raise ValidationFailed.at(where, f"column {column_name(model, j)!r}: {problem}") from exc
+        bad = non_finite(row64)
+        if bad is not None:
             raise ValidationFailed.at(
-                f"{loc}[{i}]", "a feature is NaN, infinite, missing or beyond float32; the model cannot take it"
+                where,
+                f"column {column_name(model, bad[0])!r} is {shown(flat[bad[0]])}: a feature is NaN, infinite, missing "
+                "or beyond float32; the model cannot take it",
             )
         out[i] = row64
-    check_whole_numbers(out, model, loc)
     return out
+
+
+def column_name(model: ModelRef, position: int) -> str:
+    """The column at ``position`` of a feature matrix row, for messages: ``h_distance``, or ``pixels[12]`` for an
+    array feature."""
+    features = model.features
+    if model.card.get("array_column"):
+        return f"{features[0]}[{position}]"
+    return str(features[position]) if position < len(features) else f"#{position}"
+
+
+def non_finite(x: Any) -> tuple[int, ...] | None:
+    """The index (``(position,)`` in a row, ``(row, column)`` in a matrix) of the first value that is NaN, infinite
+    or beyond float32, or None."""
+    import numpy as np
+
+    fine = np.abs(x) <= FLOAT32_MAX  # NaN compares false
+    if fine.all():
+        return None
+    return tuple(int(i) for i in np.unravel_index(int(np.argmin(fine)), fine.shape))
+
+
+def shown(value: Any) -> str:
+    """A request's value in a message: JSON's ``null``, a long string or number cut short."""
+    if value is None:
+        return "null"
+    if isinstance(value, int) and value.bit_length() > 256:  # repr refuses ints beyond 4,300 digits
+        return f"a whole number of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
+
+
+def _beyond_float64(value: Any) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    return False
 
 
 def _check_types(values: Any, specs: list[dict[str, Any]], loc: str) -> None:
@@ -213,38 +262,54 @@ def check_whole_numbers(x: Any, model: ModelRef, loc: str) -> None:
         )
 
 
+_NUMBER_ROWS = TypeAdapter(list[list[StrictFloat]])
+"""Rows of JSON numbers, as floats, in one pass of pydantic's core: strict, so a string of digits, a boolean (an
+int to Python) or a null is refused, where numpy's conversion takes the first two (and makes the last NaN)."""
+_NUMBERS = TypeAdapter(list[StrictFloat])
+
+
 def _fast_matrix(rows: list[Any], model: ModelRef) -> Any:
-    """The common case in one numpy call: well-formed numeric rows. None sends the rows down the careful path,
-    which finds the first problem and names it."""
+    """The common case: well-formed numeric rows, type-checked and made floats in one pass of pydantic's core, then
+    one numpy call. None sends the rows down the careful path, which finds the first problem and names it."""
     import numpy as np
 
     try:
         if rows and isinstance(rows[0], dict):
             if model.card.get("array_column"):
-                values = [row[model.features[0]] for row in rows]
+                values: Any = list(map(itemgetter(model.features[0]), rows))
             else:
-                values = [[row[f] for f in model.features] for row in rows]
+                values = list(map(itemgetter(*model.features), rows))  # tuples (or values, with one feature)
         else:
             values = rows
-        matrix = np.asarray(values, dtype=np.float64).reshape(len(rows), -1)
-    except (KeyError, TypeError, ValueError, OverflowError):
+        rows_of = _NUMBER_ROWS if values and isinstance(values[0], list | tuple) else _NUMBERS
+        matrix = np.asarray(rows_of.validate_python(values), dtype=np.float64).reshape(len(rows), -1)
+    except (KeyError, TypeError, ValueError, OverflowError):  # pydantic's ValidationError is a ValueError
         return None
     if matrix.shape[1] != model.width or not (np.abs(matrix) <= FLOAT32_MAX).all():  # NaN compares false
         return None
     return matrix.astype(feature_dtype(model))
 
 
-def _flatten(values: Any) -> list[Any]:
-    if isinstance(values, list | tuple):
-        flat: list[Any] = []
-        for v in values:
-            flat.extend(_flatten(v))
-        return flat
-    if values is None:
-        return [math.nan]
-    if isinstance(values, bool) or not isinstance(values, int | float):
-        raise ValidationFailed.at("rows", f"features must be numbers, got {values!r}")
-    return [values]
+def _flatten(values: Any, model: ModelRef, where: str, *, bools: bool) -> list[Any]:
+    """A row's values, flat; a null stays (numpy makes it NaN, which the finite check refuses by its column).
+    Booleans pass only where the signature's types were checked first (they may feed a boolean column)."""
+    flat: list[Any] = []
+
+    def add(value: Any) -> None:
+        if isinstance(value, list | tuple):
+            for v in value:
+                add(v)
+        elif value is None:
+            flat.append(value)
+        elif (isinstance(value, bool) and not bools) or not isinstance(value, int | float):
+            raise ValidationFailed.at(
+                where, f"column {column_name(model, len(flat))!r}: features must be numbers, got {shown(value)}"
+            )
+        else:
+            flat.append(value)
+
+    add(values)
+    return flat
 
 
 def check_row_limit(count: int, settings: Settings) -> None:

@@ -130,17 +130,26 @@ def expected(signature: Mapping[str, Any]) -> str:
     return ", ".join(describe(spec) for spec in columns(signature))
 
 
-def check_names(given: Iterable[str], signature: Mapping[str, Any], where: str, noun: str = "column") -> None:
-    """A request's column names against the signature: a missing or an extra column names it and lists what the
-    model takes."""
-    names = [spec["name"] for spec in columns(signature)]
+def names_problem(given: Iterable[Any], specs: list[dict[str, Any]], noun: str = "column") -> str | None:
+    """What is wrong with a request's column names, or None: the missing ones and the unexpected ones together (a
+    misspelt column is both), then what the model takes."""
     given = list(given)
+    names = [spec["name"] for spec in specs]
     missing = [n for n in names if n not in given]
-    if missing:
-        raise SpecError(where, f"missing {noun}s {missing}; the model expects {expected(signature)}")
     extra = [str(n) for n in given if n not in names]
-    if extra:
-        raise SpecError(where, f"unexpected {noun}s {extra}; the model expects {expected(signature)}")
+    if not missing and not extra:
+        return None
+    parts = [f"missing {noun}s {missing}"] if missing else []
+    parts += [f"unexpected {noun}s {extra}"] if extra else []
+    return f"{'; '.join(parts)}; the model expects {', '.join(describe(spec) for spec in specs)}"
+
+
+def check_names(given: Iterable[str], signature: Mapping[str, Any], where: str, noun: str = "column") -> None:
+    """A request's column names against the signature: a 422 (:class:`SpecError`) naming the missing and the
+    unexpected ones and listing what the model takes."""
+    problem = names_problem(given, columns(signature), noun)
+    if problem:
+        raise SpecError(where, problem)
 
 
 def _is_number(value: Any) -> bool:

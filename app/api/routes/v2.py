@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import StrictFloat, TypeAdapter, ValidationError
 
 from app.api.deps import CallerDep, RuntimeDep
 from app.api.errors import problem_response
@@ -63,7 +64,7 @@ def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
         return data.reshape(-1, width)
     by_name = {t.name: t for t in body.inputs}
     online.check_input_names(list(by_name), model)
-    values = {f: _values(by_name[f], model) for f in model.features}
+    values = {f: _values(by_name[f], model, feature=f) for f in model.features}
     counts = {f: by_name[f].shape[0] for f in model.features}
     if len(set(counts.values())) != 1:
         raise ValidationFailed.at("inputs", f"the inputs hold different numbers of rows: {counts}")
@@ -76,16 +77,67 @@ def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
     return x
 
 
-def _values(tensor: InferTensor, model: ModelRef | None = None) -> np.ndarray:
-    """A tensor's values, flat, checked against its type (and the model's signature) and its shape."""
+_NUMBER_VALUES: frozenset[type] = frozenset((int, float, type(None)))
+"""The JSON values a numeric tensor's data may hold: numbers (exact types: a bool is an int to Python and a string
+of digits a number to numpy) and nulls (NaN, refused with their row and column by the finite check)."""
+_BOOL_VALUES = _NUMBER_VALUES | {bool}
+_NUMBER_DATA = TypeAdapter(list[StrictFloat | None])
+"""The same check for flat data, as floats, in one pass of pydantic's core (strict: no strings, no booleans)."""
+
+
+def _values(tensor: InferTensor, model: ModelRef | None = None, feature: str | None = None) -> np.ndarray:
+    """A tensor's values, flat, checked against its type (and the model's signature) and its shape. ``feature``:
+    the tensor holds that feature's values (else whole rows, or sequences)."""
     _check_type(tensor, model)
+    values: list[Any] = tensor.data
+    if tensor.datatype != "BOOL":
+        try:
+            values = _NUMBER_DATA.validate_python(values)
+        except ValidationError:
+            _check_values(tensor, _NUMBER_VALUES, model, feature)  # names the value (nested lists pass: row-major)
+    elif not set(map(type, values)) <= _BOOL_VALUES:
+        _check_values(tensor, _BOOL_VALUES, model, feature)
     try:
-        data = np.asarray(tensor.data, dtype=np.float64).reshape(-1)
+        data = np.asarray(values, dtype=np.float64).reshape(-1)
     except (ValueError, TypeError, OverflowError) as exc:
         raise ValidationFailed.at(f"inputs.{tensor.name}.data", "a flat, row-major list of numbers") from exc
     if not tensor.shape or math.prod(tensor.shape) != data.size:
         raise ValidationFailed.at(f"inputs.{tensor.name}.shape", f"{tensor.shape} does not hold its {data.size} values")
     return data
+
+
+def _check_values(tensor: InferTensor, allowed: frozenset[type], model: ModelRef | None, feature: str | None) -> None:
+    """The first value of the wrong type, by its row and column (nested lists are read row-major)."""
+    flat: list[Any] = []
+    pending: list[Any] = list(reversed(tensor.data))
+    while pending:
+        value = pending.pop()
+        if isinstance(value, list):
+            pending.extend(reversed(value))
+            continue
+        if type(value) not in allowed:
+            kind = "boolean or a number" if tensor.datatype == "BOOL" else "number"
+            wanted = f"; the model expects {online.expected_types(model)}" if model is not None else ""
+            raise ValidationFailed.at(
+                f"inputs.{tensor.name}.data",
+                f"{_position(tensor, len(flat), model, feature)}: {online.shown(value)} is not a {kind}{wanted}",
+            )
+        flat.append(value)
+
+
+def _position(tensor: InferTensor, index: int, model: ModelRef | None, feature: str | None) -> str:
+    """Where the flat ``index`` of a tensor's data lands: ``row 2, column 'h_distance'``."""
+    if model is None:
+        return f"value {index}"
+    if feature is None and not model.card.get("sequence"):
+        width = model.width
+        return f"row {index // width}, column {online.column_name(model, index % width)!r}"
+    per_row = max(math.prod(tensor.shape[1:]), 1) if len(tensor.shape) > 1 else 1
+    row = index // per_row
+    if feature is None:  # a sequence model's [batch, steps, features]
+        return f"sequence {row}, feature {model.features[index % len(model.features)]!r}"
+    column = f"{feature}[{index % per_row}]" if model.card.get("array_column") else feature
+    return f"row {row}, column {column!r}"
 
 
 def _check_type(tensor: InferTensor, model: ModelRef | None = None) -> None:
@@ -102,8 +154,14 @@ def _infer(rt: Any, name: str, version: str | None, owner: str | None, body: Inf
         return _infer_sequences(rt, name, model, body)
     x = _rows(body, model)
     online.check_row_limit(len(x), rt.settings)
-    if not (np.abs(x) <= online.FLOAT32_MAX).all():  # NaN compares false
-        raise ValidationFailed.at("inputs", "a value is NaN, infinite or beyond float32; the model cannot take it")
+    bad = online.non_finite(x)
+    if bad is not None:
+        row, column = bad[0], bad[1]
+        raise ValidationFailed.at(
+            "inputs",
+            f"row {row}, column {online.column_name(model, column)!r} is {float(x[row, column])!r}: a value is NaN, "
+            "infinite, missing or beyond float32; the model cannot take it",
+        )
     online.check_whole_numbers(x, model, "inputs")
     x = x.astype(online.feature_dtype(model))
     out = online.predict_rows(model=model, x=x, cache=rt.model_cache, spark=rt.spark)
@@ -251,18 +309,20 @@ _INFER_BODY = _infer_body()
 
 
 async def _request_body(request: Request) -> InferRequest:
-    """A JSON request, or JSON followed by raw tensors (the binary tensor data extension tritonclient uses)."""
+    """A JSON request, or JSON followed by raw tensors (the binary tensor data extension tritonclient uses). A body
+    that is not JSON, or not an inference request, is answered as ``/train``'s is (:func:`_parsed`)."""
     raw = await request.body()
     header_length = request.headers.get("inference-header-content-length")
+    if header_length is None:
+        return _parsed(raw)
     try:
-        if header_length is None:
-            return InferRequest.model_validate_json(raw)
         head = int(header_length)
-        if not 0 <= head <= len(raw):
-            raise ValueError(f"Inference-Header-Content-Length {head} is outside the body's {len(raw)} bytes")
-        body = InferRequest.model_validate_json(raw[:head])
-    except (ValueError, TypeError) as exc:
-        raise ValidationFailed.at("body", f"not a V2 inference request: {str(exc).splitlines()[0]}") from exc
+    except ValueError:
+        head = -1
+    if not 0 <= head <= len(raw):
+        where = f"within the body's {len(raw)} bytes"
+        raise ValidationFailed.at("body", f"Inference-Header-Content-Length {header_length!r} is not a length {where}")
+    body = _parsed(raw[:head])
     offset = head
     for tensor in body.inputs:
         size = (tensor.parameters or {}).get("binary_data_size")
@@ -282,6 +342,17 @@ async def _request_body(request: Request) -> InferRequest:
         except ValueError as exc:  # a size that is not a whole number of elements
             raise ValidationFailed.at(f"inputs.{tensor.name}", f"binary data: {exc}") from exc
     return body
+
+
+def _parsed(raw: bytes) -> InferRequest:
+    """The inference request in ``raw``. Malformed JSON is the API's 400 ``malformed-json``, and a body off the
+    schema its 422 listing every field (``inputs[0].datatype: Field required``): pydantic's errors go to the one
+    handler of request validation errors (app/api/errors.py), located in the body as FastAPI's own are."""
+    try:
+        return InferRequest.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from exc
 
 
 @router.post(
