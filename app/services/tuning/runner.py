@@ -371,6 +371,9 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
             search.poll()  # first: a trial that just ended makes room for the next one in this same pass
             search.launch()
             done = len(search.finished)
+            if done != shown:  # a database write: only when it changed (the last trial's end too)
+                ctx.progress(done / search.tune.trials, f"{done} of {search.tune.trials} trials finished")
+                shown = done
             ended = (search.next_number >= search.tune.trials and search.waiting is None) or search.timed_out()
             if not search.active and ended:
                 break
@@ -378,9 +381,6 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
                 search.cancel_trials("the tune job's timeout_minutes passed")
                 for active in search.active.values():
                     active.pruning = True
-            if done != shown:  # a database write: only when it changed
-                ctx.progress(done / search.tune.trials, f"{done} of {search.tune.trials} trials finished")
-                shown = done
             time.sleep(POLL_S)
     except BaseException:  # JobCancelled, or the Spark job of a trial's planning cancelled with the tune's group
         if search.cancel_requested():
