@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.services import monitoring
@@ -100,6 +100,8 @@ def route_template(scope: Scope) -> str:
             return template
     for candidate in getattr(getattr(app, "router", None), "routes", []):
         if isinstance(candidate, Mount) and (path == candidate.path or path.startswith(candidate.path + "/")):
+            return candidate.path
+        if isinstance(candidate, Route) and candidate.path_regex.fullmatch(path):  # outside the schema: /openapi.json
             return candidate.path
     return "<unmatched>"
 

@@ -121,6 +121,7 @@ def test_running_torch_jobs_and_http_requests(svc: Service) -> None:
         other_id = other.id
     assert svc.client.get(f"/jobs/{job_id}").status_code == 200
     assert svc.client.get("/jobs/" + "f" * 32).status_code == 404
+    assert svc.client.get("/openapi.json").status_code == 200  # a route outside the schema has its own label too
     families = _families(svc)
     labels = {"job_id": job_id, "name": "live"}
     assert _value(families, "sparktrain_torch_samples_per_second", **labels) == (100 + 15) + (101 + 15)
@@ -133,6 +134,8 @@ def test_running_torch_jobs_and_http_requests(svc: Service) -> None:
     ok = {"method": "GET", "route": "/jobs/{job_id}", "status": "200"}
     assert _value(families, "sparktrain_http_request_duration_seconds_count", **ok) == 1
     assert _value(families, "sparktrain_http_request_duration_seconds_count", **{**ok, "status": "404"}) == 1
+    schema = {"method": "GET", "route": "/openapi.json", "status": "200"}
+    assert _value(families, "sparktrain_http_request_duration_seconds_count", **schema) == 1
     for name in (
         "sparktrain_executors",
         "sparktrain_executor_cores",
