@@ -4,8 +4,10 @@ tmp dir and copied to var/test-artifacts/; downloads land in the test's tmp dir.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -384,3 +386,52 @@ def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None
     assert "local[2]" in browser.find_element(By.ID, "cluster-facts").text
     _usable(browser)
     _shot(browser, tmp, "cluster")
+
+
+# Every text the page's notice box shows, recorded from the first paint (a notice may be cleared a moment later).
+RECORD_NOTICES = """
+window.__notices = [];
+document.addEventListener("DOMContentLoaded", () => {
+  const box = document.getElementById("notice");
+  if (!box) return;
+  new MutationObserver(() => { if (!box.hidden && box.textContent) window.__notices.push(box.textContent); })
+    .observe(box, { childList: true, characterData: true, subtree: true, attributes: true });
+});
+"""
+
+
+def test_over_the_keys_request_rate_the_pages_wait_and_read_again(spark: Any, tmp: Path) -> None:
+    """A key limited to one request a second: each page sends several at once and gets 429s with Retry-After. Reads
+    wait and ask again and the event stream reconnects, so the pages fill in without a 'Could not read' notice."""
+    from selenium.webdriver.common.by import By
+
+    admin = "admin-0123456789abcdef"
+    with running_service(spark, tmp / "limited", api_keys=f"{ALICE}:alice,{admin}:ops:admin",
+                         owner_quotas={"alice": {"requests_per_s": 1}}) as limited:  # fmt: skip
+        limited.client.headers.update({"Authorization": f"Bearer {admin}"})  # Service.wait polls with it, unlimited
+        job = limited.train(digits_job("limited-job", epochs=2), headers={"Authorization": f"Bearer {ALICE}"})["id"]
+        done = limited.wait(job, {JobStatus.SUCCEEDED, JobStatus.FAILED})
+        assert done["status"] == JobStatus.SUCCEEDED, done["error"]
+        time.sleep(1.5)  # the bucket refills
+        driver = _browser(tmp)
+        try:
+            driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_NOTICES})
+            driver.get(limited.url + "/ui")
+            driver.execute_script(f"sessionStorage.setItem('sparktrain.apiKey', '{ALICE}')")
+            for page, ready in (
+                ("/ui", lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-id='{job}']")),
+                (f"/ui/jobs/{job}", lambda d: "SUCCEEDED" in d.find_element(By.ID, "content").text),
+                ("/ui/models", lambda d: "limited-job" in d.find_element(By.ID, "content").text),
+            ):
+                driver.get(limited.url + page)
+                _until(driver, ready, f"{page} filled in at one request a second", 60)
+                time.sleep(3)  # the polls after the first answers
+                assert driver.execute_script("return window.__notices") == [], page
+            statuses = [
+                json.loads(entry["message"])["message"]["params"]["response"]["status"]
+                for entry in driver.get_log("performance")
+                if json.loads(entry["message"])["message"]["method"] == "Network.responseReceived"
+            ]
+            assert 429 in statuses, "the pages never went over the rate: the test tests nothing"
+        finally:
+            driver.quit()

@@ -29,6 +29,12 @@ const ST = (() => {
     }
   }
 
+  /* Retry-After in milliseconds: its seconds, at least a quarter of a second and at most ten. */
+  function retryAfterMs(response) {
+    const seconds = Number(response.headers.get("Retry-After"));
+    return Math.min(10, Math.max(0.25, Number.isFinite(seconds) ? seconds : 1)) * 1000;
+  }
+
   async function problemOf(response) {
     try {
       return await response.json();
@@ -45,7 +51,14 @@ const ST = (() => {
       opts.headers["Content-Type"] = "application/json";
       delete opts.json;
     }
-    const response = await fetch(root + path, opts);
+    const method = (opts.method || "GET").toUpperCase();
+    let response = await fetch(root + path, opts);
+    /* Over the key's request rate (429) a read waits as long as the service says and asks again, a few times; a
+     * submit or a cancel shows the quota instead of repeating itself. */
+    for (let tries = 0; response.status === 429 && method === "GET" && tries < 3; tries++) {
+      await sleep(retryAfterMs(response));
+      response = await fetch(root + path, opts);
+    }
     if (response.status === 401) {
       const problem = await problemOf(response);
       askKey(key() ? "The key was refused: " + problem.detail : null);
@@ -108,6 +121,10 @@ const ST = (() => {
       if (response.status === 401) {
         askKey(null);
         return;
+      }
+      if (response.status === 429 || response.status === 503) {  // over the rate, or the database away: later
+        await sleep(retryAfterMs(response));
+        continue;
       }
       if (!response.ok) throw new ApiError(response.status, await problemOf(response));
       const reader = response.body.getReader();
