@@ -66,6 +66,30 @@ class DriverServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+DATABASE_AWAY_EXIT = 3  # uvicorn's status for a failed start-up, which is what this was before the probe
+
+
+def unreachable_database(url: str, timeout_s: int = 10) -> str | None:
+    """Why the database server at ``url`` cannot be reached (its URL without the password, and the driver's first
+    line), or None. SQLite files are created on demand and never unreachable."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return None
+    engine = create_engine(parsed, connect_args={"connect_timeout": timeout_s})
+    try:
+        with engine.connect():
+            return None
+    except DBAPIError as exc:
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        return f"{parsed.render_as_string(hide_password=True)}: {reason}"
+    finally:
+        engine.dispose()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m app", description="Start the sparktrain driver process.")
     parser.add_argument("--host", help="interface to listen on (default SPARKTRAIN_HOST or 127.0.0.1)")
@@ -77,6 +101,11 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:
         lines = [f"  {'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()]
         sys.exit("sparktrain cannot start, a setting is wrong:\n" + "\n".join(lines))
+    away = unreachable_database(settings.database_url)
+    if away is not None:  # before uvicorn, whose failed start-up prints a page of traceback
+        print(f"sparktrain cannot start: the database is unreachable: {away}\nStart it, or point "
+              "SPARKTRAIN_DATABASE_URL at one that runs.", file=sys.stderr)  # fmt: skip
+        sys.exit(DATABASE_AWAY_EXIT)
     configure_logging(level=settings.log_level, fmt=settings.log_format)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines carry tracebacks of closed connections
 

@@ -71,6 +71,18 @@ def test_python_m_app_with_a_bad_quota_exits_saying_which_setting(tmp_path: Any)
     assert "Traceback" not in run.stderr
 
 
+def test_python_m_app_with_its_database_away_exits_in_two_lines(tmp_path: Any) -> None:
+    url = "postgresql+psycopg://sparktrain:s3cret@127.0.0.1:1/nothing"  # nothing listens on port 1
+    env = {**os.environ, "SPARKTRAIN_VAR_DIR": str(tmp_path), "SPARKTRAIN_DATABASE_URL": url}
+    run = subprocess.run([sys.executable, "-m", "app"], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=120, check=False)  # fmt: skip
+    assert run.returncode == 3, run.stderr
+    assert "the database is unreachable: postgresql+psycopg://sparktrain:***@127.0.0.1:1/nothing" in run.stderr
+    assert "Connection refused" in run.stderr and "SPARKTRAIN_DATABASE_URL" in run.stderr
+    assert "Traceback" not in run.stderr and "s3cret" not in run.stderr + run.stdout
+    assert len(run.stderr.strip().splitlines()) <= 4, run.stderr
+
+
 def test_a_submit_over_the_queued_quota_is_a_429_naming_it(db: Any) -> None:
     limits = quotas.Limits(queued_jobs=2, task_slots=4)
     for _ in range(2):
