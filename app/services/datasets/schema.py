@@ -56,6 +56,10 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
         local = parquet_schema(path, infer_partition_types=infers_partition_types(spark))
         if local is not None:
             return local
+        unreadable = not_parquet(path)  # a CSV named as parquet: a 422 now, not a failed job after a Spark job
+        if unreadable is not None:
+            raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as parquet: {unreadable.name} is not a parquet "
+                                      "file (no PAR1 at its start or end); is the format right?")  # fmt: skip
     if fmt in ("csv", "json"):
         text = text_schema_of(path, fmt, options, infer_partition_types=infers_partition_types(spark))
         if text is not None:
@@ -65,8 +69,15 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
     try:
         return dict(read_dataframe(spark, probe).dtypes)
     except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {first_line[:500]}") from exc
+        raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {spark_reason(exc)[:500]}") from exc
+
+
+def spark_reason(exc: BaseException) -> str:
+    """The line of a Spark error that says what went wrong: py4j's first line is only "An error occurred while
+    calling o8801.load.", the Java exception's message follows it."""
+    lines = [line.strip().lstrip(":").strip() for line in str(exc).strip().splitlines()]
+    useful = [line for line in lines if line and not line.startswith("An error occurred while calling")]
+    return useful[0] if useful else type(exc).__name__
 
 
 def _why_spark(path: str, fmt: str, options: dict[str, str]) -> str:

@@ -75,6 +75,14 @@ def test_bad_registrations(svc: Service) -> None:
     assert unreadable.status_code == 422 and "cannot read" in unreadable.json()["detail"]
     empty = svc.client.post("/datasets", json={"uri": "empty.csv"}).json()
     assert empty["row_count"] == 0
+    # a training request on a CSV declared as parquet: a 422 now, as at registration, not a failed job
+    before = len(svc.client.get("/jobs").json()["items"])
+    body = {"name": "wrong-format", "framework": "xgboost", "params": {"num_round": 2},
+            "dataset": {"uri": "cities.csv", "format": "parquet", "label": "fare", "task": "regression"}}  # fmt: skip
+    wrong = svc.client.post("/train", json=body)
+    assert wrong.status_code == 422 and wrong.json()["errors"][0]["loc"] == "dataset.uri", wrong.text
+    assert "cities.csv is not a parquet file" in wrong.json()["detail"], wrong.text
+    assert len(svc.client.get("/jobs").json()["items"]) == before
 
 
 def test_training_names_a_registered_dataset(svc: Service) -> None:

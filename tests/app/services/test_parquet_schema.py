@@ -164,3 +164,15 @@ def test_partitions_reached_through_links_are_left_to_spark(spark: Any, tmp_path
     (tmp_path / "linked" / "k=2").symlink_to(tmp_path / "real" / "k=2")
     assert parquet_schema(str(tmp_path / "real")) == {"x": "double", "k": "int"}
     assert parquet_schema(str(tmp_path / "linked")) is None
+
+
+def test_a_spark_error_is_told_by_the_java_exceptions_line() -> None:
+    from app.services.datasets.schema import spark_reason
+
+    py4j = Exception(
+        "An error occurred while calling o8801.load.\n"
+        ": org.apache.spark.SparkException: [CANNOT_READ_FILE_FOOTER] Could not read footer for file x.csv.\n"
+        "\tat org.apache.spark.sql.errors..."
+    )
+    assert spark_reason(py4j).startswith("org.apache.spark.SparkException: [CANNOT_READ_FILE_FOOTER]")
+    assert spark_reason(ValueError("plain")) == "plain" and spark_reason(ValueError()) == "ValueError"
