@@ -58,7 +58,9 @@ def check_format(version: ModelVersion, fmt: str) -> None:
     """A format this version's family has, or a 422 that says which formats it has."""
     formats = FAMILY_FORMATS.get(version.framework, ("archive",))
     if fmt not in ARTIFACT_FORMATS:
-        raise ValidationFailed.at("format", f"unknown format {fmt!r}; one of {', '.join(ARTIFACT_FORMATS)}")
+        raise ValidationFailed.at(
+            "format", f"unknown format {fmt!r}; {version.framework} models download as {' or '.join(formats)}"
+        )
     if fmt not in formats:
         raise ValidationFailed.at(
             "format",
