@@ -153,7 +153,8 @@ def _malformed(body: DatasetCreate, fmt: str, bad_rows: int, lines: int, first: 
     return ValidationFailed.at(
         "uri",
         f"{bad_rows} of {lines} lines of {body.uri} do not parse as {fmt}; first ones: {first}. "
-        'Fix them, adjust options (sep, quote, escape), or register with bad_rows "skip".',
+        f"Fix them, {'adjust options (sep, quote, escape), ' if fmt == 'csv' else ''}or register with bad_rows "
+        '"skip".',
         bad_rows=bad_rows,
     )
 
