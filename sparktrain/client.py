@@ -96,6 +96,13 @@ class ModelRef:
         return out
 
 
+def _retry_after_s(response: httpx.Response) -> float:
+    try:
+        return min(10.0, max(0.25, float(response.headers.get("Retry-After", "1"))))
+    except ValueError:
+        return 1.0
+
+
 class Client:
     def __init__(
         self,
@@ -125,10 +132,16 @@ class Client:
     # --- plumbing ---------------------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise Unreachable(f"no answer from {self.url}: {exc or type(exc).__name__}") from exc
+        """One request; a read over the key's request rate (429) waits for ``Retry-After`` (at most 10 s) and asks
+        again, up to three times. A submit or a cancel is not repeated: its 429 is the caller's to see."""
+        for tries in range(4):
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                raise Unreachable(f"no answer from {self.url}: {exc or type(exc).__name__}") from exc
+            if response.status_code != 429 or method != "GET" or tries == 3:
+                break
+            time.sleep(_retry_after_s(response))
         _raise_for(response)
         return response
 

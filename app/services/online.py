@@ -5,10 +5,11 @@ body formats; the V2 protocol's routes share this). Models are resolved once per
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from pydantic import StrictFloat, TypeAdapter
+from pydantic import StrictBool, StrictFloat, TypeAdapter
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import PayloadTooLarge, ValidationFailed
@@ -67,7 +68,13 @@ def inline_rows(request: PredictRequest, model: ModelRef) -> list[dict[str, Any]
     if request.dataframe_split is not None:
         split = request.dataframe_split
         _check_names(split.columns, names, model, "dataframe_split.columns")
-        return [dict(zip(split.columns, row, strict=False)) for row in split.data]
+        for i, row in enumerate(split.data):  # zip would cut a long row and report a short one as missing columns
+            if not isinstance(row, list | tuple) or len(row) != len(split.columns):
+                given = f"{len(row)} values" if isinstance(row, list | tuple) else shown(row)
+                raise ValidationFailed.at(
+                    f"dataframe_split.data[{i}]", f"{given} for {len(split.columns)} columns {list(split.columns)}"
+                )
+        return [dict(zip(split.columns, row, strict=True)) for row in split.data]
     if request.instances is not None:
         if request.instances and isinstance(request.instances[0], dict):
             _check_record_names(request.instances, names, model, "instances")
@@ -169,9 +176,9 @@ def _careful_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
             if any(f not in row for f in features):
                 problem = signature.names_problem(list(row), _name_specs(model, list(features)), "feature")
                 raise ValidationFailed.at(where, problem or "missing features")
-            values = [row[f] for f in features]
-        else:
-            values = [row] if array_column else row
+            values: Any = [row[f] for f in features]
+        else:  # a scalar row is one value (a one-feature model's), checked as a row of one
+            values = [row] if array_column or not isinstance(row, list | tuple) else row
         wrong = f"values; the model needs {width} ({list(features)})"
         if isinstance(values, list | tuple) and not array_column and len(values) != width:
             raise ValidationFailed.at(where, f"{len(values)} {wrong}")  # before the types: a shifted row misleads
@@ -268,6 +275,14 @@ int to Python) or a null is refused, where numpy's conversion takes the first tw
 _NUMBERS = TypeAdapter(list[StrictFloat])
 
 
+@lru_cache(maxsize=256)
+def _typed_rows(kinds: tuple[bool, ...]) -> TypeAdapter[Any]:
+    """Rows of a signature with boolean columns (``kinds``: True for one): there a boolean is a value, elsewhere a
+    number only; a row of the wrong length is refused too."""
+    items = tuple(StrictBool | StrictFloat if boolean else StrictFloat for boolean in kinds)
+    return TypeAdapter(list[tuple[items]])  # type: ignore[valid-type]
+
+
 def _fast_matrix(rows: list[Any], model: ModelRef) -> Any:
     """The common case: well-formed numeric rows, type-checked and made floats in one pass of pydantic's core, then
     one numpy call. None sends the rows down the careful path, which finds the first problem and names it."""
@@ -281,11 +296,25 @@ def _fast_matrix(rows: list[Any], model: ModelRef) -> Any:
                 values = list(map(itemgetter(*model.features), rows))  # tuples (or values, with one feature)
         else:
             values = rows
-        rows_of = _NUMBER_ROWS if values and isinstance(values[0], list | tuple) else _NUMBERS
+        specs = signature.columns(model.signature)
+        booleans = tuple(spec.get("type") == "boolean" for spec in specs)
+        if not values or not isinstance(values[0], list | tuple):
+            rows_of: TypeAdapter[Any] = _NUMBERS
+        elif any(booleans) and len(booleans) == model.width:
+            rows_of = _typed_rows(booleans)
+        else:
+            rows_of = _NUMBER_ROWS
         matrix = np.asarray(rows_of.validate_python(values), dtype=np.float64).reshape(len(rows), -1)
     except (KeyError, TypeError, ValueError, OverflowError):  # pydantic's ValidationError is a ValueError
         return None
     if matrix.shape[1] != model.width or not (np.abs(matrix) <= FLOAT32_MAX).all():  # NaN compares false
+        return None
+    # what the careful path checks value by value, on the float64 values (before float32 rounds a fraction away):
+    # a boolean column takes 0 and 1 only, a whole-number column whole numbers only
+    if any(booleans) and not np.isin(matrix[:, [i for i, b in enumerate(booleans) if b]], (0.0, 1.0)).all():
+        return None
+    whole = signature.integer_columns(model.signature)
+    if whole and not model.card.get("array_column") and (matrix[:, whole] != np.round(matrix[:, whole])).any():
         return None
     return matrix.astype(feature_dtype(model))
 

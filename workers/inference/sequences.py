@@ -80,6 +80,10 @@ def pad_inline(sequences: list[Any], width: int) -> tuple[np.ndarray, np.ndarray
     for i, seq in enumerate(sequences):
         if not isinstance(seq, list) or not seq:
             raise ValueError(f"[{i}]: a sequence is a non-empty list of steps")
+        for t, step in enumerate(seq):  # numpy would take "2.5" and true as numbers
+            for v in step if isinstance(step, list) else [step]:
+                if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+                    raise ValueError(f"[{i}]: step {t}: {v!r} is not a number; steps are lists of {width} numbers")
         try:
             steps = np.asarray(seq, dtype=np.float64)
         except (TypeError, ValueError, OverflowError) as exc:

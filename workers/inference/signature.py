@@ -17,7 +17,7 @@ Pure Python (the API process imports it).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from workers.errors import SpecError
@@ -166,7 +166,7 @@ def value_problem(value: Any, spec: Mapping[str, Any]) -> str | None:
         if not isinstance(value, list | tuple):
             return f"{value!r} is not an array"
         items = spec.get("items") or {"type": "double"}
-        return next((p for p in (value_problem(v, items) for v in value) if p), None)
+        return next((p for p in (value_problem(v, items) for v in _leaves(value)) if p), None)
     if kind == "boolean":
         return None if isinstance(value, bool) or value in (0, 1) else f"{value!r} is not a boolean"
     if kind in NUMERIC_TYPES:
@@ -178,6 +178,15 @@ def value_problem(value: Any, spec: Mapping[str, Any]) -> str | None:
     if kind == "string" and not isinstance(value, str):
         return f"{value!r} is not a string"
     return None
+
+
+def _leaves(values: Sequence[Any]) -> Iterator[Any]:
+    """An array's values, however nested (an image sent as rows of pixels, as its ``input_shape`` reads)."""
+    for v in values:
+        if isinstance(v, list | tuple):
+            yield from _leaves(v)
+        else:
+            yield v
 
 
 def _takes(spec: Mapping[str, Any]) -> str:

@@ -162,3 +162,65 @@ def test_a_row_of_the_wrong_length_says_so_before_the_types() -> None:
     for row in ([1, 2.1, 9, 2.7, "x"], [1, "2.1", 9]):
         with pytest.raises(ValidationFailed, match=rf"^rows\[0\]: {len(row)} values; the model needs 4"):
             feature_matrix([row], MODEL, "rows")
+
+
+def _digits(framework: str = "torch") -> ModelRef:
+    card: dict[str, Any] = {"features": ["pixels"], "array_column": True, "input_shape": [1, 2, 2]}
+    card["signature"] = build_signature(card, {"pixels": "array<double>"}, framework)
+    return ModelRef(framework=framework, uri="file:///d", card=card, name="d", version=1)
+
+
+def test_an_image_sent_as_nested_rows_is_one_row_of_pixels() -> None:
+    digits = _digits()
+    for rows in ([[[1, 2], [3, 4]]], [[[[1, 2], [3, 4]]]], [{"pixels": [[1, 2], [3, 4]]}], [[1, 2, 3, 4]]):
+        assert feature_matrix(rows, digits, "rows").tolist() == [[1.0, 2.0, 3.0, 4.0]], rows
+    with pytest.raises(ValidationFailed, match=r"'pixels' takes arrays of numbers: '3' is not a number"):
+        feature_matrix([[[1, 2], ["3", 4]]], digits, "rows")
+
+
+def test_a_one_feature_model_checks_scalar_rows() -> None:
+    one = _model(types={"h_distance": "double"})
+    assert feature_matrix([1.5, 2], one, "rows").tolist() == [[1.5], [2.0]]
+    for bad in (True, "2.5"):
+        with pytest.raises(ValidationFailed, match=r"column 'h_distance' takes numbers: .* is not a number"):
+            feature_matrix([1.5, bad], one, "rows")
+
+
+def test_a_sequence_step_that_is_not_a_number_is_refused() -> None:
+    from workers.inference.sequences import pad_inline
+
+    x, lengths = pad_inline([[[1, 2.5], [0.5, 3]]], 2)
+    assert x.tolist() == [[[1.0, 2.5], [0.5, 3.0]]] and lengths.tolist() == [2]
+    for bad in ("1", True):
+        with pytest.raises(ValueError, match=r"\[0\]: step 1: .* is not a number"):
+            pad_inline([[[1, 2.5], [bad, 3]]], 2)
+
+
+def test_a_rows_answer_does_not_depend_on_the_other_rows() -> None:
+    """The quick path holds boolean and whole-number columns to what the careful path does, value by value."""
+    flags = _model(types={"a": "double", "flag": "boolean"})
+    longs = _model(types={"a": "long", "b": "double"})
+    for model, bad, fine, message in (
+        (flags, [1.5, 2], [1.5, True], "2 is not a boolean"),
+        (longs, [9.0000001, 2], [1, 2.5], "9.0000001 is not a whole number"),
+    ):
+        for rows in ([bad], [bad, fine], [fine, bad]):
+            with pytest.raises(ValidationFailed, match=message):
+                feature_matrix(rows, model, "rows")
+
+
+def test_a_model_with_a_boolean_column_keeps_the_quick_path() -> None:
+    model = _model(types={**TYPES, "is_weekend": "boolean"})
+    rows = [[1, 2.1, 9, 2.7, True], [2, 0.5, 23, 0.4, 0]]
+    quick = _fast_matrix(rows, model)
+    assert quick is not None and quick.tolist() == _careful_matrix(rows, model, "rows").tolist()
+    assert _fast_matrix([[1, 2.1, 9, 2.7, "true"]], model) is None  # the careful path names it
+
+
+def test_a_split_row_of_the_wrong_length_is_named() -> None:
+    row = [GOOD[f] for f in FEATURES]
+    for data, given in (([row, [*row, 5.0]], "5 values"), ([row, row[:3]], "3 values")):
+        with pytest.raises(ValidationFailed) as caught:
+            _matrix({"dataframe_split": {"columns": FEATURES, "data": data}})
+        assert caught.value.errors[0]["loc"] == "dataframe_split.data[1]"
+        assert caught.value.errors[0]["msg"].startswith(f"{given} for 4 columns"), caught.value.detail
