@@ -86,6 +86,8 @@ def unreachable_database(url: str, timeout_s: int = 10) -> str | None:
     except DBAPIError as exc:
         reason = str(exc.orig or exc).strip().splitlines()[0]
         return f"{parsed.render_as_string(hide_password=True)}: {reason}"
+    except Exception:  # a driver this probe does not know how to ask (connect_timeout): the start-up will say
+        return None
     finally:
         engine.dispose()
 
@@ -103,8 +105,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("sparktrain cannot start, a setting is wrong:\n" + "\n".join(lines))
     away = unreachable_database(settings.database_url)
     if away is not None:  # before uvicorn, whose failed start-up prints a page of traceback
-        print(f"sparktrain cannot start: the database is unreachable: {away}\nStart it, or point "
-              "SPARKTRAIN_DATABASE_URL at one that runs.", file=sys.stderr)  # fmt: skip
+        print(f"sparktrain cannot start: the database is unreachable: {away}\nStart it, check its address and "
+              "credentials, or point SPARKTRAIN_DATABASE_URL at one that runs.", file=sys.stderr)  # fmt: skip
         sys.exit(DATABASE_AWAY_EXIT)
     configure_logging(level=settings.log_level, fmt=settings.log_format)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines carry tracebacks of closed connections

@@ -29,10 +29,11 @@ const ST = (() => {
     }
   }
 
-  /* Retry-After in milliseconds: its seconds, at least a quarter of a second and at most ten. */
+  /* Retry-After in milliseconds (at least a quarter of a second, at most ten), plus up to half a second at random so
+   * that the reads a page sent together do not all ask again at the same moment. */
   function retryAfterMs(response) {
     const seconds = Number(response.headers.get("Retry-After"));
-    return Math.min(10, Math.max(0.25, Number.isFinite(seconds) ? seconds : 1)) * 1000;
+    return Math.min(10, Math.max(0.25, Number.isFinite(seconds) ? seconds : 1)) * 1000 + Math.random() * 500;
   }
 
   async function problemOf(response) {
