@@ -219,8 +219,8 @@ def test_a_model_with_a_boolean_column_keeps_the_quick_path() -> None:
 
 def test_a_split_row_of_the_wrong_length_is_named() -> None:
     row = [GOOD[f] for f in FEATURES]
-    for data, given in (([row, [*row, 5.0]], "5 values"), ([row, row[:3]], "3 values")):
+    for data, count in (([row, [*row, 5.0]], "5 values"), ([row, row[:3]], "3 values")):
         with pytest.raises(ValidationFailed) as caught:
             _matrix({"dataframe_split": {"columns": FEATURES, "data": data}})
         assert caught.value.errors[0]["loc"] == "dataframe_split.data[1]"
-        assert caught.value.errors[0]["msg"].startswith(f"{given} for 4 columns"), caught.value.detail
+        assert caught.value.errors[0]["msg"].startswith(f"{count} for 4 columns"), caught.value.detail
