@@ -62,6 +62,7 @@ class RequestGuard:
             chunked = _header(scope, b"transfer-encoding") is not None
             has_body = chunked or (length is not None and length.strip() not in ("", "0"))
             if length is not None and length.strip().isdigit() and int(length) > self.max_body_bytes:
+                await _drain(receive, DRAIN_BYTES)
                 await _too_large(
                     send_with_id,
                     scope,
@@ -79,6 +80,7 @@ class RequestGuard:
             else:
                 body = await _read_body(receive, self.max_body_bytes)
                 if body is None:
+                    await _drain(receive, DRAIN_BYTES)
                     await _too_large(send_with_id, scope, f"The body is larger than {self.max_body_bytes} bytes.")
                     return
                 depth = json_depth(body)
@@ -115,6 +117,25 @@ def json_depth(body: bytes) -> int:
     step -= structure == ord("}")
     step[(np.cumsum(structure == ord('"'), dtype=np.int32) & 1).astype(bool)] = 0
     return int(np.cumsum(step, dtype=np.int32).max()) if step.size else 0
+
+
+DRAIN_BYTES = 64 * 1024 * 1024
+"""How much of a body too large to take is read and dropped before the 413: a server that answers and closes while
+the client still sends leaves unread bytes, the kernel then resets the connection, and the client (which reads only
+once it has sent everything) loses the answer ("Server disconnected without sending a response"). Past this the
+answer goes out at once, and such a client may see the reset instead."""
+
+
+async def _drain(receive: Receive, limit: int) -> None:
+    """Read and drop the rest of the body, up to ``limit`` bytes, or until the client leaves."""
+    seen = 0
+    while seen <= limit:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
@@ -164,6 +185,8 @@ def _limited(receive: Receive, limit: int) -> Receive:
         if message["type"] == "http.request":
             seen += len(message.get("body", b""))
             if seen > limit:
+                if message.get("more_body", False):
+                    await _drain(receive, DRAIN_BYTES)
                 raise _BodyTooLarge(limit)
         return message
 
