@@ -23,6 +23,7 @@ from app.services import jobs, quotas
 from app.services.training import plan_in_request
 from app.services.tuning import space as spaces
 from workers import cluster
+from workers.training.torch.spec.early_stopping import TASK_METRICS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,10 +63,9 @@ def reported_metrics(framework: str, task: str) -> tuple[str, ...]:
     """The metrics in a trial's ``result.validation``, which the leaderboard ranks by: torch computes the loss and
     accuracy or rmse after every epoch (workers/training/torch/remote.py ``_evaluate``); xgboost and Spark ML the
     regression metrics or accuracy and weighted F1 (``workers.training.validation.validation_metrics``)."""
-    classification = task == "classification"
-    if framework == "torch":
-        return ("loss", "accuracy") if classification else ("loss", "rmse")
-    return ("accuracy", "f1") if classification else ("rmse", "mae", "r2", "mse")
+    if framework == "torch":  # what early stopping may watch, without its val_ prefix
+        return tuple(m.removeprefix("val_") for m in TASK_METRICS[task])
+    return ("accuracy", "f1") if task == "classification" else ("rmse", "mae", "r2", "mse")
 
 
 def _located(exc: AppError, loc: str, what: str = "") -> ValidationFailed:
