@@ -44,7 +44,8 @@ class JobRead(BaseModel):
         description="One entry per attempt: attempt, queue, worker_id, started_at; an attempt that ended without "
         "finishing the job (DRIVER_LOST, DRIVER_STOPPED, WORKER_LOST, STORAGE_FULL, ...) adds ended_at, status, "
         "error_reason and error_message; a retry adds queued_at and sent (whether its message reached the broker), "
-        "and not_before when it waits before it is sent.",
+        "and not_before when it waits before it is sent. Once the job has finished, its last attempt also has "
+        "ended_at and status (the job's finished_at and status), and the error when it failed.",
     )
     owner: str
     worker_id: str | None = Field(

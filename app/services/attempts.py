@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from app.core.jobstates import JobStatus
+from app.core.jobstates import TERMINAL, JobStatus
 from app.db.models import Job
 from workers.families import task_name
 
@@ -81,4 +81,21 @@ def unsent_retries(*, session: Session, older_than: datetime, now: datetime) -> 
             due = queued_at is None or datetime.fromisoformat(queued_at) < older_than
         if due:
             out.append((job.id, job.attempt, queue_of(job), task_name(job.type, job.framework or "")))
+    return out
+
+
+def history(job: Job) -> list[dict[str, Any]]:
+    """The ``attempts`` a reader sees: as stored, with the attempt that finished the job closed the way an attempt
+    that ended early is (``ended_at``, ``status``, and the error when it failed). Runners write the finish to the job's
+    own columns in one conditional UPDATE; the history's last entry is filled from them here rather than by a second
+    write in every path that finishes a job."""
+    out = [dict(e) for e in (job.attempts or [])]
+    if JobStatus(job.status) not in TERMINAL or job.finished_at is None:
+        return out
+    entry = _entry(out, job.attempt)
+    if entry is None or "ended_at" in entry:
+        return out
+    entry.update(ended_at=job.finished_at.isoformat(), status=job.status)
+    if job.error_reason:
+        entry.update(error_reason=job.error_reason, error_message=job.error_message or "")
     return out

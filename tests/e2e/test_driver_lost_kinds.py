@@ -160,6 +160,7 @@ def test_a_killed_spark_ml_grid_continues_after_its_fits_and_a_killed_evaluation
         assert job["attempt"] == 2, job["attempts"]
         ended = [(a["attempt"], a.get("status"), a.get("error_reason")) for a in job["attempts"]]
         assert ended[0] == (1, "FAILED", "DRIVER_LOST"), job["attempts"]
+        assert ended[1] == (2, "SUCCEEDED", None), job["attempts"]
         assert [a["attempt"] for a in job["attempts"]] == [1, 2], job["attempts"]
         assert job["attempts"][1]["worker_id"] == job["worker_id"] != job["attempts"][0]["worker_id"]
         lines = log_lines(second.client, job_id)

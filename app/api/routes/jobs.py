@@ -11,7 +11,7 @@ from app.api.deps import CallerDep, RuntimeDep, SessionDep
 from app.api.routes.events import STREAM_CONTENT, LastEventId, follow_logs
 from app.core.jobstates import JobStatus, JobType
 from app.schemas.jobs import JobError, JobPage, JobRead, LogLine, LogsRead, MetricPoint, MetricsRead, ModelRef
-from app.services import checkpoints, jobs
+from app.services import attempts, checkpoints, jobs
 from app.services.access import job_of, job_of_on_loop
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def to_job_read(job: Job) -> JobRead:
         if job.model_name and job.model_version
         else None,
         warnings=list(job.warnings or []),
-        attempts=list(job.attempts or []),
+        attempts=attempts.history(job),
         owner=job.owner,
         worker_id=job.worker_id,
         spark_app_id=job.spark_app_id,

@@ -9,8 +9,9 @@ import pytest
 
 from app.core.errors import BadRequest, Conflict, NotFound
 from app.core.jobstates import JobStatus
+from app.db.base import utcnow
 from app.db.session import transaction
-from app.services import jobs
+from app.services import attempts, jobs
 
 
 def _create(db: Any, body: dict[str, Any] | None = None, **kwargs: Any) -> str:
@@ -40,6 +41,27 @@ def test_transition_is_guarded(db: Any) -> None:
         assert not jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING)
     with pytest.raises(ValueError, match="not an edge"), transaction(db) as s:
         jobs.transition(session=s, job_id=job_id, sources=[JobStatus.SUCCEEDED], target=JobStatus.RUNNING)
+
+
+def test_the_attempt_that_finished_the_job_reads_as_ended(db: Any) -> None:
+    job_id = _create(db)
+    with transaction(db) as s:
+        jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING)
+        job = jobs.get_job(session=s, job_id=job_id)
+        job.attempts = attempts.update_attempt(job, 1, queue="default", started_at=utcnow().isoformat())
+    with db() as s:
+        running = attempts.history(jobs.get_job(session=s, job_id=job_id))
+        assert "ended_at" not in running[0] and "status" not in running[0], "a running attempt has not ended"
+    with transaction(db) as s:
+        jobs.transition(session=s, job_id=job_id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
+        jobs.transition(session=s, job_id=job_id, sources=[JobStatus.RUNNING], target=JobStatus.FAILED,
+                        finished_at=utcnow(), error_reason="SPARK_ERROR", error_message="boom")  # fmt: skip
+    with db() as s:
+        job = jobs.get_job(session=s, job_id=job_id)
+        (entry,) = attempts.history(job)
+        assert entry["ended_at"] == job.finished_at.isoformat()
+        assert (entry["status"], entry["error_reason"], entry["error_message"]) == ("FAILED", "SPARK_ERROR", "boom")
+        assert "ended_at" not in job.attempts[0], "the stored history is left as it was"
 
 
 def test_racing_starts_have_one_winner(db: Any) -> None:
