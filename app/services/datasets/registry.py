@@ -33,11 +33,11 @@ from app.services.datasets.schema import (
     not_parquet,
     reader_options,
 )
+from workers.data.spec import CORRUPT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-CORRUPT = "_corrupt_record"
 SAMPLE_ROWS = 5
 COMPLETE, PENDING, FAILED = "complete", "pending", "failed"
 _ID = re.compile(r"^[0-9a-f]{32}$")

@@ -23,6 +23,7 @@ from app.core.errors import ValidationFailed
 from app.services.datasets import sample, summary
 from app.services.datasets.deferred import before_spark_job
 from app.services.datasets.paths import Format
+from workers.data.spec import CORRUPT
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -63,13 +64,19 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
     if fmt in ("csv", "json"):
         text = text_schema_of(path, fmt, options, infer_partition_types=infers_partition_types(spark))
         if text is not None:
-            return text
+            return _data_columns(text)
     before_spark_job(f"the schema of {path} ({_why_spark(path, fmt, options)})")
     probe = ResolvedDataset(path=path, format=fmt, features=(), label=None, task=None, options=options)
     try:
-        return dict(read_dataframe(spark, probe).dtypes)
+        return _data_columns(dict(read_dataframe(spark, probe).dtypes))
     except Exception as exc:
         raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {spark_reason(exc)[:500]}") from exc
+
+
+def _data_columns(schema: dict[str, str]) -> dict[str, str]:
+    """The schema without the column JSON inference adds when a line does not parse (``_corrupt_record``): it is not
+    a column of the data, and the job reads malformed lines as bad rows (workers/data/clean.py)."""
+    return {name: dtype for name, dtype in schema.items() if name != CORRUPT}
 
 
 def spark_reason(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ from app.services.datasets.schema import (
     distinct_values,
     first_value,
     max_value,
+    read_schema,
     reader_options,
     text_schema_of,
 )
@@ -44,6 +45,17 @@ def test_sample_schema_is_sparks(spark: Any, tmp_path: Path) -> None:
         if fmt == "csv":
             expected = dict(spark.read.format(fmt).options(**no_header).load(str(path)).dtypes)
             assert text_schema_of(str(path), fmt, no_header) == expected
+
+
+def test_a_line_that_does_not_parse_is_not_a_column(spark: Any, tmp_path: Path) -> None:
+    """JSON inference adds ``_corrupt_record`` for a malformed line; the schema a request is checked against (and
+    the columns a 422 lists) leaves it out, read on the driver or by Spark (an option the sample reader does not
+    know)."""
+    _csv, js = _messy(tmp_path)
+    assert "_corrupt_record" in text_schema_of(str(js), "json", {})  # what inference gives
+    for options in ({}, {"allowComments": "true"}):
+        schema = read_schema(spark, str(js), "json", options, loc="dataset")
+        assert sorted(schema) == ["a", "arr", "lab", "s", "z"], options
 
 
 def test_column_facts_without_spark(tmp_path: Path) -> None:
