@@ -180,7 +180,8 @@ def _clean(
         return flagged.drop(REASON), total, held, 0
     columns = ", ".join(values)
     if bad_count == total or ds.bad_rows == "fail":
-        examples = [_example(r.asDict()) for r in flagged.where(F.col(REASON).isNotNull()).limit(EXAMPLES).collect()]
+        shown = flagged.where(F.col(REASON).isNotNull()).drop(*[split_column] if split_column else [])
+        examples = [_example(r.asDict()) for r in shown.limit(EXAMPLES).collect()]
         if bad_count == total:
             raise JobFailure(
                 "BAD_ROWS",

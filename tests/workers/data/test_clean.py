@@ -147,3 +147,13 @@ def test_a_held_out_fraction_is_counted_in_the_same_pass(spark: Any, tmp_path: P
     assert 100 < held < 200
     counts = {r["_split"]: r["count"] for r in frame.groupBy("_split").count().collect()}
     assert counts == {0: train, 1: held}
+
+
+def test_a_failure_with_a_held_out_fraction_shows_the_datas_columns_only(spark: Any, tmp_path: Path) -> None:
+    path = write(tmp_path / "fares.csv", fare_lines())
+    ds = dataset(path)
+    with pytest.raises(JobFailure) as failed:
+        clean_holdout(_Warnings(), read_dataframe(spark, ds, malformed=True), ds, 0.25, "_split")  # type: ignore[arg-type]
+    message = str(failed.value)
+    assert message.count("not a number: 'n/a' (distance)") == 3
+    assert "'passengers'" in message and "_split" not in message, "the held-out mark is the job's, not the data's"
