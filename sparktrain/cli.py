@@ -12,6 +12,7 @@ import csv
 import json
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -201,12 +202,34 @@ def jobs(
         else:
             err.print("No jobs yet: sparktrain submit examples/xgboost-taxi.json --wait")
         return OK
-    table = Table("id", "name", "type", "status", "progress", "created")
+    out.print(_jobs_table(items))
+    return OK
+
+
+def _jobs_table(items: list[dict[str, Any]]) -> Table:
+    """Ids and states are printed whole at any width (an id is copied from here into show, logs and cancel); the
+    name, type and time are cut (…) first on a narrow terminal. Plain columns: ``awk '{print $1}'`` reads the ids."""
+    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+    table.add_column("id", no_wrap=True, min_width=max(len(j["id"]) for j in items))
+    table.add_column("name", no_wrap=True, overflow="ellipsis")
+    table.add_column("type", no_wrap=True, overflow="ellipsis")
+    table.add_column("status", no_wrap=True, min_width=max(len(j["status"]) for j in items))
+    table.add_column("progress", no_wrap=True, justify="right", min_width=len("progress"))
+    table.add_column("created", no_wrap=True, overflow="ellipsis")
     for j in items:
         kind = j["type"] + (f"/{j['framework']}" if j.get("framework") else "")
-        table.add_row(j["id"], j.get("name") or "", kind, j["status"], f"{100 * j['progress']:.0f}%", j["created_at"])
-    out.print(table)
-    return OK
+        progress = f"{100 * j['progress']:.0f}%"
+        table.add_row(j["id"], j.get("name") or "", kind, j["status"], progress, _to_the_minute(j["created_at"]))
+    return table
+
+
+def _to_the_minute(text: str) -> str:
+    """An ISO 8601 time to the minute, in UTC: ``2024-05-01T12:34Z`` (as given when it is not one)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return str(text)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ") if moment.tzinfo else moment.strftime("%Y-%m-%dT%H:%M")
 
 
 @app.command(cls=Command)

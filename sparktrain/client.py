@@ -26,8 +26,10 @@ import httpx
 DEFAULT_URL = "http://127.0.0.1:8000"
 ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _MODEL_REF = re.compile(r"^(?P<name>[^:@]+)(?::(?P<version>\d+)|@(?P<alias>[^:@]+))?$")
+_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+"""A job id as the service makes them (``uuid4().hex``): 32 lower-case hex digits."""
 _JOB_PREFIX = re.compile(r"^[0-9a-f]{6,31}$")
-"""Job ids are 32 hex digits; 6 to 31 of them may start one (the ``jobs`` table cuts ids on a narrow terminal)."""
+"""6 to 31 hex digits: never a whole job id, only the start of one (typed short by hand)."""
 PREFIX_SCAN = 10_000
 """How many of the newest jobs a job id prefix is looked for among."""
 
@@ -194,19 +196,19 @@ class Client:
 
     def job_id(self, text: str) -> str:
         """The id of the job that ``text`` names: the id itself, or a unique prefix of one (6 or more of its hex
-        digits). A prefix that starts several ids raises :class:`AmbiguousJobId`; one that starts none, the
-        service's 404 for ``text``."""
-        if not _JOB_PREFIX.match(text.lower()):
+        digits, any case). A whole id, or text that is neither an id nor a prefix, is returned without a request:
+        the caller's own request for it is the one the service answers (its 404 for an unknown job). A prefix is
+        looked for in the job list (``GET /jobs/{prefix}`` would only 404: ids are 32 digits); one that starts
+        several ids raises :class:`AmbiguousJobId`, one that starts none an :class:`ApiError` 404."""
+        lowered = text.lower()
+        if _JOB_ID.match(lowered):
+            return lowered
+        if not _JOB_PREFIX.match(lowered):
             return text
-        try:
-            return str(self.job(text)["id"])
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            missing = exc
-        matches = self.find_jobs(text.lower())
+        matches = self.find_jobs(lowered)
         if not matches:
-            raise missing
+            detail = f"no job id starts with {text!r} (among the newest {PREFIX_SCAN} jobs)"
+            raise ApiError(404, {"title": "Not Found", "status": 404, "detail": detail})
         if len(matches) > 1:
             raise AmbiguousJobId(text, matches)
         return str(matches[0]["id"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -211,6 +212,66 @@ def test_show_logs_and_cancel_take_a_unique_prefix_of_a_job_id(svc: Service, lin
     assert ambiguous.returncode == 2 and "starts 2 job ids" in ambiguous.stderr, ambiguous.stderr
     assert all(twin in ambiguous.stderr for twin in twins)
     assert json.loads(cli(svc, "--json", "show", "c0ffee1").stdout)["id"] == twins[1]
+
+
+def _requests(svc: Service) -> dict[tuple[str, str, str], float]:
+    """How many requests the service has answered, by method, route template and status (its GET /metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.labels["method"], sample.labels["route"], sample.labels["status"]): sample.value
+        for family in text_string_to_metric_families(svc.client.get("/metrics").text)
+        if family.name == "sparktrain_http_request_duration_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    }
+
+
+def test_the_jobs_table_prints_ids_whole_so_one_can_be_copied_into_another_command(
+    svc: Service, linear: dict[str, Any]
+) -> None:
+    ids = [j["id"] for j in json.loads(cli(svc, "--json", "jobs", "--limit", "5").stdout)]
+    assert linear["id"] in ids
+    for columns in (80, 50, 200):  # the usual terminal, a narrow one, a wide one
+        table = cli(svc, "jobs", "--limit", "5", columns=columns)
+        assert table.returncode == 0, table.stderr
+        assert [job_id for job_id in ids if job_id not in table.stdout] == [], table.stdout
+        header, *rows = table.stdout.splitlines()  # plain columns, one job a line: its id first
+        assert header.split()[0] == "id" and [row.split()[0] for row in rows] == ids, table.stdout
+        if columns == 200:
+            assert all(re.search(r" \d{4}-\d\d-\d\dT\d\d:\d\dZ$", row) for row in rows), table.stdout
+    copied = cli(svc, "jobs", "--limit", "5", columns=80).stdout.splitlines()[ids.index(linear["id"]) + 1].split()[0]
+    shown = cli(svc, "--json", "show", copied)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == linear["id"], shown.stderr
+
+
+def test_a_prefix_is_looked_up_in_the_list_and_a_whole_id_with_one_request(
+    svc: Service, linear: dict[str, Any]
+) -> None:
+    one, missing, listing = ("GET", "/jobs/{job_id}", "200"), ("GET", "/jobs/{job_id}", "404"), ("GET", "/jobs", "200")
+
+    def asked(*args: str) -> tuple[subprocess.CompletedProcess[str], dict[tuple[str, str, str], float]]:
+        before = _requests(svc)
+        done = cli(svc, *args)
+        after = _requests(svc)
+        return done, {key: after.get(key, 0) - before.get(key, 0) for key in (one, missing, listing)}
+
+    job_id = linear["id"]
+    shown, counts = asked("--json", "show", job_id[:8])  # the list, then the job: no GET /jobs/{prefix} (a 404)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == job_id, shown.stderr
+    assert counts == {one: 1, missing: 0, listing: 1}
+    shown, counts = asked("--json", "show", job_id.upper())  # a whole id, in any case: the job alone
+    assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == job_id, shown.stderr
+    assert counts == {one: 1, missing: 0, listing: 0}
+
+    ids = [j["id"] for j in json.loads(cli(svc, "--json", "jobs", "--limit", "500").stdout)]
+    unused = next(p for p in (f"{n:06x}" for n in range(1 << 24)) if not any(i.startswith(p) for i in ids))
+    unknown, counts = asked("logs", unused)  # the list only, and the same refusal as before: 404, exit 2
+    assert unknown.returncode == 2 and "404" in unknown.stderr and unused in unknown.stderr, unknown.stderr
+    assert counts == {one: 0, missing: 0, listing: 1}
+    unknown, counts = asked("show", "0" * 32)  # a whole id no job has: the service's own 404
+    assert unknown.returncode == 2 and "404" in unknown.stderr, unknown.stderr
+    assert counts == {one: 0, missing: 1, listing: 0}
 
 
 def test_a_batch_prediction_with_wait_says_where_its_output_went(
