@@ -144,14 +144,6 @@ def names_problem(given: Iterable[Any], specs: list[dict[str, Any]], noun: str =
     return f"{'; '.join(parts)}; the model expects {', '.join(describe(spec) for spec in specs)}"
 
 
-def check_names(given: Iterable[str], signature: Mapping[str, Any], where: str, noun: str = "column") -> None:
-    """A request's column names against the signature: a 422 (:class:`SpecError`) naming the missing and the
-    unexpected ones and listing what the model takes."""
-    problem = names_problem(given, columns(signature), noun)
-    if problem:
-        raise SpecError(where, problem)
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 

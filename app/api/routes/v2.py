@@ -1,35 +1,28 @@
-"""The V2 Open Inference Protocol (KServe, Triton, Seldon) on the same model cache as ``POST /predict``.
-
-Inputs: one tensor ``[n, width]`` of a model's features in order (any name), or one tensor per feature named
-after it (``[n]`` or ``[n, 1]``; an array feature ``[n, length]``). Outputs: ``predictions`` (class index or
-value), and for classification ``probabilities`` ``[n, classes]`` and ``label`` (BYTES, when classes have
-names). Errors carry the protocol's ``error`` member next to the problem+json fields, a missing or unknown API key
-(401, answered before any route) included. A key sees only its owner's models (another owner's answer 404).
+"""The V2 Open Inference Protocol (KServe, Triton, Seldon) on the same model cache as ``POST /predict``: HTTP only
+(the body read, JSON or binary tensors; the answer shaped); the tensors, the model and its outputs are
+:mod:`app.services.v2_infer`'s. Errors carry the protocol's ``error`` member next to the problem+json fields, a
+missing or unknown API key (401, answered before any route) included. A key sees only its owner's models (another
+owner's answer 404).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import StrictFloat, TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from app.api.deps import CallerDep, RuntimeDep
 from app.api.errors import problem_response
-from app.core.errors import AppError, NotFound, ServiceUnavailable, ValidationFailed
-from app.schemas.inference import InferRequest, InferResponse, InferTensor, ModelSelector
-from app.services import online
-from app.services.planning.inference import resolve_model
+from app.core.errors import AppError, ServiceUnavailable, ValidationFailed
+from app.schemas.inference import InferRequest, InferResponse
+from app.services import v2_infer
 from app.spark.session import spark_alive
-from workers.inference.spec import ModelRef
 
 router = APIRouter(prefix="/v2", tags=["v2 inference protocol"])
-FLOAT_TYPES = ("FP16", "FP32", "FP64", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "BOOL")
 
 
 def _v2_error(request: Request, exc: AppError) -> JSONResponse:
@@ -38,216 +31,10 @@ def _v2_error(request: Request, exc: AppError) -> JSONResponse:
     return problem_response(body, request)
 
 
-def _model(rt: Any, name: str, version: str | None, owner: str | None) -> ModelRef:
-    number = None
-    if version is not None:
-        if not (version.isascii() and version.isdigit()):
-            raise ValidationFailed.at("version", f"versions are numbers, got {version!r}")
-        number = int(version)
+async def _answer(request: Request, work: Any, **kwargs: Any) -> Any:
+    """``work`` (a service function, given ``kwargs``) in the thread pool; an error as the protocol answers it."""
     try:
-        selector = ModelSelector(name=name, version=number)
-    except ValidationError as exc:  # a name or number no registered model can have
-        which = f"{name!r}" if version is None else f"{name!r} version {version}"
-        raise NotFound(f"No model {which}.") from exc
-    with rt.db() as session:
-        return resolve_model(session, selector, owner=owner)
-
-
-def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
-    width = model.width
-    if len(body.inputs) == 1 and (model.card.get("array_column") or len(model.features) != 1 or
-                                  body.inputs[0].name not in model.features):  # fmt: skip
-        tensor = body.inputs[0]
-        data = _values(tensor, model)
-        if data.size % width:
-            raise ValidationFailed.at("inputs[0].shape", f"{tensor.shape} does not hold rows of {width} features")
-        return data.reshape(-1, width)
-    by_name = {t.name: t for t in body.inputs}
-    online.check_input_names(list(by_name), model)
-    values = {f: _values(by_name[f], model, feature=f) for f in model.features}
-    counts = {f: by_name[f].shape[0] for f in model.features}
-    if len(set(counts.values())) != 1:
-        raise ValidationFailed.at("inputs", f"the inputs hold different numbers of rows: {counts}")
-    n = counts[model.features[0]]
-    if n == 0:
-        raise ValidationFailed.at("inputs", "no rows to predict; send at least one")
-    x = np.concatenate([v.reshape(n, -1) for v in values.values()], axis=1)
-    if x.shape[1] != width:
-        raise ValidationFailed.at("inputs", f"{x.shape[1]} values per row; the model takes {width}")
-    return x
-
-
-_NUMBER_VALUES: frozenset[type] = frozenset((int, float, type(None)))
-"""The JSON values a numeric tensor's data may hold: numbers (exact types: a bool is an int to Python and a string
-of digits a number to numpy) and nulls (NaN, refused with their row and column by the finite check)."""
-_BOOL_VALUES = _NUMBER_VALUES | {bool}
-_NUMBER_DATA = TypeAdapter(list[StrictFloat | None])
-"""The same check for flat data, as floats, in one pass of pydantic's core (strict: no strings, no booleans)."""
-
-
-def _values(tensor: InferTensor, model: ModelRef | None = None, feature: str | None = None) -> np.ndarray:
-    """A tensor's values, flat, checked against its type (and the model's signature) and its shape. ``feature``:
-    the tensor holds that feature's values (else whole rows, or sequences)."""
-    _check_type(tensor, model)
-    values: list[Any] = tensor.data
-    if tensor.datatype != "BOOL":
-        try:
-            values = _NUMBER_DATA.validate_python(values)
-        except ValidationError:
-            _check_values(tensor, _NUMBER_VALUES, model, feature)  # names the value (nested lists pass: row-major)
-    elif not set(map(type, values)) <= _BOOL_VALUES:
-        _check_values(tensor, _BOOL_VALUES, model, feature)
-    try:
-        data = np.asarray(values, dtype=np.float64).reshape(-1)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise ValidationFailed.at(f"inputs.{tensor.name}.data", "a flat, row-major list of numbers") from exc
-    if not tensor.shape or math.prod(tensor.shape) != data.size:
-        raise ValidationFailed.at(f"inputs.{tensor.name}.shape", f"{tensor.shape} does not hold its {data.size} values")
-    return data
-
-
-def _check_values(tensor: InferTensor, allowed: frozenset[type], model: ModelRef | None, feature: str | None) -> None:
-    """The first value of the wrong type, by its row and column (nested lists are read row-major)."""
-    flat: list[Any] = []
-    pending: list[Any] = list(reversed(tensor.data))
-    while pending:
-        value = pending.pop()
-        if isinstance(value, list):
-            pending.extend(reversed(value))
-            continue
-        if type(value) not in allowed:
-            kind = "boolean or a number" if tensor.datatype == "BOOL" else "number"
-            wanted = f"; the model expects {online.expected_types(model)}" if model is not None else ""
-            raise ValidationFailed.at(
-                f"inputs.{tensor.name}.data",
-                f"{_position(tensor, len(flat), model, feature)}: {online.shown(value)} is not a {kind}{wanted}",
-            )
-        flat.append(value)
-
-
-def _position(tensor: InferTensor, index: int, model: ModelRef | None, feature: str | None) -> str:
-    """Where the flat ``index`` of a tensor's data lands: ``row 2, column 'h_distance'``."""
-    if model is None:
-        return f"value {index}"
-    if feature is None and not model.card.get("sequence"):
-        width = model.width
-        return f"row {index // width}, column {online.column_name(model, index % width)!r}"
-    per_row = max(math.prod(tensor.shape[1:]), 1) if len(tensor.shape) > 1 else 1
-    row = index // per_row
-    if feature is None:  # a sequence model's [batch, steps, features]
-        return f"sequence {row}, feature {model.features[index % len(model.features)]!r}"
-    column = f"{feature}[{index % per_row}]" if model.card.get("array_column") else feature
-    return f"row {row}, column {column!r}"
-
-
-def _check_type(tensor: InferTensor, model: ModelRef | None = None) -> None:
-    if tensor.datatype not in FLOAT_TYPES:
-        wanted = f"; the model expects {online.expected_types(model)}" if model is not None else ""
-        raise ValidationFailed.at(
-            f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not a numeric tensor{wanted}"
-        )
-
-
-def _infer(rt: Any, name: str, version: str | None, owner: str | None, body: InferRequest) -> InferResponse:
-    model = _model(rt, name, version, owner)
-    if model.card.get("sequence"):
-        return _infer_sequences(rt, name, model, body)
-    x = _rows(body, model)
-    online.check_row_limit(len(x), rt.settings)
-    bad = online.non_finite(x)
-    if bad is not None:
-        row, column = bad[0], bad[1]
-        raise ValidationFailed.at(
-            "inputs",
-            f"row {row}, column {online.column_name(model, column)!r} is {float(x[row, column])!r}: a value is NaN, "
-            "infinite, missing or beyond float32; the model cannot take it",
-        )
-    online.check_whole_numbers(x, model, "inputs")
-    x = x.astype(online.feature_dtype(model))
-    out = online.predict_rows(model=model, x=x, cache=rt.model_cache, spark=rt.spark)
-    n = len(x)
-    outputs: list[InferTensor] = []
-    if "probabilities" in out:
-        probabilities = out["probabilities"]
-        outputs.append(InferTensor(name="predictions", shape=[n], datatype="INT64", data=out["class_index"]))
-        outputs.append(
-            InferTensor(name="probabilities", shape=[n, len(probabilities[0]) if n else 0], datatype="FP64",
-                        data=[p for row in probabilities for p in row])
-        )  # fmt: skip
-        if model.class_labels:
-            outputs.append(InferTensor(name="label", shape=[n], datatype="BYTES", data=[str(v) for v in out["label"]]))
-    else:
-        outputs.append(_values_tensor(out["prediction"]))
-    return _response(name, model, body, outputs)
-
-
-def _infer_sequences(rt: Any, name: str, model: ModelRef, body: InferRequest) -> InferResponse:
-    """A sequence model takes one FP tensor ``[batch, steps, features]`` (V2 tensors are rectangular: every
-    sequence of a request has ``steps`` real steps). A last_step model answers ``[batch]`` predictions, a per_step
-    model ``[batch, steps]``; probabilities add the classes as the last dimension."""
-    width = int((model.card.get("input_shape") or [0, len(model.features)])[-1])
-    tensor = body.inputs[0]
-    data = _values(tensor, model)
-    if len(body.inputs) != 1 or len(tensor.shape) != 3 or tensor.shape[2] != width or 0 in tensor.shape:
-        raise ValidationFailed.at(
-            "inputs", f"a sequence model takes one tensor of shape [batch, steps, {width}] (got {tensor.shape})"
-        )
-    online.check_row_limit(tensor.shape[0], rt.settings)
-    rows = data.reshape(tensor.shape).tolist()
-    out = online.predict_sequences(model=model, rows=rows, cache=rt.model_cache)
-    lead = [tensor.shape[0]] if model.card["sequence"]["labels"] == "last_step" else tensor.shape[:2]
-    outputs: list[InferTensor] = []
-    if "probabilities" in out:
-        probabilities = np.asarray(out["probabilities"], dtype=np.float64)
-        index = np.asarray(out["class_index"], dtype=np.int64)
-        outputs.append(InferTensor(name="predictions", shape=lead, datatype="INT64", data=index.reshape(-1).tolist()))
-        outputs.append(InferTensor(name="probabilities", shape=list(probabilities.shape), datatype="FP64",
-                                   data=probabilities.reshape(-1).tolist()))  # fmt: skip
-    else:
-        outputs.append(_values_tensor(out["prediction"]))
-    return _response(name, model, body, outputs)
-
-
-def _values_tensor(prediction: Any) -> InferTensor:
-    values = np.asarray(prediction, dtype=np.float64)
-    return InferTensor(name="predictions", shape=list(values.shape), datatype="FP64", data=values.reshape(-1).tolist())
-
-
-def _response(name: str, model: ModelRef, body: InferRequest, outputs: list[InferTensor]) -> InferResponse:
-    return InferResponse(
-        model_name=name, model_version=str(model.version) if model.version else None, id=body.id, outputs=outputs
-    )
-
-
-def _metadata(rt: Any, name: str, version: str | None, owner: str | None) -> dict[str, Any]:
-    model = _model(rt, name, version, owner)
-    with rt.db() as session:
-        from app.services import models
-
-        latest = models.resolve_version(session=session, name=name, owner=owner)
-        versions = [str(v.version) for v in latest.model.versions]
-    sequence = model.card.get("sequence")
-    per_step = sequence is not None and sequence["labels"] == "per_step"
-    lead = [-1, -1] if per_step else [-1]
-    input_shape = [-1, -1, len(model.features)] if sequence else [-1, model.width]
-    outputs: list[dict[str, Any]] = [{"name": "predictions", "datatype": "INT64" if model.task == "classification"
-                                      else "FP64", "shape": lead}]  # fmt: skip
-    if model.task == "classification":
-        classes = model.card.get("num_classes", -1)
-        outputs.append({"name": "probabilities", "datatype": "FP64", "shape": [*lead, classes]})
-    return {
-        "name": name,
-        "versions": versions,
-        "platform": f"sparktrain_{model.framework}",
-        "inputs": [{"name": "input", "datatype": "FP32", "shape": input_shape,
-                    "parameters": {"features": list(model.features)}}],
-        "outputs": outputs,
-    }  # fmt: skip
-
-
-async def _answer(request: Request, work: Any, *args: Any) -> Any:
-    try:
-        return await run_in_threadpool(work, *args)
+        return await run_in_threadpool(work, **kwargs)
     except AppError as exc:
         return _v2_error(request, exc)
 
@@ -279,22 +66,18 @@ def server() -> dict[str, Any]:
 
 @router.get("/models/{name}", summary="V2 model metadata (newest version)")
 async def model_metadata(name: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
-    return await _answer(request, _metadata, rt, name, None, caller.scope)
+    return await _answer(request, v2_infer.metadata, db=rt.db, name=name, version=None, owner=caller.scope)
 
 
 @router.get("/models/{name}/versions/{version}", summary="V2 model metadata")
 async def version_metadata(name: str, version: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
-    return await _answer(request, _metadata, rt, name, version, caller.scope)
+    return await _answer(request, v2_infer.metadata, db=rt.db, name=name, version=version, owner=caller.scope)
 
 
 @router.get("/models/{name}/ready", summary="V2 model readiness", response_class=Response, responses=_EMPTY_200)
 async def model_ready(name: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
-    answer = await _answer(request, _model, rt, name, None, caller.scope)
+    answer = await _answer(request, v2_infer.resolve, db=rt.db, name=name, version=None, owner=caller.scope)
     return answer if isinstance(answer, JSONResponse) else Response(status_code=200)
-
-
-_DTYPES = {"FP16": "<f2", "FP32": "<f4", "FP64": "<f8", "INT8": "i1", "INT16": "<i2", "INT32": "<i4",
-           "INT64": "<i8", "UINT8": "u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "BOOL": "?"}  # fmt: skip
 
 
 def _infer_body() -> dict[str, Any]:
@@ -323,24 +106,7 @@ async def _request_body(request: Request) -> InferRequest:
         where = f"within the body's {len(raw)} bytes"
         raise ValidationFailed.at("body", f"Inference-Header-Content-Length {header_length!r} is not a length {where}")
     body = _parsed(raw[:head])
-    offset = head
-    for tensor in body.inputs:
-        size = (tensor.parameters or {}).get("binary_data_size")
-        if size is None:
-            continue
-        if tensor.datatype not in _DTYPES:
-            raise ValidationFailed.at(f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not numeric")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(raw):
-            raise ValidationFailed.at(
-                f"inputs.{tensor.name}.parameters.binary_data_size",
-                f"{size!r} is not a byte count within the {len(raw) - offset} bytes left in the body",
-            )
-        chunk = raw[offset : offset + size]
-        offset += size
-        try:
-            tensor.data = np.frombuffer(chunk, dtype=_DTYPES[tensor.datatype]).tolist()
-        except ValueError as exc:  # a size that is not a whole number of elements
-            raise ValidationFailed.at(f"inputs.{tensor.name}", f"binary data: {exc}") from exc
+    v2_infer.read_binary_data(body=body, raw=raw, offset=head)
     return body
 
 
@@ -355,6 +121,25 @@ def _parsed(raw: bytes) -> InferRequest:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from exc
 
 
+async def _infer(request: Request, rt: Any, name: str, version: str | None, owner: str | None) -> Any:
+    try:
+        body = await _request_body(request)
+    except AppError as exc:
+        return _v2_error(request, exc)
+    return await _answer(
+        request,
+        v2_infer.infer,
+        db=rt.db,
+        settings=rt.settings,
+        cache=rt.model_cache,
+        spark=rt.spark,
+        name=name,
+        version=version,
+        owner=owner,
+        body=body,
+    )
+
+
 @router.post(
     "/models/{name}/infer",
     response_model=InferResponse,
@@ -362,11 +147,7 @@ def _parsed(raw: bytes) -> InferRequest:
     openapi_extra=_INFER_BODY,
 )
 async def infer(name: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
-    try:
-        body = await _request_body(request)
-    except AppError as exc:
-        return _v2_error(request, exc)
-    return await _answer(request, _infer, rt, name, None, caller.scope, body)
+    return await _infer(request, rt, name, None, caller.scope)
 
 
 @router.post(
@@ -376,8 +157,4 @@ async def infer(name: str, request: Request, rt: RuntimeDep, caller: CallerDep) 
     openapi_extra=_INFER_BODY,
 )
 async def infer_version(name: str, version: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
-    try:
-        body = await _request_body(request)
-    except AppError as exc:
-        return _v2_error(request, exc)
-    return await _answer(request, _infer, rt, name, version, caller.scope, body)
+    return await _infer(request, rt, name, version, caller.scope)

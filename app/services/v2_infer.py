@@ -1,0 +1,271 @@
+"""The V2 Open Inference Protocol (KServe, Triton, Seldon) on the same model cache as ``POST /predict``: the model a
+path names, a request's tensors checked and turned into rows, the prediction as output tensors, a model's metadata.
+
+Inputs: one tensor ``[n, width]`` of a model's features in order (any name), or one tensor per feature named
+after it (``[n]`` or ``[n, 1]``; an array feature ``[n, length]``); a sequence model one tensor ``[batch, steps,
+features]``. Outputs: ``predictions`` (class index or value), and for classification ``probabilities``
+``[n, classes]`` and ``label`` (BYTES, when classes have names). The routes are app/api/routes/v2.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import StrictFloat, TypeAdapter, ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.core.errors import NotFound, ValidationFailed
+from app.core.settings import Settings
+from app.schemas.inference import InferRequest, InferResponse, InferTensor, ModelSelector
+from app.services import models, online
+from app.services.planning.inference import resolve_model
+from workers.inference.spec import ModelRef
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_DTYPES = {"FP16": "<f2", "FP32": "<f4", "FP64": "<f8", "INT8": "i1", "INT16": "<i2", "INT32": "<i4",
+           "INT64": "<i8", "UINT8": "u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "BOOL": "?"}  # fmt: skip
+"""The numeric tensor types, and the numpy type of each one's binary data (little-endian, as the protocol sends)."""
+
+
+def resolve(*, db: sessionmaker[Session], name: str, version: str | None, owner: str | None) -> ModelRef:
+    """The model a V2 path names (``version`` as the path gives it; None: the newest), ``owner``'s (None: any)."""
+    number = None
+    if version is not None:
+        if not (version.isascii() and version.isdigit()):
+            raise ValidationFailed.at("version", f"versions are numbers, got {version!r}")
+        number = int(version)
+    try:
+        selector = ModelSelector(name=name, version=number)
+    except ValidationError as exc:  # a name or number no registered model can have
+        which = f"{name!r}" if version is None else f"{name!r} version {version}"
+        raise NotFound(f"No model {which}.") from exc
+    with db() as session:
+        return resolve_model(session, selector, owner=owner)
+
+
+def read_binary_data(*, body: InferRequest, raw: bytes, offset: int) -> None:
+    """The binary tensor data extension (tritonclient): the tensors with a ``binary_data_size`` parameter take
+    their data, in order, from the bytes of ``raw`` after the JSON header (``offset``: its length)."""
+    for tensor in body.inputs:
+        size = (tensor.parameters or {}).get("binary_data_size")
+        if size is None:
+            continue
+        if tensor.datatype not in _DTYPES:
+            raise ValidationFailed.at(f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not numeric")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(raw):
+            raise ValidationFailed.at(
+                f"inputs.{tensor.name}.parameters.binary_data_size",
+                f"{size!r} is not a byte count within the {len(raw) - offset} bytes left in the body",
+            )
+        chunk = raw[offset : offset + size]
+        offset += size
+        try:
+            tensor.data = np.frombuffer(chunk, dtype=_DTYPES[tensor.datatype]).tolist()
+        except ValueError as exc:  # a size that is not a whole number of elements
+            raise ValidationFailed.at(f"inputs.{tensor.name}", f"binary data: {exc}") from exc
+
+
+def infer(
+    *,
+    db: sessionmaker[Session],
+    settings: Settings,
+    cache: Any,
+    spark: SparkSession,
+    name: str,
+    version: str | None,
+    owner: str | None,
+    body: InferRequest,
+) -> InferResponse:
+    """The model's predictions for the request's tensors, as V2 output tensors."""
+    model = resolve(db=db, name=name, version=version, owner=owner)
+    if model.card.get("sequence"):
+        return _infer_sequences(settings, cache, name, model, body)
+    x = _rows(body, model)
+    online.check_row_limit(len(x), settings)
+    bad = online.non_finite(x)
+    if bad is not None:
+        row, column = bad[0], bad[1]
+        raise ValidationFailed.at(
+            "inputs",
+            f"row {row}, column {online.column_name(model, column)!r} is {float(x[row, column])!r}: a value is NaN, "
+            "infinite, missing or beyond float32; the model cannot take it",
+        )
+    online.check_whole_numbers(x, model, "inputs")
+    x = x.astype(online.feature_dtype(model))
+    out = online.predict_rows(model=model, x=x, cache=cache, spark=spark)
+    n = len(x)
+    outputs: list[InferTensor] = []
+    if "probabilities" in out:
+        probabilities = out["probabilities"]
+        outputs.append(InferTensor(name="predictions", shape=[n], datatype="INT64", data=out["class_index"]))
+        outputs.append(
+            InferTensor(name="probabilities", shape=[n, len(probabilities[0]) if n else 0], datatype="FP64",
+                        data=[p for row in probabilities for p in row])
+        )  # fmt: skip
+        if model.class_labels:
+            outputs.append(InferTensor(name="label", shape=[n], datatype="BYTES", data=[str(v) for v in out["label"]]))
+    else:
+        outputs.append(_values_tensor(out["prediction"]))
+    return _response(name, model, body, outputs)
+
+
+def metadata(*, db: sessionmaker[Session], name: str, version: str | None, owner: str | None) -> dict[str, Any]:
+    """The V2 model metadata: the versions, the input tensor (with the features in order) and the outputs."""
+    model = resolve(db=db, name=name, version=version, owner=owner)
+    with db() as session:
+        latest = models.resolve_version(session=session, name=name, owner=owner)
+        versions = [str(v.version) for v in latest.model.versions]
+    sequence = model.card.get("sequence")
+    per_step = sequence is not None and sequence["labels"] == "per_step"
+    lead = [-1, -1] if per_step else [-1]
+    input_shape = [-1, -1, len(model.features)] if sequence else [-1, model.width]
+    outputs: list[dict[str, Any]] = [{"name": "predictions", "datatype": "INT64" if model.task == "classification"
+                                      else "FP64", "shape": lead}]  # fmt: skip
+    if model.task == "classification":
+        classes = model.card.get("num_classes", -1)
+        outputs.append({"name": "probabilities", "datatype": "FP64", "shape": [*lead, classes]})
+    return {
+        "name": name,
+        "versions": versions,
+        "platform": f"sparktrain_{model.framework}",
+        "inputs": [{"name": "input", "datatype": "FP32", "shape": input_shape,
+                    "parameters": {"features": list(model.features)}}],
+        "outputs": outputs,
+    }  # fmt: skip
+
+
+def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
+    width = model.width
+    if len(body.inputs) == 1 and (model.card.get("array_column") or len(model.features) != 1 or
+                                  body.inputs[0].name not in model.features):  # fmt: skip
+        tensor = body.inputs[0]
+        data = _values(tensor, model)
+        if data.size % width:
+            raise ValidationFailed.at("inputs[0].shape", f"{tensor.shape} does not hold rows of {width} features")
+        return data.reshape(-1, width)
+    by_name = {t.name: t for t in body.inputs}
+    online.check_input_names(list(by_name), model)
+    values = {f: _values(by_name[f], model, feature=f) for f in model.features}
+    counts = {f: by_name[f].shape[0] for f in model.features}
+    if len(set(counts.values())) != 1:
+        raise ValidationFailed.at("inputs", f"the inputs hold different numbers of rows: {counts}")
+    n = counts[model.features[0]]
+    if n == 0:
+        raise ValidationFailed.at("inputs", "no rows to predict; send at least one")
+    x = np.concatenate([v.reshape(n, -1) for v in values.values()], axis=1)
+    if x.shape[1] != width:
+        raise ValidationFailed.at("inputs", f"{x.shape[1]} values per row; the model takes {width}")
+    return x
+
+
+_NUMBER_VALUES: frozenset[type] = frozenset((int, float, type(None)))
+"""The JSON values a numeric tensor's data may hold: numbers (exact types: a bool is an int to Python and a string
+of digits a number to numpy) and nulls (NaN, refused with their row and column by the finite check)."""
+_BOOL_VALUES = _NUMBER_VALUES | {bool}
+_NUMBER_DATA = TypeAdapter(list[StrictFloat | None])
+"""The same check for flat data, as floats, in one pass of pydantic's core (strict: no strings, no booleans)."""
+
+
+def _values(tensor: InferTensor, model: ModelRef | None = None, feature: str | None = None) -> np.ndarray:
+    """A tensor's values, flat, checked against its type (and the model's signature) and its shape. ``feature``:
+    the tensor holds that feature's values (else whole rows, or sequences)."""
+    _check_type(tensor, model)
+    values: list[Any] = tensor.data
+    if tensor.datatype != "BOOL":
+        try:
+            values = _NUMBER_DATA.validate_python(values)
+        except ValidationError:
+            _check_values(tensor, _NUMBER_VALUES, model, feature)  # names the value (nested lists pass: row-major)
+    elif not set(map(type, values)) <= _BOOL_VALUES:
+        _check_values(tensor, _BOOL_VALUES, model, feature)
+    try:
+        data = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ValidationFailed.at(f"inputs.{tensor.name}.data", "a flat, row-major list of numbers") from exc
+    if not tensor.shape or math.prod(tensor.shape) != data.size:
+        raise ValidationFailed.at(f"inputs.{tensor.name}.shape", f"{tensor.shape} does not hold its {data.size} values")
+    return data
+
+
+def _check_values(tensor: InferTensor, allowed: frozenset[type], model: ModelRef | None, feature: str | None) -> None:
+    """The first value of the wrong type, by its row and column (nested lists are read row-major)."""
+    flat: list[Any] = []
+    pending: list[Any] = list(reversed(tensor.data))
+    while pending:
+        value = pending.pop()
+        if isinstance(value, list):
+            pending.extend(reversed(value))
+            continue
+        if type(value) not in allowed:
+            kind = "boolean or a number" if tensor.datatype == "BOOL" else "number"
+            wanted = f"; the model expects {online.expected_types(model)}" if model is not None else ""
+            raise ValidationFailed.at(
+                f"inputs.{tensor.name}.data",
+                f"{_position(tensor, len(flat), model, feature)}: {online.shown(value)} is not a {kind}{wanted}",
+            )
+        flat.append(value)
+
+
+def _position(tensor: InferTensor, index: int, model: ModelRef | None, feature: str | None) -> str:
+    """Where the flat ``index`` of a tensor's data lands: ``row 2, column 'h_distance'``."""
+    if model is None:
+        return f"value {index}"
+    if feature is None and not model.card.get("sequence"):
+        width = model.width
+        return f"row {index // width}, column {online.column_name(model, index % width)!r}"
+    per_row = max(math.prod(tensor.shape[1:]), 1) if len(tensor.shape) > 1 else 1
+    row = index // per_row
+    if feature is None:  # a sequence model's [batch, steps, features]
+        return f"sequence {row}, feature {model.features[index % len(model.features)]!r}"
+    column = f"{feature}[{index % per_row}]" if model.card.get("array_column") else feature
+    return f"row {row}, column {column!r}"
+
+
+def _check_type(tensor: InferTensor, model: ModelRef | None = None) -> None:
+    if tensor.datatype not in _DTYPES:
+        wanted = f"; the model expects {online.expected_types(model)}" if model is not None else ""
+        raise ValidationFailed.at(
+            f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not a numeric tensor{wanted}"
+        )
+
+
+def _infer_sequences(settings: Settings, cache: Any, name: str, model: ModelRef, body: InferRequest) -> InferResponse:
+    """A sequence model takes one FP tensor ``[batch, steps, features]`` (V2 tensors are rectangular: every
+    sequence of a request has ``steps`` real steps). A last_step model answers ``[batch]`` predictions, a per_step
+    model ``[batch, steps]``; probabilities add the classes as the last dimension."""
+    width = int((model.card.get("input_shape") or [0, len(model.features)])[-1])
+    tensor = body.inputs[0]
+    data = _values(tensor, model)
+    if len(body.inputs) != 1 or len(tensor.shape) != 3 or tensor.shape[2] != width or 0 in tensor.shape:
+        raise ValidationFailed.at(
+            "inputs", f"a sequence model takes one tensor of shape [batch, steps, {width}] (got {tensor.shape})"
+        )
+    online.check_row_limit(tensor.shape[0], settings)
+    rows = data.reshape(tensor.shape).tolist()
+    out = online.predict_sequences(model=model, rows=rows, cache=cache)
+    lead = [tensor.shape[0]] if model.card["sequence"]["labels"] == "last_step" else tensor.shape[:2]
+    outputs: list[InferTensor] = []
+    if "probabilities" in out:
+        probabilities = np.asarray(out["probabilities"], dtype=np.float64)
+        index = np.asarray(out["class_index"], dtype=np.int64)
+        outputs.append(InferTensor(name="predictions", shape=lead, datatype="INT64", data=index.reshape(-1).tolist()))
+        outputs.append(InferTensor(name="probabilities", shape=list(probabilities.shape), datatype="FP64",
+                                   data=probabilities.reshape(-1).tolist()))  # fmt: skip
+    else:
+        outputs.append(_values_tensor(out["prediction"]))
+    return _response(name, model, body, outputs)
+
+
+def _values_tensor(prediction: Any) -> InferTensor:
+    values = np.asarray(prediction, dtype=np.float64)
+    return InferTensor(name="predictions", shape=list(values.shape), datatype="FP64", data=values.reshape(-1).tolist())
+
+
+def _response(name: str, model: ModelRef, body: InferRequest, outputs: list[InferTensor]) -> InferResponse:
+    return InferResponse(
+        model_name=name, model_version=str(model.version) if model.version else None, id=body.id, outputs=outputs
+    )
