@@ -8,7 +8,8 @@ or unwritable store fails the checkpoint on every rank with the same :class:`~wo
 partial directory removed), so the training ends with that reason on every rank, not with the other ranks'
 broken connections. :func:`agree` does the same for writes on the training thread (the final model). Resuming:
 every rank loads the weights and, when the checkpoint was written by as many ranks, its own optimizer, scheduler
-and mode state.
+and mode state (in ``allreduce`` mode rank 0's optimizer state, which the other modes keep per worker); an
+optimizer whose settings changed since the checkpoint starts fresh, with a warning (:func:`optimizer_change`).
 
 Executor-side: stdlib, torch, safetensors and this package's executor modules only.
 """
@@ -258,8 +259,44 @@ def resume(
             )
         return int(meta["global_step"])
     tensors, extra = state
-    optimizer.load_state_dict(ckpt.join_optimizer_state(tensors, extra["optimizer"]))
-    if scheduler is not None and extra.get("scheduler") is not None:
-        scheduler.load_state_dict(extra["scheduler"])
+    if cfg.mode == "allreduce" and rank != 0 and meta.get("mode", "allreduce") != "allreduce":
+        # The other modes keep an optimizer state per worker; all-reduce steps identical replicas from one state.
+        shared = ckpt.load_rank_state(directory, 0)
+        assert shared is not None  # rank 0's files are written like every rank's
+        tensors, extra = shared  # all-reduce keeps no state of its own (no residual)
+    changed = optimizer_change(meta.get("optimizer"), cfg.optimizer, extra["optimizer"]["param_groups"], optimizer)
+    if changed is None:
+        optimizer.load_state_dict(ckpt.join_optimizer_state(tensors, extra["optimizer"]))
+        if scheduler is not None and extra.get("scheduler") is not None:
+            scheduler.load_state_dict(extra["scheduler"])
+    elif rank == 0:
+        fresh = "the optimizer (and its learning-rate schedule) starts fresh with this request's settings"
+        reporter.send({"t": "warn", "msg": f"{changed} since the checkpoint: weights and residuals resumed, {fresh}"})
     strategy.load_state(tensors, extra)
     return int(meta["global_step"])
+
+
+_NOT_SETTINGS = frozenset({"params", "lr", "initial_lr", "fused", "foreach", "capturable", "differentiable"})
+"""Entries of a torch optimizer's param group that are not the request's settings: the parameters, the learning
+rate a schedule moves (compared through the request's optimizer instead), and how the step is implemented."""
+
+
+def optimizer_change(
+    saved_spec: dict[str, Any] | None, spec: dict[str, Any], saved_groups: list[dict[str, Any]], optimizer: Any
+) -> str | None:
+    """What differs between the optimizer a checkpoint was trained with and this run's, in words; None when they
+    are the same. Torch's ``load_state_dict`` would otherwise keep the checkpoint's hyperparameters (a new learning
+    rate or weight decay silently ignored) or, for another optimizer type, fail at the first step."""
+    saved_spec, spec = json.loads(json.dumps(saved_spec)), json.loads(json.dumps(spec))  # tuples as the file has them
+    if saved_spec is not None and saved_spec.get("type") != spec.get("type"):
+        return f"the optimizer changed from {saved_spec.get('type')} to {spec.get('type')}"
+    if saved_spec is not None and saved_spec != spec:
+        keys = sorted(k for k in {*saved_spec, *spec} if saved_spec.get(k) != spec.get(k))
+        return f"the optimizer's {', '.join(keys)} changed"
+
+    def settings(groups: list[dict[str, Any]]) -> Any:
+        return json.loads(json.dumps([{k: v for k, v in g.items() if k not in _NOT_SETTINGS} for g in groups]))
+
+    if settings(saved_groups) != settings(optimizer.param_groups):
+        return "the optimizer's settings (weight decay, momentum, ...) changed"
+    return None

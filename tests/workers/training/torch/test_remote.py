@@ -98,6 +98,49 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path: Path) -
     assert a == c
 
 
+def test_resume_in_another_mode_or_with_another_optimizer(tmp_path: Path) -> None:
+    """A gradient-sharing checkpoint keeps an optimizer state per worker: all-reduce resumes every replica from rank
+    0's (it failed as REPLICAS_DIVERGED); another optimizer starts fresh (Adam's state in SGD failed at its first
+    step with KeyError 'momentum')."""
+    first = run_local(_cfg(tmp_path / "b", epochs=2), _splits())
+    assert all("exception" not in r for r in first), first
+    resume = {"epochs": 3, "resume_dir": str(final_dir(tmp_path / "b" / "checkpoints", 2)), "start_epoch": 2}
+    allreduce, sgd = run_local_many(
+        [
+            _cfg(tmp_path / "c", mode="allreduce", **resume),
+            _cfg(tmp_path / "d", optimizer={"type": "sgd", "learning_rate": 0.05}, **resume),
+        ],
+        _splits(),
+    )
+    for results in (allreduce, sgd):
+        assert all("exception" not in r and "error" not in r for r in results), results
+        assert [r["replicas_identical"] for r in results] == [True, True]
+        assert results[0]["validation"]["accuracy"] > 0.9
+
+
+def test_what_changed_in_the_optimizer_since_the_checkpoint() -> None:
+    from workers.training.torch.snapshots import optimizer_change
+
+    model = torch.nn.Linear(3, 2)
+    adam = {"type": "adam", "learning_rate": 0.01, "betas": (0.9, 0.999)}
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    saved = json_groups(optimizer)
+    assert optimizer_change({**adam, "betas": [0.9, 0.999]}, adam, saved, optimizer) is None
+    assert optimizer_change(None, adam, saved, optimizer) is None  # a checkpoint that did not record it
+    assert optimizer_change(adam, {**adam, "type": "sgd"}, saved, optimizer) == "the optimizer changed from adam to sgd"
+    assert optimizer_change(adam, {**adam, "learning_rate": 0.1}, saved, optimizer) == (
+        "the optimizer's learning_rate changed"
+    )
+    decayed = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=1e-4)  # l2 is set outside the optimizer spec
+    assert "weight decay" in str(optimizer_change(adam, adam, saved, decayed))
+
+
+def json_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, object]]:
+    import json
+
+    return list(json.loads(json.dumps(optimizer.state_dict()["param_groups"])))
+
+
 def test_nan_loss_stops_every_rank_with_the_step(tmp_path: Path) -> None:
     # (gradient sharing caps each step at tau, so it would survive this learning rate)
     cfg = _cfg(tmp_path, mode="allreduce", optimizer={"type": "sgd", "learning_rate": 1e30})
