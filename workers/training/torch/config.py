@@ -6,6 +6,7 @@ Everything a barrier task needs travels as one JSON-able :class:`TrainerConfig` 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
@@ -39,7 +40,8 @@ class SharingConfig:
     """Threshold-encoded update sharing (docs/torch-trainer.md). Defaults come from the measured simulation."""
 
     threshold_algorithm: dict[str, Any] = field(default_factory=lambda: {"type": "adaptive", "initial_threshold": 1e-2})
-    residual_clipping: dict[str, Any] = field(default_factory=lambda: {"multiple": 5.0, "frequency": 5})
+    residual_clipping: dict[str, Any] | None = field(default_factory=lambda: {"multiple": 5.0, "frequency": 5})
+    """None: no clipping (``residual_clipping: false``)."""
     aggregation: Aggregation = "mean"
     index_coding: Literal["compact", "int32"] = "compact"
     encoding_debug: bool = False
@@ -113,7 +115,13 @@ def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> Sh
         make_threshold_algorithm(algorithm)
     except (ValueError, TypeError) as exc:
         raise SpecError(f"{path}.threshold_algorithm", str(exc)) from exc
-    clipping = {**defaults.residual_clipping, **dict(obj.get("residual_clipping") or {})}
+    given = obj.get("residual_clipping", {})
+    clipping: dict[str, Any] | None = None  # false: no clipping (DL4J without a residual post-processor)
+    if given is not False:
+        if not isinstance(given, Mapping):
+            raise SpecError(f"{path}.residual_clipping", f"an object {{multiple, frequency}}, or false for none; got "
+                            f"{json.dumps(given)} (leave it out for the default: 5 tau every 5 steps)")  # fmt: skip
+        clipping = {**(defaults.residual_clipping or {}), **dict(given)}
     try:
         make_residual_clipping(clipping)
     except (ValueError, TypeError) as exc:

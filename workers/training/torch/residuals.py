@@ -64,8 +64,29 @@ class ResidualClipping:
         return f"ResidualClipping(multiple={self.multiple!r}, frequency={self.frequency!r})"
 
 
-def make_residual_clipping(spec: Mapping[str, Any]) -> ResidualClipping:
-    """Build :class:`ResidualClipping` from ``{"multiple": 5, "frequency": 5}`` (keys optional)."""
+class NoClipping(ResidualClipping):
+    """``residual_clipping: false``: the residual is never clamped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def applies_at(self, step: int) -> bool:
+        return False
+
+    def apply(self, residual: torch.Tensor, tau: float, step: int) -> float:
+        return 0.0
+
+    def spec(self) -> dict[str, Any]:
+        return {}
+
+    def __repr__(self) -> str:
+        return "NoClipping()"
+
+
+def make_residual_clipping(spec: Mapping[str, Any] | None) -> ResidualClipping:
+    """Build :class:`ResidualClipping` from ``{"multiple": 5, "frequency": 5}`` (keys optional); None: no clipping."""
+    if spec is None:
+        return NoClipping()
     if not isinstance(spec, Mapping):
         raise ValueError(f"residual clipping spec must be a mapping, got {type(spec).__name__}")
     unknown = sorted(set(spec) - {"multiple", "frequency"})

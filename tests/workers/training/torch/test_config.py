@@ -37,6 +37,19 @@ def test_the_first_threshold_is_one_optimizer_step(optimizer: dict[str, object],
     assert (explicit.threshold_algorithm["initial_threshold"], explicit.aggregation) == (0.02, "sum")
 
 
+def test_residual_clipping_false_turns_it_off_and_null_says_how() -> None:
+    assert parse_sharing(None, ADAM).residual_clipping == {"multiple": 5.0, "frequency": 5}
+    assert parse_sharing({"residual_clipping": {"multiple": 3}}, ADAM).residual_clipping == {
+        "multiple": 3,
+        "frequency": 5,
+    }
+    assert parse_sharing({"residual_clipping": False}, ADAM).residual_clipping is None
+    for given in (None, True, 5):
+        with pytest.raises(SpecError, match="or false for none") as refused:
+            parse_sharing({"residual_clipping": given}, ADAM)
+        assert refused.value.path == "training.gradient_sharing.residual_clipping"
+
+
 def test_fixed_threshold_needs_its_threshold() -> None:
     with pytest.raises(SpecError, match="needs 'threshold'"):
         parse_sharing({"threshold_algorithm": {"type": "fixed"}}, ADAM)

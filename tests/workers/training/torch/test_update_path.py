@@ -93,13 +93,14 @@ def test_replica_checksum_covers_buffers() -> None:
 
 
 def test_non_finite_update_clipped_mass_and_diverged_replicas(tmp_path: Path) -> None:
-    """Three runs in one spawn of two ranks.
+    """Four runs in one spawn of two ranks.
 
     1. Adam with a learning rate warming up to 1e39: the loss stays finite (gradient sharing moves each weight by
        tau per step) while the update overflows float32 after epoch 1's checkpoint: NON_FINITE_UPDATE by name.
     2. Clipping at 1 tau every step: each worker reports the residual mass it discarded.
     3. A worker started from other weights (another seed) fails the job as REPLICAS_DIVERGED after epoch 1, naming
        a tensor, instead of a warning; no checkpoint of the diverged state is written.
+    4. No clipping (``residual_clipping: false``): nothing discarded.
     """
     exploding = _cfg(tmp_path / "a", epochs=4, optimizer={"type": "adam", "learning_rate": 1e39, "warmup_steps": 300})
     sharing = dataclasses.replace(
@@ -110,7 +111,8 @@ def test_non_finite_update_clipped_mass_and_diverged_replicas(tmp_path: Path) ->
     clipped = _cfg(tmp_path / "b", epochs=1, sharing=sharing)
     base = _cfg(tmp_path / "c", epochs=2, network=MLP)
     odd = dataclasses.replace(base, seed=base.seed + 1)
-    nan, clip, diverged = run_local_many([exploding, clipped, [base, odd]], _splits())
+    unclipped = _cfg(tmp_path / "d", epochs=1, sharing=dataclasses.replace(sharing, residual_clipping=None))
+    nan, clip, diverged, kept = run_local_many([exploding, clipped, [base, odd], unclipped], _splits())
 
     assert [r.get("error", {}).get("reason") for r in nan] == ["NON_FINITE_UPDATE"] * 2, nan
     message = nan[0]["error"]["message"]
@@ -124,6 +126,7 @@ def test_non_finite_update_clipped_mass_and_diverged_replicas(tmp_path: Path) ->
         assert "error" not in r and "exception" not in r, r
         assert r["clipped_mass"] > 0
     assert clip[0]["clipped_mass"] != clip[1]["clipped_mass"]  # per worker, from its own residual
+    assert [r["clipped_mass"] for r in kept] == [0.0, 0.0], kept  # residual_clipping: false
 
     assert [r.get("error", {}).get("reason") for r in diverged] == ["REPLICAS_DIVERGED"] * 2, diverged
     assert "after epoch 1" in diverged[0]["error"]["message"]
