@@ -76,8 +76,10 @@ def non_finite_message(exc: NonFiniteUpdate, epoch: int) -> str:
 def totals(c: Counters, comm: Comm, mode: str) -> dict[str, Any]:
     """This worker's byte ratios over its steps and the residual mass its clipping discarded.
 
-    ``wire_bytes`` sums the steps' collectives; ``wire_bytes_total`` is everything this worker sent in
-    collectives so far, end-of-epoch work (buffer averaging, validation, checksums, checkpoint barriers) included.
+    ``wire_bytes`` sums the steps' collectives and the mode's end-of-epoch exchange (parameter averaging's average
+    of weights and optimizer state, every mode's buffer averaging); ``wire_bytes_total`` is everything this worker
+    sent in collectives so far, the rest of the end-of-epoch work (validation, checksums, checkpoint barriers)
+    included.
 
     ``codec_compression``: dense bytes (4 per parameter) over the codec's message bytes (gradient sharing only).
     ``wire_compression``: what a dense ring all-reduce step would put on the wire from this rank over what this

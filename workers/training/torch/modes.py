@@ -170,12 +170,16 @@ class Strategy:
         """The L2 norm of what this worker holds back (gradient sharing's residual); None where nothing is."""
         return None
 
-    def end_epoch(self) -> None:
-        """Make the replicas identical where the mode lets them drift (buffers such as batch-norm statistics)."""
+    def end_epoch(self) -> int:
+        """Make the replicas identical where the mode lets them drift (buffers such as batch-norm statistics);
+        returns the bytes this worker contributed (counted with the steps' exchanges: the mode needs them)."""
+        sent = 0
         with torch.no_grad():
             for buffer in self.model.buffers():
                 if buffer.is_floating_point():
                     self.comm.mean_(buffer)
+                    sent += buffer.numel() * buffer.element_size()
+        return sent
 
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         return {}, {}
@@ -222,9 +226,8 @@ class ParameterAveraging(Strategy):
         phases = {"encode": 0.0, "exchange": (t2 - t1) * 1e3, "apply": (t1 - t0) * 1e3}
         return StepStats(bytes_sent=sent, dense_bytes=self.dense_bytes, phases=phases)
 
-    def end_epoch(self) -> None:
-        self._average()
-        super().end_epoch()
+    def end_epoch(self) -> int:
+        return self._average() + super().end_epoch()
 
 
 class GradientSharing(Strategy):

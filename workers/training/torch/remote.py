@@ -295,7 +295,10 @@ def _train(
                 for phase, ms in (stats.phases or {}).items():
                     event[f"phase_{phase}_ms"] = ms
                 reporter.send(event)
-        strategy.end_epoch()
+        wire_before = comm.wire_bytes
+        sent = strategy.end_epoch()  # parameter averaging's epoch-end average: part of its exchange, as are buffers
+        c.bytes_sent, c.wire_bytes = c.bytes_sent + sent, c.wire_bytes + comm.wire_bytes - wire_before
+        c.bytes_after_first_epoch += sent if epoch > 0 else 0
         c.last_validation = _evaluate(model, spec, val, comm, device, loss_fn, classification)
         if stopping is not None:
             stopping.update(epoch + 1, c.last_validation, model)

@@ -71,8 +71,10 @@ def test_every_mode_keeps_bitwise_replicas_with_batch_norm_and_uneven_partitions
                 per_step = ring_allreduce_bytes(8, 4, world, r["rank"]) + ring_allreduce_bytes(
                     n_bytes, 4, world, r["rank"]
                 )
-                assert r["wire_bytes"] == r["steps"] * per_step
-                assert r["wire_bytes_total"] > r["wire_bytes"]  # plus the epochs' buffer sync, validation, checksums
+                # and at each epoch's end the batch norm's running mean and variance (16 floats each)
+                buffers = 2 * ring_allreduce_bytes(16 * 4, 4, world, r["rank"])
+                assert r["wire_bytes"] == r["steps"] * per_step + 2 * buffers
+                assert r["wire_bytes_total"] > r["wire_bytes"]  # plus the epochs' validation, checksums, barriers
             assert results[0]["wire_compression"] < 1.0  # the flags cost something on top of the dense exchange
             assert results[0]["codec_compression"] is None
         if mode == "gradient_sharing":

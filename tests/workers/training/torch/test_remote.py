@@ -82,6 +82,16 @@ def test_modes_train_and_keep_replicas_identical(tmp_path: Path, mode: str) -> N
         assert results[0]["bytes_sent"] == results[0]["steps"] * results[0]["dense_bytes_per_step"]
 
 
+def test_parameter_averagings_epoch_end_average_is_counted(tmp_path: Path) -> None:
+    """Averaging less often than once an epoch still averages at each epoch's end: weights and Adam's two moments,
+    three dense buffers per epoch, on the codec's count and on the wire (they were left out: 0 bytes per step)."""
+    results = run_local(_cfg(tmp_path, mode="parameter_averaging", averaging_frequency=1000, epochs=2), _splits())
+    assert all("exception" not in r for r in results), results
+    dense = results[0]["dense_bytes_per_step"]
+    assert [r["bytes_sent"] for r in results] == [2 * 3 * dense] * 2
+    assert all(r["wire_bytes"] >= 2 * 3 * dense for r in results), results  # a ring all-reduce sends 2(W-1)/W of it
+
+
 def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path: Path) -> None:
     straight = run_local(_cfg(tmp_path / "a", epochs=4), _splits())
     first = run_local(_cfg(tmp_path / "b", epochs=2), _splits())
