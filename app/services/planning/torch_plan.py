@@ -22,11 +22,12 @@ from app.services.planning.labels import class_count, resolve_classes
 from workers import cluster, storage
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
-from workers.training.torch.config import ResumePoint, TorchPlan, parse_sharing
+from workers.training.torch.config import ResumePoint, SharingConfig, TorchPlan, parse_sharing
 from workers.training.torch.meta import read_meta
 from workers.training.torch.spec import (
     check_loss_for_task,
     check_optimizer_l2,
+    parameter_count,
     parse_early_stopping,
     parse_network,
     parse_optimizer,
@@ -173,6 +174,7 @@ def plan_torch(
     except SpecError as exc:
         raise ValidationFailed.at(exc.path, exc.message) from exc
     network = spec_to_dict(spec)
+    warnings = ignored_settings(options, sharing, parameter_count(spec))
     return TorchPlan(
         train=train,
         validation=replace(validation, num_classes=train.num_classes) if validation else None,
@@ -194,7 +196,29 @@ def plan_torch(
         data_path=options.data_path or settings.data_path,
         export_root=str(settings.artifact_root / "exports"),
         early_stopping=early_stopping,
+        warnings=warnings,
     )
+
+
+def ignored_settings(options: TrainingOptions, sharing: SharingConfig, parameters: int) -> tuple[str, ...]:
+    """Warnings for settings the request gave that this job will not use (its log and ``warnings`` say so)."""
+    out = []
+    if options.gradient_sharing is not None and options.mode != "gradient_sharing":
+        out.append(f"training.gradient_sharing is ignored: it applies to mode gradient_sharing, and this job runs "
+                   f"{options.mode}")  # fmt: skip
+    if "averaging_frequency" in options.model_fields_set and options.mode != "parameter_averaging":
+        out.append(f"training.averaging_frequency is ignored: it applies to mode parameter_averaging, and this job "
+                   f"runs {options.mode}")  # fmt: skip
+    given = set(options.gradient_sharing or {})
+    dense = 4 * parameters
+    exact = sharing.collective == "auto" and dense <= sharing.exact_below_bytes
+    thresholding = given & {"threshold_algorithm", "residual_clipping", "index_coding", "bitmap_ratio"}
+    if options.mode == "gradient_sharing" and exact and thresholding:
+        out.append(f"training.gradient_sharing.{sorted(thresholding)[0]} does not apply: the network's {parameters:,} "
+                   f"parameters ({dense:,} bytes, at most exact_below_bytes {sharing.exact_below_bytes:,}) are "
+                   "exchanged exactly on every step, with no threshold; set exact_below_bytes to 0 to threshold "
+                   "them")  # fmt: skip
+    return tuple(out)
 
 
 def _sequence_plan(

@@ -49,6 +49,7 @@ def test_every_example_plans_without_spark_and_its_plan_survives_storage(spark: 
     plan = _plan_without_spark_jobs(spark, body, [REPO / "datasets"])
     assert type(plan) is plan_type("train", body["framework"], None)
     assert _round_trip(plan) == plan
+    assert not getattr(plan, "warnings", ()), plan.warnings  # an example uses every setting it gives
 
 
 def test_a_resume_point_and_the_other_plans_survive_storage(spark: Any) -> None:
@@ -64,6 +65,23 @@ def test_a_resume_point_and_the_other_plans_survive_storage(spark: Any) -> None:
         GpuSmokePlan(rows=10, partitions=2, device="cpu"),
     ):
         assert _round_trip(other) == other
+
+
+def test_settings_the_job_would_not_use_are_warned_about(spark: Any) -> None:
+    body = json.loads((REPO / "examples/digits-cnn.json").read_text())
+    body["training"] = {**body["training"], "mode": "allreduce", "averaging_frequency": 10}
+    warnings = _plan_without_spark_jobs(spark, body, [REPO / "datasets"]).warnings
+    ignored = [w.split(" is ignored")[0] for w in warnings]
+    assert ignored == ["training.gradient_sharing", "training.averaging_frequency"]
+    assert all(w.endswith("this job runs allreduce") for w in warnings), warnings
+    small = json.loads((REPO / "examples/taxi-mlp.json").read_text())
+    small["training"] = {**small["training"], "mode": "gradient_sharing",
+                         "gradient_sharing": {"threshold_algorithm": {"type": "fixed", "threshold": 0.05}}}  # fmt: skip
+    (warning,) = _plan_without_spark_jobs(spark, small, [REPO / "datasets"]).warnings
+    assert warning.startswith("training.gradient_sharing.threshold_algorithm does not apply: the network's ")
+    assert "exchanged exactly on every step" in warning and "exact_below_bytes to 0" in warning
+    small["training"]["gradient_sharing"]["exact_below_bytes"] = 0
+    assert _plan_without_spark_jobs(spark, small, [REPO / "datasets"]).warnings == ()
 
 
 def test_partitioned_local_parquet_plans_without_spark(spark: Any, tmp_path: Path) -> None:

@@ -288,3 +288,5 @@ class TorchPlan:
     export_root: str | None = None
     early_stopping: dict[str, Any] | None = None
     """``training.early_stopping`` with every default spelled out (workers/training/torch/spec/early_stopping.py)."""
+    warnings: tuple[str, ...] = ()
+    """Settings of the request this job does not use (app/services/planning/torch_plan.py), said when it starts."""

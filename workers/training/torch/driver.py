@@ -148,6 +148,8 @@ def trainer_config(
 
 
 def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
+    for warning in plan.warnings:
+        ctx.warn(warning)
     ctx.progress(0.0, "checking the executors")
     check_executors(ctx, ("torch", "numpy", "pyarrow"), plan.num_workers, cuda=plan.device != "cpu")
     ctx.progress(0.0, "preparing the data")
