@@ -301,7 +301,9 @@ def test_output_activation_must_suit_a_logit_loss() -> None:
     bad = {"type": "output", "units": 1, "activation": "softmax", "loss": "binary_cross_entropy"}
     assert "use activation sigmoid or identity" in error(net(bad, input_shape=[2])).message
     one = {"type": "output", "units": 1, "activation": "softmax", "loss": "cross_entropy"}
-    assert error(net(one, input_shape=[2])).path == "network.layers[0].units"
+    one_unit = error(net(one, input_shape=[2]))
+    assert one_unit.path == "network.layers[0].units"
+    assert "classification loss" in one_unit.message and "a regression takes mse or mae" in one_unit.message
     # regression outputs may use any activation
     reg = {"type": "output", "units": 2, "activation": "softmax", "loss": "mae"}
     assert parse_network(net(reg, input_shape=[2])).output.activation == "softmax"

@@ -215,8 +215,8 @@ def _parse_output(obj: _Obj) -> OutputSpec:
     if loss == "cross_entropy" and units < 2:
         raise SpecError(
             obj.at("units"),
-            "cross_entropy needs units >= 2 (one per class); for two classes use units 2, "
-            "or units 1 with binary_cross_entropy",
+            "cross_entropy is a classification loss and needs units >= 2 (one per class); for two classes use "
+            "units 2, or units 1 with binary_cross_entropy; a regression takes mse or mae",
         )
     return OutputSpec(units=units, activation=activation, loss=loss)
 
