@@ -97,6 +97,12 @@ def planned_threshold_multiple(planned_steps: int) -> float:
     return 1.0 + (MAX_INITIAL_MULTIPLE - 1.0) * min(1.0, max(0.0, between))
 
 
+def _located(path: str, spec: Mapping[str, Any], message: str) -> str:
+    """``path`` down to the setting a message starts with ("initial_threshold must be ..."), when it names one."""
+    first = message.split(" ", 1)[0]
+    return f"{path}.{first}" if first in spec and first != "type" else path
+
+
 def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> SharingConfig:
     """Check ``training.gradient_sharing``. Left out: tau0 from :func:`default_initial_threshold` and the mean of
     the messages (their sum applies W updates of a step's size at once)."""
@@ -114,7 +120,7 @@ def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> Sh
     try:
         make_threshold_algorithm(algorithm)
     except (ValueError, TypeError) as exc:
-        raise SpecError(f"{path}.threshold_algorithm", str(exc)) from exc
+        raise SpecError(_located(f"{path}.threshold_algorithm", algorithm, str(exc)), str(exc)) from exc
     given = obj.get("residual_clipping", {})
     clipping: dict[str, Any] | None = None  # false: no clipping (DL4J without a residual post-processor)
     if given is not False:
@@ -125,7 +131,7 @@ def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> Sh
     try:
         make_residual_clipping(clipping)
     except (ValueError, TypeError) as exc:
-        raise SpecError(f"{path}.residual_clipping", str(exc)) from exc
+        raise SpecError(_located(f"{path}.residual_clipping", clipping or {}, str(exc)), str(exc)) from exc
     aggregation = obj.get("aggregation", "mean")
     if aggregation not in ("sum", "mean"):
         raise SpecError(f"{path}.aggregation", f"sum or mean, got {aggregation!r}")

@@ -88,3 +88,18 @@ def test_left_out_the_first_threshold_of_adam_family_follows_the_run_length() ->
 @pytest.mark.parametrize(("steps", "multiple"), [(1, 1.0), (88, 1.0), (374, 5.5), (660, 10.0), (10**6, 10.0)])
 def test_planned_threshold_multiple(steps: int, multiple: float) -> None:
     assert planned_threshold_multiple(steps) == pytest.approx(multiple)
+
+
+@pytest.mark.parametrize(
+    ("sharing", "path"),
+    [
+        ({"threshold_algorithm": {"initial_threshold": -1}}, "threshold_algorithm.initial_threshold"),
+        ({"threshold_algorithm": {"type": "adaptive", "decay": 2}}, "threshold_algorithm.decay"),
+        ({"threshold_algorithm": {"type": "fixed"}}, "threshold_algorithm"),  # what is missing has no place
+        ({"residual_clipping": {"multiple": 0.5}}, "residual_clipping.multiple"),
+    ],
+)
+def test_a_bad_setting_is_located_at_the_setting(sharing: dict[str, object], path: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_sharing(sharing, ADAM)
+    assert refused.value.path == f"training.gradient_sharing.{path}"
