@@ -112,7 +112,7 @@ def test_standardized_weighted_multi_output_regression_from_many_files(service: 
     assert job["result"]["validation"]["rmse"] < 0.5 * spread
 
 
-def test_empty_dataset_is_a_clear_failure(service: Service) -> None:
+def test_empty_dataset_or_too_few_rows_for_the_batches_is_a_422(service: Service) -> None:
     body = {
         "name": "empty",
         "framework": "torch",
@@ -120,10 +120,20 @@ def test_empty_dataset_is_a_clear_failure(service: Service) -> None:
                     "task": "regression"},
         "network": {"layers": [{"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]},
     }  # fmt: skip
-    job = service.wait(service.train(body)["id"], {"SUCCEEDED", "FAILED"}, timeout=300)
-    assert job["status"] == "FAILED"
-    assert job["error"]["reason"] == "EMPTY_PARTITION"
-    assert job["error"]["message"].startswith("0 training rows")
+    before = len(service.client.get("/jobs", params={"limit": 500}).json()["items"])
+    empty = service.client.post("/train", json=body)
+    assert empty.status_code == 422, empty.text
+    assert empty.json()["errors"][0]["loc"] == "dataset.uri" and "has no rows" in empty.json()["detail"]
+    # digits' 1,437 rows, about 144 held out: two workers cannot take 700 each (the footers say so)
+    digits = {"uri": "digits/train.parquet", "features": ["pixels"], "label": "label", "task": "classification"}
+    output = {"type": "output", "units": 10, "activation": "softmax", "loss": "cross_entropy"}
+    body = {**body, "dataset": digits, "network": {"layers": [output]},
+            "training": {"num_workers": 2, "batch_size_per_worker": 700}}  # fmt: skip
+    large = service.client.post("/train", json=body)
+    assert large.status_code == 422, large.text
+    assert large.json()["errors"][0]["loc"] == "training.batch_size_per_worker"
+    assert "1,437 rows, about 144 of them held out" in large.json()["detail"], large.json()
+    assert len(service.client.get("/jobs", params={"limit": 500}).json()["items"]) == before  # nothing written
 
 
 def test_export_path_is_reused_and_trains_identically(service: Service) -> None:

@@ -156,6 +156,17 @@ def local_summary(
     return columns, rows, first, 0, []
 
 
+def parquet_rows(path: str, fmt: str, options: dict[str, str]) -> int | None:
+    """The row count of local parquet data, from its footers; None when Spark must read it."""
+    import pyarrow as pa
+
+    dataset = _dataset(path, fmt, options)
+    try:
+        return sum(fragment.metadata.num_rows for fragment in dataset.get_fragments()) if dataset else None
+    except (pa.ArrowException, OSError):
+        return None
+
+
 def not_parquet(path: str) -> Path | None:
     """A local file of parquet data that is not parquet at all (``PAR1`` neither at its start nor at its end), which
     Spark cannot read either; None when there is none, or Spark must look."""

@@ -161,6 +161,7 @@ def plan_torch(
         if ds.task == "classification":
             train, class_labels = resolve_classes(train, schema[train.label or ""], spark)
         shape, array_column = _data_shape(request, train, schema, spark)
+        _check_rows_for_batches(request.training or TrainingOptions(), train, held_out=validation is None)
     try:
         spec = parse_network(request.network, input_shape=shape)
         check_loss_for_task(spec, ds.task or "regression", train.num_classes, len(train.label_columns))
@@ -197,6 +198,31 @@ def plan_torch(
         export_root=str(settings.artifact_root / "exports"),
         early_stopping=early_stopping,
         warnings=warnings,
+    )
+
+
+def _check_rows_for_batches(options: TrainingOptions, train: ResolvedDataset, *, held_out: bool) -> None:
+    """Refuse a request whose training rows cannot fill one batch per worker, when the footers of local parquet
+    say so (the job checks the exact count, after bad rows and the held-out draw). With a held-out fraction the
+    training rows are at most the rows less a bound six standard deviations under the expected held-out count, so
+    a request this refuses could not have run."""
+    rows = data.parquet_rows(train.path, train.format, train.options)
+    needed = options.num_workers * options.batch_size_per_worker
+    if rows is None:
+        return
+    if rows == 0:
+        raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
+    fraction = options.validation_fraction if held_out else 0.0
+    expected = rows * fraction
+    at_most = rows - max(0, math.floor(expected - 6 * math.sqrt(expected * (1 - fraction))))
+    if at_most >= needed:
+        return
+    held = f", about {round(expected):,} of them held out for validation (validation_fraction)" if held_out else ""
+    raise ValidationFailed.at(
+        "training.batch_size_per_worker",
+        f"{train.path} has {rows:,} rows{held}: not enough for {options.num_workers} workers to take a batch of "
+        f"{options.batch_size_per_worker} each (needs {needed:,} training rows); use fewer workers, a smaller "
+        "batch_size_per_worker or more data",
     )
 
 
