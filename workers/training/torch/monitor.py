@@ -95,7 +95,7 @@ class Monitor(EventListener):
                 if event.get(key) is not None
             ]
             points += [
-                MetricPoint(f"residual_{k}_tau", float(v), step=step, epoch=epoch, worker=rank)
+                MetricPoint(_debug_key(k), float(v), step=step, epoch=epoch, worker=rank)
                 for k, v in (event.get("debug") or {}).items()
             ]
             with self._lock:
@@ -168,3 +168,9 @@ class Monitor(EventListener):
         """Ask every worker to stop at its next step."""
         self._stop_sent = True
         self.send_all(b'{"t":"stop"}\n')
+
+
+def _debug_key(stat: str) -> str:
+    """The metric key of an ``encoding_debug`` statistic: magnitudes in units of tau get ``_tau``, the share of
+    elements at or above tau (``fraction_ge_tau``) has it already."""
+    return f"residual_{stat}" if stat.startswith("fraction") else f"residual_{stat}_tau"

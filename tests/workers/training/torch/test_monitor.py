@@ -35,7 +35,9 @@ def test_step_and_totals_events_become_metrics_per_worker() -> None:
         host, port = monitor.address
         reporter = SocketReporter(host, port, monitor.token, 1)
         step: dict[str, Any] = {"t": "step", "rank": 1, "epoch": 1, "step": 5, "loss": 0.5, "bytes": 40}
-        reporter.send({**step, "wire_bytes": 120, "dense_bytes": 4000, "clipped_mass": 0.25, "collective": 1})
+        debug = {"mean": 0.5, "p99_9": 2.0, "max": 4.0, "fraction_ge_tau": 0.01}  # encoding_debug
+        reporter.send({**step, "wire_bytes": 120, "dense_bytes": 4000, "clipped_mass": 0.25, "collective": 1,
+                       "debug": debug})  # fmt: skip
         reporter.send(
             {
                 "t": "totals",
@@ -64,6 +66,8 @@ def test_step_and_totals_events_become_metrics_per_worker() -> None:
     assert found[("wire_bytes_total", 10, 1)] == 2000
     assert found[("collective", 5, 1)] == 1  # this step all-reduced the decoded sum
     assert found[("dense_steps", 10, 1)] == 3
+    debug_keys = sorted(k for k, step, _ in found if k.startswith("residual_") and step == 5)
+    assert debug_keys == ["residual_fraction_ge_tau", "residual_max_tau", "residual_mean_tau", "residual_p99_9_tau"]
 
 
 class _Progress(_Recorded):
