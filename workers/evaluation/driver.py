@@ -72,7 +72,8 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     from workers.evaluation.metrics import merge_states, results
 
     seen = sum(int(r["rows"]) for r in collected)
-    bad = sum(int(r["bad"]) for r in collected) + dropped
+    unscored = sum(int(r["bad"]) for r in collected)  # rows the tasks found bad (spark_ml: after `dropped`)
+    bad = unscored + dropped
     if bad and ds.bad_rows == "fail":
         raise JobFailure(
             "BAD_ROWS",
@@ -84,7 +85,7 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
         ctx.warn(f"{bad} rows of {ds.path} were skipped as bad rows (bad_rows=skip)")
     merged = merge_states([r["states"] for r in collected]) if collected else {}
     result: dict[str, Any] = dict(results(merged)) if merged else {}
-    result["rows"] = seen if model.framework == "spark_ml" or ds.sequence is not None else seen - bad
+    result["rows"] = seen if ds.sequence is not None else seen - unscored
     result["bad_rows"] = bad
     ctx.progress(1.0, "done")
     return JobOutcome(result=result)

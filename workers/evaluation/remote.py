@@ -127,19 +127,22 @@ def spark_ml_states(model: ModelRef, options: dict[str, Any]) -> Callable[[Itera
         cols = rows.Columns((), False, 0, labels, options["task"] == "classification", options["num_classes"],
                             class_labels)  # fmt: skip
         states = new_states(options)
-        seen = 0
+        seen = bad = 0
         for batch in batches:
             table = pa.Table.from_batches([batch])
-            y, _ = rows.labels(table, cols)
-            seen += len(y)
+            y, bad_y = rows.labels(table, cols)  # a class the model does not know is a bad row, not class 0
+            keep = ~bad_y
+            seen, bad = seen + len(y), bad + int(bad_y.sum())
+            if not keep.any():
+                continue
             if options["task"] == "classification":
                 probs = table.column("_probability").combine_chunks()
                 width = len(probs[0]) if len(probs) else 0
                 p = probs.flatten().to_numpy(zero_copy_only=False).reshape(len(probs), width)
-                update_states(states, y, probabilities=p)
+                update_states(states, y[keep], probabilities=p[keep])
             else:
                 pred = table.column("prediction").to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, 1)
-                update_states(states, y, predictions=pred)
-        yield state_row(json.dumps(states_to_dict(states)), seen, 0)
+                update_states(states, y[keep], predictions=pred[keep])
+        yield state_row(json.dumps(states_to_dict(states)), seen, bad)
 
     return evaluate_partition
