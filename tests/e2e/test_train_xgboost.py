@@ -202,6 +202,31 @@ def test_multiclass_with_string_labels(svc: Service, workers: int) -> None:
     )
 
 
+def test_validation_rows_with_a_class_the_training_data_lacks(svc: Service) -> None:
+    """xgboost and Spark ML alike: refused as BAD_ROWS naming each unknown label and its rows (Spark ML failed with
+    StringIndexer's raw "Unseen label"), or dropped with a warning under bad_rows=skip."""
+    data = Path(svc.runtime.settings.data_roots[0])
+    unknown = pd.read_parquet(data / "taxi-eval.parquet").head(400)
+    unknown.loc[:4, "rate_name"], unknown.loc[5:6, "rate_name"] = "luxury", "limo"
+    unknown.to_parquet(data / "taxi-eval-unknown.parquet")
+    features = [f for f in TAXI_FEATURES if f != "rate_code"]
+    xgb = xgb_request("rate-unknown", {"max_depth": 2, "num_round": 3}, features=features, label="rate_name",
+                      task="classification")  # fmt: skip
+    xgb["validation"] = {"uri": "taxi-eval-unknown.parquet"}
+    forest = {**xgb, "framework": "spark_ml", "params": {"algorithm": "random_forest", "numTrees": 3}}
+    for body in (xgb, forest):
+        failed = svc.wait(svc.train(body)["id"], {"SUCCEEDED", "FAILED"})
+        assert failed["status"] == "FAILED" and failed["error"]["reason"] == "BAD_ROWS", failed["error"]
+        message = failed["error"]["message"]
+        assert message.startswith("7 rows of ") and "'luxury' (5 rows), 'limo' (2 rows)" in message, message
+        assert "'jfk'" in message and 'bad_rows to "skip"' in message, message
+    for body in (xgb, forest):
+        skipping = {**body, "dataset": {**body["dataset"], "bad_rows": "skip"}}
+        job = finished(svc, skipping)
+        assert any(w.startswith("dropped 7 rows of ") for w in job["warnings"]), job["warnings"]
+        assert job["result"]["rows"]["validation"] in (393, 400), job["result"]["rows"]
+
+
 def test_binary_classification_with_weights(svc: Service) -> None:
     features = ["pickup_longitude", "pickup_latitude", "dropoff_longitude", "dropoff_latitude", "hour"]
     body = xgb_request(

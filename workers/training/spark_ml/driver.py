@@ -19,6 +19,7 @@ from workers.inference.examples import example_rows
 from workers.inference.mlflow_format import write_mlflow_files
 from workers.inference.signature import build_signature
 from workers.spark_progress import StageProgress
+from workers.training.labels import drop_or_refuse_unknown
 from workers.training.spark_ml.spec import SparkMLPlan, SparkMLSpec
 from workers.training.validation import validation_metrics
 
@@ -74,6 +75,9 @@ def _fit(
         indexer = StringIndexer(inputCol=ds.label, outputCol=LABEL_INDEX_COL, handleInvalid="error")
         indexer_model = indexer.fit(train_df)
         labels = list(indexer_model.labels)
+        where = plan.validation.path if plan.validation is not None else f"{ds.path} (its held-out rows)"
+        val_df = drop_or_refuse_unknown(ctx, val_df, ds.label, labels, where=where,
+                                        bad_rows=(plan.validation or ds).bad_rows)  # fmt: skip
         train_df, val_df = indexer_model.transform(train_df), indexer_model.transform(val_df)
         label_col = LABEL_INDEX_COL
     raw = "_features_raw" if spec.standardize else FEATURES_COL

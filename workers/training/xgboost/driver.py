@@ -22,6 +22,7 @@ from workers.inference.examples import example_rows
 from workers.inference.mlflow_format import write_mlflow_files
 from workers.inference.signature import build_signature
 from workers.inference.xgboost_model import CARD_FILE, MODEL_FILE
+from workers.training.labels import drop_or_refuse_unknown
 from workers.training.validation import validation_metrics
 from workers.training.xgboost.checkpoints import CheckpointTarget, RoundCheckpoints, resumed_rounds
 from workers.training.xgboost.remote import ReportTarget, accuracy_key
@@ -67,6 +68,9 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     label_col = ds.label
     assert label_col is not None
     if plan.class_labels:
+        where = plan.validation.path if plan.validation is not None else f"{ds.path} (its held-out rows)"
+        val_df = drop_or_refuse_unknown(ctx, val_df, label_col, plan.class_labels, where=where,
+                                        bad_rows=(plan.validation or ds).bad_rows)  # fmt: skip
         train_df, val_df = (
             _index_labels(train_df, label_col, plan.class_labels),
             _index_labels(val_df, label_col, plan.class_labels),
@@ -159,18 +163,12 @@ def _with_features(df: DataFrame, features: tuple[str, ...]) -> DataFrame:
 
 
 def _index_labels(df: DataFrame, label: str, names: tuple[str, ...]) -> DataFrame:
-    """String classes -> their index in the (sorted) names; unknown names are rows to refuse, not class 0."""
+    """String classes -> their index in the (sorted) names. The classes come from the training data, and rows of
+    the validation data with another label were dropped or refused before (workers/training/labels.py)."""
     from pyspark.sql import functions as F
 
     index = F.array_position(F.array(*[F.lit(n) for n in names]), F.col(label).cast("string")) - 1
-    indexed = df.withColumn(LABEL_INDEX_COL, index.cast("double"))
-    unknown = indexed.where(F.col(LABEL_INDEX_COL) < 0).select(label).limit(3).collect()
-    if unknown:
-        raise JobFailure(
-            "BAD_ROWS",
-            f"labels {[r[label] for r in unknown]} are not among the training data's classes {list(names)}",
-        )
-    return indexed
+    return df.withColumn(LABEL_INDEX_COL, index.cast("double"))
 
 
 BATCH_ROWS = 10_000_000
