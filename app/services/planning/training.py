@@ -89,11 +89,14 @@ def plan_training(
 
 
 def _same_type(train: str, validation: str | None, *, parsed: bool) -> bool:
-    """Whether a column's type in the validation data fits its type in the training data. A declared numeric
-    column that one file's inference made a string (a token that is not a number) fits a numeric one: both are
-    parsed as numbers by the job (docs/datasets.md)."""
+    """Whether a column's type in the validation data fits its type in the training data. Numbers fit numbers of
+    any width (``int`` and ``bigint``: a CSV's inference and a JSON file's differ; every family reads them as
+    floats). A declared numeric column that one file's inference made a string (a token that is not a number) fits
+    a numeric one: both are parsed as numbers by the job (docs/datasets.md)."""
     if train == validation or validation is None:
         return train == validation
+    if train in NUMERIC_TYPES and validation in NUMERIC_TYPES:
+        return True
     return parsed and "string" in (train, validation) and {train, validation} <= {"string", *NUMERIC_TYPES}
 
 

@@ -84,6 +84,23 @@ def test_settings_the_job_would_not_use_are_warned_about(spark: Any) -> None:
     assert _plan_without_spark_jobs(spark, small, [REPO / "datasets"]).warnings == ()
 
 
+def test_a_validation_file_may_hold_numbers_of_another_width(spark: Any, tmp_path: Path) -> None:
+    """int in one file and bigint in the other (a CSV's inference and a JSON file's differ): both are numbers to
+    every family. A string against a number is still a 422."""
+    from app.core.errors import ValidationFailed
+
+    taxi = pd.read_parquet(REPO / "datasets/taxi/eval.parquet")
+    taxi.astype({"passenger_count": "int64"}).to_parquet(tmp_path / "wide.parquet")
+    taxi.astype({"passenger_count": "str"}).to_parquet(tmp_path / "text.parquet")
+    body = json.loads((REPO / "examples/xgboost-taxi.json").read_text())
+    body["validation"] = {"uri": str(tmp_path / "wide.parquet")}
+    plan = _plan_without_spark_jobs(spark, body, [REPO / "datasets", tmp_path])
+    assert plan.train.column_types["passenger_count"] == "int"
+    body["validation"] = {"uri": str(tmp_path / "text.parquet")}
+    with pytest.raises(ValidationFailed, match="'passenger_count' is string; features must be numeric"):
+        _plan_without_spark_jobs(spark, body, [REPO / "datasets", tmp_path])
+
+
 def test_partitioned_local_parquet_plans_without_spark(spark: Any, tmp_path: Path) -> None:
     """Hive-style partition directories are local parquet too: the label of a partition column, the classes and an
     array column's width are all read on the driver."""
