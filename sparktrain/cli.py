@@ -346,7 +346,11 @@ def _model_ref(text: str) -> ModelRef:
 
 
 def _csv_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
-    def value(text: str) -> Any:
+    def value(text: str) -> Any:  # as Spark's CSV inference reads a cell: empty is null, True/true a boolean
+        if not text:
+            return None
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
         for kind in (int, float):
             try:
                 return kind(text)

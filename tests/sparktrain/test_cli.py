@@ -303,3 +303,14 @@ def test_help_shows_flags_without_a_value_and_arguments_by_name() -> None:
         assert shown.returncode == 0, shown.stderr
         assert usage in shown.stdout, shown.stdout
         assert "<bool>" not in shown.stdout and "{" not in shown.stdout, shown.stdout
+
+
+def test_a_csv_reads_as_spark_reads_it_empty_cells_null_and_true_false_booleans(tmp_path: Path) -> None:
+    """``predict --csv`` sends what Spark's CSV inference would make of each cell: a boolean column of True/False
+    was sent as strings, and the service refused it ("'True' is not a boolean")."""
+    from sparktrain.cli import _csv_rows
+
+    path = tmp_path / "rows.csv"
+    path.write_text('has_garden,sqft,rooms,city\nTrue,1200.5,3,"Oslo, N"\nfalse,,4,x\n')
+    assert _csv_rows(path) == (["has_garden", "sqft", "rooms", "city"],
+                               [[True, 1200.5, 3, "Oslo, N"], [False, None, 4, "x"]])  # fmt: skip
