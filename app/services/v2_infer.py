@@ -128,6 +128,8 @@ def metadata(*, db: sessionmaker[Session], name: str, version: str | None, owner
     if model.task == "classification":
         classes = model.card.get("num_classes", -1)
         outputs.append({"name": "probabilities", "datatype": "FP64", "shape": [*lead, classes]})
+        if model.class_labels and not sequence:  # what infer adds: each row's class by name
+            outputs.append({"name": "label", "datatype": "BYTES", "shape": lead})
     return {
         "name": name,
         "versions": versions,

@@ -190,6 +190,14 @@ def test_multiclass_with_string_labels(svc: Service, workers: int) -> None:
     named = [RATE_NAMES[c] for c in rows["rate_code"]]
     assert np.mean([a == b for a, b in zip(answer["predictions"], named, strict=True)]) > 0.9
     assert np.allclose(np.sum(answer["probabilities"], axis=1), 1.0)
+    # V2: the metadata lists every output infer answers, the class names too
+    first = rows[features].head(2).to_numpy(dtype=np.float32)
+    tensor = {"name": "input", "shape": list(first.shape), "datatype": "FP32", "data": first.reshape(-1).tolist()}
+    inferred = svc.client.post(f"/v2/models/{name}/infer", json={"inputs": [tensor]}).json()
+    listed = svc.client.get(f"/v2/models/{name}").json()["outputs"]
+    assert [o["name"] for o in listed] == [o["name"] for o in inferred["outputs"]] == ["predictions", "probabilities",
+                                                                                       "label"]  # fmt: skip
+    assert [o["datatype"] for o in listed] == [o["datatype"] for o in inferred["outputs"]]
 
     evaluation = svc.client.post(
         "/evaluate",
