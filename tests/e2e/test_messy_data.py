@@ -66,7 +66,8 @@ def test_a_string_column_of_parquet_is_still_refused(svc: Service) -> None:
     """Parquet's types are the file's own, not inferred from text: a string there is not a number to parse."""
     refused = svc.client.post("/train", json=fare_request("fares.parquet", "skip"))
     assert refused.status_code == 422
-    assert "'distance' is string; features must be numeric" in refused.text
+    assert "'distance' is string; features must be numeric; write numbers as numbers" in refused.text
+    assert "one 0/1 column per value" in refused.text
 
 
 def test_xgboost_reports_its_held_out_rows(svc: Service) -> None:

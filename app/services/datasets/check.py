@@ -77,7 +77,8 @@ def _features(
                     f"{loc}.features", "an array column must be the only feature (with dataset.input_shape)"
                 )
         elif not _numeric(dtype, parsed):
-            raise ValidationFailed.at(where, f"{column!r} is {dtype}; features must be numeric")
+            hint = _TEXT_FEATURE if dtype == "string" else ""
+            raise ValidationFailed.at(where, f"{column!r} is {dtype}; features must be numeric{hint}")
     if len(set(features)) != len(features):
         raise ValidationFailed.at(f"{loc}.features", "a column is listed twice")
     return features
@@ -191,3 +192,9 @@ def _sequence(
         "step": seq.step,
     }
     return spec, labels_path
+
+
+_TEXT_FEATURE = (
+    "; write numbers as numbers, and turn a text category into numbers first (one 0/1 column per value), or leave "
+    "it out: sparktrain does not encode categories yet"
+)
