@@ -258,6 +258,8 @@ def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -
         assert response.status_code == 422, (loc, response.text)
         assert response.headers["content-type"].startswith("application/problem+json")
         assert response.json()["errors"][0]["loc"] == loc, response.json()
+    momentum = svc.client.post("/tune", json=_tune("tune-bad", **cases[0][0])).json()
+    assert "give base.training.optimizer.momentum a value first" in momentum["detail"], momentum
     broken = _tune("tune-bad", space=lr)
     broken["base"]["dataset"]["uri"] = "datasets/digits/nothing.parquet"
     response = svc.client.post("/tune", json=broken)

@@ -85,7 +85,8 @@ def check(
     train = train_request(base, "base")
     for path in request.space:
         if not spaces.exists(base, path):
-            raise ValidationFailed.at(f"space.{path}", "no such path in the base body (dotted keys, list indices)")
+            missing = f"no such path in the base body (dotted keys, list indices): give base.{path} a value first"
+            raise ValidationFailed.at(f"space.{path}", missing)
     if request.trials > settings.max_trials:
         raise ValidationFailed.at(
             "trials", f"{request.trials} trials asked for; this service runs at most {settings.max_trials} per search "
