@@ -10,6 +10,7 @@ Every bad row carries its first reason (``not a number: 'n/a' (distance)``), whi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -186,8 +187,7 @@ def _clean(
             raise JobFailure(
                 "BAD_ROWS",
                 f"every row of {ds.path} ({total}) is bad: {reasons} in {columns}; first ones: {examples}. "
-                "Check the separator (options.sep) and the header option (options.header): a file read with the "
-                "wrong ones has no usable row.",
+                + _every_row_hint(examples),
             )
         raise JobFailure(
             "BAD_ROWS",
@@ -196,6 +196,21 @@ def _clean(
         )
     ctx.warn(f"dropped {bad_count} rows of {ds.path} with {reasons} (bad_rows=skip)")
     return flagged.where(F.col(REASON).isNull()).drop(REASON), total - bad_count, held, bad_count
+
+
+_NOT_A_NUMBER = re.compile(r"not a number: '(.*)' \((.+)\)", re.DOTALL)
+
+
+def _every_row_hint(examples: list[dict[str, Any]]) -> str:
+    """What to check when no row is usable: one column that is never a number is text, else the reader options."""
+    parsed = [_NOT_A_NUMBER.fullmatch(str(e["reason"])) for e in examples]
+    columns = {m.group(2) for m in parsed if m is not None}
+    if len(columns) == 1 and all(m is not None and any(c.isalpha() for c in m.group(1)) for m in parsed):
+        # words, not numbers written another way (a decimal comma: the options' business)
+        return (f"{columns.pop()!r} holds text, not numbers: leave it out of the features, or turn its values into "
+                "numbers first.")  # fmt: skip
+    return ("Check the separator (options.sep) and the header option (options.header): a file read with the wrong "
+            "ones has no usable row.")  # fmt: skip
 
 
 def _example(row: dict[str, Any]) -> dict[str, Any]:

@@ -133,6 +133,16 @@ def test_a_file_with_no_usable_row_says_to_check_the_separator(spark: Any, tmp_p
     assert "options.sep" in message and "options.header" in message
 
 
+def test_a_text_column_named_as_a_feature_is_said_to_be_text(spark: Any, tmp_path: Path) -> None:
+    lines = ["distance,city,fare"] + [f"{i}.5,{'Oslo' if i % 2 else 'Bergen'},1{i}.25" for i in range(30)]
+    path = write(tmp_path / "cities.csv", lines)
+    with pytest.raises(JobFailure) as failed:
+        cleaned(spark, dataset(path, features=("distance", "city")))
+    message = str(failed.value)
+    assert "every row" in message and "'city' holds text, not numbers" in message, message
+    assert "options.sep" not in message
+
+
 def test_a_held_out_fraction_is_counted_in_the_same_pass(spark: Any, tmp_path: Path) -> None:
     path = write(tmp_path / "fares.csv", fare_lines())
     ds = dataset(path, "skip")
