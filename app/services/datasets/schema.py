@@ -148,7 +148,7 @@ def local_summary(
     import pyarrow as pa
 
     try:
-        rows = sum(fragment.metadata.num_rows for fragment in dataset.get_fragments())
+        rows = _rows(dataset)
         first = dataset.head(sample_rows).to_pylist()
     except (pa.ArrowException, OSError):
         return None
@@ -156,15 +156,26 @@ def local_summary(
     return columns, rows, first, 0, []
 
 
-def parquet_rows(path: str, fmt: str, options: dict[str, str]) -> int | None:
-    """The row count of local parquet data, from its footers; None when Spark must read it."""
+def parquet_rows(path: str, fmt: str, options: dict[str, str], *, enough: int | None = None) -> int | None:
+    """The row count of local parquet data, from its footers; None when Spark must read it. With ``enough``, the
+    footers are read only until that many rows are counted (a check that needs a minimum reads one footer of a
+    large dataset, not all of them)."""
     import pyarrow as pa
 
     dataset = _dataset(path, fmt, options)
     try:
-        return sum(fragment.metadata.num_rows for fragment in dataset.get_fragments()) if dataset else None
+        return _rows(dataset, enough) if dataset else None
     except (pa.ArrowException, OSError):
         return None
+
+
+def _rows(dataset: pads.Dataset, enough: int | None = None) -> int:
+    counted = 0
+    for fragment in dataset.get_fragments():
+        counted += fragment.metadata.num_rows
+        if enough is not None and counted >= enough:
+            break
+    return counted
 
 
 def not_parquet(path: str) -> Path | None:

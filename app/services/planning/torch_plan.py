@@ -206,13 +206,14 @@ def _check_rows_for_batches(options: TrainingOptions, train: ResolvedDataset, *,
     say so (the job checks the exact count, after bad rows and the held-out draw). With a held-out fraction the
     training rows are at most the rows less a bound six standard deviations under the expected held-out count, so
     a request this refuses could not have run."""
-    rows = data.parquet_rows(train.path, train.format, train.options)
     needed = options.num_workers * options.batch_size_per_worker
+    fraction = options.validation_fraction if held_out else 0.0
+    # the bound below is at least rows * (1 - fraction): past that many rows no footer needs reading
+    rows = data.parquet_rows(train.path, train.format, train.options, enough=math.ceil(needed / (1 - fraction)))
     if rows is None:
         return
     if rows == 0:
         raise ValidationFailed.at("dataset.uri", f"{train.path} has no rows")
-    fraction = options.validation_fraction if held_out else 0.0
     expected = rows * fraction
     at_most = rows - max(0, math.floor(expected - 6 * math.sqrt(expected * (1 - fraction))))
     if at_most >= needed:

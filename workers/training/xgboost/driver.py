@@ -68,9 +68,9 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     label_col = ds.label
     assert label_col is not None
     if plan.class_labels:
-        where = plan.validation.path if plan.validation is not None else f"{ds.path} (its held-out rows)"
-        val_df = drop_or_refuse_unknown(ctx, val_df, label_col, plan.class_labels, where=where,
-                                        bad_rows=(plan.validation or ds).bad_rows)  # fmt: skip
+        if plan.validation is not None:  # held-out rows come from the file the classes were read from
+            val_df = drop_or_refuse_unknown(ctx, val_df, label_col, plan.class_labels, where=plan.validation.path,
+                                            bad_rows=plan.validation.bad_rows)  # fmt: skip
         train_df, val_df = (
             _index_labels(train_df, label_col, plan.class_labels),
             _index_labels(val_df, label_col, plan.class_labels),
