@@ -8,7 +8,6 @@ The service's address and key come from ``--url``/``--api-key`` or ``SPARKTRAIN_
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sparktrain._csv import model_columns, read_rows
 from sparktrain._help import Command, Group
 from sparktrain._progress import Live
 from sparktrain.client import (
@@ -345,28 +345,6 @@ def _model_ref(text: str) -> ModelRef:
         raise typer.BadParameter(str(exc), param_hint="MODEL") from exc
 
 
-def _csv_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
-    def value(text: str) -> Any:  # as Spark's CSV inference reads a cell: empty is null, True/true a boolean
-        if not text:
-            return None
-        if text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        for kind in (int, float):
-            try:
-                return kind(text)
-            except ValueError:
-                continue
-        return text
-
-    try:
-        with path.open(newline="") as handle:
-            reader = csv.reader(handle)
-            columns = next(reader)
-            return columns, [[value(cell) for cell in row] for row in reader if row]
-    except (OSError, StopIteration, csv.Error) as exc:
-        raise typer.BadParameter(f"{path}: not a CSV file with a header ({exc or 'empty'})") from exc
-
-
 @app.command(cls=Command)
 def predict(
     ctx: typer.Context,
@@ -384,8 +362,15 @@ def predict(
     opts = _options(ctx)
     ref = _model_ref(model)
     with opts.client() as api:
-        columns, rows = _csv_rows(csv_file)
+        try:
+            columns, rows = read_rows(csv_file)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--csv") from exc
         if len(rows) <= max_inline:
+            inputs = [spec["name"] for spec in api.signature(ref)["inputs"] if spec.get("name")]
+            columns, rows, dropped = model_columns(columns, rows, inputs)
+            if dropped:
+                err.print(f"not sent (the model does not take them): {', '.join(dropped)}", highlight=False)
             answer = api.predict({"model": ref.selector(), "dataframe_split": {"columns": columns, "data": rows}})
             if opts.json:
                 _print_json(answer)

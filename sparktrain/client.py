@@ -285,6 +285,12 @@ class Client:
             raise ApiError(404, {"title": "Not found", "detail": f"model {ref.name} has no alias {ref.alias!r}"})
         raise ApiError(404, {"title": "Not found", "detail": f"no model named {ref.name!r} (or it has no version)"})
 
+    def signature(self, ref: ModelRef) -> dict[str, Any]:
+        """What a model version takes and answers: ``{"inputs": [...], "outputs": [...], ...}`` (empty lists for a
+        version without one)."""
+        version = self._json("GET", f"/models/{ref.name}/versions/{self.resolve(ref)}")
+        return dict(version.get("signature") or {"inputs": [], "outputs": []})
+
     def download(self, ref: ModelRef, dest: str | os.PathLike[str] | None = None) -> Path:
         """Save a model version's archive (``.tar.gz``); returns its path.
 

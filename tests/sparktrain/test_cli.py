@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from bench.chaos import digits_job
+from sparktrain._csv import model_columns, read_rows
 from sparktrain._progress import final_line
 from tests.helpers import TAXI_FEATURES, Service, running_service, taxi_request
 
@@ -308,9 +309,38 @@ def test_help_shows_flags_without_a_value_and_arguments_by_name() -> None:
 def test_a_csv_reads_as_spark_reads_it_empty_cells_null_and_true_false_booleans(tmp_path: Path) -> None:
     """``predict --csv`` sends what Spark's CSV inference would make of each cell: a boolean column of True/False
     was sent as strings, and the service refused it ("'True' is not a boolean")."""
-    from sparktrain.cli import _csv_rows
-
     path = tmp_path / "rows.csv"
     path.write_text('has_garden,sqft,rooms,city\nTrue,1200.5,3,"Oslo, N"\nfalse,,4,x\n')
-    assert _csv_rows(path) == (["has_garden", "sqft", "rooms", "city"],
+    assert read_rows(path) == (["has_garden", "sqft", "rooms", "city"],
                                [[True, 1200.5, 3, "Oslo, N"], [False, None, 4, "x"]])  # fmt: skip
+
+
+def test_only_the_models_columns_are_kept_in_the_files_order_and_a_row_of_another_length_is_left_whole() -> None:
+    columns, rows = ["id", "b", "label", "a"], [[1, 2.0, 0, 3.0], [2, 4.0, 1]]
+    assert model_columns(columns, rows, ["a", "b"]) == (["b", "a"], [[2.0, 3.0], [2, 4.0, 1]], ["id", "label"])
+    assert model_columns(columns, rows, ["a", "b", "id", "label"]) == (columns, rows, [])
+    assert model_columns(columns, rows, []) == (columns, rows, [])  # no names to go by: everything is sent
+    assert model_columns(["id", "b"], [[1, 2.0]], ["a", "b"]) == (["b"], [[2.0]], ["id"])  # "a" stays missing
+
+
+def test_predict_csv_leaves_out_ids_and_labels_and_says_so(
+    svc: Service, linear: dict[str, Any], tmp_path: Path
+) -> None:
+    """A file with an id and the label beside the features (what a held-out split looks like) was refused
+    inline: the service takes only the model's columns. The CLI sends those and names the rest on stderr."""
+    rows = tmp_path / "held-out.csv"
+    with rows.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["trip_id", *reversed(TAXI_FEATURES), "fare_amount"])
+        for trip, distance in enumerate((1.0, 5.0, 12.0)):
+            features = [1, distance, -73.98, 40.75, 1, -73.96, 40.77, 9, 2, 0, distance * 1.2]
+            writer.writerow([trip, *reversed(features), 10.0])
+    done = cli(svc, "predict", "cli-lr", "--csv", str(rows))
+    assert done.returncode == 0, done.stderr
+    assert "not sent (the model does not take them): trip_id, fare_amount" in done.stderr, done.stderr
+    fares = [float(line) for line in done.stdout.split()]
+    assert len(fares) == 3 and fares[0] < fares[1] < fares[2], done.stdout
+    missing = tmp_path / "missing.csv"
+    missing.write_text("trip_id,trip_distance\n1,2.5\n")
+    refused = cli(svc, "predict", "cli-lr", "--csv", str(missing))
+    assert refused.returncode == 2 and "passenger_count" in refused.stderr, refused.stderr
