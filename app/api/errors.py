@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.core.errors import PROBLEM_BASE, AppError
+from app.core.errors import PROBLEM_BASE, AppError, message
 from app.services.health import DATABASE_AWAY
 
 log = logging.getLogger("sparktrain.api")
@@ -73,7 +73,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
             source, loc = loc[0], loc[1:]
         else:
             source = "body"
-        errors.append({"loc": _loc(loc) or source, "in": source, "msg": e.get("msg", ""), "type": e.get("type")})
+        errors.append({"loc": _loc(loc) or source, "in": source, "msg": message(e), "type": e.get("type")})
     first = errors[0] if errors else {"loc": "body", "msg": "invalid"}
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     body = {

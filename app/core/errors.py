@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 PROBLEM_BASE = "https://sparktrain.dev/problems/"
@@ -74,14 +75,21 @@ class UnsupportedMediaType(AppError):
     status, type, title = 415, "unsupported-media-type", "Unsupported media type"
 
 
+def message(error: Mapping[str, Any]) -> str:
+    """A pydantic error's message without the "Value error, " that pydantic puts before a validator's own words."""
+    return str(error.get("msg", "")).removeprefix("Value error, ")
+
+
 class ValidationFailed(AppError):
     """The request is well-formed JSON but asks for something impossible; ``errors`` lists each field."""
 
     status, type, title = 422, "validation", "Request validation failed"
 
     @classmethod
-    def at(cls, loc: str, msg: str, **extra: Any) -> ValidationFailed:
-        return cls(f"{loc}: {msg}", errors=[{"loc": loc, "msg": msg}], **extra)
+    def at(cls, loc: str, msg: str, *, source: str = "body", **extra: Any) -> ValidationFailed:
+        """One field's problem; ``source`` says where the field is (``body``, ``path``, ``query``), as pydantic's
+        errors say it: every item of ``errors`` has ``loc``, ``in``, ``msg`` and ``type``."""
+        return cls(f"{loc}: {msg}", errors=[{"loc": loc, "in": source, "msg": msg, "type": "value_error"}], **extra)
 
 
 class ServiceUnavailable(AppError):

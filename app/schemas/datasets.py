@@ -7,12 +7,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.schemas.body import Body
 from app.schemas.train import NAME_PATTERN
 
 
-class DatasetCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class DatasetCreate(Body):
     uri: str = Field(
         min_length=1,
         max_length=4096,

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from app.schemas.body import Body
 from app.schemas.models import ALIAS_PATTERN, VERSION_MAX
 from app.schemas.train import ID_PATTERN, NAME_PATTERN, DatasetRef
 
 MetricGroup = Literal["classification", "roc", "regression"]
 
 
-class ModelSelector(BaseModel):
+class ModelSelector(Body):
     """A model version (by number, by alias, or the newest), or a training checkpoint."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, pattern=NAME_PATTERN, examples=["taxi-fare"])
     version: int | None = Field(None, ge=1, le=VERSION_MAX)
@@ -37,9 +36,7 @@ class EvaluationDataset(DatasetRef):
     """As a training dataset; features and label default to the model's."""
 
 
-class EvaluateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class EvaluateRequest(Body):
     model: ModelSelector
     dataset: EvaluationDataset
     metrics: list[MetricGroup] | None = Field(
@@ -54,18 +51,14 @@ class EvaluateRequest(BaseModel):
     top_k: list[int] = Field(default_factory=lambda: [1, 5], min_length=1, max_length=10)
 
 
-class DataframeSplit(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class DataframeSplit(Body):
     columns: list[str]
     data: list[list[Any]]
     index: list[Any] | None = None
 
 
-class PredictRequest(BaseModel):
+class PredictRequest(Body):
     """Inline rows in one of MLflow's body formats (answered now), or a dataset (a batch job)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: ModelSelector
     dataframe_records: list[dict[str, Any]] | None = None

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from app.schemas.body import Body
 
 GPU_SMOKE = "gpu-smoke"
 
 
-class GpuSmokeRequest(BaseModel):
+class GpuSmokeRequest(Body):
     """``POST /recipes/gpu-smoke``: join two DataFrames of ``rows`` rows, count the result and say whether the
     RAPIDS Accelerator ran it on GPUs (the RAPIDS documentation's first example, the article's ``/gpu_test``)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     rows: int = Field(
         1_000_000, ge=1, le=100_000_000, description="Rows of each of the two DataFrames (1 to 100,000,000)."

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from app.schemas.body import Body
 
 Framework = Literal["torch", "xgboost", "spark_ml"]
 Task = Literal["classification", "regression"]
@@ -12,17 +14,13 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # job, checkpoint and dataset ids (hex uuids)
 
 
-class Split(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class Split(Body):
     validation_fraction: float = Field(0.2, gt=0, lt=1)
     seed: int = Field(7, ge=0)
 
 
-class SequenceOptions(BaseModel):
+class SequenceOptions(Body):
     """Sequence data for lstm/gru networks (DataVec's sequence records)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     layout: Literal["rows", "arrays"] = Field(
         "rows",
@@ -43,10 +41,8 @@ class SequenceOptions(BaseModel):
     )
 
 
-class DatasetRef(BaseModel):
+class DatasetRef(Body):
     """Where the rows are and what they mean."""
-
-    model_config = ConfigDict(extra="forbid")
 
     uri: str = Field(
         min_length=1,
@@ -91,20 +87,16 @@ class DatasetRef(BaseModel):
     key: str | None = Field(None, description="Batch prediction: the id column copied into every output row.")
 
 
-class ValidationRef(BaseModel):
+class ValidationRef(Body):
     """A validation set; columns and task default to the training dataset's."""
-
-    model_config = ConfigDict(extra="forbid")
 
     uri: str = Field(min_length=1, max_length=4096, examples=["datasets/taxi/eval.parquet"])
     format: Literal["parquet", "csv", "json"] | None = None
     options: dict[str, str] = Field(default_factory=dict)
 
 
-class EarlyStopping(BaseModel):
+class EarlyStopping(Body):
     """torch: stop when a validation metric stops improving or time runs out (DL4J's EarlyStoppingTrainer)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     metric: Literal["val_loss", "val_accuracy", "val_rmse"] = Field(
         "val_loss", description="Computed after every epoch: val_loss; val_accuracy (classification), val_rmse."
@@ -118,10 +110,8 @@ class EarlyStopping(BaseModel):
     restore_best: bool = Field(True, description="Register the best epoch's weights (from its checkpoint).")
 
 
-class TrainingOptions(BaseModel):
+class TrainingOptions(Body):
     """torch only: how the network is trained across executors."""
-
-    model_config = ConfigDict(extra="forbid")
 
     epochs: int = Field(5, ge=1, le=100_000)
     batch_size_per_worker: int = Field(64, ge=1, le=1_000_000)
@@ -148,9 +138,7 @@ class TrainingOptions(BaseModel):
     )
 
 
-class TrainRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TrainRequest(Body):
     name: str = Field(pattern=NAME_PATTERN, description="Model name; the trained model becomes its next version.")
     framework: Framework
     dataset: DatasetRef

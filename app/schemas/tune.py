@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from app.schemas.body import Body
 from app.schemas.train import NAME_PATTERN
 
 
-class Distribution(BaseModel):
+class Distribution(Body):
     """Where one value of the base body is sampled from."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: Literal["uniform", "loguniform", "int", "choice"]
     low: float | None = Field(None, description="uniform, loguniform, int: the smallest value.")
@@ -47,9 +46,7 @@ class Distribution(BaseModel):
         return [self.low, self.high]
 
 
-class TuneRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TuneRequest(Body):
     name: str = Field(pattern=NAME_PATTERN, description="Model name every trial registers its version under.")
     base: dict[str, Any] = Field(description="A complete POST /train body (its own name is replaced by `name`).")
     space: dict[str, Distribution] = Field(

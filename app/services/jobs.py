@@ -187,7 +187,10 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         created, job_id = raw.split("|", 1)
         if len(job_id) != 32 or any(c not in "0123456789abcdef" for c in job_id):
             raise ValueError("not a job id")  # e.g. a NUL byte, which PostgreSQL refuses in a query
-        return datetime.fromisoformat(created), job_id
+        when = datetime.fromisoformat(created)
+        if when.tzinfo is None:
+            raise ValueError("no time zone")  # every cursor this service issues has one; the column refuses others
+        return when, job_id
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise BadRequest("The cursor is not one this service issued; start without it.") from exc
 

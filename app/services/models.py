@@ -178,9 +178,11 @@ def aliases_of(*, session: Session, model_id: int) -> Sequence[ModelAlias]:
 
 def set_alias(*, session: Session, name: str, alias: str, version: int, owner: str | None = None) -> ModelAlias:
     if not _ALIAS.match(alias):
-        raise ValidationFailed.at("alias", "letters, digits, '.', '_' or '-', starting with a letter (at most 100)")
+        raise ValidationFailed.at(
+            "alias", "letters, digits, '.', '_' or '-', starting with a letter (at most 100)", source="path"
+        )
     if alias.isdigit() or alias == "latest":
-        raise ValidationFailed.at("alias", f"{alias!r} is reserved")
+        raise ValidationFailed.at("alias", f"{alias!r} is reserved", source="path")
     target = get_version(session=session, name=name, version=version, owner=owner)
     # Lock the alias row only: PostgreSQL refuses FOR UPDATE on the outer join that loads its version.
     row = session.scalar(

@@ -341,9 +341,15 @@ def _flatten(values: Any, model: ModelRef, where: str, *, bools: bool) -> list[A
     return flat
 
 
-def check_row_limit(count: int, settings: Settings) -> None:
+def rows_loc(request: PredictRequest) -> str:
+    """The request's field that holds its rows, for the errors that name a row (``dataframe_records[3]``)."""
+    fields = ("dataframe_records", "instances", "inputs")
+    return next((f for f in fields if getattr(request, f) is not None), "dataframe_split.data")
+
+
+def check_row_limit(count: int, settings: Settings, loc: str = "inputs") -> None:
     if count == 0:
-        raise ValidationFailed.at("rows", "no rows to predict; send at least one")
+        raise ValidationFailed.at(loc, "no rows to predict; send at least one")
     if count > settings.max_predict_rows:
         raise PayloadTooLarge(
             f"{count} rows; online /predict takes at most {settings.max_predict_rows}. Register the rows as a "
@@ -367,7 +373,7 @@ def predict_rows(*, model: ModelRef, x: Any, cache: Any, spark: SparkSession, as
     raise ValidationFailed.at("model", f"online prediction with {model.framework} models is not available yet")
 
 
-def predict_sequences(*, model: ModelRef, rows: list[Any], cache: Any) -> dict[str, Any]:
+def predict_sequences(*, model: ModelRef, rows: list[Any], cache: Any, loc: str = "inputs") -> dict[str, Any]:
     """Online prediction with a sequence model. A row is one sequence: a list of steps (each a list of the
     features' values, or a number with one feature), or an object mapping each feature to its per-step values.
     A last_step model answers one prediction per sequence, a per_step model a list per sequence (its steps)."""
@@ -382,10 +388,14 @@ def predict_sequences(*, model: ModelRef, rows: list[Any], cache: Any) -> dict[s
         if isinstance(row, dict):
             missing = [f for f in features if f not in row]
             if missing:
-                raise ValidationFailed.at(f"rows[{i}]", f"missing features {missing}; the model needs {list(features)}")
+                raise ValidationFailed.at(
+                    f"{loc}[{i}]", f"missing features {missing}; the model needs {list(features)}"
+                )
             columns = [row[f] for f in features]
             if not all(isinstance(c, list) for c in columns) or len({len(c) for c in columns}) != 1:
-                raise ValidationFailed.at(f"rows[{i}]", "map each feature to a list of per-step values, all one length")
+                raise ValidationFailed.at(
+                    f"{loc}[{i}]", "map each feature to a list of per-step values, all one length"
+                )
             sequences.append([list(step) for step in zip(*columns, strict=True)])
         else:
             sequences.append(row)
@@ -393,7 +403,7 @@ def predict_sequences(*, model: ModelRef, rows: list[Any], cache: Any) -> dict[s
     try:
         x, lengths = pad_inline(sequences, width)
     except ValueError as exc:
-        raise ValidationFailed.at("rows", f"{exc} (one row is one sequence: a list of steps)") from exc
+        raise ValidationFailed.at(loc, f"{exc} (one row is one sequence: a list of steps)") from exc
     net = cache.get(model.uri, lambda: _load_online(model.uri))
     out = net.outputs(x, lengths)
     classification = model.task == "classification"

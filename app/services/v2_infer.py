@@ -36,7 +36,7 @@ def resolve(*, db: sessionmaker[Session], name: str, version: str | None, owner:
     number = None
     if version is not None:
         if not (version.isascii() and version.isdigit()):
-            raise ValidationFailed.at("version", f"versions are numbers, got {version!r}")
+            raise ValidationFailed.at("version", f"versions are numbers, got {version!r}", source="path")
         number = int(version)
     try:
         selector = ModelSelector(name=name, version=number)

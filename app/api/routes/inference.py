@@ -145,11 +145,12 @@ def _submit_batch(request: PredictRequest, rt: Any, caller: Caller, key: str | N
 def _predict_now(request: PredictRequest, rt: Any, caller: Caller) -> Response:
     model = rt.resolved_models.get(rt.db, request.model, owner=caller.scope)
     rows = online.inline_rows(request, model)
-    online.check_row_limit(len(rows), rt.settings)
+    where = online.rows_loc(request)
+    online.check_row_limit(len(rows), rt.settings, where)
     if model.card.get("sequence"):
-        out = online.predict_sequences(model=model, rows=rows, cache=rt.model_cache)
+        out = online.predict_sequences(model=model, rows=rows, cache=rt.model_cache, loc=where)
     else:
-        x = online.feature_matrix(rows, model, "rows")
+        x = online.feature_matrix(rows, model, where)
         out = online.predict_rows(model=model, x=x, cache=rt.model_cache, spark=rt.spark, as_lists=False)
     body: dict[str, Any] = {
         "predictions": out.get("label", out.get("prediction")),

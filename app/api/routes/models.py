@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from app.api.deps import CallerDep, SessionDep, SettingsDep
+from app.schemas.body import Body
 from app.schemas.models import (
     FAMILY_FORMATS,
     VERSION_MAX,
@@ -84,9 +85,7 @@ def get_version(name: str, version: VersionPath, session: SessionDep, caller: Ca
     return to_version_read(models.get_version(session=session, name=name, version=version, owner=caller.scope))
 
 
-class AliasBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class AliasBody(Body):
     version: int = Field(ge=1, le=VERSION_MAX)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.errors import AppError, ValidationFailed
+from app.core.errors import AppError, ValidationFailed, message
 from app.core.jobstates import JobType
 from app.core.settings import Settings
 from app.db.models import Job
@@ -53,7 +53,7 @@ def train_request(body: dict[str, Any], loc: str) -> TrainRequest:
         return TrainRequest.model_validate(body)
     except ValidationError as exc:
         errors = [
-            {"loc": ".".join([loc, *(str(p) for p in e["loc"])]), "msg": e["msg"], "type": e["type"]}
+            {"loc": ".".join([loc, *(str(p) for p in e["loc"])]), "in": "body", "msg": message(e), "type": e["type"]}
             for e in exc.errors()
         ]
         raise ValidationFailed(f"{errors[0]['loc']}: {errors[0]['msg']}", errors=errors) from None

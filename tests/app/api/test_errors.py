@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bench.chaos import digits_job
 from tests.helpers import Service, taxi_request
 
 RF = {"algorithm": "random_forest", "numTrees": 5}
@@ -62,6 +63,21 @@ _DELETE = object()
         (_with("name", "no spaces/allowed"), "name", "pattern"),
         (_with("dataset.surprise", 1), "dataset.surprise", "Extra inputs"),
         (_with("validation", {"uri": "../secrets.parquet"}), "validation.uri", "outside"),
+        # A number or a boolean written as text is refused wherever it is (it was taken for num_workers and
+        # refused for the optimizer's learning_rate); 2.0 for an integer stays an integer, as JSON Schema says.
+        (_with("training", {"num_workers": "2"}), "training.num_workers", 'got the text "2"'),
+        (_with("training", {"epochs": True}), "training.epochs", "must be a whole number, got true"),
+        (_with("training", {"validation_fraction": "0.1"}), "training.validation_fraction", "must be a number"),
+        (
+            _with("training", {"early_stopping": {"restore_best": "yes"}}),
+            "training.early_stopping.restore_best",
+            "must be true or false",
+        ),
+        (
+            _with("training", {"early_stopping": {"restore_best": 1}}),
+            "training.early_stopping.restore_best",
+            "must be true or false, got 1",
+        ),
     ],
 )
 def test_bad_train_requests(service: Service, body: dict[str, Any], loc: str, words: str) -> None:
@@ -70,6 +86,22 @@ def test_bad_train_requests(service: Service, body: dict[str, Any], loc: str, wo
     assert any(e["loc"] == loc for e in problem["errors"]), problem
     assert words in problem["detail"] or any(words in e["msg"] for e in problem["errors"]), problem
     assert _job_count(service) == before
+
+
+def test_the_optimizers_numbers_are_refused_as_text_too(service: Service) -> None:
+    body = digits_job("text-rate", epochs=1, workers=1)
+    body["training"]["optimizer"] = {"type": "adam", "learning_rate": "0.01"}
+    problem = _problem(service.client.post("/train", json=body), 422)
+    assert [e["loc"] for e in problem["errors"]] == ["training.optimizer.learning_rate"], problem
+    assert 'got "0.01"' in problem["errors"][0]["msg"], problem
+
+
+def test_an_integer_written_2_0_is_an_integer(service: Service) -> None:
+    body = taxi_request(**RF)
+    body["dataset"]["split"] = {"validation_fraction": 0.25, "seed": 3.0}
+    response = service.client.post("/train", json=body)
+    assert response.status_code == 202, response.text
+    assert response.json()["request"]["dataset"]["split"]["seed"] == 3
 
 
 def test_another_familys_params_are_named(service: Service) -> None:
@@ -114,6 +146,8 @@ def test_not_found_everywhere(service: Service) -> None:
     _problem(service.client.get("/jobs", params={"cursor": "garbage!"}), 400)
     crafted = base64.urlsafe_b64encode(b"2026-01-01T00:00:00+00:00|abc\x00def").decode()
     _problem(service.client.get("/jobs", params={"cursor": crafted}), 400)  # a NUL reaching PostgreSQL was a 500
+    naive = base64.urlsafe_b64encode(b"2020-01-01T00:00:00|" + b"0" * 32).decode()
+    _problem(service.client.get("/jobs", params={"cursor": naive}), 400)  # a time without a zone was a 500
     _problem(service.client.get("/models/x/versions/0"), 422)
 
 

@@ -72,9 +72,11 @@ def test_a_string_or_a_boolean_for_a_number_is_a_422_naming_row_and_column(
     for model in models:
         answered = _predict(svc, model, dataframe_records=rows)
         assert answered.status_code == 200, answered.text
-        for body in ({"dataframe_records": bad}, {"dataframe_split": _split(bad)}):
+        for body, loc in (({"dataframe_records": bad}, "dataframe_records[1]"),
+                          ({"dataframe_split": _split(bad)}, "dataframe_split.data[1]")):  # fmt: skip
             problem = _problem(_predict(svc, model, **body), 422)
-            assert problem["errors"][0]["loc"] == "rows[1]", problem
+            assert problem["errors"][0]["loc"] == loc, problem  # the field the row is in (it said rows[1])
+            assert problem["errors"][0]["in"] == "body" and problem["errors"][0]["type"] == "value_error", problem
             assert f"column {column!r} takes {takes}: {value!r} is not a number" in problem["detail"], problem
             assert "the model expects" in problem["detail"]
 
@@ -82,7 +84,9 @@ def test_a_string_or_a_boolean_for_a_number_is_a_422_naming_row_and_column(
 def test_a_null_names_its_column(svc: Service, models: list[str], rows: list[dict[str, Any]]) -> None:
     for model in models:
         problem = _problem(_predict(svc, model, dataframe_records=[rows[0], {**rows[1], "h_distance": None}]), 422)
-        assert problem["detail"].startswith("rows[1]: column 'h_distance' is null: a feature is NaN"), problem
+        assert problem["detail"].startswith("dataframe_records[1]: column 'h_distance' is null: a feature is NaN"), (
+            problem
+        )
 
 
 def test_a_misspelt_column_is_named_both_ways(svc: Service, models: list[str], rows: list[dict[str, Any]]) -> None:

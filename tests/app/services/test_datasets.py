@@ -57,7 +57,9 @@ def test_symlink_out_of_a_root_is_refused(roots: list[Path], tmp_path: Path) -> 
 def test_missing_file_inside_a_root(roots: list[Path]) -> None:
     with pytest.raises(ValidationFailed, match="does not exist") as info:
         resolve_uri("taxi/nope.parquet", roots=roots, loc="dataset.uri")
-    assert info.value.errors == [{"loc": "dataset.uri", "msg": info.value.errors[0]["msg"]}]
+    assert info.value.errors == [
+        {"loc": "dataset.uri", "in": "body", "msg": info.value.errors[0]["msg"], "type": "value_error"}
+    ]
 
 
 @pytest.mark.parametrize("uri", ["a" * 300 + ".parquet", "taxi/" + "b" * 256, "x\x00.parquet"])

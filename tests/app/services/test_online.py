@@ -69,7 +69,9 @@ def test_a_value_that_is_not_a_number_is_named_by_row_and_column(
     for body in _bodies(column, value):
         with pytest.raises(ValidationFailed) as caught:
             _matrix(body, model)
-        assert caught.value.errors == [{"loc": "rows[1]", "msg": caught.value.errors[0]["msg"]}], body
+        assert caught.value.errors == [
+            {"loc": "rows[1]", "in": "body", "msg": caught.value.errors[0]["msg"], "type": "value_error"}
+        ], body
         message = caught.value.errors[0]["msg"]
         assert message.startswith(f"column {column!r} takes {takes}: {value!r} is not a number"), (body, message)
         assert f"the model expects {column}: " in message

@@ -1,0 +1,58 @@
+"""The base of every request body's objects: unknown fields are refused, and so is a number or a boolean written
+as text.
+
+pydantic's lax mode takes ``"2"`` for an integer field and ``"yes"`` or ``1`` for a boolean one, while the settings
+checked below the schema (the optimizer, the gradient-sharing block, online rows) take JSON numbers only: one body
+could hold a ``"2"`` that passed and a ``"0.01"`` that did not. Strict mode would also refuse ``2.0`` for an
+integer, which JSON Schema calls an integer; so only text (and numbers for booleans) is refused here, and the rest
+stays pydantic's.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import types
+from collections.abc import Hashable
+from typing import Annotated, Any, Union, cast, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+_SCALARS = (bool, int, float)
+
+
+@functools.cache
+def _scalar_kinds(annotation: Any) -> frozenset[type]:
+    """The JSON scalar types a field takes when it takes nothing but numbers or booleans (and null); else empty."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _scalar_kinds(get_args(annotation)[0])
+    args = get_args(annotation) if origin in (Union, types.UnionType) else (annotation,)
+    kinds = frozenset(a for a in args if a is not type(None))
+    return kinds if kinds and all(k in _SCALARS for k in kinds) else frozenset()
+
+
+def _needs(kinds: frozenset[type]) -> str:
+    if kinds == {bool}:
+        return "true or false"
+    return "a whole number" if kinds == {int} else "a number"
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _json_types(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name is None:
+            return value
+        annotation = cast(Hashable, cls.model_fields[info.field_name].annotation)
+        kinds = _scalar_kinds(annotation)
+        if not kinds or value is None:
+            return value
+        if isinstance(value, str):
+            text = json.dumps(value, ensure_ascii=False)
+            raise ValueError(f"must be {_needs(kinds)}, got the text {text} (write it without quotes)")
+        if (kinds == {bool}) != isinstance(value, bool):  # pydantic's lax mode takes 1 for true and true for 1
+            raise ValueError(f"must be {_needs(kinds)}, got {json.dumps(value)}")
+        return value
