@@ -42,7 +42,7 @@ def register_version(
 
     A job of another owner cannot add a version to a model created after it was queued (two owners training a new
     name at once: the first to finish owns it): a Conflict. ``POST /train`` vetted a job queued after the model
-    existed (its owner's, or an admin's)."""
+    existed (its owner's, or an admin's); a tune's trial counts from when the tune was queued."""
     model = session.scalar(select(Model).where(Model.name == name).with_for_update())
     if model is None:
         try:
@@ -54,7 +54,10 @@ def register_version(
             if model is None:
                 raise
     if model.owner != owner and job_id is not None:
-        queued_at = session.scalar(select(Job.created_at).where(Job.id == job_id))
+        row = session.execute(select(Job.created_at, Job.parent_id).where(Job.id == job_id)).first()
+        queued_at = row.created_at if row is not None else None
+        if row is not None and row.parent_id is not None:  # a tune's trial: vetted when the tune was queued
+            queued_at = session.scalar(select(Job.created_at).where(Job.id == row.parent_id)) or queued_at
         if queued_at is not None and queued_at < model.created_at:
             raise ModelNameTaken(
                 f"Model name {name!r} was taken by another owner while this job ran; train again under another name."

@@ -11,7 +11,7 @@ from app.api.routes.jobs import to_job_read
 from app.schemas.jobs import JobRead
 from app.schemas.tune import TUNE_EXAMPLE, TuneRequest
 from app.services.access import check_train
-from app.services.tuning.submit import submit_tune, train_request
+from app.services.tuning.submit import check_trials, submit_tune, train_request
 
 router = APIRouter(tags=["tune"])
 
@@ -40,6 +40,7 @@ def tune(
 ) -> JobRead:
     base = train_request({**request.base, "name": request.name}, "base")
     check_train(db=rt.db, request=base, caller=caller, settings=rt.settings)
+    check_trials(db=rt.db, request=request, caller=caller, settings=rt.settings)
     job, _created = submit_tune(
         db=rt.db,
         settings=rt.settings,

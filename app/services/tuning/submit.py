@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.errors import AppError, ValidationFailed, message
+from app.core.auth import Caller
+from app.core.errors import AppError, Conflict, ValidationFailed, message
 from app.core.jobstates import JobType
 from app.core.settings import Settings
 from app.db.models import Job
 from app.schemas.train import TrainRequest
 from app.schemas.tune import TuneRequest
 from app.services import jobs, quotas
+from app.services.access import check_train
 from app.services.training import plan_in_request
 from app.services.tuning import space as spaces
 from workers import cluster
@@ -74,6 +76,24 @@ def _located(exc: AppError, loc: str, what: str = "") -> ValidationFailed:
     inner = (exc.errors or [{}])[0].get("loc")
     at = f"{loc}.{inner}" if loc == "base" and inner else loc
     return ValidationFailed.at(at, f"{what}: {exc.detail}" if what else exc.detail, inner=inner)
+
+
+def check_trials(*, db: sessionmaker[Session], request: TuneRequest, caller: Caller, settings: Settings) -> None:
+    """What a trial may name is the caller's, as for ``POST /train``: every value of a ``choice`` is checked in the
+    body it makes (a model name, a dataset id, a checkpoint to resume from); the other distributions sample numbers,
+    which name nothing. A refusal names the space path (409 for a model name another owner holds)."""
+    base = {**request.base, "name": request.name}
+    for path, dist in request.space.items():
+        if dist.type != "choice":
+            continue
+        for value in dist.values or []:
+            body = spaces.substitute(base, {path: value})
+            try:
+                check_train(db=db, request=train_request(body, "base"), caller=caller, settings=settings)
+            except ValidationFailed as exc:
+                raise _located(exc, f"space.{path}", f"the value {value!r}") from None
+            except Conflict as exc:
+                raise Conflict(f"space.{path}: the value {value!r}: {exc.detail}") from None
 
 
 def check(

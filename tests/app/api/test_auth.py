@@ -306,6 +306,30 @@ def test_resuming_from_another_owners_checkpoint_gets_the_unknown_answer(world: 
     assert problem["detail"] == f"training.resume_from: no checkpoint with id {world['checkpoint_id']!r}"
 
 
+def test_a_tune_space_cannot_reach_another_owners_model_dataset_or_checkpoint(world: dict[str, Any]) -> None:
+    """A search's choices are vetted as /train vets a body: trials wrote a version into another owner's model,
+    trained on another owner's dataset and resumed from another owner's checkpoint (audit, 2026-12-06)."""
+    bob: httpx.Client = world["bob"]
+    torch_base = {
+        "framework": "torch",
+        "dataset": {"uri": "rows.csv", "features": ["x1", "x2"], "label": "y", "task": "regression"},
+        "network": {"layers": [{"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]},
+        "training": {"epochs": 2, "num_workers": 1},
+    }
+    for base, path, values, status in (
+        (_train_body("x"), "name", ["bob-free-name", MODEL], 409),
+        (_train_body("x"), "dataset.uri", ["rows.csv", world["dataset_id"]], 422),
+        (torch_base, "training.resume_from", [world["checkpoint_id"]], 422),
+    ):
+        body = {"name": "bob-tune", "base": base, "space": {path: {"type": "choice", "values": values}}, "trials": 2}
+        if path == "training.resume_from":
+            body["base"] = {**torch_base, "training": {**torch_base["training"], "resume_from": None}}
+        problem = _problem(bob.post("/tune", json=body), status)
+        assert f"space.{path}" in problem["detail"], problem
+        assert MODEL in problem["detail"] or world["dataset_id"] in problem["detail"] or status == 422, problem
+    assert bob.get("/jobs").json()["items"] == []
+
+
 def test_training_into_another_owners_model_name_is_a_409(world: dict[str, Any]) -> None:
     bob: httpx.Client = world["bob"]
     problem = _problem(bob.post("/train", json=_train_body(MODEL)), 409)

@@ -138,3 +138,27 @@ def test_a_model_name_taken_by_another_owner_while_the_job_ran_fails_it_clearly(
         assert (job.status, job.error_reason) == ("FAILED", "MODEL_NAME_TAKEN")
         assert "train again under another name" in (job.error_message or "")
     assert _versions(db, job_id) == 0
+
+
+def test_a_trial_counts_from_its_tune_so_a_name_taken_during_the_search_is_not_written_into(
+    db: Any, rt: JobRuntime, tmp_path: Path
+) -> None:
+    """A tune's trials are queued while the search runs, after its name was vetted: a name another owner took in
+    between was written into, as if POST /train had vetted the trial (audit, 2026-12-06)."""
+    from app.services import models
+
+    with transaction(db) as s:
+        tune, _ = jobs.create_job(session=s, job_type="tune", request={"name": "t"}, framework="torch", name="t")
+        tune_id = tune.id
+    with transaction(db) as s:  # another owner takes the name while the search runs
+        models.register_version(session=s, name="t", framework="torch", artifact_uri="file:///other", metrics={},
+                                params={}, job_id=None, owner="bob")  # fmt: skip
+    with transaction(db) as s:  # then the trial is queued
+        trial, _ = jobs.create_job(session=s, job_type="train", request={"name": "t"}, framework="torch", name="t",
+                                   parent_id=tune_id, trial=0)  # fmt: skip
+        trial_id = trial.id
+    _settle(rt, _take(rt, trial_id, tmp_path), _outcome("file:///models/t"), None)
+    with db() as s:
+        job = s.get(Job, trial_id)
+        assert (job.status, job.error_reason) == ("FAILED", "MODEL_NAME_TAKEN")
+    assert _versions(db, trial_id) == 0
