@@ -8,6 +8,7 @@ Redis and a Spark cluster (see ``docker-compose.yml``).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -248,13 +249,19 @@ class Settings(BaseSettings):
         return self.broker_url.startswith(("sqla+", "filesystem"))
 
     def redacted_url(self, url: str) -> str:
-        """The URL with any password replaced, for logs and ``/cluster``."""
+        """The URL with any password replaced, for logs and ``/cluster``: the one in the user part, and query
+        parameters that carry one (psycopg and redis take ``?password=``)."""
         from sqlalchemy.engine import make_url
 
         try:
-            return make_url(url).render_as_string(hide_password=True)
+            shown = make_url(url).render_as_string(hide_password=True)
         except Exception:
-            return url.rsplit("@", maxsplit=1)[-1] if "@" in url else url
+            shown = url.rsplit("@", maxsplit=1)[-1] if "@" in url else url
+        return _SECRET_PARAM.sub(lambda m: m.group(1) + "***", shown)
+
+
+_SECRET_PARAM = re.compile(r"([?&;](?:[^=&;#]*(?:password|passwd|pwd|secret|token|key)[^=&;#]*)=)[^&;#]*", re.I)
+"""A query parameter whose name says it holds a secret (``password=``, ``sslkey=``, ``access_token=``)."""
 
 
 def load_settings(**overrides: Any) -> Settings:

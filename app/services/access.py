@@ -9,6 +9,7 @@ run here, before the request is planned, because planning (app/services/planning
 
 from __future__ import annotations
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.auth import Caller
@@ -37,6 +38,15 @@ def _visible(job: Job | None, job_id: str, caller: Caller) -> Job:
     if job is None or not caller.sees(job.owner):
         raise NotFound(f"No job with id {job_id!r}.")
     return job
+
+
+def visible_job_ids(*, db: sessionmaker[Session], job_ids: list[str], caller: Caller) -> list[str]:
+    """The ids among ``job_ids`` of jobs the caller may see, in their order."""
+    if caller.admin or not job_ids:
+        return list(job_ids)
+    with db() as session:
+        mine = set(session.scalars(select(Job.id).where(Job.id.in_(job_ids), Job.owner == caller.owner)))
+    return [i for i in job_ids if i in mine]
 
 
 def checkpoint_of(*, session: Session, checkpoint_id: str, caller: Caller) -> Checkpoint:

@@ -7,9 +7,10 @@ import os
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from app.api.deps import RuntimeDep
+from app.api.deps import CallerDep, RuntimeDep
 from app.core.errors import PROBLEM_BASE
 from app.schemas.service import ClusterRead, ExecutorInfo, Health, RapidsStatus, Readiness
+from app.services.access import visible_job_ids
 from app.services.health import readiness
 from workers import cluster
 
@@ -55,8 +56,20 @@ def readyz(rt: RuntimeDep, request: Request) -> Readiness | JSONResponse:
 @router.get(
     "/cluster", response_model=ClusterRead, summary="Spark master, application, executors, GPUs, RAPIDS, versions"
 )
-def get_cluster(rt: RuntimeDep) -> ClusterRead:
+def get_cluster(rt: RuntimeDep, caller: CallerDep) -> ClusterRead:
+    """The driver's details are an operator's: an admin sees the database and broker (passwords hidden) and every
+    running job; another key sees its own running jobs only, and no addresses."""
     sc = rt.spark.sparkContext
+    driver = {
+        "worker_id": rt.jobs.worker_id,
+        "pid": os.getpid(),
+        "in_process_consumer": rt.consumer is not None,
+        "consumer_concurrency": rt.settings.consumer_concurrency,
+        "running_jobs": visible_job_ids(db=rt.db, job_ids=rt.jobs.running.ids(), caller=caller),
+    }
+    if caller.admin:
+        driver["database"] = rt.settings.redacted_url(rt.settings.database_url)
+        driver["broker"] = rt.settings.redacted_url(rt.settings.broker_url)
     return ClusterRead(
         master=sc.master,
         app_id=sc.applicationId,
@@ -66,15 +79,7 @@ def get_cluster(rt: RuntimeDep) -> ClusterRead:
         task_slots=cluster.task_slots(rt.spark),
         executors=[ExecutorInfo(**e) for e in cluster.executors(rt.spark)],
         versions=cluster.library_versions(),
-        driver={
-            "worker_id": rt.jobs.worker_id,
-            "pid": os.getpid(),
-            "in_process_consumer": rt.consumer is not None,
-            "consumer_concurrency": rt.settings.consumer_concurrency,
-            "running_jobs": rt.jobs.running.ids(),
-            "database": rt.settings.redacted_url(rt.settings.database_url),
-            "broker": rt.settings.redacted_url(rt.settings.broker_url),
-        },
+        driver=driver,
         gpu_addresses=cluster.gpu_addresses(rt.spark),
         rapids=RapidsStatus(**cluster.rapids_status(rt.spark)),
     )

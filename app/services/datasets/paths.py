@@ -38,9 +38,13 @@ _DOT_SEGMENT = re.compile(r"(^|/)\.{1,2}(/|$)")
 
 def _remote(uri: str, scheme: str, remote_prefixes: Sequence[str], loc: str) -> str:
     """A remote URI under an allowed prefix. The prefix must end at a path boundary, and no '.' or '..' segment
-    (also percent-encoded) may climb out of it: Hadoop normalizes them away before it reads."""
+    (also percent-encoded) may climb out of it: Hadoop normalizes them away before it reads. Hadoop's Path reads
+    '?' and '#' as part of the path, so '.../public/?/../../secret' climbed out past a check of the URL's path
+    alone: neither is allowed, and the segments are looked for in everything after the scheme."""
     decoded = unquote(uri)
-    if _DOT_SEGMENT.search(urlparse(decoded).path) or "\x00" in decoded:
+    if "?" in decoded or "#" in decoded:
+        raise ValidationFailed.at(loc, f"{uri[:200]!r}: '?' and '#' are not allowed in remote URIs")
+    if _DOT_SEGMENT.search(decoded.partition("://")[2] or decoded) or "\x00" in decoded:
         raise ValidationFailed.at(loc, f"{uri[:200]!r}: '.' and '..' segments are not allowed in remote URIs")
     for prefix in remote_prefixes:
         if uri.startswith(prefix) and (prefix.endswith("/") or uri[len(prefix) : len(prefix) + 1] in ("", "/")):

@@ -374,3 +374,18 @@ def test_an_alias_body_with_an_unknown_field_is_refused(world: dict[str, Any]) -
     problem = _problem(wrong, 422)
     assert any("ver" in str(e.get("loc")) for e in problem["errors"]), problem
     assert "staging" not in alice.get(f"/models/{MODEL}").json()["aliases"]
+
+
+def test_cluster_shows_addresses_and_every_running_job_to_an_admin_only(world: dict[str, Any]) -> None:
+    """Any key read the database and broker URLs and every owner's running job ids on /cluster (audit)."""
+    from app.core.auth import Caller
+    from app.services.access import visible_job_ids
+
+    bob, root = world["bob"], world["root"]
+    seen = bob.get("/cluster").json()["driver"]
+    assert "database" not in seen and "broker" not in seen, seen
+    assert {"database", "broker"} <= set(root.get("/cluster").json()["driver"])
+    db, job = world["service"].runtime.db, world["job_id"]
+    assert visible_job_ids(db=db, job_ids=[job, "f" * 32], caller=Caller("bob", admin=False)) == []
+    assert visible_job_ids(db=db, job_ids=[job, "f" * 32], caller=Caller("alice", admin=False)) == [job]
+    assert visible_job_ids(db=db, job_ids=[job, "f" * 32], caller=Caller("root", admin=True)) == [job, "f" * 32]

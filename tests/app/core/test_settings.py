@@ -48,3 +48,17 @@ def test_bad_values_fail_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARKTRAIN_CONSUMER_CONCURRENCY", "0")
     with pytest.raises(ValueError, match="consumer_concurrency"):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("sqlite:////var/db.sqlite?password=S3cret", "sqlite:////var/db.sqlite?password=***"),
+        ("postgresql+psycopg://u@h/db?sslmode=require&password=S3cret", "postgresql+psycopg://u@h/db?password=***&sslmode=require"),
+        ("redis://h:6379/0?password=S3cret&db=1", "redis://h:6379/0?db=1&password=***"),  # sorted by SQLAlchemy
+        ("redis://h:6379/0?socket_timeout=5", "redis://h:6379/0?socket_timeout=5"),
+    ],
+)  # fmt: skip
+def test_a_password_in_the_query_is_hidden_too(url: str, shown: str) -> None:
+    """/cluster and the start-up line showed ``?password=`` (psycopg and redis take one there): audit, 2026-12-06."""
+    assert load_settings().redacted_url(url) == shown
