@@ -145,6 +145,15 @@ class Settings(BaseSettings):
     checkpoint_retention: int = Field(0, ge=0, description="Checkpoints kept per job (the newest); 0 keeps all.")
     max_epochs: int = Field(1000, ge=1)
     max_workers_per_job: int = Field(64, ge=1)
+    max_parameters: int = Field(
+        100_000_000, ge=1, description="Parameters one torch network may have (400 MB of float32 weights); more: 422."
+    )
+    max_activations: int = Field(
+        1_000_000_000,
+        ge=1,
+        description="Layer outputs of one torch batch per worker (batch size times every layer's output size), "
+        "4 GB of float32 before the backward pass; more: 422.",
+    )
     max_trials: int = Field(100, ge=1, le=100_000, description="Trials one tuning job (POST /tune) may ask for.")
 
     # --- failures ------------------------------------------------------------------------------------------

@@ -308,6 +308,25 @@ def test_torch_limits(secured: dict[str, Any], training: dict[str, Any], loc: st
 
 
 @pytest.mark.parametrize(
+    ("layers", "batch", "words"),
+    [
+        ([{"type": "dense", "units": 2_000_000_000, "activation": "relu"}], 64, "8,000,000,001 parameters"),
+        ([{"type": "dense", "units": 10_000_000, "activation": "relu"}], 128, "layer outputs per worker"),
+    ],
+)
+def test_a_network_too_large_for_a_worker_is_refused_before_it_allocates(
+    secured: dict[str, Any], layers: list[dict[str, Any]], batch: int, words: str
+) -> None:
+    """A dense layer of 2e9 units was queued (audit, 2026-12-06): in local mode its weights alone (24 GB) would
+    take the driver's host down. The count comes from the spec, before anything is built."""
+    svc: Service = secured["service"]
+    network = {"layers": [*layers, {"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]}
+    body = {**TORCH, "network": network, "training": {"epochs": 1, "batch_size_per_worker": batch}}
+    problem = _problem(svc.client.post("/train", json=body), 422)
+    assert problem["errors"][0]["loc"] == "network.layers" and words in problem["detail"], problem
+
+
+@pytest.mark.parametrize(
     ("params", "loc", "words"),
     [
         ({"num_round": 301}, "params.num_round", "at most 300"),

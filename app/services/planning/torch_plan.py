@@ -25,6 +25,7 @@ from workers.errors import SpecError
 from workers.training.torch.config import ResumePoint, SharingConfig, TorchPlan, parse_sharing
 from workers.training.torch.meta import read_meta
 from workers.training.torch.spec import (
+    NetworkSpec,
     check_loss_for_task,
     check_optimizer_l2,
     parameter_count,
@@ -169,6 +170,7 @@ def plan_torch(
             _check_sequence_output(spec, train.sequence["labels"])
     except SpecError as exc:
         raise ValidationFailed.at(exc.path, exc.message) from exc
+    _check_size(spec, options.batch_size_per_worker, settings)
     optimizer, sharing, early_stopping = check_options(request, settings, spark)
     try:
         check_optimizer_l2(optimizer, spec.l2)
@@ -288,3 +290,21 @@ def _check_sequence_output(spec: Any, labels: str) -> None:
             "network.layers",
             "last_step labels need one output per sequence: set return_sequences false on the last lstm/gru",
         )
+
+
+def _check_size(spec: NetworkSpec, batch_size: int, settings: Settings) -> None:
+    """A network too large for a worker is a 422 before anything allocates (a dense layer of 2e9 units was
+    queued, and in local mode would have taken the driver's host down with it)."""
+    count = parameter_count(spec)
+    if count > settings.max_parameters:
+        raise ValidationFailed.at(
+            "network.layers", f"the network has {count:,} parameters; this service trains at most "
+            f"{settings.max_parameters:,} (SPARKTRAIN_MAX_PARAMETERS): use fewer units or filters"
+        )  # fmt: skip
+    outputs = batch_size * sum(math.prod(shape) for shape in spec.shapes)
+    if outputs > settings.max_activations:
+        raise ValidationFailed.at(
+            "network.layers", f"one batch of {batch_size} rows makes {outputs:,} layer outputs per worker; this "
+            f"service takes at most {settings.max_activations:,} (SPARKTRAIN_MAX_ACTIVATIONS): use fewer units or "
+            "filters, or a smaller training.batch_size_per_worker"
+        )  # fmt: skip
