@@ -161,6 +161,7 @@ def test_export_path_is_reused_and_trains_identically(service: Service) -> None:
     again = _done(service, body("export-2", "export"))
     assert "exported the prepared tensors" in logs(first)
     assert "training from exported tensors" in logs(again)
+    assert first["id"] not in logs(again)  # the job that made them may be another owner's (audit, 2026-12-06)
     weights = [load_file(str(_model_dir(service, job) / "weights.safetensors")) for job in (direct, first, again)]
     for other in weights[1:]:
         assert all(bool((weights[0][k] == other[k]).all()) for k in weights[0])

@@ -82,7 +82,9 @@ def stage_input(ctx: JobContext, plan: TorchPlan) -> StageInput:
     manifest = export_dir / MANIFEST if export_dir else None
     if manifest is not None and manifest.exists():
         saved = json.loads(manifest.read_text())
-        ctx.log(f"training from exported tensors {key} (made by job {saved['job_id']})")
+        # not the job that made them: it may be another owner's (the files are shared, the job is not); the
+        # manifest beside the tensors names it for an operator
+        ctx.log(f"training from exported tensors {key} (made earlier from the same files and settings)")
         normalizer = Normalizer.from_dict(saved["normalizer"]) if saved["normalizer"] else None
         placeholders = ctx.spark.range(0, plan.num_workers, 1, plan.num_workers)  # one per worker, no shuffle
         example = saved.get("input_example")  # absent from exports made before it was saved there
