@@ -89,13 +89,21 @@ def history(job: Job) -> list[dict[str, Any]]:
     that ended early is (``ended_at``, ``status``, and the error when it failed). Runners write the finish to the job's
     own columns in one conditional UPDATE; the history's last entry is filled from them here rather than by a second
     write in every path that finishes a job."""
-    out = [dict(e) for e in (job.attempts or [])]
+    out = [{k: _z(v) for k, v in e.items()} for e in (job.attempts or [])]
     if JobStatus(job.status) not in TERMINAL or job.finished_at is None:
         return out
     entry = _entry(out, job.attempt)
     if entry is None or "ended_at" in entry:
         return out
-    entry.update(ended_at=job.finished_at.isoformat(), status=job.status)
+    entry.update(ended_at=_z(job.finished_at.isoformat()), status=job.status)
     if job.error_reason:
         entry.update(error_reason=job.error_reason, error_message=job.error_message or "")
     return out
+
+
+def _z(value: Any) -> Any:
+    """A stored time as the job's own times are written (``...Z``); the entries keep ``isoformat()``'s
+    ``+00:00``."""
+    if isinstance(value, str) and value.endswith("+00:00") and value[:4].isdigit():
+        return value[:-6] + "Z"
+    return value

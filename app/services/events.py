@@ -125,7 +125,8 @@ def read_window(*, session: Session, job_id: str, after: Cursor, upto: Cursor | 
 
 
 def _event(kind: str, cursor: Cursor, data: Any) -> bytes:
-    return b"id: %s\nevent: %s\ndata: %s\n\n" % (cursor.text().encode(), kind.encode(), orjson.dumps(data))
+    data_json = orjson.dumps(data, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)  # times end in Z, as elsewhere
+    return b"id: %s\nevent: %s\ndata: %s\n\n" % (cursor.text().encode(), kind.encode(), data_json)
 
 
 def render(

@@ -86,6 +86,7 @@ def test_random_search_ends_with_a_leaderboard_and_the_best_alias(svc: Service) 
     model = next(m for m in svc.client.get("/models").json()["items"] if m["name"] == "tune-random")
     assert len(model["versions"]) == 3
     assert model["aliases"] == {"best": best["model"]["version"]}
+    assert done["model"] == best["model"]  # the tune job's own model (it was null)
     version = svc.client.get(f"/models/tune-random/versions/{best['model']['version']}").json()
     assert version["job_id"] == best["job_id"]
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.services import models
+from app.services import jobs, models
 from workers.context import JobOutcome
 
 if TYPE_CHECKING:
@@ -94,6 +94,8 @@ def outcome(
     if best.model is not None:
         with db.begin() as s:
             models.set_alias(session=s, name=name, alias=BEST_ALIAS, version=int(best.model["version"]))
+            # the tune job's own `model` is its best trial's version: a script reading only .model saw null
+            jobs.set_model(session=s, job_id=ctx.job_id, name=name, version=int(best.model["version"]))
         ctx.log(f"best trial {best.number}: {metric} {best.metric}; alias {BEST_ALIAS!r} -> {name} "
                 f"version {best.model['version']}")  # fmt: skip
     return JobOutcome(result=result)

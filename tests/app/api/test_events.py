@@ -145,6 +145,7 @@ def test_logs_follow_streams_lines_and_ends_with_the_job(quiet: Service) -> None
             assert event.type in ("log", "end")
             if event.type == "log":
                 lines += [line["message"] for line in event.data["lines"]]
+                assert all(line["time"].endswith("Z") for line in event.data["lines"]), event.data  # as in /logs
                 if lines == ["first"]:
                     _write_points(quiet, job_id, range(1, 3))  # metric points are not sent to a log follower
                     _log(quiet, job_id, "second")

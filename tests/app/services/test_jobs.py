@@ -59,7 +59,9 @@ def test_the_attempt_that_finished_the_job_reads_as_ended(db: Any) -> None:
     with db() as s:
         job = jobs.get_job(session=s, job_id=job_id)
         (entry,) = attempts.history(job)
-        assert entry["ended_at"] == job.finished_at.isoformat()
+        # written as the job's own times are (..Z): a reader saw +00:00 here and Z beside it (audit, 2026-12-06)
+        assert entry["ended_at"] == job.finished_at.isoformat().replace("+00:00", "Z")
+        assert entry["started_at"].endswith("Z") and job.attempts[0]["started_at"].endswith("+00:00")
         assert (entry["status"], entry["error_reason"], entry["error_message"]) == ("FAILED", "SPARK_ERROR", "boom")
         assert "ended_at" not in job.attempts[0], "the stored history is left as it was"
 
