@@ -264,7 +264,7 @@ def check_share(
     total, bad_count = sum(s["rows"] for s in shared), sum(s["bad"] for s in shared)
     validation = sum(s["validation"] for s in shared)
     if bad_count:
-        first = [e for s in shared for e in s["examples"]][:EXAMPLES]
+        first = json.dumps([e for s in shared for e in s["examples"]][:EXAMPLES], ensure_ascii=False, default=str)
         where = f"{check['reasons']} in {', '.join(columns)}; first ones: {first}."
         if bad_count == total:
             raise DataFailure(

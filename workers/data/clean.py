@@ -10,6 +10,7 @@ Every bad row carries its first reason (``not a number: 'n/a' (distance)``), whi
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -183,15 +184,16 @@ def _clean(
     if bad_count == total or ds.bad_rows == "fail":
         shown = flagged.where(F.col(REASON).isNotNull()).drop(*[split_column] if split_column else [])
         examples = [_example(r.asDict()) for r in shown.limit(EXAMPLES).collect()]
+        shown_rows = json.dumps(examples, ensure_ascii=False, default=str)  # JSON, for a script to parse
         if bad_count == total:
             raise JobFailure(
                 "BAD_ROWS",
-                f"every row of {ds.path} ({total}) is bad: {reasons} in {columns}; first ones: {examples}. "
+                f"every row of {ds.path} ({total}) is bad: {reasons} in {columns}; first ones: {shown_rows}. "
                 + _every_row_hint(examples),
             )
         raise JobFailure(
             "BAD_ROWS",
-            f"{bad_count} rows of {ds.path} have {reasons} in {columns}; first ones: {examples}. "
+            f"{bad_count} rows of {ds.path} have {reasons} in {columns}; first ones: {shown_rows}. "
             'Fix the data or set dataset.bad_rows to "skip" to drop them.',
         )
     ctx.warn(f"dropped {bad_count} rows of {ds.path} with {reasons} (bad_rows=skip)")

@@ -166,4 +166,4 @@ def test_a_failure_with_a_held_out_fraction_shows_the_datas_columns_only(spark: 
         clean_holdout(_Warnings(), read_dataframe(spark, ds, malformed=True), ds, 0.25, "_split")  # type: ignore[arg-type]
     message = str(failed.value)
     assert message.count("not a number: 'n/a' (distance)") == 3
-    assert "'passengers'" in message and "_split" not in message, "the held-out mark is the job's, not the data's"
+    assert '"passengers"' in message and "_split" not in message, "the held-out mark is the job's, not the data's"

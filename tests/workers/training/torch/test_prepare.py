@@ -143,7 +143,7 @@ def test_tasks_check_their_own_rows_and_fail_alike(spark: Any, tmp_path: Any) ->
     message = failed[0][1]
     assert message.startswith("4 rows of bad.parquet have REASONS in x, y, w; first ones: [")
     for reason in ("x is NaN or infinite", "x is null", "w is negative", "y is not a class in 0..1"):
-        assert f"'reason': '{reason}'" in message
+        assert f'"reason": "{reason}"' in message  # JSON, for a script to parse
     assert message.endswith('Fix the data or set dataset.bad_rows to "skip" to drop them.')
 
     counted = _checked_in_a_barrier_stage(spark, spec("good.parquet"), 2)

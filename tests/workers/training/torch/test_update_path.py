@@ -117,7 +117,7 @@ def test_non_finite_update_clipped_mass_and_diverged_replicas(tmp_path: Path) ->
     assert [r.get("error", {}).get("reason") for r in nan] == ["NON_FINITE_UPDATE"] * 2, nan
     message = nan[0]["error"]["message"]
     assert message == nan[1]["error"]["message"]
-    assert "parameter '" in message and "at step" in message and "last checkpoint is kept" in message
+    assert "parameter '" in message and "at step" in message and "checkpoints written so far are kept" in message
     step = int(message.split("at step ")[1].split()[0])
     assert step > 400 // 16  # after epoch 1
     assert final_dir(tmp_path / "a" / "checkpoints", 1).exists()
