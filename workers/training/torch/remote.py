@@ -246,7 +246,9 @@ def _train(
                 where = f"step {global_step + 1} (epoch {epoch + 1})"
                 advice = "lower the learning rate or look for extreme values in the data"
                 return _failed(
-                    base, "NAN_LOSS", f"the loss became {value} at {where}; the checkpoints written so far are kept; {advice}"
+                    base,
+                    "NAN_LOSS",
+                    f"the loss became {value} at {where}; the checkpoints written so far are kept; {advice}",
                 )
             if stop or stats is None:
                 return {**base, "stopped": True, "step": global_step}
