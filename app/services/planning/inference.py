@@ -18,7 +18,7 @@ from app.schemas.inference import EvaluateRequest, ModelSelector, PredictRequest
 from app.schemas.train import DatasetRef, SequenceOptions
 from app.services import checkpoints, models
 from app.services.datasets.check import PARSED_FORMATS, locate, resolve_dataset
-from app.services.datasets.paths import check_output_target
+from app.services.datasets.paths import check_output_target, output_target
 from workers import storage
 from workers.data.spec import ResolvedDataset
 from workers.families import FRAMEWORKS
@@ -187,7 +187,7 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     if "\x00" in given:
         raise ValidationFailed.at("output_uri", "the path contains a NUL byte")
     check_output_target(given, roots=settings.data_roots)  # a dangling link would send Spark elsewhere
-    target = Path(given) if Path(given).is_absolute() else settings.data_roots[-1] / given
+    target = output_target(given, settings.data_roots)
     parent = Path(os.path.realpath(target.parent))
     inside = [r for r in settings.data_roots if parent == r or r in parent.parents]
     if not inside:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.core.errors import ValidationFailed
-from app.services.datasets.paths import check_output_target, resolve_uri
+from app.services.datasets.paths import check_output_target, output_target, resolve_uri
 
 
 @pytest.fixture
@@ -76,3 +76,14 @@ def test_an_output_path_that_is_a_link_is_refused(root: Path, tmp_path: Path) ->
         check_output_target("dangling", roots=[root])
     with pytest.raises(ValidationFailed, match="symbolic link"):
         check_output_target(str(root / "dangling"), roots=[root])
+
+
+def test_a_relative_output_path_is_read_from_the_working_directory_first(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``var/data/out`` became ``var/data/var/data/out`` (audit, 2026-12-06): a dataset's relative path is tried
+    from the working directory first, and an output's now is too."""
+    monkeypatch.chdir(root.parent)
+    assert output_target(f"{root.name}/out", [root]) == root.parent / root.name / "out"
+    assert output_target("out", [root]) == root / "out"  # the working directory is not inside a root
+    assert output_target(str(tmp_path / "abs"), [root]) == tmp_path / "abs"
