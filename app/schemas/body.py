@@ -56,3 +56,16 @@ class Body(BaseModel):
         if (kinds == {bool}) != isinstance(value, bool):  # pydantic's lax mode takes 1 for true and true for 1
             raise ValueError(f"must be {_needs(kinds)}, got {json.dumps(value)}")
         return value
+
+    @field_validator("options", mode="after", check_fields=False)
+    @classmethod
+    def _no_paths_in_options(cls, value: Any) -> Any:
+        """Reader options pass to Spark as they are: ``path``, ``paths`` and ``basePath`` name files too, and only
+        the ``uri`` (checked against the data roots) may say which files are read."""
+        named = sorted(k for k in value or {} if isinstance(k, str) and k.lower() in _PATH_OPTIONS)
+        if named:
+            raise ValueError(f"{', '.join(named)}: the uri says which files are read, not a reader option")
+        return value
+
+
+_PATH_OPTIONS = frozenset({"path", "paths", "basepath"})

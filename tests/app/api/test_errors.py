@@ -67,6 +67,13 @@ _DELETE = object()
         # refused for the optimizer's learning_rate); 2.0 for an integer stays an integer, as JSON Schema says.
         (_with("training", {"num_workers": "2"}), "training.num_workers", 'got the text "2"'),
         (_with("training", {"epochs": True}), "training.epochs", "must be a whole number, got true"),
+        # Spark takes path, paths and basePath as reader options: only the checked uri may name files (audit)
+        (_with("dataset.options", {"path": "/etc/passwd"}), "dataset.options", "the uri says which files"),
+        (
+            _with("validation", {"uri": "taxi/eval.parquet", "options": {"basePath": "/"}}),
+            "validation.options",
+            "basePath",
+        ),
         (_with("training", {"validation_fraction": "0.1"}), "training.validation_fraction", "must be a number"),
         (
             _with("training", {"early_stopping": {"restore_best": "yes"}}),
