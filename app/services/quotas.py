@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.auth import Caller
 from app.core.errors import NotFound, TooManyRequests, ValidationFailed
-from app.core.jobstates import ACTIVE, JobStatus
+from app.core.jobstates import ACTIVE, JobStatus, JobType
 from app.core.settings import QUOTAS, Settings
 from app.db.base import utcnow
 from app.db.models import Job, RateBucket
@@ -95,7 +95,12 @@ def check_submit(*, session: Session, owner: str, limits: Limits, slots: int) ->
 
 
 def _count(session: Session, owner: str, statuses: Any) -> int:
+    """The owner's jobs in ``statuses``. A running tune job is not counted among the active ones: it runs no work
+    of its own and its trials count (with ``concurrent_jobs: 1`` a search kept its own first trial waiting for
+    ever); a queued one counts as any queued job."""
     stmt = select(func.count()).where(Job.owner == owner, Job.status.in_([s.value for s in statuses]))
+    if statuses is ACTIVE:
+        stmt = stmt.where(Job.type != JobType.TUNE.value)
     return int(session.scalar(stmt) or 0)
 
 

@@ -60,3 +60,24 @@ def test_a_trial_refused_by_the_queued_jobs_quota_waits_and_is_submitted_again(
         trials = s.scalars(select(Job.trial).where(Job.parent_id == tune_id)).all()
     assert sorted(trials) == [0, 1]
     assert any(line.startswith("trial 1 submitted after") for line in ctx.lines), ctx.lines
+
+
+def test_a_running_search_does_not_count_against_its_trials_concurrent_jobs(db: Any) -> None:
+    """With ``concurrent_jobs: 1`` the running tune job was the owner's one active job, so its own first trial
+    waited for ever (audit, 2026-12-06). A search runs no work of its own: its trials count, it does not."""
+    from app.services import quotas
+
+    limits = quotas.Limits(concurrent_jobs=1)
+    with transaction(db) as s:
+        row, _ = jobs.create_job(session=s, job_type="tune", request={"name": "q"}, framework="torch", name="q")
+        row.status = JobStatus.RUNNING.value
+        tune_id = row.id
+    with db() as s:
+        assert quotas.blocking_quota(session=s, owner="anonymous", slots=1, limits=limits) is None
+        assert quotas.usage(session=s, owner="anonymous", limits=limits)["quotas"]["concurrent_jobs"]["used"] == 0
+    with transaction(db) as s:  # its first trial runs: now the owner's one job is active
+        trial, _ = jobs.create_job(session=s, job_type="train", request={"name": "q"}, framework="torch", name="q",
+                                   parent_id=tune_id, trial=0)  # fmt: skip
+        trial.status = JobStatus.RUNNING.value
+    with db() as s:
+        assert quotas.blocking_quota(session=s, owner="anonymous", slots=1, limits=limits) == "concurrent_jobs"
