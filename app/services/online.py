@@ -388,14 +388,10 @@ def predict_sequences(*, model: ModelRef, rows: list[Any], cache: Any, loc: str 
         if isinstance(row, dict):
             missing = [f for f in features if f not in row]
             if missing:
-                raise ValidationFailed.at(
-                    f"{loc}[{i}]", f"missing features {missing}; the model needs {list(features)}"
-                )
+                raise ValidationFailed.at(f"{loc}[{i}]", f"missing features {missing}; needs {list(features)}")
             columns = [row[f] for f in features]
             if not all(isinstance(c, list) for c in columns) or len({len(c) for c in columns}) != 1:
-                raise ValidationFailed.at(
-                    f"{loc}[{i}]", "map each feature to a list of per-step values, all one length"
-                )
+                raise ValidationFailed.at(f"{loc}[{i}]", "map each feature to a list of its steps, all one length")
             sequences.append([list(step) for step in zip(*columns, strict=True)])
         else:
             sequences.append(row)

@@ -106,9 +106,10 @@ def test_secrets_stay_out_of_answers_logs_and_job_records(
     job = svc.train(_train_body("rows.csv"))
     job = svc.wait(job["id"], TERMINAL)
     assert job["status"] == "SUCCEEDED", job["error"]
-    cluster = svc.client.get("/cluster")
+    cluster = svc.client.get("/cluster", headers={"Authorization": f"Bearer {ROOT_KEY}"})  # URLs: admins only
     assert cluster.status_code == 200, cluster.text
     assert cluster.json()["driver"]["database"].startswith("postgresql")
+    assert "database" not in svc.client.get("/cluster").json()["driver"]  # alice's key
     refused = svc.client.get("/jobs", headers={"Authorization": "Bearer not-a-key-of-this-service"})
     assert refused.status_code == 401
     answers = [
