@@ -69,3 +69,6 @@ class DatasetRead(BaseModel):
 
 class DatasetPage(BaseModel):
     items: list[DatasetRead]
+    next_cursor: str | None = Field(
+        None, description="Pass as `cursor` for the next page (older datasets); null on the last page."
+    )

@@ -77,6 +77,11 @@ class MetricPoint(BaseModel):
 
 class MetricsRead(BaseModel):
     metrics: list[MetricPoint]
+    next_cursor: str | None = Field(
+        None,
+        description="Pass as `cursor` (with the same `key` and `since_step`) for the points after the last one "
+        "returned; null when this page holds the last point there is now.",
+    )
 
 
 class LogLine(BaseModel):

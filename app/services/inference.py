@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.core.auth import Caller
 from app.core.jobstates import JobType
 from app.core.settings import Settings
 from app.db.models import Job
 from app.schemas.inference import EvaluateRequest, PredictRequest
 from app.services import jobs, quotas
+from app.services.access import check_inference
 from app.services.datasets.deferred import plan_or_defer
 from app.services.planning.inference import (
     defer_evaluation,
@@ -40,7 +42,13 @@ def submit_evaluation(
     request: EvaluateRequest,
     owner: str = "anonymous",
     idempotency_key: str | None = None,
+    caller: Caller | None = None,
 ) -> tuple[Job, bool]:
+    """An evaluation: the stored request names the pinned version (an alias may move before the job runs)."""
+    first, fingerprint = _replayed_or_checked(db, settings, request, owner, idempotency_key, caller)
+    if first is not None:
+        return first, False
+
     def planned() -> tuple[ModelRef, EvaluationPlan]:
         plan = plan_evaluation(request=request, settings=settings, spark=spark, db=db)
         return plan.model, plan
@@ -51,7 +59,7 @@ def submit_evaluation(
     body = pinned(request.model_dump(mode="json", exclude_none=True), model)
     limits = quotas.limits_for(settings=settings, owner=owner)
     return _submit(db, enqueue, JobType.EVALUATE, model, plan, body, owner=owner, idempotency_key=idempotency_key,
-                   limits=limits)  # fmt: skip
+                   limits=limits, fingerprint=fingerprint)  # fmt: skip
 
 
 def submit_prediction(
@@ -63,8 +71,12 @@ def submit_prediction(
     request: PredictRequest,
     owner: str = "anonymous",
     idempotency_key: str | None = None,
+    caller: Caller | None = None,
 ) -> tuple[Job, bool]:
     """A batch prediction: the stored request names the pinned version and the output path it will write."""
+    first, fingerprint = _replayed_or_checked(db, settings, request, owner, idempotency_key, caller)
+    if first is not None:
+        return first, False
 
     def planned() -> tuple[ModelRef, PredictionPlan, str]:
         plan = plan_prediction(request=request, settings=settings, spark=spark, db=db)
@@ -76,7 +88,25 @@ def submit_prediction(
     body = {**pinned(request.model_dump(mode="json", exclude_none=True), model), "output_uri": output}
     limits = quotas.limits_for(settings=settings, owner=owner)
     return _submit(db, enqueue, JobType.PREDICT, model, plan, body, owner=owner, idempotency_key=idempotency_key,
-                   limits=limits)  # fmt: skip
+                   limits=limits, fingerprint=fingerprint)  # fmt: skip
+
+
+def _replayed_or_checked(
+    db: sessionmaker[Session],
+    settings: Settings,
+    request: EvaluateRequest | PredictRequest,
+    owner: str,
+    idempotency_key: str | None,
+    caller: Caller | None,
+) -> tuple[Job | None, str]:
+    """(the job of a replayed Idempotency-Key, or None once the ``caller``'s access checks passed; the fingerprint of
+    the body as posted). The key is looked up before anything is checked or planned: a replay returns its job even
+    after an alias moved, a newer version was registered or the job wrote its ``output_uri``."""
+    fingerprint = jobs.posted_fingerprint(request)
+    first = jobs.replayed(db=db, owner=owner, idempotency_key=idempotency_key, fingerprint=fingerprint)
+    if first is None and caller is not None:
+        check_inference(db=db, model=request.model, dataset=request.dataset, caller=caller, settings=settings)
+    return first, fingerprint
 
 
 def _submit(
@@ -90,6 +120,7 @@ def _submit(
     owner: str,
     idempotency_key: str | None,
     limits: quotas.Limits,
+    fingerprint: str,
 ) -> tuple[Job, bool]:
     return jobs.submit(
         db=db,
@@ -103,4 +134,5 @@ def _submit(
         owner=owner,
         idempotency_key=idempotency_key,
         limits=limits,
+        fingerprint=fingerprint,
     )

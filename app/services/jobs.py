@@ -9,8 +9,9 @@ import json
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -24,13 +25,37 @@ from app.services import quotas
 from workers import plans
 from workers.families import task_name
 
+_T = TypeVar("_T")
+
 
 def new_id() -> str:
     return uuid.uuid4().hex
 
 
-def request_fingerprint(body: dict[str, Any]) -> str:
+def request_fingerprint(body: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def posted_fingerprint(request: BaseModel) -> str:
+    """The fingerprint an Idempotency-Key is checked against: the request as the client posted it (validated and
+    dumped canonically: defaults filled in, nulls left out), never as the server rewrote it for the job (a version
+    an alias or "newest" resolved to, a default output path), which changes between two posts of one body.
+
+    Jobs written before this rule hashed the stored request instead. For /train (and recipes) the two are the same;
+    a key first used for a request the server rewrote (batch /predict, /evaluate by alias or newest, /tune) before
+    the change answers its replay with a 409 as another body would."""
+    return request_fingerprint(request.model_dump(mode="json", exclude_none=True))
+
+
+def replayed(*, db: sessionmaker[Session], owner: str, idempotency_key: str | None, fingerprint: str) -> Job | None:
+    """The job an Idempotency-Key already names, looked up before the request is checked or planned: a replay
+    returns the first job whatever has changed since (an alias moved, an output path now written). None for a new
+    key (or none); the same key with another body is a 409."""
+    if idempotency_key is None:
+        return None
+    with db() as session:
+        existing = _job_by_key(session, owner, idempotency_key)
+        return None if existing is None else _same_request_or_conflict(existing, fingerprint)
 
 
 def create_job(
@@ -47,10 +72,12 @@ def create_job(
     slots: int = 1,
     parent_id: str | None = None,
     trial: int | None = None,
+    fingerprint: str | None = None,
 ) -> tuple[Job, bool]:
     """Insert a QUEUED job (:func:`submit` also queues it); returns ``(job, created)``. With an idempotency key,
-    the same key and body give back the first job (``created`` False) and the same key with another body is a 409."""
-    fingerprint = request_fingerprint(request)
+    the same key and body give back the first job (``created`` False) and the same key with another body is a 409.
+    ``fingerprint``: of the body as posted (:func:`posted_fingerprint`) where ``request`` is the server's rewrite."""
+    fingerprint = fingerprint or request_fingerprint(request)
     if idempotency_key is not None:
         existing = _job_by_key(session, owner, idempotency_key)
         if existing is not None:
@@ -117,6 +144,7 @@ def submit(
     slots: int | None = None,
     parent_id: str | None = None,
     trial: int | None = None,
+    fingerprint: str | None = None,
 ) -> tuple[Job, bool]:
     """Every kind of job starts here: write the QUEUED job with the request and the plan it was checked into
     (``plan``, a workers plan dataclass; the runner executes exactly it), commit, then send its message by explicit
@@ -126,7 +154,9 @@ def submit(
     When the broker refuses the message, the job becomes FAILED (ENQUEUE_FAILED) and the caller gets a 503: nothing
     stays queued that no consumer will ever see. ``limits`` are the owner's quotas: a job that could never fit its
     task slots is a 422, one over its queued jobs a 429 (app/services/quotas.py). ``slots`` overrides the plan's
-    (a tune job holds none); ``parent_id`` and ``trial`` make the job a trial of a tune job."""
+    (a tune job holds none); ``parent_id`` and ``trial`` make the job a trial of a tune job. ``fingerprint``: of
+    the body as posted, where ``request`` is not (:func:`posted_fingerprint`; callers look the key up first with
+    :func:`replayed`)."""
     slots = quotas.job_slots(plan) if slots is None else slots
     with quotas.owner_lock(db, owner, needed=bool(limits and limits.queued_jobs)) as session:
         repeated = idempotency_key is not None and _job_by_key(session, owner, idempotency_key) is not None
@@ -145,6 +175,7 @@ def submit(
             slots=slots,
             parent_id=parent_id,
             trial=trial,
+            fingerprint=fingerprint,
         )
         if created and model is not None:
             job.model_name, job.model_version = model
@@ -176,23 +207,35 @@ def get_job(*, session: Session, job_id: str) -> Job:
     return job
 
 
-def _encode_cursor(job: Job) -> str:
-    raw = f"{job.created_at.isoformat()}|{job.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def _encode(*parts: object) -> str:
+    return base64.urlsafe_b64encode("|".join(map(str, parts)).encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+def _decode(cursor: str, parse: Callable[[list[str]], _T]) -> _T:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        created, job_id = raw.split("|", 1)
-        if len(job_id) != 32 or any(c not in "0123456789abcdef" for c in job_id):
-            raise ValueError("not a job id")  # e.g. a NUL byte, which PostgreSQL refuses in a query
-        when = datetime.fromisoformat(created)
-        if when.tzinfo is None:
-            raise ValueError("no time zone")  # every cursor this service issues has one; the column refuses others
-        return when, job_id
+        return parse(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().split("|"))
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise BadRequest("The cursor is not one this service issued; start without it.") from exc
+
+
+def encode_cursor(created_at: datetime, row_id: str) -> str:
+    """The cursor after a row of a newest-first list (jobs, datasets): its creation time and id."""
+    return _encode(created_at.isoformat(), row_id)
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """(created_at, id) of :func:`encode_cursor`; a 400 for anything this service did not issue."""
+    return _decode(cursor, _created_and_id)
+
+
+def _created_and_id(parts: list[str]) -> tuple[datetime, str]:
+    created, row_id = parts
+    if len(row_id) != 32 or any(c not in "0123456789abcdef" for c in row_id):
+        raise ValueError("not an id")  # e.g. a NUL byte, which PostgreSQL refuses in a query
+    when = datetime.fromisoformat(created)
+    if when.tzinfo is None:
+        raise ValueError("no time zone")  # every cursor this service issues has one; the column refuses others
+    return when, row_id
 
 
 def list_jobs(
@@ -213,11 +256,11 @@ def list_jobs(
     if owner is not None:
         stmt = stmt.where(Job.owner == owner)
     if cursor:
-        created, job_id = _decode_cursor(cursor)
+        created, job_id = decode_cursor(cursor)
         stmt = stmt.where(or_(Job.created_at < created, and_(Job.created_at == created, Job.id < job_id)))
     rows = session.scalars(stmt.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1)).all()
     page = rows[:limit]
-    next_cursor = _encode_cursor(page[-1]) if len(rows) > limit else None
+    next_cursor = encode_cursor(page[-1].created_at, page[-1].id) if len(rows) > limit else None
     return page, next_cursor
 
 
@@ -312,12 +355,41 @@ def list_metrics(
     since_step: int | None = None,
     limit: int = 10000,
 ) -> Sequence[JobMetric]:
+    return page_metrics(session=session, job_id=job_id, key=key, since_step=since_step, limit=limit)[0]
+
+
+def _step_and_id(parts: list[str]) -> tuple[int, int]:
+    tag, step, point_id = parts
+    # the tag refuses another list's cursor; int() would take "+1", " 1" and "1_0": only plain digits are ours
+    if tag != "m1" or not step.removeprefix("-").isdigit() or not point_id.isdigit():
+        raise ValueError("not a metrics cursor")
+    if not (-(2**31) <= int(step) < 2**31 and int(point_id) < 2**63):
+        raise ValueError("out of range")  # of the columns (32-bit step, 64-bit id): PostgreSQL refuses the query
+    return int(step), int(point_id)
+
+
+def page_metrics(
+    *,
+    session: Session,
+    job_id: str,
+    key: str | None = None,
+    since_step: int | None = None,
+    limit: int = 10000,
+    cursor: str | None = None,
+) -> tuple[Sequence[JobMetric], str | None]:
+    """Points in (step, id) order, and the cursor that continues exactly after the last one (None at the end): a
+    page may end inside a step, which ``since_step`` (strictly after a step) could not continue."""
     stmt = select(JobMetric).where(JobMetric.job_id == job_id)
     if key is not None:
         stmt = stmt.where(JobMetric.key == key)
     if since_step is not None:
         stmt = stmt.where(JobMetric.step > since_step)
-    return session.scalars(stmt.order_by(JobMetric.step, JobMetric.id).limit(limit)).all()
+    if cursor:
+        step, point_id = _decode(cursor, _step_and_id)
+        stmt = stmt.where(or_(JobMetric.step > step, and_(JobMetric.step == step, JobMetric.id > point_id)))
+    rows = session.scalars(stmt.order_by(JobMetric.step, JobMetric.id).limit(limit + 1)).all()
+    page = rows[:limit]
+    return page, _encode("m1", page[-1].step, page[-1].id) if len(rows) > limit else None
 
 
 def add_log(*, session: Session, job_id: str, message: str, level: str = "INFO") -> None:

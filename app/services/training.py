@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.core.auth import Caller
 from app.core.jobstates import JobType
 from app.core.settings import Settings
 from app.db.models import Job
 from app.schemas.train import TrainRequest
 from app.services import jobs, quotas
+from app.services.access import check_train
 from app.services.datasets.deferred import plan_or_defer
 from app.services.planning.training import plan_deferred, plan_training
 
@@ -39,10 +41,18 @@ def submit_training(
     request: TrainRequest,
     owner: str = "anonymous",
     idempotency_key: str | None = None,
+    caller: Caller | None = None,
 ) -> tuple[Job, bool]:
     """Check the request (422 naming the field), then write the QUEUED job with its plan, commit and enqueue.
     Returns ``(job, created)``. No Spark job runs here: checks that need one are left to the job
-    (app/services/datasets/deferred.py), and the stored plan says which."""
+    (app/services/datasets/deferred.py), and the stored plan says which. An Idempotency-Key already used for
+    this body returns its job before anything is checked (``caller``: the access checks of the route)."""
+    fingerprint = jobs.posted_fingerprint(request)
+    first = jobs.replayed(db=db, owner=owner, idempotency_key=idempotency_key, fingerprint=fingerprint)
+    if first is not None:
+        return first, False
+    if caller is not None:
+        check_train(db=db, request=request, caller=caller, settings=settings)
     plan = plan_in_request(request=request, settings=settings, spark=spark, db=db)
     return jobs.submit(
         db=db,
@@ -55,4 +65,5 @@ def submit_training(
         owner=owner,
         idempotency_key=idempotency_key,
         limits=quotas.limits_for(settings=settings, owner=owner),
+        fingerprint=fingerprint,
     )

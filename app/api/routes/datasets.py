@@ -64,12 +64,22 @@ def register(
     return to_dataset_read(row)
 
 
-@router.get("/datasets", response_model=DatasetPage, summary="Registered datasets, newest first")
+@router.get(
+    "/datasets",
+    response_model=DatasetPage,
+    summary="Registered datasets, newest first",
+    description="At most `limit` datasets; `next_cursor` (null on the last page) passed as `cursor` gives the next "
+    "ones, as `GET /jobs` pages. A cursor this service did not issue is a 400.",
+    responses={400: {"description": "A `cursor` this service did not issue."}},
+)
 def list_datasets(
-    session: SessionDep, caller: CallerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    session: SessionDep,
+    caller: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> DatasetPage:
-    rows = registry.list_datasets(session=session, limit=limit, owner=caller.scope)
-    return DatasetPage(items=[to_dataset_read(r) for r in rows])
+    rows, next_cursor = registry.page_datasets(session=session, limit=limit, cursor=cursor, owner=caller.scope)
+    return DatasetPage(items=[to_dataset_read(r) for r in rows], next_cursor=next_cursor)
 
 
 @router.get("/datasets/{dataset_id}", response_model=DatasetRead, summary="One dataset: schema, rows, samples")

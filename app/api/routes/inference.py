@@ -14,7 +14,6 @@ from app.core.auth import Caller
 from app.schemas.inference import EvaluateRequest, PredictRequest, PredictResponse
 from app.schemas.jobs import JobRead
 from app.services import inference, online
-from app.services.access import check_inference
 
 router = APIRouter(tags=["inference"])
 
@@ -73,7 +72,6 @@ def evaluate(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
-    check_inference(db=rt.db, model=request.model, dataset=request.dataset, caller=caller, settings=rt.settings)
     job, _ = inference.submit_evaluation(
         db=rt.db,
         settings=rt.settings,
@@ -82,6 +80,7 @@ def evaluate(
         request=request,
         owner=caller.owner,
         idempotency_key=idempotency_key,
+        caller=caller,
     )
     return _queued(job, response)
 
@@ -129,7 +128,6 @@ def _answer_in_loop(request: PredictRequest, rt: Any, caller: Caller) -> bool:
 
 
 def _submit_batch(request: PredictRequest, rt: Any, caller: Caller, key: str | None, response: Response) -> JobRead:
-    check_inference(db=rt.db, model=request.model, dataset=request.dataset, caller=caller, settings=rt.settings)
     job, _ = inference.submit_prediction(
         db=rt.db,
         settings=rt.settings,
@@ -138,6 +136,7 @@ def _submit_batch(request: PredictRequest, rt: Any, caller: Caller, key: str | N
         request=request,
         owner=caller.owner,
         idempotency_key=key,
+        caller=caller,
     )
     return _queued(job, response)
 

@@ -85,7 +85,17 @@ def _read_job(rt: ServiceRuntime, job_id: str, caller: Caller) -> JobRead:
         return to_job_read(job_of(session=session, job_id=job_id, caller=caller))
 
 
-@router.get("/jobs/{job_id}/metrics", response_model=MetricsRead, summary="Step metrics, readable while it runs")
+@router.get(
+    "/jobs/{job_id}/metrics",
+    response_model=MetricsRead,
+    summary="Step metrics, readable while it runs",
+    description="Points in step order (ties in the order they were written). At most `limit` points per answer: "
+    "`next_cursor` is null when the answer holds the last point there is now, else pass it as `cursor` (with the "
+    "same `key` and `since_step`) for the points after them. Paging by cursor returns every point exactly once, "
+    "in order, whatever the limit; `since_step` alone cannot continue a page that ended inside a step. A cursor "
+    "this service did not issue is a 400.",
+    responses={400: {"description": "A `cursor` this service did not issue."}},
+)
 def get_metrics(
     job_id: str,
     session: SessionDep,
@@ -93,14 +103,20 @@ def get_metrics(
     key: Annotated[str | None, Query(max_length=100)] = None,
     since_step: Annotated[int | None, Query(ge=-INT32, le=INT32, description="Only steps after this one.")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+    cursor: Annotated[
+        str | None, Query(max_length=200, description="A `next_cursor`: the points after the page it ended.")
+    ] = None,
 ) -> MetricsRead:
     job_of(session=session, job_id=job_id, caller=caller)
-    rows = jobs.list_metrics(session=session, job_id=job_id, key=key, since_step=since_step, limit=limit)
+    rows, next_cursor = jobs.page_metrics(
+        session=session, job_id=job_id, key=key, since_step=since_step, limit=limit, cursor=cursor
+    )
     return MetricsRead(
         metrics=[
             MetricPoint(key=m.key, step=m.step, epoch=m.epoch, value=m.value, worker=m.worker, time=m.time)
             for m in rows
-        ]
+        ],
+        next_cursor=next_cursor,
     )
 
 

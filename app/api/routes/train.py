@@ -10,7 +10,6 @@ from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
 from app.api.routes.jobs import to_job_read
 from app.schemas.jobs import JobRead
 from app.schemas.train import TRAIN_EXAMPLES, TrainRequest
-from app.services.access import check_train
 from app.services.training import submit_training
 
 router = APIRouter(tags=["train"])
@@ -37,7 +36,6 @@ def train(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
-    check_train(db=rt.db, request=request, caller=caller, settings=rt.settings)
     job, _created = submit_training(
         db=rt.db,
         settings=rt.settings,
@@ -46,6 +44,7 @@ def train(
         request=request,
         owner=caller.owner,
         idempotency_key=idempotency_key,
+        caller=caller,
     )
     response.headers["Location"] = f"/jobs/{job.id}"
     return to_job_read(job)

@@ -10,8 +10,7 @@ from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
 from app.api.routes.jobs import to_job_read
 from app.schemas.jobs import JobRead
 from app.schemas.tune import TUNE_EXAMPLE, TuneRequest
-from app.services.access import check_train
-from app.services.tuning.submit import check_trials, submit_tune, train_request
+from app.services.tuning.submit import submit_tune
 
 router = APIRouter(tags=["tune"])
 
@@ -38,9 +37,6 @@ def tune(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
-    base = train_request({**request.base, "name": request.name}, "base")
-    check_train(db=rt.db, request=base, caller=caller, settings=rt.settings)
-    check_trials(db=rt.db, request=request, caller=caller, settings=rt.settings)
     job, _created = submit_tune(
         db=rt.db,
         settings=rt.settings,
@@ -49,6 +45,7 @@ def tune(
         request=request,
         owner=caller.owner,
         idempotency_key=idempotency_key,
+        caller=caller,
     )
     response.headers["Location"] = f"/jobs/{job.id}"
     return to_job_read(job)

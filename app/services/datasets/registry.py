@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import NotFound, ValidationFailed
@@ -33,6 +33,7 @@ from app.services.datasets.schema import (
     not_parquet,
     reader_options,
 )
+from app.services.jobs import decode_cursor, encode_cursor
 from workers.data.spec import CORRUPT
 
 if TYPE_CHECKING:
@@ -242,8 +243,23 @@ def get_dataset(*, session: Session, dataset_id: str, owner: str | None = None) 
 
 
 def list_datasets(*, session: Session, limit: int = 100, owner: str | None = None) -> Sequence[Dataset]:
+    return page_datasets(session=session, limit=limit, owner=owner)[0]
+
+
+def page_datasets(
+    *, session: Session, limit: int = 100, cursor: str | None = None, owner: str | None = None
+) -> tuple[Sequence[Dataset], str | None]:
+    """Newest first (``owner``'s; None: anyone's); a page and the cursor of the next one (None at the end), the
+    cursors of ``GET /jobs`` (a bad one is a 400)."""
     stmt = select(Dataset) if owner is None else select(Dataset).where(Dataset.owner == owner)
-    return session.scalars(stmt.order_by(Dataset.created_at.desc()).limit(limit)).all()
+    if cursor:
+        created, dataset_id = decode_cursor(cursor)
+        stmt = stmt.where(
+            or_(Dataset.created_at < created, and_(Dataset.created_at == created, Dataset.id < dataset_id))
+        )
+    rows = session.scalars(stmt.order_by(Dataset.created_at.desc(), Dataset.id.desc()).limit(limit + 1)).all()
+    page = rows[:limit]
+    return page, encode_cursor(page[-1].created_at, page[-1].id) if len(rows) > limit else None
 
 
 def registered(session: Session, uri: str) -> Dataset | None:

@@ -165,9 +165,19 @@ def submit_tune(
     request: TuneRequest,
     owner: str = "anonymous",
     idempotency_key: str | None = None,
+    caller: Caller | None = None,
 ) -> tuple[Job, bool]:
     """Check the search (422 naming the field, nothing written), then write the QUEUED ``tune`` job and queue it.
-    The tune job holds no task slots: its trials do, each as the training job it is."""
+    The tune job holds no task slots: its trials do, each as the training job it is. An Idempotency-Key already
+    used for this body returns its job before anything is checked (``caller``: the access checks of the route)."""
+    fingerprint = jobs.posted_fingerprint(request)
+    first = jobs.replayed(db=db, owner=owner, idempotency_key=idempotency_key, fingerprint=fingerprint)
+    if first is not None:
+        return first, False
+    if caller is not None:
+        check_train(db=db, request=train_request({**request.base, "name": request.name}, "base"), caller=caller,
+                    settings=settings)  # fmt: skip
+        check_trials(db=db, request=request, caller=caller, settings=settings)
     train, _, task = check(request=request, settings=settings, spark=spark, db=db)
     return jobs.submit(
         db=db,
@@ -180,4 +190,5 @@ def submit_tune(
         idempotency_key=idempotency_key,
         limits=quotas.limits_for(settings=settings, owner=owner),
         slots=0,
+        fingerprint=fingerprint,
     )
