@@ -53,6 +53,10 @@ def submit_gpu_smoke(
     idempotency_key: str | None = None,
     settings: Settings | None = None,
 ) -> tuple[Job, bool]:
+    fingerprint = jobs.request_fingerprint(request.model_dump(mode="json"))  # as stored before: old keys replay
+    first = jobs.replayed(db=db, owner=owner, idempotency_key=idempotency_key, fingerprint=fingerprint)
+    if first is not None:  # a replay returns its job, whatever the cluster has become since
+        return first, False
     check_gpu_smoke(spark=spark, request=request)
     return jobs.submit(
         db=db,

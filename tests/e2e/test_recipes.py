@@ -96,3 +96,23 @@ def test_gpu_smoke_is_documented(service: Service) -> None:
     assert set(post["requestBody"]["content"]["application/json"]["examples"]) >= {"article", "quick"}
     assert {"202", "422"} <= set(post["responses"])
     assert "recipe" in schema["components"]["schemas"]["JobType"]["enum"]
+
+
+def test_a_replayed_key_returns_its_job_whatever_the_cluster_has_become(service: Service) -> None:
+    """The key is looked up before the cluster is checked: a smoke test queued while the cluster had GPUs comes
+    back on a replay after they are gone (here: a job written as if it had been queued then)."""
+    from app.db.session import transaction
+    from app.schemas.recipes import GpuSmokeRequest
+    from app.services import jobs
+
+    body = {"rows": 1000, "device": "cuda"}
+    stored = GpuSmokeRequest.model_validate(body).model_dump(mode="json")
+    with transaction(service.runtime.db) as s:
+        first, _ = jobs.create_job(session=s, job_type="recipe", request=stored, name="gpu-smoke",
+                                   idempotency_key="smoke-1")  # fmt: skip
+        first_id = first.id
+        first.status = "SUCCEEDED"
+    replay = service.client.post(PATH, json=body, headers={"Idempotency-Key": "smoke-1"})
+    assert replay.status_code == 202 and replay.json()["id"] == first_id, replay.text
+    other = service.client.post(PATH, json={**body, "rows": 2000}, headers={"Idempotency-Key": "smoke-1"})
+    assert other.status_code == 409, other.text
