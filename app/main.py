@@ -14,6 +14,7 @@ from app.api.auth import install_keyring
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.event_hub import EventHub
+from app.api.http_semantics import HttpSemantics, prepare_routes
 from app.api.middleware import RequestGuard
 from app.api.openapi import install_openapi
 from app.api.ratelimit import RateLimit
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from app.runtime import start_runtime
 
+        prepare_routes(app)
         resolved = settings or load_settings()
         logging.getLogger("sparktrain").setLevel(resolved.log_level)
         install_keyring(app, KeyRing(resolved.api_keys), public_metrics=resolved.metrics_public)
@@ -85,7 +87,13 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
         lifespan=lifespan,
         docs_url=None,  # served from local assets instead of a CDN: app/api/docs.py
         redoc_url=None,
+        # A trailing slash is a 404 that names the path without it (app/api/errors.py), not Starlette's 307: a
+        # redirect is invisible to a client that does not follow it (curl without -L saw an empty 307), makes a client
+        # that does re-send a POST's body (or turn it into a GET), and serving both spellings would give each resource
+        # two URLs, which relative links, caches, public paths and the metrics' route labels would all tell apart.
+        redirect_slashes=False,
     )
+    app.add_middleware(HttpSemantics)  # innermost: HEAD as GET, strict query parameters (after the guard's 401)
     app.add_middleware(RateLimit)  # inside the guard: it needs the caller the guard identified
     app.add_middleware(RequestGuard, max_body_bytes=MAX_BODY_BYTES)
     app.state.telemetry = Telemetry()

@@ -10,7 +10,9 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.core.errors import PROBLEM_BASE, AppError, message
 from app.services.health import DATABASE_AWAY
@@ -98,8 +100,21 @@ def _allowed_methods(request: Request, given: str | None) -> str:
         if re.fullmatch(pattern, request.url.path):
             methods |= {m.upper() for m in item if m in _METHODS}
     if "GET" in methods:
-        methods.add("HEAD")  # Starlette answers HEAD wherever it answers GET
+        methods.add("HEAD")  # app/api/http_semantics.py answers HEAD wherever GET is answered
     return ", ".join(sorted(methods))
+
+
+def _without_slash(request: Request) -> str | None:
+    """The path without its trailing slash(es) when a route answers there (a 404 names it; app/main.py says why
+    there is no redirect)."""
+    path = request.scope.get("path", "")
+    if len(path) < 2 or not path.endswith("/"):
+        return None
+    scope = {**request.scope, "path": path.rstrip("/") or "/"}
+    for context in iter_route_contexts(list(request.app.routes)):
+        if context.matches(scope)[0] != Match.NONE:
+            return str(scope["path"])
+    return None
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -109,6 +124,12 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     headers = getattr(exc, "headers", None)
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"No endpoint at {request.method} {request.url.path}; see /docs for the API."
+        without = _without_slash(request)
+        if without is not None:
+            detail = (
+                f"No endpoint at {request.method} {request.url.path}: the path is {without}, without the trailing "
+                "slash (requests are not redirected)."
+            )
     if exc.status_code == 405:
         allowed = _allowed_methods(request, (headers or {}).get("Allow"))
         headers = {**(headers or {}), "Allow": allowed}

@@ -423,6 +423,8 @@ def request_cancel(*, session: Session, job_id: str) -> tuple[Job, bool]:
                 finished_at=now,
                 error_reason="CANCELLED",
                 error_message="cancelled before it started",
+                progress_message="cancelled before it started",  # not what a queued attempt last said
+                waiting_for=None,
             )
         elif status in (JobStatus.STARTING, JobStatus.RUNNING):
             won = transition(

@@ -67,6 +67,7 @@ def test_cancel_a_queued_and_a_running_job_twice_each(svc: Service) -> None:
     first, again = _cancel(svc, queued), _cancel(svc, queued)
     assert first["status"] == again["status"] == "CANCELLED"
     assert first["error"] == again["error"] == {"reason": "CANCELLED", "message": "cancelled before it started"}
+    assert first["progress_message"] == "cancelled before it started"  # not what it said while queued (audit)
 
     stopping = _cancel(svc, running)
     assert stopping["status"] in ("CANCELLING", "CANCELLED")

@@ -152,6 +152,19 @@ def test_cancel_from_each_active_state(db: Any, start: list[JobStatus], expected
         assert (job.status, now) == (expected, False)
 
 
+def test_a_queued_job_cancelled_says_so_and_waits_for_no_quota(db: Any) -> None:
+    """A cancelled queued job kept what its last attempt said ("checking the executors") and its waiting_for."""
+    job_id = _create(db)
+    with transaction(db) as s:
+        row = jobs.get_job(session=s, job_id=job_id)
+        row.progress_message, row.waiting_for = "checking the executors", "task_slots"
+    with transaction(db) as s:
+        job, _ = jobs.request_cancel(session=s, job_id=job_id)
+    with db() as s:
+        job = jobs.get_job(session=s, job_id=job_id)
+        assert (job.progress_message, job.waiting_for) == ("cancelled before it started", None)
+
+
 @pytest.mark.parametrize("final", [JobStatus.SUCCEEDED, JobStatus.FAILED])
 def test_cancel_finished_job_conflicts(db: Any, final: JobStatus) -> None:
     job_id = _create(db)
