@@ -35,6 +35,13 @@ class Distribution(Body):
             raise ValueError("an int distribution needs whole low and high")
         if self.type == "int" and self.step is not None and not float(self.step).is_integer():
             raise ValueError("an int distribution needs a whole step")
+        if self.type == "loguniform" and self.step is not None:
+            raise ValueError("a loguniform distribution takes no step (Optuna's neither)")
+        if self.step is not None:  # Optuna would quietly move high down onto the grid
+            steps = (self.high - self.low) / self.step
+            if abs(steps - round(steps)) > 1e-9 * max(1.0, abs(steps)):
+                below = self.low + int(steps) * self.step
+                raise ValueError(f"high must be low plus a whole number of steps: {below:g} or {below + self.step:g}")
         return self
 
     def extremes(self) -> list[Any]:

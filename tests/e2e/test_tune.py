@@ -253,6 +253,16 @@ def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -
         ({"space": lr, "sampler": "grid"}, "sampler"),
         ({"space": lr, "metric": "auc_roc"}, "metric"),  # no trial reports it: each would end without a metric
         ({"space": lr, "metric": "rmse"}, "metric"),  # a torch classifier reports loss and accuracy
+        # audit (2026-12-06): a choice on a missing path was a 500; a uniform over an integer field passed at its
+        # whole ends and every trial failed; a search over the name registered the trials elsewhere and then failed
+        ({"space": {"training.foo.bar": {"type": "choice", "values": [1, 2]}}}, "space.training.foo.bar"),
+        ({"space": {"network.layers.5.units": {"type": "choice", "values": [16, 32]}}}, "space.network.layers.5.units"),
+        ({"space": {"network.layers.0.activation.x": {"type": "choice", "values": ["relu"]}}},
+         "space.network.layers.0.activation.x"),
+        ({"space": {"training.epochs": {"type": "uniform", "low": 1, "high": 3}}}, "space.training.epochs"),
+        ({"space": {"name": {"type": "choice", "values": ["n1", "n2"]}}}, "space.name"),
+        ({"space": {"framework": {"type": "choice", "values": ["torch"]}}}, "space.framework"),
+        ({"space": {"training.epochs": {"type": "int", "low": 1, "high": 20_001}}, "sampler": "grid"}, "space"),
     ]  # fmt: skip
     for search, loc in cases:
         response = svc.client.post("/tune", json=_tune("tune-bad", **search))

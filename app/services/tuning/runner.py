@@ -160,7 +160,7 @@ class _Search:
                 number = self.next_number
                 if self.points is not None:
                     self.study.enqueue_trial(self.points[number])
-                trial = self.study.ask(self.dists)
+                trial = ask(self.study, self.tune, number, self.dists)
                 params = {path: trial.params[path] for path in self.tune.space}
                 self.next_number += 1
             else:
@@ -334,12 +334,23 @@ def _state(name: str) -> Any:
     return optuna.trial.TrialState.PRUNED if name == "PRUNED" else optuna.trial.TrialState.FAIL
 
 
-def _sampler(tune: TuneRequest) -> Any:
+def _sampler(tune: TuneRequest, number: int | None = None) -> Any:
+    """The study's sampler; with a seed, ``number``'s own: seeded from the search's seed and the trial number."""
     import optuna
 
+    seed = tune.seed if tune.seed is None or number is None else (tune.seed * 1_000_003 + number) % 2**32
     if tune.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=tune.seed, n_startup_trials=min(10, max(2, tune.trials // 4)))
-    return optuna.samplers.RandomSampler(seed=tune.seed)  # grid: every point enqueued in the listed order
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, tune.trials // 4)))
+    return optuna.samplers.RandomSampler(seed=seed)  # grid: every point enqueued in the listed order
+
+
+def ask(study: Any, tune: TuneRequest, number: int, dists: dict[str, Any]) -> Any:
+    """Trial ``number`` of the study. With a seed, each trial's draws come from a generator seeded for it: one
+    generator for the whole search started over when a resumed search built its sampler again, and trials 4 and 5
+    of a search resumed after trial 3 drew what trials 0 and 1 had. An enqueued trial (grid, resume) takes no draw."""
+    if tune.seed is not None:
+        study.sampler = _sampler(tune, number)
+    return study.ask(dists)
 
 
 def _pruner(tune: TuneRequest) -> Any:

@@ -67,18 +67,22 @@ def to_optuna(dist: Distribution) -> BaseDistribution:
     return FloatDistribution(low, high, step=dist.step)
 
 
+MAX_GRID_AXIS = 10_000
+
+
 def grid(space: dict[str, Distribution]) -> list[dict[str, Any]] | None:
-    """Every point of a grid search, in the order the values are listed (None: a range without a grid)."""
+    """Every point of a grid search, in the order the values are listed (None: a range without a grid; ValueError:
+    an axis of more than MAX_GRID_AXIS points)."""
     axes: list[list[Any]] = []
-    for dist in space.values():
+    for path, dist in space.items():
         if dist.type == "choice":
             axes.append(list(dist.values or []))
         elif dist.type == "int" or (dist.type == "uniform" and dist.step is not None):
             low, high, step = float(dist.low or 0), float(dist.high or 0), float(dist.step or 1)
-            count = int((high - low) // step) + 1
-            if count > 10_000:
-                return None
-            points = [low + i * step for i in range(count)]
+            count = round((high - low) / step) + 1  # not //: (0.3 - 0.1) // 0.1 is 1.0, which lost 0.3
+            if count > MAX_GRID_AXIS:
+                raise ValueError(f"{path}: {count:,} grid points; a grid axis takes at most {MAX_GRID_AXIS:,}")
+            points = [round(low + i * step, 12) for i in range(count)]  # 0.30000000000000004 is 0.3
             axes.append([int(p) for p in points] if dist.type == "int" else points)
         else:
             return None

@@ -78,11 +78,41 @@ def _located(exc: AppError, loc: str, what: str = "") -> ValidationFailed:
     return ValidationFailed.at(at, f"{what}: {exc.detail}" if what else exc.detail, inner=inner)
 
 
+_FIXED = {"name": "every trial registers its version under the tune's name", "framework": "the leaderboard "
+          "ranks one family's trials by one metric: run a search per framework"}  # fmt: skip
+
+
+def check_space(request: TuneRequest, base: dict[str, Any]) -> None:
+    """The paths name values of the base body that a search may vary, and a range without a step samples values
+    its field takes (a uniform over an integer field passed at its whole ends, then every trial failed)."""
+    for path, dist in request.space.items():
+        loc = f"space.{path}"
+        if path in _FIXED:
+            raise ValidationFailed.at(loc, f"{path} cannot be searched: {_FIXED[path]}")
+        if not spaces.exists(base, path):
+            missing = f"no such path in the base body (dotted keys, list indices): give base.{path} a value first"
+            raise ValidationFailed.at(loc, missing)
+        if dist.type == "uniform" and dist.step is None and dist.high != dist.low:
+            inside = float(dist.low or 0) + (float(dist.high or 0) - float(dist.low or 0)) * 0.377
+            try:
+                TrainRequest.model_validate(spaces.substitute(base, {path: inside}))
+            except ValidationError as exc:
+                raise ValidationFailed.at(
+                    loc, f"a value inside the range ({inside:.4g}) makes an invalid body: {message(exc.errors()[0])}; "
+                    "for whole numbers use type int"
+                ) from None  # fmt: skip
+    try:
+        spaces.grid(request.space) if request.sampler == "grid" else None
+    except ValueError as exc:
+        raise ValidationFailed.at("space", str(exc)) from None
+
+
 def check_trials(*, db: sessionmaker[Session], request: TuneRequest, caller: Caller, settings: Settings) -> None:
     """What a trial may name is the caller's, as for ``POST /train``: every value of a ``choice`` is checked in the
     body it makes (a model name, a dataset id, a checkpoint to resume from); the other distributions sample numbers,
     which name nothing. A refusal names the space path (409 for a model name another owner holds)."""
     base = {**request.base, "name": request.name}
+    check_space(request, base)
     for path, dist in request.space.items():
         if dist.type != "choice":
             continue
@@ -103,10 +133,7 @@ def check(
     base's task as planned (None while its data checks are deferred to the job)."""
     base = {**request.base, "name": request.name}
     train = train_request(base, "base")
-    for path in request.space:
-        if not spaces.exists(base, path):
-            missing = f"no such path in the base body (dotted keys, list indices): give base.{path} a value first"
-            raise ValidationFailed.at(f"space.{path}", missing)
+    check_space(request, base)
     if request.trials > settings.max_trials:
         raise ValidationFailed.at(
             "trials", f"{request.trials} trials asked for; this service runs at most {settings.max_trials} per search "

@@ -108,3 +108,26 @@ def test_a_resumed_study_keeps_finished_trials_and_attaches_to_running_ones(db: 
 
     with pytest.raises(IntegrityError), transaction(db) as s:  # one job per trial number, whatever resumes
         jobs.create_job(session=s, job_type="train", request={}, parent_id=tune_id, trial=2)
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_seeded_search_resumed_draws_what_it_would_have_drawn(sampler: str) -> None:
+    """A resumed search built its sampler again, and its one generator started over: trials 4 and 5 of a random
+    search resumed after trial 3 drew trials 0 and 1's parameters (audit, 2026-12-06). Each trial's draws now come
+    from a generator seeded for that trial number (TPE's first trials are random draws too)."""
+    import optuna
+
+    from app.services.tuning.runner import _sampler, ask
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = {**SPACE, "network.layers.0.units": {"type": "int", "low": 16, "high": 256, "step": 16}}
+    tune = TuneRequest.model_validate({"name": "s", "base": digits_job("s", epochs=1, workers=1), "space": space,
+                                       "trials": 40, "sampler": sampler, "seed": 11})  # fmt: skip
+    dists = {path: spaces.to_optuna(d) for path, d in tune.space.items()}
+    straight = optuna.create_study(sampler=_sampler(tune))
+    drawn = [ask(straight, tune, n, dists).params for n in range(6)]
+    assert len({tuple(sorted(p.items())) for p in drawn}) == 6
+    resumed = optuna.create_study(sampler=_sampler(tune))  # as rebuild() makes it: the first three trials finished
+    for params in drawn[:3]:
+        resumed.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=0.5))
+    assert [ask(resumed, tune, n, dists).params for n in range(3, 6)] == drawn[3:]

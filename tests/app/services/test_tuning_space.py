@@ -41,6 +41,12 @@ def test_grid_in_listed_order_and_none_for_continuous_ranges() -> None:
     )
     assert grid == [{"a": 0.1, "b": 1}, {"a": 0.1, "b": 3}, {"a": 0.01, "b": 1}, {"a": 0.01, "b": 3}]
     assert space.grid({"a": Distribution(type="loguniform", low=1e-4, high=1e-2)}) is None
+    # (0.3 - 0.1) // 0.1 is 1.0: the last point was lost, and the others carried float noise (audit, 2026-12-06)
+    assert space.grid({"lr": Distribution(type="uniform", low=0.1, high=0.3, step=0.1)}) == [
+        {"lr": 0.1}, {"lr": 0.2}, {"lr": 0.3}
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="20,000 grid points"):
+        space.grid({"n": Distribution(type="int", low=1, high=20_000)})
 
 
 def test_distributions_are_checked_and_map_to_optuna() -> None:
@@ -52,6 +58,9 @@ def test_distributions_are_checked_and_map_to_optuna() -> None:
         {"type": "int", "low": 1.5, "high": 3},
         {"type": "choice"},
         {"type": "uniform", "low": 2, "high": 1},
+        {"type": "loguniform", "low": 1e-4, "high": 1e-1, "step": 1e-3},  # Optuna refuses it; it was ignored
+        {"type": "int", "low": 16, "high": 60, "step": 16},  # Optuna moves high to 48 without a word
+        {"type": "uniform", "low": 0.1, "high": 0.35, "step": 0.1},
     ):
         with pytest.raises(ValidationError):
             Distribution.model_validate(bad)
