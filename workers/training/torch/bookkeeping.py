@@ -60,8 +60,8 @@ def diverged(comm: Comm, model: torch.nn.Module, where: str, checksum: float | N
     ranks = [r for r, row in enumerate(sums) if row[0] != sums[0][0]]
     return (
         f"the workers' replicas differ {where}: tensor {differ!r} on workers {ranks} is not bitwise what worker 0 "
-        "holds; the checkpoints written so far are kept. Every worker must run the same code, network, seed and library "
-        "versions; if they do, please report this"
+        "holds; the checkpoints written so far are kept. Every worker must run the same code, network, seed and "
+        "library versions; if they do, please report this"
     )
 
 
@@ -69,7 +69,8 @@ def non_finite_message(exc: NonFiniteUpdate, epoch: int) -> str:
     return (
         f"the update of parameter {exc.parameter!r} became {exc.kind} on worker {exc.worker} at step {exc.step} "
         f"(epoch {epoch + 1}) while the loss was finite: nothing of it can be sent, so that parameter would "
-        "freeze. The checkpoints written so far are kept; lower the learning rate or look for extreme values in the data"
+        "freeze. The checkpoints written so far are kept; lower the learning rate or look for extreme values in the "
+        "data"
     )
 
 
