@@ -49,7 +49,7 @@ def test_random_search_ends_with_a_leaderboard_and_the_best_alias(svc: Service) 
         "training.optimizer.learning_rate": {"type": "loguniform", "low": 3e-3, "high": 3e-2},
         "network.layers.0.units": {"type": "int", "low": 16, "high": 32, "step": 16},
     }
-    job = _post(svc, _tune("tune-random", space=space, sampler="random", seed=3, trials=3, parallel=2,
+    job = _post(svc, _tune("tune-random", space=space, sampler="random", seed=6, trials=3, parallel=2,
                            metric="accuracy"))  # fmt: skip
     assert job["type"] == "tune" and job["status"] == "QUEUED"
     assert job["id"] in [j["id"] for j in svc.client.get("/jobs", params={"type": "tune"}).json()["items"]]
@@ -297,6 +297,9 @@ def test_cancel_stops_the_running_trial_and_keeps_the_finished_one(svc: Service)
     assert response.status_code == 202, response.text
     done = wait_final(svc.client, tune["id"], timeout=120)
     assert done["status"] == "CANCELLED", done
+    # the leaderboard so far stays: it was the result while the search ran (a cancelled search had none)
+    board = done["result"]["leaderboard"]
+    assert done["result"]["partial"] and [(r["trial"], r["state"]) for r in board] == [(0, "COMPLETE")], done
     stopped = wait_final(svc.client, running["id"], timeout=120)
     assert stopped["status"] == "CANCELLED" and stopped["model"] is None
     kept = svc.client.get(f"/jobs/{children[0]['id']}").json()

@@ -62,6 +62,18 @@ def importances(study: optuna.Study) -> dict[str, float] | None:
         return None
 
 
+def partial(records: list[TrialRecord], *, metric: str, mode: str, trials: int, framework: str) -> dict[str, Any]:
+    """The result a running search shows (and a cancelled one keeps): its finished trials ranked so far."""
+    return {
+        "partial": True,
+        "metric": metric,
+        "mode": mode,
+        "trials": trials,
+        "finished": len(records),
+        "leaderboard": [r.row(framework) for r in leaderboard(records, mode)],
+    }
+
+
 def outcome(
     ctx: Any,
     study: optuna.Study,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import AppError, TooManyRequests
@@ -34,7 +34,7 @@ from app.schemas.tune import TuneRequest
 from app.services import jobs, quotas
 from app.services.planning.training import plan_training
 from app.services.tuning import space as spaces
-from app.services.tuning.report import TrialRecord, outcome
+from app.services.tuning.report import TrialRecord, outcome, partial
 from app.services.tuning.submit import train_request
 from app.services.tuning.trials import threshold_warnings, trial_body
 from workers.context import JobFailure, JobOutcome
@@ -217,6 +217,14 @@ class _Search:
             self.finished.append(record)
             self.ctx.log(f"trial {number} {record.state}: {self.metric} {record.metric}")
 
+    def publish(self) -> None:
+        """The leaderboard so far as the tune job's result, while it runs (a cancelled search keeps it); the final
+        result replaces it when the search ends."""
+        result = partial(self.finished, metric=self.metric, mode=self.mode, trials=self.tune.trials,
+                         framework=self.framework)  # fmt: skip
+        with self.driver.db.begin() as s:
+            s.execute(update(Job).where(Job.id == self.ctx.job_id, Job.status.in_(_LIVE)).values(result=result))
+
     def _curve(self, s: Session, job_id: str, after: int = 0) -> tuple[dict[int, float], int]:
         """The trial's validation metric per epoch (torch) or boosting round (xgboost) from the rows after metric row
         ``after``, and the last row's id (Spark ML reports none). A trial's rows of one key come from one writer
@@ -334,6 +342,9 @@ def _state(name: str) -> Any:
     return optuna.trial.TrialState.PRUNED if name == "PRUNED" else optuna.trial.TrialState.FAIL
 
 
+_LIVE = (JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
+
+
 def _sampler(tune: TuneRequest, number: int | None = None) -> Any:
     """The study's sampler; with a seed, ``number``'s own: seeded from the search's seed and the trial number."""
     import optuna
@@ -384,6 +395,8 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
             done = len(search.finished)
             if done != shown:  # a database write: only when it changed (the last trial's end too)
                 ctx.progress(done / search.tune.trials, f"{done} of {search.tune.trials} trials finished")
+                if done:
+                    search.publish()
                 shown = done
             ended = (search.next_number >= search.tune.trials and search.waiting is None) or search.timed_out()
             if not search.active and ended:
