@@ -4,6 +4,7 @@ batch and online predictions that agree, aliases, artifacts and checkpoints."""
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     test.assign(id=np.arange(len(test)) + 1000).to_parquet(root / "digits-keyed.parquet")
     taxi = pd.read_parquet(REPO / "datasets/taxi/eval.parquet").head(500)
     taxi.assign(trip_id=np.arange(len(taxi))).to_parquet(root / "taxi-keyed.parquet")
+    bad = test.head(40).astype({"label": "float64"})
+    bad.loc[7, "label"] = np.nan  # one row the evaluation finds bad
+    bad.to_parquet(root / "digits-bad.parquet")
     return root
 
 
@@ -104,6 +108,22 @@ def test_evaluation_matches_sklearn_in_one_pass(svc: Service, digits_model: dict
         "model": {"name": "digits-mlp"}, "instances": [list(map(float, p)) for p in truth["pixels"].head(3)],
     })  # fmt: skip
     assert instances.json()["predictions"] == predicted[:3].tolist()
+
+
+def test_an_evaluation_that_fails_on_bad_rows_shows_the_first_ones(svc: Service, digits_model: dict[str, Any]) -> None:
+    """An evaluation's BAD_ROWS said how many rows were bad and showed none (a training job's shows the first
+    ones with the reason of each): it shows them now, as JSON."""
+    answer = svc.client.post(
+        "/evaluate", json={"model": {"name": "digits-mlp"}, "dataset": {"uri": "digits-bad.parquet"}}
+    )
+    assert answer.status_code == 202, answer.text
+    failed = svc.wait(answer.json()["id"], {"SUCCEEDED", "FAILED"}, timeout=600)
+    assert failed["error"]["reason"] == "BAD_ROWS", failed["error"]
+    message = failed["error"]["message"]
+    assert message.startswith("1 of 40 rows"), message
+    shown, _ = json.JSONDecoder().raw_decode(message.split("first ones: ", 1)[1])
+    assert [row["reason"] for row in shown] == ["label is null"], message
+    assert shown[0]["pixels"].startswith("[64 values: "), shown
 
 
 def test_downloaded_artifact_loads_without_sparktrain(svc: Service, digits_model: dict[str, Any],

@@ -268,3 +268,15 @@ def test_registrations_a_stopped_driver_left_pending_are_read_by_the_next_driver
         animals, broken = (wait_summary(next_driver, i) for i in ids)
     assert animals["summary"] == "complete" and animals["row_count"] == 400, animals
     assert broken["summary"] == "complete" and (broken["row_count"], broken["bad_rows"]) == (1, 1), broken
+
+
+def test_a_spark_ml_evaluation_that_fails_on_bad_rows_shows_the_first_ones(svc: Service, model: str) -> None:
+    """A Spark ML model's evaluation checks its rows as a training job does: its BAD_ROWS shows the first ones,
+    with the reason of each, as JSON a script can parse (tests/e2e/test_inference.py: a torch model's)."""
+    answer = svc.client.post("/evaluate", json=evaluate_request("messy.csv"))
+    assert answer.status_code == 202, answer.text
+    failed = run_queued(svc, answer.json()["id"])
+    assert (failed["status"], failed["error"]["reason"]) == ("FAILED", "BAD_ROWS"), failed["error"]
+    message = failed["error"]["message"]
+    shown, _ = json.JSONDecoder().raw_decode(message.split("first ones: ", 1)[1])
+    assert len(shown) == 1 and "n/a" in shown[0]["reason"], message

@@ -203,6 +203,19 @@ def _clean(
 _NOT_A_NUMBER = re.compile(r"not a number: '(.*)' \((.+)\)", re.DOTALL)
 
 
+def bad_examples(df: DataFrame, ds: ResolvedDataset) -> str:
+    """The first rows of ``df`` that a training job's checks of ``ds`` find bad, as JSON for a failure's message
+    (an evaluation counts its bad rows in its own pass; this extra Spark job runs only when it fails). Empty when
+    none of them is (a label the model does not know is found by the evaluation only)."""
+    from pyspark.sql import functions as F
+
+    values, checks, _ = _checks(df, ds, None)
+    reason = F.coalesce(*[F.when(bad, why) for bad, why in checks])
+    kept = [value.alias(column) for column, value in values.items()]
+    rows = df.select(*kept, reason.alias(REASON)).where(F.col(REASON).isNotNull()).limit(EXAMPLES).collect()
+    return json.dumps([_example(r.asDict()) for r in rows], ensure_ascii=False, default=str) if rows else ""
+
+
 def _every_row_hint(examples: list[dict[str, Any]]) -> str:
     """What to check when no row is usable: one column that is never a number is text, else the reader options."""
     parsed = [_NOT_A_NUMBER.fullmatch(str(e["reason"])) for e in examples]

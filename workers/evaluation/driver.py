@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome
-from workers.data.clean import clean, read_as_numbers
+from workers.data.clean import bad_examples, clean, read_as_numbers
 from workers.data.spec import read_dataframe
 from workers.evaluation.remote import STATE_SCHEMA, model_states, sequence_states, spark_ml_states
 from workers.inference.spec import EvaluationPlan, ModelRef
@@ -75,11 +75,13 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     unscored = sum(int(r["bad"]) for r in collected)  # rows the tasks found bad (spark_ml: after `dropped`)
     bad = unscored + dropped
     if bad and ds.bad_rows == "fail":
+        shown = bad_examples(source, ds) if ds.sequence is None and model.framework != "spark_ml" else ""
         raise JobFailure(
             "BAD_ROWS",
             f"{bad} of {seen} rows of {ds.path} have {'a value that is not a number, ' if parsed else ''}a null, NaN "
-            "or infinite feature or label, or a label the model does not know; fix the data or set dataset.bad_rows "
-            'to "skip"',
+            "or infinite feature or label, or a label the model does not know"
+            + (f"; first ones: {shown}" if shown else "")
+            + '; fix the data or set dataset.bad_rows to "skip"',
         )
     if bad and ds.sequence is None:  # bad sequences were reported as they were dropped
         ctx.warn(f"{bad} rows of {ds.path} were skipped as bad rows (bad_rows=skip)")
