@@ -25,12 +25,16 @@ def cell(text: str) -> Any:
 def read_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
     """The header and the rows (blank lines skipped); ValueError when the file cannot be read or has no header."""
     try:
-        with path.open(newline="") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:  # Excel's "CSV UTF-8" starts with a BOM
             reader = csv.reader(handle)
             columns = next(reader)
             return columns, [[cell(text) for text in row] for row in reader if row]
-    except (OSError, StopIteration, csv.Error) as exc:
-        raise ValueError(f"{path}: not a CSV file with a header ({exc or 'empty'})") from exc
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or exc}") from exc
+    except StopIteration:
+        raise ValueError(f"{path}: empty; a CSV file with a header line is needed") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a CSV file with a header ({exc})") from exc
 
 
 def model_columns(

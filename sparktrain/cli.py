@@ -28,8 +28,10 @@ from sparktrain.client import (
     Client,
     LocalFileError,
     ModelRef,
+    NotTheService,
     SparktrainError,
     Unreachable,
+    UsageError,
 )
 
 OK, FAILED, USAGE, CANCELLED, UNREACHABLE = 0, 1, 2, 3, 4
@@ -48,7 +50,7 @@ app = typer.Typer(
 )
 # No console markup: job names, log lines and messages come from users and the server, and a "[/x]" in one must
 # print as written, not fail (rich parses markup in every printed string and table cell unless told not to).
-out = Console(soft_wrap=True, markup=False)
+out = Console(soft_wrap=True, markup=False, width=None if sys.stdout.isatty() else 100_000)  # piped: values whole
 err = Console(stderr=True, soft_wrap=True, markup=False)
 
 
@@ -97,10 +99,12 @@ def _print_json(value: Any) -> None:
 def _read_body(path: Path) -> dict[str, Any]:
     try:
         body = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise typer.BadParameter(f"{path}: {exc}") from exc
+    except OSError as exc:
+        raise LocalFileError(f"{path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise LocalFileError(f"{path}: not JSON: {exc}") from exc
     if not isinstance(body, dict):
-        raise typer.BadParameter(f"{path}: the body must be a JSON object")
+        raise LocalFileError(f"{path}: the body must be a JSON object")
     return body
 
 
@@ -109,6 +113,9 @@ def _follow(opts: Options, api: Client, job: dict[str, Any]) -> int:
     if opts.json:
         final = api.wait(job["id"])
         _print_json(final)
+        if final["status"] != "SUCCEEDED":  # the exit code's reason, on stderr as without --json
+            error = final.get("error") or {}
+            err.print(f"{final['status']} job {final['id']}: {error.get('reason')}: {error.get('message')}")
         return OUTCOME.get(final["status"], FAILED)
     return _report(Live(err).follow(api, job))
 
@@ -208,10 +215,12 @@ def jobs(
 
 def _jobs_table(items: list[dict[str, Any]]) -> Table:
     """Ids and states are printed whole at any width (an id is copied from here into show, logs and cancel); the
-    name, type and time are cut (…) first on a narrow terminal. Plain columns: ``awk '{print $1}'`` reads the ids."""
+    name (at most 32 columns), type and time are cut (…) first on a narrow terminal, and nothing is cut when the
+    output is piped. Plain columns: ``awk '{print $1}'`` reads the ids."""
     table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
     table.add_column("id", no_wrap=True, min_width=max(len(j["id"]) for j in items))
-    table.add_column("name", no_wrap=True, overflow="ellipsis")
+    cap = 32 if out.is_terminal else None  # piped: every value whole, for grep and awk
+    table.add_column("name", no_wrap=True, overflow="ellipsis", max_width=cap)
     table.add_column("type", no_wrap=True, overflow="ellipsis")
     table.add_column("status", no_wrap=True, min_width=max(len(j["status"]) for j in items))
     table.add_column("progress", no_wrap=True, justify="right", min_width=len("progress"))
@@ -272,7 +281,7 @@ def logs(
     opts = _options(ctx)
     with opts.client() as api:
         job_id = api.job_id(job_id)
-        lines = api.follow_logs(job_id) if follow else iter(api.logs(job_id))
+        lines = api.follow_logs(job_id) if follow else api.all_logs(job_id)
         for line in lines:
             if opts.json:
                 sys.stdout.write(json.dumps(line, default=str) + "\n")
@@ -294,7 +303,7 @@ def cancel(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JO
 
 @app.command(cls=Command)
 def models(ctx: typer.Context) -> int:
-    """Registered models: versions, aliases, newest metrics."""
+    """Registered models: their versions, aliases and framework."""
     opts = _options(ctx)
     with opts.client() as api:
         items = api.models()
@@ -365,7 +374,7 @@ def predict(
         try:
             columns, rows = read_rows(csv_file)
         except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--csv") from exc
+            raise LocalFileError(str(exc)) from exc
         if len(rows) <= max_inline:
             inputs = [spec["name"] for spec in api.signature(ref)["inputs"] if spec.get("name")]
             columns, rows, dropped = model_columns(columns, rows, inputs)
@@ -407,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         for job in exc.candidates:
             err.print(f"  {job['id']}  {job['status']:<10} {job.get('name') or ''}", highlight=False)
         code = USAGE
-    except LocalFileError as exc:
+    except (LocalFileError, UsageError, NotTheService) as exc:
         err.print(str(exc), highlight=False)
         code = USAGE
     except Unreachable as exc:
@@ -415,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         code = UNREACHABLE
     except ApiError as exc:
         request_id = exc.problem.get("request_id")
-        err.print(f"refused: {exc}" + (f" (request id {request_id})" if request_id else ""), highlight=False)
+        hint = "; give a key with --api-key or SPARKTRAIN_API_KEY" if exc.status == 401 else ""
+        err.print(f"refused: {exc}{hint}" + (f" (request id {request_id})" if request_id else ""), highlight=False)
         for item in exc.problem.get("errors") or []:
             err.print(f"  {item.get('loc')}: {item.get('msg')}", highlight=False)
         code = USAGE if exc.status < 500 else FAILED

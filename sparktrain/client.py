@@ -46,6 +46,14 @@ class LocalFileError(SparktrainError):
     """A local file or folder that cannot be read or written (the service is not involved)."""
 
 
+class UsageError(SparktrainError):
+    """A setting of the client itself that cannot work (a URL without http:// or https://)."""
+
+
+class NotTheService(SparktrainError):
+    """Something answered at the URL, but not as a sparktrain service does (no JSON)."""
+
+
 class AmbiguousJobId(SparktrainError):
     """A job id prefix that starts more than one job's id: ``candidates`` are those jobs."""
 
@@ -117,6 +125,8 @@ class Client:
     ) -> None:
         """``retry_s``: the pause before an event stream reconnects; ``give_up_s``: how long it keeps trying."""
         self.url = (url or os.environ.get("SPARKTRAIN_URL") or DEFAULT_URL).rstrip("/")
+        if not self.url.lower().startswith(("http://", "https://")):
+            raise UsageError(f"the service's URL {self.url!r} needs http:// or https:// (e.g. http://{self.url})")
         key = api_key if api_key is not None else os.environ.get("SPARKTRAIN_API_KEY", "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
@@ -148,7 +158,11 @@ class Client:
         return response
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self.request(method, path, **kwargs).json()
+        response = self.request(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError:
+            raise NotTheService(_not_the_service(self.url, response)) from None
 
     # --- jobs -------------------------------------------------------------------------------------------------
 
@@ -221,8 +235,16 @@ class Client:
         return list(self._json("GET", f"/jobs/{job_id}/metrics", params=params)["metrics"])
 
     def logs(self, job_id: str, *, after: int | None = None) -> list[dict[str, Any]]:
+        """One page of the job's log lines: the newest (at most 200), or those after line id ``after``."""
         params = {"after": after} if after is not None else {}
         return list(self._json("GET", f"/jobs/{job_id}/logs", params=params)["lines"])
+
+    def all_logs(self, job_id: str) -> Iterator[dict[str, Any]]:
+        """Every log line of the job so far, oldest first, page by page."""
+        after = 0
+        while lines := self.logs(job_id, after=after):
+            yield from lines
+            after = lines[-1]["id"]
 
     def events(self, job_id: str, *, path: str | None = None) -> Iterator[Event]:
         """The job's events until ``end``; a dropped connection is resumed with ``Last-Event-ID`` (no event is
@@ -245,6 +267,8 @@ class Client:
                         if event.type == "end":
                             return
             except (httpx.TransportError, Unreachable) as exc:
+                if not last_id and failing_since is None and isinstance(exc, httpx.ConnectError):
+                    raise Unreachable(f"no answer from {self.url}: {exc}") from exc  # never reached: no waiting
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > self.give_up_s:
                     raise Unreachable(f"lost {self.url} for {self.give_up_s:.0f} s: {exc}") from exc
@@ -381,9 +405,19 @@ def _raise_for(response: httpx.Response) -> None:
     try:
         problem = response.json()
     except ValueError:
-        problem = {"title": response.reason_phrase, "detail": response.text[:500]}
+        if response.status_code not in (502, 503, 504):
+            raise NotTheService(_not_the_service(str(response.request.url), response)) from None
+        problem = {"title": response.reason_phrase, "detail": response.text[:200]}
     if not isinstance(problem, dict):
         problem = {"detail": str(problem)}
     if response.status_code in (502, 503, 504):
         raise Unreachable(f"{response.status_code}: {problem.get('detail') or response.reason_phrase}")
     raise ApiError(response.status_code, problem)
+
+
+def _not_the_service(url: str, response: httpx.Response) -> str:
+    kind = response.headers.get("content-type", "no content type").split(";")[0]
+    return (
+        f"{url} answered {response.status_code} with {kind}, not as a sparktrain service does: check --url or "
+        "SPARKTRAIN_URL"
+    )

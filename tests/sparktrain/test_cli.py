@@ -3,6 +3,7 @@ job id prefixes, filters, batch predictions, the progress line and the help."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -108,6 +109,9 @@ def test_a_failing_job_ends_1_with_its_reason_and_logs_f_ends_with_the_job(svc: 
     assert "FAILED" in waited.stderr and "NAN_LOSS" in waited.stderr
     assert any(line.startswith("FAILED ") and "%" in line for line in waited.stderr.splitlines()), waited.stderr
     assert not set(SPINNER) & set(waited.stderr), waited.stderr  # an ended job's line has no spinner
+    quiet = cli(svc, "--json", "submit", _body(tmp_path, {**nan, "name": "cli-nan-3"}), "--wait")
+    assert quiet.returncode == 1 and json.loads(quiet.stdout)["status"] == "FAILED"
+    assert "NAN_LOSS" in quiet.stderr, quiet.stderr  # the reason of exit 1 is on stderr with --json too (audit)
 
 
 def test_exit_codes_for_refusals_usage_and_an_unreachable_service(svc: Service, tmp_path: Path) -> None:
@@ -118,6 +122,20 @@ def test_exit_codes_for_refusals_usage_and_an_unreachable_service(svc: Service, 
     assert cli(svc, "download", "a:b:c").returncode == 2
     down = cli(None, "jobs", url="http://127.0.0.1:9")
     assert down.returncode == 4 and "unreachable" in down.stderr
+    # audit (2026-12-06): each of these was a usage block, a traceback, an HTML page or "unreachable"
+    schemeless = cli(None, "jobs", url="127.0.0.1:9")
+    assert schemeless.returncode == 2 and "needs http:// or https://" in schemeless.stderr, schemeless.stderr
+    missing = cli(svc, "submit", str(tmp_path / "nope.json"))
+    assert missing.returncode == 2 and missing.stderr.strip().endswith("nope.json: No such file or directory")
+    assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+    (tmp_path / "broken.json").write_text("{'name': 1}")
+    broken = cli(svc, "submit", str(tmp_path / "broken.json"))
+    assert broken.returncode == 2 and "not JSON" in broken.stderr and "Usage" not in broken.stderr, broken.stderr
+    with _not_a_sparktrain_service(tmp_path) as other:
+        for command in ("jobs", "models"):
+            answered = cli(None, command, url=other)
+            assert answered.returncode == 2 and "not as a sparktrain service does" in answered.stderr, answered
+            assert "Traceback" not in answered.stderr and "<html" not in answered.stderr.lower()
     finished = json.loads(cli(svc, "--json", "jobs", "--status", "SUCCEEDED").stdout)
     if finished:  # cancelling a finished job is a 409
         assert cli(svc, "cancel", finished[0]["id"]).returncode == 2
@@ -344,3 +362,52 @@ def test_predict_csv_leaves_out_ids_and_labels_and_says_so(
     missing.write_text("trip_id,trip_distance\n1,2.5\n")
     refused = cli(svc, "predict", "cli-lr", "--csv", str(missing))
     assert refused.returncode == 2 and "passenger_count" in refused.stderr, refused.stderr
+
+
+@contextlib.contextmanager
+def _not_a_sparktrain_service(root: Path) -> Iterator[str]:
+    """Python's own file server on loopback: an HTML 404 for /models, a file (not JSON) for /jobs."""
+    import functools
+    import http.server
+    import threading
+
+    (root / "served").mkdir()
+    (root / "served" / "jobs").write_text("not json")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root / "served"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_csv_with_a_byte_order_mark_reads_its_first_column_by_name(tmp_path: Path) -> None:
+    """Excel's "CSV UTF-8" starts with a BOM, which stuck to the first column's name (audit)."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffpassenger_count,trip_distance\n1,2.5\n".encode())
+    assert read_rows(path) == (["passenger_count", "trip_distance"], [[1, 2.5]])
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(ValueError, match="empty; a CSV file with a header line is needed"):
+        read_rows(tmp_path / "empty.csv")
+
+
+def test_logs_prints_every_line_and_jobs_piped_cuts_nothing(svc: Service, linear: dict[str, Any]) -> None:
+    """`logs JOB` printed the newest 200 lines without a word; `jobs` piped cut type and time to 80 columns, and a
+    long name pushed the status out of the table (audit, 2026-12-06)."""
+    from app.db.session import transaction
+    from app.services import jobs
+
+    with transaction(svc.runtime.db) as s:
+        job, _ = jobs.create_job(session=s, job_type="train", request={"name": "x"}, framework="torch", name="n" * 150)
+        long_id = job.id
+        for i in range(450):
+            jobs.add_log(session=s, job_id=long_id, message=f"line {i}")
+    printed = cli(svc, "logs", long_id).stdout.splitlines()
+    assert len(printed) == 450 and printed[0].endswith("line 0") and printed[-1].endswith("line 449"), printed[:2]
+    table = cli(svc, "jobs", "--limit", "3", columns=80).stdout.splitlines()
+    row = next(line for line in table if line.startswith(long_id))
+    assert "n" * 150 in row and "train/torch" in row and "QUEUED" in row, row
+    assert "…" not in "\n".join(table), table
