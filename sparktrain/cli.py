@@ -250,18 +250,10 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
     if opts.json:
         _print_json(job)
         return OK
-    for key in (
-        "id",
-        "name",
-        "type",
-        "framework",
-        "status",
-        "progress_message",
-        "attempt",
-        "created_at",
-        "finished_at",
-    ):
-        out.print(f"{key:<17}{job.get(key)}", highlight=False)
+    shown = ("id", "name", "type", "framework", "status", "progress", "progress_message", "attempt", "created_at")
+    for key in (*shown, "finished_at"):
+        value = f"{100 * job[key]:.0f}%" if key == "progress" and job.get(key) is not None else job.get(key)
+        out.print(f"{key:<17}{value}", highlight=False)
     if job.get("error"):
         out.print(f"{'error':<17}{job['error']['reason']}: {job['error']['message']}", highlight=False)
     if job.get("model"):
@@ -398,6 +390,9 @@ def predict(
         return _submitted(opts, api, api.predict(body), wait)
 
 
+_GLOBAL = ("--json", "--url", "--api-key")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The console script: runs a command and turns what went wrong into an exit code."""
     try:
@@ -410,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     except typer.TyperException as exc:  # usage errors (typer's own click)
         show = getattr(exc, "show", None)
         show() if callable(show) else err.print(str(exc))
+        option = getattr(exc, "option_name", None)
+        if option in _GLOBAL:  # kubectl and mlflow users put them after the command
+            err.print(f"{option} is a global option: it comes before the command (sparktrain {option} jobs ...)")
         code = int(getattr(exc, "exit_code", USAGE))
     except AmbiguousJobId as exc:
         err.print(str(exc) + ":", highlight=False)
@@ -426,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         request_id = exc.problem.get("request_id")
         hint = "; give a key with --api-key or SPARKTRAIN_API_KEY" if exc.status == 401 else ""
         err.print(f"refused: {exc}{hint}" + (f" (request id {request_id})" if request_id else ""), highlight=False)
-        for item in exc.problem.get("errors") or []:
+        fields = exc.problem.get("errors") or []
+        for item in fields if len(fields) > 1 else []:  # one field is the detail already
             err.print(f"  {item.get('loc')}: {item.get('msg')}", highlight=False)
         code = USAGE if exc.status < 500 else FAILED
     except SparktrainError as exc:

@@ -117,12 +117,16 @@ def test_a_failing_job_ends_1_with_its_reason_and_logs_f_ends_with_the_job(svc: 
 def test_exit_codes_for_refusals_usage_and_an_unreachable_service(svc: Service, tmp_path: Path) -> None:
     refused = cli(svc, "submit", _body(tmp_path, {"name": "x", "framework": "torch"}))
     assert refused.returncode == 2 and "refused: 422" in refused.stderr and "request id" in refused.stderr
+    one = cli(svc, "submit", _body(tmp_path, {**taxi_request("x"), "training": {"epochs": 0}}))
+    assert one.returncode == 2 and one.stderr.count("training.epochs") == 1, one.stderr  # it was printed twice
     assert cli(svc, "show", "0" * 32).returncode == 2
     assert cli(svc, "frobnicate").returncode == 2
     assert cli(svc, "download", "a:b:c").returncode == 2
     down = cli(None, "jobs", url="http://127.0.0.1:9")
     assert down.returncode == 4 and "unreachable" in down.stderr
     # audit (2026-12-06): each of these was a usage block, a traceback, an HTML page or "unreachable"
+    late = cli(None, "jobs", "--json", url="http://127.0.0.1:9")
+    assert late.returncode == 2 and "--json is a global option: it comes before the command" in late.stderr, late
     schemeless = cli(None, "jobs", url="127.0.0.1:9")
     assert schemeless.returncode == 2 and "needs http:// or https://" in schemeless.stderr, schemeless.stderr
     missing = cli(svc, "submit", str(tmp_path / "nope.json"))
@@ -411,3 +415,4 @@ def test_logs_prints_every_line_and_jobs_piped_cuts_nothing(svc: Service, linear
     row = next(line for line in table if line.startswith(long_id))
     assert "n" * 150 in row and "train/torch" in row and "QUEUED" in row, row
     assert "…" not in "\n".join(table), table
+    assert "progress         0%" in cli(svc, "show", long_id).stdout  # show had no progress (audit)
