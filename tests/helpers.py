@@ -140,6 +140,15 @@ TAXI_FEATURES = [
 ]
 
 
+def problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    """The RFC 9457 problem of a refused request, checked: the status, the media type and the members."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
+    body = dict(response.json())
+    assert {"type", "title", "status", "detail"} <= set(body) and body["status"] == status, body
+    return body
+
+
 def taxi_request(name: str = "taxi-fare", **params: Any) -> dict[str, Any]:
     return {
         "name": name,

@@ -347,17 +347,6 @@ def add_metrics(*, session: Session, job_id: str, points: Iterable[dict[str, Any
     return len(rows)
 
 
-def list_metrics(
-    *,
-    session: Session,
-    job_id: str,
-    key: str | None = None,
-    since_step: int | None = None,
-    limit: int = 10000,
-) -> Sequence[JobMetric]:
-    return page_metrics(session=session, job_id=job_id, key=key, since_step=since_step, limit=limit)[0]
-
-
 def _step_and_id(parts: list[str]) -> tuple[int, int]:
     tag, step, point_id = parts
     # the tag refuses another list's cursor; int() would take "+1", " 1" and "1_0": only plain digits are ours

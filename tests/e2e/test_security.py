@@ -13,10 +13,10 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.helpers import Service, pg_database, running_service
+from tests.helpers import problem as _problem
 
 DB_PASSWORD = "Pg-Pass-7f3a9c1e"
 ALICE_KEY = "alice-key-5d0c2e8b41f7a9e3"
@@ -76,14 +76,6 @@ class _Records(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(self.format(record))
-
-
-def _problem(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
-    body = dict(response.json())
-    assert {"type", "title", "status", "detail"} <= set(body) and body["status"] == status, body
-    return body
 
 
 def _train_body(uri: str, name: str = "sec-model") -> dict[str, Any]:

@@ -170,14 +170,14 @@ def plan_torch(
             _check_sequence_output(spec, train.sequence["labels"])
     except SpecError as exc:
         raise ValidationFailed.at(exc.path, exc.message) from exc
-    _check_size(spec, options.batch_size_per_worker, settings)
+    parameters = _check_size(spec, options.batch_size_per_worker, settings)
     optimizer, sharing, early_stopping = check_options(request, settings, spark)
     try:
         check_optimizer_l2(optimizer, spec.l2)
     except SpecError as exc:
         raise ValidationFailed.at(exc.path, exc.message) from exc
     network = spec_to_dict(spec)
-    warnings = ignored_settings(options, sharing, parameter_count(spec))
+    warnings = ignored_settings(options, sharing, parameters)
     return TorchPlan(
         train=train,
         validation=replace(validation, num_classes=train.num_classes) if validation else None,
@@ -292,9 +292,9 @@ def _check_sequence_output(spec: Any, labels: str) -> None:
         )
 
 
-def _check_size(spec: NetworkSpec, batch_size: int, settings: Settings) -> None:
+def _check_size(spec: NetworkSpec, batch_size: int, settings: Settings) -> int:
     """A network too large for a worker is a 422 before anything allocates (a dense layer of 2e9 units was
-    queued, and in local mode would have taken the driver's host down with it)."""
+    queued, and in local mode would have taken the driver's host down with it). Returns the parameter count."""
     count = parameter_count(spec)
     if count > settings.max_parameters:
         raise ValidationFailed.at(
@@ -308,3 +308,4 @@ def _check_size(spec: NetworkSpec, batch_size: int, settings: Settings) -> None:
             f"service takes at most {settings.max_activations:,} (SPARKTRAIN_MAX_ACTIVATIONS): use fewer units or "
             "filters, or a smaller training.batch_size_per_worker"
         )  # fmt: skip
+    return count

@@ -110,9 +110,9 @@ def check_space(request: TuneRequest, base: dict[str, Any]) -> None:
 def check_trials(*, db: sessionmaker[Session], request: TuneRequest, caller: Caller, settings: Settings) -> None:
     """What a trial may name is the caller's, as for ``POST /train``: every value of a ``choice`` is checked in the
     body it makes (a model name, a dataset id, a checkpoint to resume from); the other distributions sample numbers,
-    which name nothing. A refusal names the space path (409 for a model name another owner holds)."""
+    which name nothing. A refusal names the space path (409 for a model name another owner holds). The space's
+    paths are checked already (:func:`check_space`)."""
     base = {**request.base, "name": request.name}
-    check_space(request, base)
     for path, dist in request.space.items():
         if dist.type != "choice":
             continue
@@ -130,10 +130,10 @@ def check(
     *, request: TuneRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session] | None
 ) -> tuple[TrainRequest, int, str | None]:
     """Every check of the search (422 naming the field); returns the base request, the slots one trial holds and the
-    base's task as planned (None while its data checks are deferred to the job)."""
+    base's task as planned (None while its data checks are deferred to the job). The space's paths are checked
+    already (:func:`check_space`)."""
     base = {**request.base, "name": request.name}
     train = train_request(base, "base")
-    check_space(request, base)
     if request.trials > settings.max_trials:
         raise ValidationFailed.at(
             "trials", f"{request.trials} trials asked for; this service runs at most {settings.max_trials} per search "
@@ -201,9 +201,11 @@ def submit_tune(
     first = jobs.replayed(db=db, owner=owner, idempotency_key=idempotency_key, fingerprint=fingerprint)
     if first is not None:
         return first, False
+    base = {**request.base, "name": request.name}
+    base_train = train_request(base, "base")
+    check_space(request, base)  # first: the access checks substitute into the space's paths
     if caller is not None:
-        check_train(db=db, request=train_request({**request.base, "name": request.name}, "base"), caller=caller,
-                    settings=settings)  # fmt: skip
+        check_train(db=db, request=base_train, caller=caller, settings=settings)
         check_trials(db=db, request=request, caller=caller, settings=settings)
     train, _, task = check(request=request, settings=settings, spark=spark, db=db)
     return jobs.submit(

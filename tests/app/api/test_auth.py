@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.helpers import Service, pg_database, running_service
+from tests.helpers import problem as _problem
 
 ALICE_KEY = "alice-0123456789abcdef"
 BOB_KEY = "bob-0123456789abcdef00"
@@ -103,14 +104,6 @@ def _checkpoint(svc: Service, job_id: str, base: Path) -> str:
             session=session, job_id=job_id, attempt=1, epoch=1, step=10, uri=str(base / "ckpt"), metrics={}
         )
         return row.id
-
-
-def _problem(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
-    body = dict(response.json())
-    assert {"type", "title", "status", "detail"} <= set(body) and body["status"] == status, body
-    return body
 
 
 # --- authentication ----------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.helpers import Service, pg_database, running_service
+from tests.helpers import problem as _problem
 
 ALICE_KEY = "alice-0123456789abcdef"
 BOB_KEY = "bob-0123456789abcdef00"
@@ -72,14 +73,6 @@ def _job_with_metrics(svc: Service) -> str:
         with transaction(svc.runtime.db) as session:
             jobs.add_metrics(session=session, job_id=job.id, points=points)
     return str(job.id)
-
-
-def _problem(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
-    body = dict(response.json())
-    assert {"type", "title", "status", "detail"} <= set(body) and body["status"] == status, body
-    return body
 
 
 def _pages(client: httpx.Client, path: str, field: str, limit: int, **params: Any) -> list[Any]:

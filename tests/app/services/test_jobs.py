@@ -189,10 +189,10 @@ def test_metrics_and_logs(db: Any) -> None:
         for i in range(250):
             jobs.add_log(session=s, job_id=job_id, message=f"line {i}")
     with db() as s:
-        loss = jobs.list_metrics(session=s, job_id=job_id, key="loss", since_step=2)
+        loss = jobs.page_metrics(session=s, job_id=job_id, key="loss", since_step=2)[0]
         assert [(m.step, m.value) for m in loss] == [(3, 0.25), (4, 0.2)]
         assert loss[0].worker == 1
-        assert len(jobs.list_metrics(session=s, job_id=job_id)) == 6
+        assert len(jobs.page_metrics(session=s, job_id=job_id)[0]) == 6
         recent = jobs.list_logs(session=s, job_id=job_id, limit=200)
         assert recent[0].message == "line 50" and recent[-1].message == "line 249"
         after = jobs.list_logs(session=s, job_id=job_id, after_id=recent[-2].id)
