@@ -162,3 +162,19 @@ def taxi_request(name: str = "taxi-fare", **params: Any) -> dict[str, Any]:
         "validation": {"uri": "datasets/taxi/eval.parquet"},
         "params": params or {"algorithm": "linear_regression"},
     }
+
+
+LINEAR_ROWS = "x1,x2,y,id\n" + "".join(
+    f"{i % 7},{(i * 3) % 5},{2 * (i % 7) + (i * 3) % 5 + 0.5},{i}\n" for i in range(40)
+)
+"""40 rows of a linear relation (``y`` from ``x1`` and ``x2``) with an ``id`` key: the owner and security tests'."""
+
+
+def linear_train_body(name: str, uri: str = "rows.csv") -> dict[str, Any]:
+    """A Spark ML linear regression of ``y`` on ``x1`` and ``x2``: the quickest training job there is."""
+    return {
+        "name": name,
+        "framework": "spark_ml",
+        "dataset": {"uri": uri, "features": ["x1", "x2"], "label": "y", "task": "regression"},
+        "params": {"algorithm": "linear_regression"},
+    }

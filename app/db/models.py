@@ -64,6 +64,12 @@ class Job(Base):
     """The tune job a trial belongs to (plain value, not a foreign key); None for every other job."""
     trial: Mapped[int | None] = mapped_column(Integer)
     """A trial's number in its tune job (0, 1, ...): one job per number, however often the tune job resumes."""
+    output_path: Mapped[str | None] = mapped_column(Text)
+    """Where a batch prediction writes (its request's ``output_uri``): private to the job's owner
+    (app/services/outputs.py); None for every other job."""
+    output_key: Mapped[str | None] = mapped_column(String(64), index=True)
+    """The SHA-256 of ``output_path``: paths are looked up by it (an index over the path itself could exceed
+    PostgreSQL's limit on an index entry)."""
 
 
 class RateBucket(Base):

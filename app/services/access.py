@@ -19,8 +19,8 @@ from app.db.loop_reads import LoopReads
 from app.db.models import Checkpoint, Job
 from app.schemas.inference import ModelSelector
 from app.schemas.train import DatasetRef, TrainRequest
-from app.services import checkpoints, jobs, models
-from app.services.datasets import registry
+from app.services import checkpoints, jobs, models, outputs
+from app.services.datasets import paths, registry
 from app.services.planning.inference import resolve_model
 
 
@@ -66,8 +66,23 @@ def _dataset_uris(ref: DatasetRef, loc: str) -> list[tuple[str, str]]:
 
 
 def _check_datasets(session: Session, refs: list[tuple[str, str]], caller: Caller, settings: Settings) -> None:
+    """Registered datasets by id are the caller's, and no path reads another owner's batch prediction output."""
+    roots = settings.data_roots
     for uri, loc in refs:
-        registry.check_reference(session=session, uri=uri, owner=caller.scope, roots=settings.data_roots, loc=loc)
+        registry.check_reference(session=session, uri=uri, owner=caller.scope, roots=roots, loc=loc)
+        row = registry.registered(session, uri)
+        path = row.resolved_uri if row is not None else None
+        if path is None:
+            path = paths.resolve_uri(
+                uri, roots=roots, remote_prefixes=settings.remote_uri_prefixes, loc=loc, walk=False
+            )
+        outputs.check_read(session, path=path, owner=caller.owner, uri=uri, roots=roots, loc=loc)
+
+
+def check_registration(*, session: Session, uri: str, caller: Caller, settings: Settings) -> None:
+    """``POST /datasets``: the path is not another owner's batch prediction output."""
+    if not caller.admin:
+        _check_datasets(session, [(uri, "uri")], caller, settings)
 
 
 def check_train(*, db: sessionmaker[Session], request: TrainRequest, caller: Caller, settings: Settings) -> None:

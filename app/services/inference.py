@@ -14,7 +14,7 @@ from app.core.jobstates import JobType
 from app.core.settings import Settings
 from app.db.models import Job
 from app.schemas.inference import EvaluateRequest, PredictRequest
-from app.services import jobs, quotas
+from app.services import jobs, outputs, quotas
 from app.services.access import check_inference
 from app.services.datasets.deferred import plan_or_defer
 from app.services.planning.inference import (
@@ -85,10 +85,12 @@ def submit_prediction(
     model, plan, output = plan_or_defer(
         planned, lambda what: defer_prediction(request=request, settings=settings, db=db, deferred=what)
     )
+    with db() as session:
+        outputs.check_target(session, target=output, given=request.output_uri or output)
     body = {**pinned(request.model_dump(mode="json", exclude_none=True), model), "output_uri": output}
     limits = quotas.limits_for(settings=settings, owner=owner)
     return _submit(db, enqueue, JobType.PREDICT, model, plan, body, owner=owner, idempotency_key=idempotency_key,
-                   limits=limits, fingerprint=fingerprint)  # fmt: skip
+                   limits=limits, fingerprint=fingerprint, output=output)  # fmt: skip
 
 
 def _replayed_or_checked(
@@ -121,6 +123,7 @@ def _submit(
     idempotency_key: str | None,
     limits: quotas.Limits,
     fingerprint: str,
+    output: str | None = None,
 ) -> tuple[Job, bool]:
     return jobs.submit(
         db=db,
@@ -135,4 +138,5 @@ def _submit(
         idempotency_key=idempotency_key,
         limits=limits,
         fingerprint=fingerprint,
+        output=output,
     )

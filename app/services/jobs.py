@@ -21,7 +21,7 @@ from app.core.jobstates import EDGES, JobStatus
 from app.db.base import utcnow
 from app.db.models import Job, JobLog, JobMetric
 from app.db.session import savepoint, transaction
-from app.services import quotas
+from app.services import outputs, quotas
 from workers import plans
 from workers.families import task_name
 
@@ -145,6 +145,7 @@ def submit(
     parent_id: str | None = None,
     trial: int | None = None,
     fingerprint: str | None = None,
+    output: str | None = None,
 ) -> tuple[Job, bool]:
     """Every kind of job starts here: write the QUEUED job with the request and the plan it was checked into
     (``plan``, a workers plan dataclass; the runner executes exactly it), commit, then send its message by explicit
@@ -156,7 +157,7 @@ def submit(
     task slots is a 422, one over its queued jobs a 429 (app/services/quotas.py). ``slots`` overrides the plan's
     (a tune job holds none); ``parent_id`` and ``trial`` make the job a trial of a tune job. ``fingerprint``: of
     the body as posted, where ``request`` is not (:func:`posted_fingerprint`; callers look the key up first with
-    :func:`replayed`)."""
+    :func:`replayed`). ``output``: where a batch prediction writes (private to ``owner``: app/services/outputs.py)."""
     slots = quotas.job_slots(plan) if slots is None else slots
     with quotas.owner_lock(db, owner, needed=bool(limits and limits.queued_jobs)) as session:
         repeated = idempotency_key is not None and _job_by_key(session, owner, idempotency_key) is not None
@@ -179,6 +180,8 @@ def submit(
         )
         if created and model is not None:
             job.model_name, job.model_version = model
+        if created and output is not None:
+            job.output_path, job.output_key = output, outputs.key(output)
     if not created:
         return job, False
     try:

@@ -80,10 +80,12 @@ def _check_tree(path: Path, roots: Sequence[Path], uri: str, loc: str) -> None:
                 )
 
 
-def resolve_uri(uri: str, *, roots: Sequence[Path], remote_prefixes: Sequence[str] = (), loc: str) -> str:
+def resolve_uri(
+    uri: str, *, roots: Sequence[Path], remote_prefixes: Sequence[str] = (), loc: str, walk: bool = True
+) -> str:
     """Turn a request's dataset URI into an absolute path inside a data root (symlinks followed, also those inside a
-    dataset directory), or an allowed remote URI. Relative paths are tried against the working directory and each
-    root."""
+    dataset directory unless ``walk`` is False), or an allowed remote URI. Relative paths are tried against the
+    working directory and each root."""
     parsed = urlparse(uri)
     if parsed.scheme and parsed.scheme != "file" and len(parsed.scheme) > 1:
         return _remote(uri, parsed.scheme, remote_prefixes, loc)
@@ -105,7 +107,7 @@ def resolve_uri(uri: str, *, roots: Sequence[Path], remote_prefixes: Sequence[st
         inside_any = True
         try:
             if real.exists():
-                if real.is_dir():
+                if walk and real.is_dir():
                     _check_tree(real, roots, uri, loc)
                 return str(real)
         except OSError as exc:  # a name longer than the file system allows (ENAMETOOLONG), ...

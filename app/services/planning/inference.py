@@ -196,9 +196,17 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     try:
         if target.exists():
             raise ValidationFailed.at("output_uri", f"{given!r} exists already; name a new path")
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a name longer than the file system allows, a file where a directory should be, ...
+        above = parent  # nothing is created here (the job's write makes the directories): a refusal leaves no trace
+        while not above.exists():
+            above = above.parent
+    except OSError as exc:  # a name longer than the file system allows, ...
         raise ValidationFailed.at("output_uri", f"{given[:200]!r} is not a usable path: {exc.strerror}") from exc
+    if not above.is_dir():
+        raise ValidationFailed.at("output_uri", f"{given[:200]!r} is not a usable path: {above.name!r} is a file")
+    longest = os.pathconf(above, "PC_NAME_MAX")
+    if any(len(os.fsencode(part)) > longest for part in target.parts):
+        raise ValidationFailed.at("output_uri", f"{given[:200]!r} is not a usable path: a name is longer than "
+                                  f"{longest} bytes")  # fmt: skip
     return str(parent / target.name)
 
 

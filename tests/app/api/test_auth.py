@@ -20,7 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers import LINEAR_ROWS as ROWS
 from tests.helpers import Service, pg_database, running_service
+from tests.helpers import linear_train_body as _train_body
 from tests.helpers import problem as _problem
 
 ALICE_KEY = "alice-0123456789abcdef"
@@ -28,22 +30,12 @@ BOB_KEY = "bob-0123456789abcdef00"
 ROOT_KEY = "root-0123456789abcdef0"
 KEYS = f"{ALICE_KEY}:alice, {BOB_KEY}:bob, {ROOT_KEY}:root:admin"
 MODEL = "alice-model"
-ROWS = "x1,x2,y,id\n" + "".join(f"{i % 7},{(i * 3) % 5},{2 * (i % 7) + (i * 3) % 5 + 0.5},{i}\n" for i in range(40))
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 PUBLIC = {"/healthz", "/readyz", "/v2/health/live", "/v2/health/ready", "/docs", "/redoc", "/openapi.json"}
 
 
 def _auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
-
-
-def _train_body(name: str, uri: str = "rows.csv") -> dict[str, Any]:
-    return {
-        "name": name,
-        "framework": "spark_ml",
-        "dataset": {"uri": uri, "features": ["x1", "x2"], "label": "y", "task": "regression"},
-        "params": {"algorithm": "linear_regression"},
-    }
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

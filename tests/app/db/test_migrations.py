@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from app.db.migrate import upgrade_database
 from app.db.models import Base
@@ -30,4 +30,38 @@ def test_upgrade_is_idempotent(db_url: str) -> None:
     upgrade_database(engine)  # a second driver starting against a migrated database
     with engine.connect() as conn:
         assert MigrationContext.configure(conn).get_current_revision() is not None
+    engine.dispose()
+
+
+def test_revision_0011_records_the_outputs_of_earlier_predictions(db_url: str) -> None:
+    """Batch predictions queued before the output path was a column get it from their stored request."""
+    import json
+    from datetime import UTC, datetime
+
+    from alembic import command
+
+    from app.db.migrate import alembic_config
+    from app.services.outputs import key
+
+    engine = create_db_engine(db_url)
+    with engine.begin() as conn:
+        cfg = alembic_config(engine)
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0010")
+        for job_id, job_type, request in (
+            ("a" * 32, "predict", {"model": {"name": "m"}, "output_uri": "/data/preds/out"}),
+            ("b" * 32, "train", {"name": "m"}),
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, type, status, progress, attempt, max_attempts, request, warnings, owner, "
+                    "created_at, slots) VALUES (:id, :type, 'SUCCEEDED', 1.0, 1, 3, :request, '[]', 'alice', :at, 1)"
+                ),
+                {"id": job_id, "type": job_type, "request": json.dumps(request), "at": datetime.now(UTC)},
+            )
+        command.upgrade(cfg, "head")
+        rows = dict(conn.execute(text("SELECT id, output_path FROM jobs")).all())
+        keys = dict(conn.execute(text("SELECT id, output_key FROM jobs")).all())
+    assert rows == {"a" * 32: "/data/preds/out", "b" * 32: None}
+    assert keys["a" * 32] == key("/data/preds/out") and keys["b" * 32] is None
     engine.dispose()

@@ -71,3 +71,13 @@ def test_unusable_output_paths(tmp_path: Path, given: str) -> None:
 def test_a_new_output_path_inside_the_roots(tmp_path: Path) -> None:
     settings = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path])
     assert output_path(settings, MODEL, "preds/out.parquet") == str(tmp_path / "preds" / "out.parquet")
+
+
+def test_planning_an_output_path_creates_nothing(tmp_path: Path) -> None:
+    """A request refused after its output path was planned leaves no directory behind: the job's write makes them."""
+    settings = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path])
+    assert output_path(settings, MODEL, "new/deeper/out") == str(tmp_path / "new" / "deeper" / "out")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "rows.csv").write_text("x\n1\n")
+    with pytest.raises(ValidationFailed, match=r"not a usable path: 'rows.csv' is a file"):
+        output_path(settings, MODEL, "rows.csv/more/out")
