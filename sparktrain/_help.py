@@ -4,8 +4,10 @@ docs/cli.md writes them."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 
@@ -40,3 +42,16 @@ class Command(TyperCommand):
 class Group(TyperGroup):
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_values(super().get_params(ctx))
+
+
+def print_version(value: bool) -> None:
+    """``--version``: this client's version, as the installed package gives it, then exit."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("sparktrain")
+        except PackageNotFoundError:
+            installed = "unknown (not installed as a package)"
+        sys.stdout.write(f"sparktrain {installed}\n")
+        raise typer.Exit()

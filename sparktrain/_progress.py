@@ -3,6 +3,7 @@ in full (message and metrics are cut to the width instead) and has no spinner.""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 from rich.console import Console
@@ -55,7 +56,8 @@ class Live:
         """Show the job until it ends, then its final line; returns the finished job."""
         self.progress.update(self.task, status=job["status"])
         try:
-            with self.progress:
+            # piped, the live line would only leave an empty line where it was: the final line alone
+            with self.progress if self.console.is_terminal else nullcontext():
                 final = api.wait(job["id"], on_event=self)
         except KeyboardInterrupt:  # following stops, the job goes on: leave the line where it was
             task = self.progress.tasks[0]

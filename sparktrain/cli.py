@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparktrain._csv import model_columns, read_rows
-from sparktrain._help import Command, Group
+from sparktrain._help import Command, Group, print_version
 from sparktrain._progress import Live
 from sparktrain.client import (
     AmbiguousJobId,
@@ -87,6 +87,9 @@ def _main(
     ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Machine-readable JSON on stdout, no progress bar.")
+    ] = False,
+    _version: Annotated[
+        bool, typer.Option("--version", callback=print_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     ctx.obj = Options(url=url, api_key=api_key, json=json_output)

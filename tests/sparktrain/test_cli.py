@@ -71,6 +71,7 @@ def test_submit_wait_ends_0_with_the_model_and_the_model_can_be_used(svc: Servic
     finals = [line for line in done.stderr.splitlines() if line.startswith("SUCCEEDED ")]
     assert len(finals) == 1 and "100%" in finals[0] and len(finals[0]) <= 80, done.stderr
     assert not set(SPINNER) & set(done.stderr), done.stderr
+    assert "" not in done.stderr.splitlines(), done.stderr  # the live line left an empty line when piped
 
     listed = json.loads(cli(svc, "--json", "jobs", "--limit", "5").stdout)
     assert listed[0]["name"] == "cli-xgb" and listed[0]["status"] == "SUCCEEDED"
@@ -143,6 +144,13 @@ def test_exit_codes_for_refusals_usage_and_an_unreachable_service(svc: Service, 
     finished = json.loads(cli(svc, "--json", "jobs", "--status", "SUCCEEDED").stdout)
     if finished:  # cancelling a finished job is a 409
         assert cli(svc, "cancel", finished[0]["id"]).returncode == 2
+
+
+def test_version_prints_the_installed_package_and_needs_no_service() -> None:
+    from importlib.metadata import version
+
+    shown = cli(None, "--version", url="http://127.0.0.1:9")  # nothing listens there
+    assert shown.returncode == 0 and shown.stdout == f"sparktrain {version('sparktrain')}\n", shown
 
 
 def test_names_and_messages_print_as_written_never_as_console_markup() -> None:
