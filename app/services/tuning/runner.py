@@ -294,6 +294,10 @@ class _Search:
                     record.epochs = int(rounds["kept"])
                 elif self.framework == "torch" and isinstance((child.result or {}).get("epochs"), int):
                     record.epochs = int(child.result["epochs"])  # type: ignore[index]
+                if any(str(w).startswith(PRUNED_NOTE) for w in child.warnings or []):  # the cancel came too late
+                    late = "the prune reached it after its training ended: it finished and is kept as COMPLETE"
+                    self.driver_write(lambda s: jobs.add_warning(session=s, job_id=child.id, message=late))
+                    self.ctx.log(f"trial {record.number}: {late}")
                 return
             record.state = "FAIL"
             self.ctx.warn(f"trial {record.number}: its result has no validation {self.metric!r}")

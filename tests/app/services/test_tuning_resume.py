@@ -97,14 +97,20 @@ def test_a_resumed_study_keeps_finished_trials_and_attaches_to_running_ones(db: 
     assert [t.state.name for t in search.study.trials] == ["COMPLETE", "PRUNED", "RUNNING"]
     assert search.study.best_value == 0.9
 
-    # the running trial ends: the next poll records it, and the study then knows three finished trials
+    # the running trial ends: the next poll records it, and the study then knows three finished trials. It was
+    # pruned as its last epoch ended, too late to stop it: it succeeded, is COMPLETE, and its job says so
     with transaction(db) as s:
         row = s.get(Job, running)
         row.status, row.result = JobStatus.SUCCEEDED.value, {"validation": {"accuracy": 0.95}}
         row.model_name, row.model_version = "resumed", 2
+        row.warnings = [f"{PRUNED_NOTE} {tune_id} at epoch 5"]
     search.poll()
     assert not search.active and search.finished[-1].state == "COMPLETE" and search.finished[-1].metric == 0.95
     assert search.study.best_value == 0.95
+    with transaction(db) as s:
+        warnings = s.get(Job, running).warnings
+    assert len(warnings) == 2 and "kept as COMPLETE" in warnings[1], warnings
+    assert any("trial 2: the prune reached it after its training ended" in line for line in search.ctx.lines)
 
     with pytest.raises(IntegrityError), transaction(db) as s:  # one job per trial number, whatever resumes
         jobs.create_job(session=s, job_type="train", request={}, parent_id=tune_id, trial=2)
