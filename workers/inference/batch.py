@@ -72,11 +72,22 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
             shutil.rmtree(partial, ignore_errors=True)
             raise JobFailure("OUTPUT_EXISTS", f"{final} appeared while the job ran, written by someone else; "
                              "nothing was replaced: predict again to a new output_uri")  # fmt: skip
-    storage.attempt("publishing", str(final), lambda: storage.replace_dir(partial, final))
-    written = ctx.spark.read.parquet(str(final)).count()  # Spark reads no directory whose name starts with "."
+    written = _rows_written(partial)
     ctx.progress(1.0, "done")
+    # the last step: a Spark job after it (the count it used to run) could be cancelled or fail, and the job would
+    # end CANCELLED or FAILED with its complete output in place, blocking a new prediction to the same path
+    storage.attempt("publishing", str(final), lambda: storage.replace_dir(partial, final))
     result: dict[str, Any] = {"output_uri": plan.output_path, "rows": written, "bad_rows": dropped}
     return JobOutcome(result=result)
+
+
+def _rows_written(directory: Path) -> int:
+    """The rows of the parquet files Spark wrote, from their footers: Spark itself reads nothing under a directory
+    whose name starts with '.', as the private one does, and a count after the rename would be a Spark job too."""
+    import pyarrow.parquet as pq
+
+    files = [f for f in directory.rglob("*.parquet") if not f.name.startswith((".", "_"))]
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
 def _predict_sequences(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:

@@ -1,0 +1,45 @@
+"""A batch prediction's output appears at its path only as the job's last step, with the rows counted before,
+on a real SparkSession: a job cancelled or failed before it leaves no output there (workers/inference/batch.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from workers.context import JobFailure
+from workers.inference.batch import MARKER, _write
+
+
+class Ctx:
+    """The job context the write reports through; ``stop_at`` makes a progress report raise, as a cancel does."""
+
+    def __init__(self, spark: Any, stop_at: float | None = None) -> None:
+        self.job_id, self.attempt, self.spark, self.stop_at = "a" * 32, 1, spark, stop_at
+        self.reported: list[float] = []
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        if fraction == self.stop_at:
+            raise JobFailure("CANCELLED", "cancelled while it wrote")
+        self.reported.append(fraction)
+
+
+def _predictions(spark: Any) -> Any:
+    return spark.range(0, 25, numPartitions=3).selectExpr("id AS key", "CAST(id * 2 AS DOUBLE) AS prediction")
+
+
+def test_the_rows_are_counted_and_the_output_published_last(spark: Any, tmp_path: Path) -> None:
+    final = tmp_path / "out"
+    outcome = _write(Ctx(spark), SimpleNamespace(output_path=str(final)), _predictions(spark), 2)  # type: ignore[arg-type]
+    assert outcome.result == {"output_uri": str(final), "rows": 25, "bad_rows": 2}
+    assert (final / MARKER).read_text() == "a" * 32 and spark.read.parquet(str(final)).count() == 25
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no private directory left
+
+
+def test_a_job_stopped_before_the_end_leaves_nothing_at_the_output_path(spark: Any, tmp_path: Path) -> None:
+    final = tmp_path / "out"
+    with pytest.raises(JobFailure):
+        _write(Ctx(spark, stop_at=1.0), SimpleNamespace(output_path=str(final)), _predictions(spark), 0)  # type: ignore[arg-type]
+    assert not final.exists()  # it was renamed into place before the count, then the job ended CANCELLED
