@@ -65,23 +65,44 @@ def mark_sent(*, session: Session, job_id: str, attempt: int) -> None:
         job.attempts = update_attempt(job, attempt, sent=True)
 
 
-def unsent_retries(*, session: Session, older_than: datetime, now: datetime) -> list[tuple[str, int, str | None, str]]:
-    """(job id, attempt, queue, task name) of retries still QUEUED whose message never went out: queued before
-    ``older_than`` (a refused send), or due at ``now`` (a delayed retry)."""
+Unsent = tuple[str, int, str | None, str]
+"""(job id, attempt, queue, task name) of a retry whose message is due."""
+Unreadable = tuple[str, int, str]
+"""(job id, attempt, what could not be read) of a retry whose entry in ``attempts`` is malformed."""
+
+
+def unsent_retries(*, session: Session, older_than: datetime, now: datetime) -> tuple[list[Unsent], list[Unreadable]]:
+    """Retries still QUEUED whose message never went out: queued before ``older_than`` (a refused send), or due at
+    ``now`` (a delayed retry). Second, the ones whose entry cannot be read (a ``not_before`` that is no time): read
+    row by row, so that one malformed entry does not hide every other retry (the caller fails those jobs; left
+    alone they would stay QUEUED for ever, and fail every pass that reads them)."""
     rows = session.scalars(select(Job).where(Job.status == JobStatus.QUEUED.value, Job.attempt > 1)).all()
-    out: list[tuple[str, int, str | None, str]] = []
+    due: list[Unsent] = []
+    unreadable: list[Unreadable] = []
     for job in rows:
-        entry = _entry(list(job.attempts or []), job.attempt)
-        if entry is None or entry.get("sent", True):
-            continue
-        queued_at, not_before = entry.get("queued_at"), entry.get("not_before")
-        if not_before is not None:
-            due = datetime.fromisoformat(not_before) <= now
-        else:
-            due = queued_at is None or datetime.fromisoformat(queued_at) < older_than
-        if due:
-            out.append((job.id, job.attempt, queue_of(job), task_name(job.type, job.framework or "")))
-    return out
+        try:
+            if _due(job, older_than, now):
+                due.append((job.id, job.attempt, queue_of(job), task_name(job.type, job.framework or "")))
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            unreadable.append((job.id, job.attempt, f"the entry of attempt {job.attempt} in its attempts ({exc})"))
+    return due, unreadable
+
+
+def _due(job: Job, older_than: datetime, now: datetime) -> bool:
+    entry = _entry(list(job.attempts or []), job.attempt)
+    if entry is None or entry.get("sent", True):
+        return False
+    if entry.get("not_before") is not None:
+        return _time(entry, "not_before") <= now
+    return entry.get("queued_at") is None or _time(entry, "queued_at") < older_than
+
+
+def _time(entry: dict[str, Any], key: str) -> datetime:
+    """The entry's time ``key``; a ValueError that names the key when it is no time."""
+    try:
+        return datetime.fromisoformat(entry[key])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{key} {entry[key]!r} is not a time: {exc}") from exc
 
 
 def history(job: Job) -> list[dict[str, Any]]:

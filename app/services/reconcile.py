@@ -17,6 +17,11 @@ hands its running jobs back at once (DRIVER_STOPPED, :func:`hand_back`). The job
 entry per attempt, and an attempt that ended early says how. A retry whose message was not sent yet (delayed, or
 refused by the broker) stays QUEUED with ``sent: false``; a later pass sends it (a second copy of a message is
 harmless: only one delivery wins QUEUED -> STARTING).
+
+A tune job that ends here (CANCELLED, or FAILED for good) takes its trials with it (:func:`cancel_trials`): its own
+runner, which cancels them otherwise, died with its driver. One job whose stored row cannot be read (a malformed
+plan or ``attempts``) ends FAILED with reason ``UNREADABLE_JOB`` on its own (a savepoint per job); left in place it
+would fail every later pass, and no other lost job would ever be recovered.
 """
 
 from __future__ import annotations
@@ -24,15 +29,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.jobstates import ACTIVE, JobStatus
+from app.core.errors import Conflict
+from app.core.jobstates import ACTIVE, JobStatus, JobType
 from app.db.base import utcnow
 from app.db.models import Job
-from app.db.session import transaction
+from app.db.session import savepoint, transaction, unavailable
 from app.services import attempts, jobs, resume
 from workers.families import task_name
 
@@ -40,6 +47,9 @@ log = logging.getLogger(__name__)
 
 Send = Callable[[str, str, str], None]
 """``send(task_name, job_id, queue)``: put a job's message on a queue; raises when the broker refuses it."""
+
+UNREADABLE = "UNREADABLE_JOB"
+"""The reason of a job whose stored row (plan, ``attempts``) cannot be read: it cannot go on, only be resubmitted."""
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -60,12 +70,30 @@ def reconcile(
             (Job.heartbeat_at.is_(None)) | (Job.heartbeat_at < cutoff),
         )
         lost = list(session.execute(stmt).scalars()) if look_for_lost else []
-        unsent = attempts.unsent_retries(session=session, older_than=cutoff, now=now)
-    actions = [a for job_id in lost if (a := _reconcile_one(db, send, job_id, now, cutoff, default_queue))]
+        unsent, unreadable = attempts.unsent_retries(session=session, older_than=cutoff, now=now)
+    actions: list[dict[str, Any]] = []
+    for job_id in lost:
+        if a := _contained(job_id, partial(_reconcile_one, db, send, job_id, now, cutoff, default_queue)):
+            actions.append(a)
+    for job_id, attempt, what in unreadable:
+        if a := _contained(job_id, partial(_fail_unsent, db, job_id, attempt, what, now)):
+            actions.append(a)
     for job_id, attempt, queue, task in unsent:
         if send_retry(db=db, send=send, job_id=job_id, attempt=attempt, queue=queue or default_queue, task=task):
             actions.append({"job_id": job_id, "action": "sent again", "attempt": attempt})
     return actions
+
+
+def _contained(job_id: str, work: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """``work()`` on one job, whose failure (say the write that fails a job that cannot be read fails too) is logged
+    and does not stop the pass for the other jobs. A database that is away stops the pass: every job would fail."""
+    try:
+        return work()
+    except Exception as exc:
+        if unavailable(exc):
+            raise
+        log.exception("the reconciler could not handle job %s; the pass goes on with the other jobs", job_id)
+        return None
 
 
 def _reconcile_one(
@@ -82,9 +110,57 @@ def _reconcile_one(
             f"driver {job.worker_id or '?'} stopped sending heartbeats "
             f"(last at {_iso(beat) or 'never'}); the job's driver process is gone"
         )
-        outcome = end_and_retry(session=session, job=job, reason="DRIVER_LOST", message=message, now=now,
-                                sources=[JobStatus(job.status)])  # fmt: skip
+        status = JobStatus(job.status)
+        try:
+            with savepoint(session):
+                outcome = end_and_retry(session=session, job=job, reason="DRIVER_LOST", message=message, now=now,
+                                        sources=[status])  # fmt: skip
+        except Exception as exc:  # what end_and_retry wrote is undone; the job fails here instead, on its own
+            if unavailable(exc):
+                raise
+            what = f"its driver was lost, and its stored row (plan, request or attempts) cannot be read ({_error(exc)})"
+            return fail_unreadable(session=session, job_id=job_id, sources=[status], what=what, now=now)
     return deliver(db=db, send=send, job_id=job_id, outcome=outcome, default_queue=default_queue)
+
+
+def _unreadable_message(what: str) -> str:
+    return f"{what}; the job cannot go on: submit it again"
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _fail_unsent(
+    db: sessionmaker[Session], job_id: str, attempt: int, what: str, now: datetime
+) -> dict[str, Any] | None:
+    with transaction(db) as session:
+        what = f"attempt {attempt} was queued again, but {what} cannot be read, so its message is never sent"
+        return fail_unreadable(session=session, job_id=job_id, sources=[JobStatus.QUEUED], what=what, now=now,
+                               only_if={"attempt": attempt})  # fmt: skip
+
+
+def fail_unreadable(
+    *,
+    session: Session,
+    job_id: str,
+    sources: Collection[JobStatus],
+    what: str,
+    now: datetime,
+    only_if: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """FAILED with :data:`UNREADABLE`, saying ``what`` could not be read and to submit the job again: nothing that
+    reads its row again can do better. Writes no ``attempts`` (they may be what is malformed; they are kept as they
+    are, for a look). A tune job's trials are cancelled with it."""
+    message = _unreadable_message(what)
+    won = jobs.transition(session=session, job_id=job_id, sources=sources, target=JobStatus.FAILED, only_if=only_if,
+                          finished_at=now, error_reason=UNREADABLE, error_message=message)  # fmt: skip
+    if not won:
+        return None
+    jobs.add_log(session=session, job_id=job_id, level="ERROR", message=message)
+    log.error("job %s failed: %s", job_id, message)
+    outcome: dict[str, Any] = {"job_id": job_id, "action": "failed", "why": message}
+    return _with_trials(outcome, cancel_trials(session=session, job_id=job_id, ended="FAILED"))
 
 
 def end_and_retry(
@@ -101,13 +177,16 @@ def end_and_retry(
     """End the job's current attempt for ``reason`` (one guarded transition) and queue the next one when the
     reason allows it and attempts remain. A CANCELLING job ends CANCELLED instead: its user asked it to stop.
     Returns what was done, with what :func:`deliver` needs to send the retry's message after the commit; None when
-    the transition lost (the job is no longer in ``sources``, or not ``only_if``'s)."""
+    the transition lost (the job is no longer in ``sources``, or not ``only_if``'s). A tune job that ends here
+    (CANCELLED, or FAILED for good) cancels its trials in the same transaction (:func:`cancel_trials`)."""
     if job.status == JobStatus.CANCELLING:
         record = _ended(job, now, "CANCELLED", reason, message)
         won = jobs.transition(session=session, job_id=job.id, sources=[JobStatus.CANCELLING],
                               target=JobStatus.CANCELLED, only_if=only_if, finished_at=now, error_reason="CANCELLED",
                               error_message=f"cancelled on request; {message}", attempts=record)  # fmt: skip
-        return {"job_id": job.id, "action": "cancelled"} if won else None
+        if not won:
+            return None
+        return _with_trials({"job_id": job.id, "action": "cancelled"}, _end_tune(session, job, JobStatus.CANCELLED))
     sources = [s for s in sources if s != JobStatus.CANCELLING]
     if not end_attempt(session=session, job=job, sources=sources, reason=reason, message=message, now=now,
                        only_if=only_if):  # fmt: skip
@@ -115,10 +194,48 @@ def end_and_retry(
     session.refresh(job)
     queued = retry(session=session, job=job, now=now, reason=reason, delay_s=retry_delay_s)
     if isinstance(queued, str):
-        return {"job_id": job.id, "action": "failed", "why": queued}
+        return _with_trials(
+            {"job_id": job.id, "action": "failed", "why": queued}, _end_tune(session, job, JobStatus.FAILED)
+        )
     return {"job_id": job.id, "action": "retried", "attempt": job.attempt, "how": queued.how,
             "queue": attempts.queue_of(job), "task": task_name(job.type, job.framework or ""),
             "send": retry_delay_s <= 0}  # fmt: skip
+
+
+def cancel_trials(*, session: Session, job_id: str, ended: str) -> list[str]:
+    """A tune job that just ended ``ended`` asks its trials that have not finished to stop, as a user's cancel
+    does (:func:`jobs.request_cancel`: a queued trial ends CANCELLED at once, a running one goes to CANCELLING and
+    its driver's watcher stops it), and says so in its log; returns their job ids. Its own runner cancels them when
+    it ends the job itself; a job ended here lost its runner, and its trials would otherwise run on and register
+    model versions of a search that is over. A tune job queued again keeps them: its next attempt attaches to them."""
+    stmt = select(Job.id, Job.trial).where(
+        Job.parent_id == job_id,
+        Job.status.in_([JobStatus.QUEUED.value, JobStatus.STARTING.value, JobStatus.RUNNING.value]),
+    )
+    cancelled: list[tuple[int | None, str]] = []
+    for trial_id, number in session.execute(stmt.order_by(Job.trial)).all():
+        try:
+            jobs.request_cancel(session=session, job_id=trial_id)
+        except Conflict:  # it finished meanwhile
+            continue
+        cancelled.append((number, trial_id))
+    if cancelled:
+        names = ", ".join(f"trial {number} (job {trial_id})" for number, trial_id in cancelled)
+        message = f"the tune job ended {ended}: cancelled its trials that had not finished: {names}"
+        jobs.add_log(session=session, job_id=job_id, level="WARNING", message=message)
+        log.warning("tune job %s ended %s: cancelled %d trials", job_id, ended, len(cancelled))
+    return [trial_id for _, trial_id in cancelled]
+
+
+def _end_tune(session: Session, job: Job, ended: JobStatus) -> list[str]:
+    """:func:`cancel_trials` of a tune job that is ``ended`` now (not one that a racing writer moved on)."""
+    if job.type != JobType.TUNE or session.scalar(select(Job.status).where(Job.id == job.id)) != ended.value:
+        return []
+    return cancel_trials(session=session, job_id=job.id, ended=ended.value)
+
+
+def _with_trials(outcome: dict[str, Any], trials: list[str]) -> dict[str, Any]:
+    return {**outcome, "trials_cancelled": trials} if trials else outcome
 
 
 def deliver(
@@ -185,8 +302,10 @@ def retry(*, session: Session, job: Job, now: datetime, reason: str, delay_s: fl
         return "no attempts left"
     try:
         nxt = resume.next_attempt(session, job)
-    except (TypeError, ValueError, KeyError) as exc:
-        return f"its stored plan cannot be read ({type(exc).__name__}: {exc})"
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a malformed plan, of whatever shape
+        why = f"its stored plan cannot be read ({_error(exc)})"
+        _unreadable_after_failed(session, job.id, f"attempt {job.attempt} ended {reason}, and {why}")
+        return why
     attempt = job.attempt + 1
     queue = attempts.queue_of(job)
     entry: dict[str, Any] = {"queued_at": _iso(now), "sent": False}
@@ -224,6 +343,16 @@ def retry(*, session: Session, job: Job, now: datetime, reason: str, delay_s: fl
                  f"{nxt.how}{cost}")  # fmt: skip
     session.refresh(job)
     return nxt
+
+
+def _unreadable_after_failed(session: Session, job_id: str, what: str) -> None:
+    """The job that just ended FAILED says why it stays so (:data:`UNREADABLE`), rather than only that its attempt
+    ended (FAILED -> FAILED is no transition: its columns are updated in place)."""
+    message = _unreadable_message(what)
+    session.execute(update(Job).where(Job.id == job_id, Job.status == JobStatus.FAILED.value).values(
+        error_reason=UNREADABLE, error_message=message).execution_options(synchronize_session=False))  # fmt: skip
+    jobs.add_log(session=session, job_id=job_id, level="ERROR", message=message)
+    log.error("job %s failed: %s", job_id, message)
 
 
 def send_retry(*, db: sessionmaker[Session], send: Send, job_id: str, attempt: int, queue: str, task: str) -> bool:

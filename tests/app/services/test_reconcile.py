@@ -286,7 +286,9 @@ def test_a_job_whose_stored_plan_cannot_be_read_stays_failed(db: Any) -> None:
     (action,) = reconcile(db=db, send=never, stale_after_s=30)
     assert action["action"] == "failed" and action["why"].startswith("its stored plan cannot be read")
     with db() as session:
-        assert session.get(Job, job_id).status == "FAILED"
+        job = session.get(Job, job_id)
+        assert (job.status, job.error_reason) == ("FAILED", "UNREADABLE_JOB")
+        assert "stored plan cannot be read" in job.error_message and "submit it again" in job.error_message
 
 
 def test_an_xgboost_retry_continues_from_its_newest_checkpoint_of_rounds(db: Any) -> None:
