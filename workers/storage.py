@@ -139,7 +139,7 @@ def replace_dir(partial: Path, target: Path) -> None:
     except OSError as exc:
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
             raise
-    aside = target.with_name(f"{target.name}.old-{uuid.uuid4().hex[:8]}")
+    aside = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")  # hidden from Spark's readers
     os.replace(target, aside)
     os.replace(partial, target)
     shutil.rmtree(aside, ignore_errors=True)

@@ -91,6 +91,21 @@ def _check_fits(rt: JobRuntime, plan: Any) -> None:
 
 
 def _plan(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
+    """The job's plan, once the data it reads is checked again: a directory that held nothing private when the
+    request was checked may hold another owner's batch prediction output by now (app/services/outputs.py)."""
+    from app.core.errors import AppError
+    from app.services import outputs
+
+    plan = _stored_plan(rt, ctx, job)
+    try:
+        with rt.db() as session:
+            outputs.check_job(session, job_id=job.id, owner=job.owner, plan=plan, roots=rt.settings.data_roots)
+    except AppError as exc:
+        raise JobFailure("INVALID_REQUEST", exc.detail) from exc
+    return plan
+
+
+def _stored_plan(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
     """The plan stored with the job. A job queued by a release that did not store plans is planned again from its
     request (the only case in which a job is planned twice)."""
     try:

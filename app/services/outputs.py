@@ -6,22 +6,30 @@ path it writes (``Job.output_path``, and its SHA-256 ``output_key``, indexed), a
 caller who is not an admin names (``/train``, ``/tune``, ``/evaluate``, ``/predict``, ``POST /datasets``) is
 checked against those records before it is planned:
 
-- a path at or inside another owner's output, or inside the hidden directory a prediction writes before it renames
-  it into place (``.<name>.partial-<job>-<attempt>``), answers exactly as a path that does not exist;
-- a directory that holds another owner's output is refused: Spark would read that output with the rest (through
-  ``recursiveFileLookup``), and no answer can pretend that the directory is not there.
+- a path at or inside another owner's output, or inside the hidden directories beside it (the one a prediction
+  writes before it renames it into place, ``.<name>.partial-<job>-<attempt>``, and the one a retry moves an
+  earlier output aside to, ``.<name>.old-<hex>``), answers exactly as a path that does not exist;
+- a directory that holds another owner's output, written or about to be, is refused: Spark would read that output
+  with the rest, and no answer can pretend that the directory is not there.
 
-When two jobs recorded the same path (the first output was deleted and the path written again), the newest job
-decides. A new ``output_uri`` may not lie inside an output that is there or about to be written (anyone's: Spark
-would write a directory into a dataset), nor be the path that a queued or running prediction is about to write.
+Whose an output is: the owner of the job whose id the output's marker file names (the job that wrote it), else of
+the newest job recorded for the path that is queued, running or succeeded (a failed or cancelled one wrote
+nothing). Jobs check again when they start (:func:`check_job`), for outputs recorded after they were queued: a
+directory that held nothing private when the request was checked may hold another owner's output by then.
+
+A new ``output_uri`` may not lie inside an output (written or about to be: Spark would write a directory into a
+dataset), nor hold or be the path of a queued or running prediction.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -30,10 +38,14 @@ from app.core.errors import ValidationFailed
 from app.core.jobstates import JobStatus, JobType
 from app.db.models import Job
 from app.services.datasets.paths import missing
+from workers.data.spec import ResolvedDataset
+from workers.inference.spec import OUTPUT_MARKER
 
 ACTIVE = (JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING)
-_PARTIAL = re.compile(r"^\..+\.partial-([0-9a-f]{32})-\d+$")
-"""The private directory a batch prediction writes before the rename (workers/inference/batch.py)."""
+LIVE = (*ACTIVE, JobStatus.SUCCEEDED)
+"""Jobs whose output is there or about to be."""
+_BESIDE = re.compile(r"\.(.+)\.(?:partial-([0-9a-f]{32})-\d+|old-[0-9a-f]{8})", re.S)
+"""The hidden directories next to an output (workers/inference/batch.py, workers/storage.py)."""
 
 
 def key(path: str) -> str:
@@ -41,59 +53,111 @@ def key(path: str) -> str:
     return hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _newest(session: Session, paths: Sequence[str]) -> dict[str, Job]:
-    """The newest prediction job recorded for each of ``paths`` that any job recorded."""
+def _recorded(session: Session, paths: Sequence[str], since: datetime | None = None) -> dict[str, list[Job]]:
+    """The prediction jobs recorded for each of ``paths`` (those queued after ``since``), oldest first."""
     if not paths:
         return {}
-    rows = session.scalars(select(Job).where(Job.output_key.in_([key(p) for p in paths])).order_by(Job.created_at))
-    return {row.output_path: row for row in rows if row.output_path is not None and row.output_path in paths}
+    query = select(Job).where(Job.output_key.in_([key(p) for p in paths])).order_by(Job.created_at)
+    if since is not None:
+        query = query.where(Job.created_at > since)
+    found: dict[str, list[Job]] = {}
+    for row in session.scalars(query):
+        if row.output_path is not None and row.output_path in paths:
+            found.setdefault(row.output_path, []).append(row)
+    return found
 
 
-def _within(session: Session, directory: Path, owner: str) -> list[str]:
-    """Outputs of other owners' jobs that lie below ``directory``."""
+def _owner(session: Session, path: str, records: list[Job]) -> str | None:
+    """Whose the output at ``path`` is: its marker's job's owner, else the newest live record's; None: nobody's."""
+    try:
+        writer = (Path(path) / OUTPUT_MARKER).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        writer = ""
+    job = session.get(Job, writer) if writer else None
+    if job is not None:
+        return job.owner
+    live = [row for row in records if row.status in LIVE]
+    return live[-1].owner if live else None
+
+
+def _below(session: Session, directory: Path, *, statuses: Sequence[str], since: datetime | None) -> list[str]:
+    """Recorded outputs below ``directory`` of jobs in ``statuses``."""
     prefix = str(directory).rstrip("/") + "/"
     pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    below = session.scalars(
-        select(Job.output_path)
-        .where(Job.type == JobType.PREDICT, Job.owner != owner, Job.output_path.like(pattern, escape="\\"))
-        .distinct()
+    query = select(Job.output_path).where(
+        Job.type == JobType.PREDICT, Job.status.in_(statuses), Job.output_path.like(pattern, escape="\\")
     )
-    return [p for p in below if p is not None and p.startswith(prefix)]  # SQLite's LIKE ignores case
+    if since is not None:
+        query = query.where(Job.created_at > since)
+    return sorted({p for p in session.scalars(query) if p is not None and p.startswith(prefix)})  # LIKE ignores case
 
 
-def check_read(session: Session, *, path: str, owner: str, uri: str, roots: Sequence[Path], loc: str) -> None:
+def check_read(
+    session: Session, *, path: str, owner: str, uri: str, roots: Sequence[Path], loc: str, since: datetime | None = None
+) -> None:
     """``owner`` may read the dataset at ``path`` (resolved; a remote URI passes): it is not, and does not hold,
-    another owner's batch prediction output."""
+    another owner's batch prediction output (of a job queued after ``since``, when given)."""
     target = Path(path)
     if not target.is_absolute():
         return
-    for part in target.parts:
-        partial = _PARTIAL.match(part)
-        if partial is not None:
-            job = session.get(Job, partial.group(1))
-            if job is not None and job.owner != owner:
-                raise missing(uri, roots, loc)
-    ancestors = [str(target), *(str(p) for p in target.parents)]
-    if any(job.owner != owner for job in _newest(session, ancestors).values()):
-        raise missing(uri, roots, loc)
-    held = _newest(session, _within(session, target, owner))
-    if any(job.owner != owner and Path(p).exists() for p, job in held.items()):
-        raise ValidationFailed.at(
-            loc, f"{uri!r} holds another owner's batch prediction output; name a path that does not hold it"
-        )
+    places = [target, *target.parents]
+    matches = [(p, m) for p in places if (m := _BESIDE.fullmatch(p.name))]
+    for _, m in matches:  # a private directory names the job that writes it
+        writer = session.get(Job, m.group(2)) if m.group(2) else None
+        if writer is not None and writer.owner != owner and (since is None or writer.created_at > since):
+            raise missing(uri, roots, loc)
+    beside = [p.parent / m.group(1) for p, m in matches]
+    candidates = [str(p) for p in (*places, *beside)]
+    for where, records in _recorded(session, candidates, since).items():
+        if _owner(session, where, records) not in (None, owner):
+            raise missing(uri, roots, loc)
+    below = _below(session, target, statuses=LIVE, since=since)
+    for where, records in _recorded(session, below).items():
+        if _owner(session, where, records) not in (None, owner) and (Path(where).exists() or records[-1].status
+                                                                      in ACTIVE):  # fmt: skip
+            raise ValidationFailed.at(
+                loc, f"{uri!r} holds another owner's batch prediction output; name a path that does not hold it"
+            )
 
 
 def check_target(session: Session, *, target: str, given: str, loc: str = "output_uri") -> None:
-    """A new batch prediction output at ``target`` (resolved) does not land inside another prediction's output
-    and is not where a queued or running one will write."""
+    """A new batch prediction output at ``target`` (resolved) does not land inside another prediction's output,
+    hold one that a queued or running prediction will write, or take the path of one."""
     path = Path(target)
-    recorded = _newest(session, [str(path), *(str(p) for p in path.parents)])
-    for where, job in recorded.items():
-        if where == str(path):
-            if job.status in ACTIVE:
-                raise ValidationFailed.at(loc, f"{given[:200]!r} is where a queued batch prediction will write; "
-                                          "name a new path")  # fmt: skip
-        elif job.status in ACTIVE or Path(where).exists():
+    for where, records in _recorded(session, [str(path), *(str(p) for p in path.parents)]).items():
+        active = any(row.status in ACTIVE for row in records)
+        if where == str(path) and active:
+            raise ValidationFailed.at(loc, f"{given[:200]!r} is where a queued batch prediction will write; "
+                                      "name a new path")  # fmt: skip
+        if where != str(path) and (active or Path(where).exists()):
             raise ValidationFailed.at(
                 loc, f"{given[:200]!r} lies inside the output of a batch prediction; name a path outside it"
             )
+    if _below(session, path, statuses=ACTIVE, since=None):
+        raise ValidationFailed.at(loc, f"{given[:200]!r} would hold the output of a queued batch prediction; "
+                                  "name another path")  # fmt: skip
+
+
+def _datasets(value: Any) -> Iterator[ResolvedDataset]:
+    if isinstance(value, ResolvedDataset):
+        yield value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from _datasets(getattr(value, field.name))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _datasets(item)
+
+
+def check_job(session: Session, *, job_id: str, owner: str, plan: Any, roots: Sequence[Path]) -> None:
+    """When a job starts: the data its plan reads has not become another owner's output since it was queued (its
+    tune job's queue time for a trial, as the request's checks covered the whole search)."""
+    row = session.get(Job, job_id)
+    if row is None:
+        return
+    parent = session.get(Job, row.parent_id) if row.parent_id else None
+    since = (parent or row).created_at
+    for ds in _datasets(plan):
+        for path in (ds.path, ds.labels_path):
+            if path:
+                check_read(session, path=path, owner=owner, uri=path, roots=roots, loc="dataset", since=since)

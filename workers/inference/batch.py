@@ -28,10 +28,9 @@ from workers.inference.remote import (
     sequence_output_schema,
     sequence_predictions,
 )
-from workers.inference.spec import PredictionPlan
+from workers.inference.spec import OUTPUT_MARKER, PredictionPlan
 
-MARKER = "_SPARKTRAIN_JOB"
-"""In a batch prediction's output: the id of the job that wrote it (Spark readers skip ``_`` files)."""
+MARKER = OUTPUT_MARKER
 
 
 def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:

@@ -9,6 +9,10 @@ from typing import Any
 from workers.data.spec import ResolvedDataset
 from workers.inference.signature import signature_of
 
+OUTPUT_MARKER = "_SPARKTRAIN_JOB"
+"""In a batch prediction's output: the id of the job that wrote it (Spark readers skip ``_`` files; the service
+reads it to tell whose the output is, app/services/outputs.py)."""
+
 
 @dataclass(frozen=True)
 class ModelRef:

@@ -44,6 +44,9 @@ def _remote(uri: str, scheme: str, remote_prefixes: Sequence[str], loc: str) -> 
     decoded = unquote(uri)
     if "?" in decoded or "#" in decoded:
         raise ValidationFailed.at(loc, f"{uri[:200]!r}: '?' and '#' are not allowed in remote URIs")
+    if "{" in decoded or "}" in decoded:  # 'prefix/{a,..}' expands to 'prefix/..', past the check below
+        raise ValidationFailed.at(loc, f"{uri[:200]!r}: '{{' and '}}' are not allowed in remote URIs (Hadoop "
+                                  "expands them into several paths)")  # fmt: skip
     if _DOT_SEGMENT.search(decoded.partition("://")[2] or decoded) or "\x00" in decoded:
         raise ValidationFailed.at(loc, f"{uri[:200]!r}: '.' and '..' segments are not allowed in remote URIs")
     for prefix in remote_prefixes:
@@ -51,6 +54,18 @@ def _remote(uri: str, scheme: str, remote_prefixes: Sequence[str], loc: str) -> 
             return uri
     allowed = ", ".join(remote_prefixes) or "none are configured (SPARKTRAIN_REMOTE_URI_PREFIXES)"
     raise ValidationFailed.at(loc, f"{scheme}:// URIs must start with an allowed prefix; {allowed}")
+
+
+_PATTERN = frozenset("*?[]{}\\")
+
+
+def check_literal(path: str, given: str, loc: str) -> None:
+    """A local path Spark is given must hold no glob characters: Hadoop reads them as a pattern, so a directory named
+    ``{a,..}`` (a batch prediction's ``output_uri`` can make one) would read its parent's parent, and one named
+    ``*`` every directory beside it."""
+    if _PATTERN.intersection(path):
+        raise ValidationFailed.at(loc, f"{given[:200]!r}: Spark reads * ? [ ] {{ }} and \\ in a local path as a "
+                                  "pattern; name a path without them")  # fmt: skip
 
 
 MAX_ENTRIES = 100_000
@@ -107,6 +122,7 @@ def resolve_uri(
         inside_any = True
         try:
             if real.exists():
+                check_literal(str(real), uri, loc)
                 if walk and real.is_dir():
                     _check_tree(real, roots, uri, loc)
                 return str(real)

@@ -18,7 +18,7 @@ from app.schemas.inference import EvaluateRequest, ModelSelector, PredictRequest
 from app.schemas.train import DatasetRef, SequenceOptions
 from app.services import checkpoints, models
 from app.services.datasets.check import PARSED_FORMATS, locate, resolve_dataset
-from app.services.datasets.paths import check_output_target, output_target
+from app.services.datasets.paths import check_literal, check_output_target, output_target
 from workers import storage
 from workers.data.spec import ResolvedDataset
 from workers.families import FRAMEWORKS
@@ -188,6 +188,7 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
         raise ValidationFailed.at("output_uri", "the path contains a NUL byte")
     check_output_target(given, roots=settings.data_roots)  # a dangling link would send Spark elsewhere
     target = output_target(given, settings.data_roots)
+    check_literal(str(target), given, "output_uri")
     parent = Path(os.path.realpath(target.parent))
     inside = [r for r in settings.data_roots if parent == r or r in parent.parents]
     if not inside:

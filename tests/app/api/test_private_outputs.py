@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -156,3 +157,95 @@ def test_the_owner_and_an_admin_read_the_output(world: dict[str, Any]) -> None:
     body = {**_train("alice-second"), "dataset": {"uri": "alice-out", "features": ["prediction"], "label": "id",
                                                    "task": "regression"}}  # fmt: skip
     assert world["alice"].post("/train", json=body).status_code == 202
+
+
+def _record(svc: Any, owner: str, path: Path, status: str, created: Any = None) -> str:
+    """A prediction job's row as jobs.submit records it (its output at ``path``), in ``status``."""
+    from app.db.session import transaction
+    from app.services import jobs, outputs
+
+    with transaction(svc.runtime.db) as session:
+        row, _ = jobs.create_job(session=session, job_type="predict", request={"output_uri": str(path)}, owner=owner)
+        row.output_path, row.output_key, row.status = str(path), outputs.key(str(path)), status
+        if created is not None:
+            row.created_at = created
+        return row.id
+
+
+def _output(data: Path, path: Path, job_id: str | None) -> None:
+    """A written output (a copy of alice's) with the marker naming the job that wrote it."""
+    shutil.copytree(data / "alice-out", path)
+    (path / "_SPARKTRAIN_JOB").unlink()
+    if job_id is not None:
+        (path / "_SPARKTRAIN_JOB").write_text(job_id)
+
+
+def test_whose_an_output_is_follows_the_job_that_wrote_it(world: dict[str, Any]) -> None:
+    """Review of the first version: the newest record decided, so a second job queued at the same path (which then
+    failed, finding the output there) handed the output to its owner; a cancelled job that wrote nothing still
+    claimed its path; a retry's old output (``.<name>.old-<hex>``) was readable; a queued output below a new
+    ``output_uri`` was not seen."""
+    svc, data, alice, bob = world["svc"], world["data"], world["alice"], world["bob"]
+    first = _record(svc, "alice", data / "raced", "SUCCEEDED")
+    _record(svc, "bob", data / "raced", "FAILED")  # queued second, found alice's output there
+    _output(data, data / "raced", first)
+    assert bob.post("/datasets", json={"uri": "raced"}).status_code == 422
+    assert alice.post("/datasets", json={"uri": "raced"}).status_code == 201
+
+    _record(svc, "alice", data / "reports", "CANCELLED")  # never wrote: the path is free
+    body = {"model": {"name": "bob-model"}, "dataset": {"uri": "rows.csv", "key": "id"}, "output_uri": "reports/q1"}
+    written = bob.post("/predict", json=body)
+    assert written.status_code == 202, written.text
+    assert svc.wait(written.json()["id"], TERMINAL)["status"] == "SUCCEEDED"
+    assert bob.post("/datasets", json={"uri": "reports/q1"}).status_code == 201
+
+    _output(data, data / ".alice-out.old-0123abcd", None)
+    known, unknown = ".alice-out.old-0123abcd", "no-such-output"
+    _unknown_answer(bob.post("/datasets", json={"uri": known}), bob.post("/datasets", json={"uri": unknown}),
+                    known, unknown)  # fmt: skip
+
+    _record(svc, "alice", data / "nest" / "b" / "out", "QUEUED")
+    problem = _problem(bob.post("/predict", json={**body, "output_uri": "nest"}), 422)
+    assert "would hold the output of a queued batch prediction" in problem["detail"], problem
+
+
+def test_no_path_spark_would_read_as_a_pattern(world: dict[str, Any]) -> None:
+    """A directory named ``*`` or ``{a,..}`` (an ``output_uri`` could make one) read every output beside it, or
+    the parent's parent (review of the first version)."""
+    bob: httpx.Client = world["bob"]
+    body = {"model": {"name": "bob-model"}, "dataset": {"uri": "rows.csv", "key": "id"}}
+    for name in ("predictions/*", "{a,..}", "out[1]"):
+        problem = _problem(bob.post("/predict", json={**body, "output_uri": name}), 422)
+        assert "as a pattern" in problem["detail"], problem
+    (world["data"] / "{rows,..}").mkdir()
+    (world["data"] / "{rows,..}" / "x.csv").write_text(ROWS)
+    for client in (bob, world["root"]):
+        problem = _problem(client.post("/datasets", json={"uri": "{rows,..}"}), 422)
+        assert "as a pattern" in problem["detail"], problem
+
+
+def test_a_job_checks_again_when_it_starts(world: dict[str, Any]) -> None:
+    """bob's job reads a directory that held nothing private when he asked; alice's output lands in it before
+    the job starts: the job fails as if the data were not there (app/jobs/dispatch.py checks the plan)."""
+    from datetime import timedelta
+
+    from app.core.errors import ValidationFailed
+    from app.db.base import utcnow
+    from app.db.session import transaction
+    from app.services import jobs, outputs
+    from workers.data.spec import ResolvedDataset
+
+    svc, data = world["svc"], world["data"]
+    (data / "shared").mkdir()
+    (data / "shared" / "bob.csv").write_text(ROWS)
+    with transaction(svc.runtime.db) as session:
+        queued, _ = jobs.create_job(session=session, job_type="train", request={}, owner="bob")
+        queued.created_at = utcnow() - timedelta(minutes=1)
+    plan = ResolvedDataset(path=str(data / "shared"), format="csv", features=("x1",), label="y", task="regression")
+    with svc.runtime.db() as session:
+        outputs.check_job(session, job_id=queued.id, owner="bob", plan=plan, roots=[data])  # nothing private yet
+    _output(data, data / "shared" / "alice-late", _record(svc, "alice", data / "shared" / "alice-late", "SUCCEEDED"))
+    with svc.runtime.db() as session, pytest.raises(ValidationFailed, match="holds another owner's"):
+        outputs.check_job(session, job_id=queued.id, owner="bob", plan=(plan,), roots=[data])
+    with svc.runtime.db() as session:  # alice's own job, or an output older than the job: no change
+        outputs.check_job(session, job_id=queued.id, owner="alice", plan=plan, roots=[data])

@@ -54,6 +54,9 @@ def test_links_inside_the_roots_and_cycles_are_fine(root: Path) -> None:
         ("s3a://bucket/data/?/../../secret/x.parquet", "'?' and '#' are not allowed"),
         ("s3a://bucket/data/#/../../secret/x.parquet", "'?' and '#' are not allowed"),
         ("s3a://bucket/data/%3F/../../secret/x.parquet", "'?' and '#' are not allowed"),
+        # Hadoop's glob expands braces into paths before it normalizes them: 'data/{x,..}' read 'data/..'
+        ("s3a://bucket/data/{x,..}/secret.parquet", "'{' and '}' are not allowed"),
+        ("s3a://bucket/data/%7Bx,..%7D/secret.parquet", "'{' and '}' are not allowed"),
         ("s3a://bucket/database/x.parquet", "allowed prefix"),
         ("hdfs://nn/data/x.parquet", "allowed prefix"),
     ],
@@ -87,3 +90,14 @@ def test_a_relative_output_path_is_read_from_the_working_directory_first(
     assert output_target(f"{root.name}/out", [root]) == root.parent / root.name / "out"
     assert output_target("out", [root]) == root / "out"  # the working directory is not inside a root
     assert output_target(str(tmp_path / "abs"), [root]) == tmp_path / "abs"
+
+
+@pytest.mark.parametrize("name", ["{a,..}", "*", "part[1]", "what?"])
+def test_a_local_path_spark_would_read_as_a_pattern_is_refused(root: Path, name: str) -> None:
+    """A directory literally named ``{a,..}`` inside a root resolved inside it, and Spark then read the root's
+    parent (Hadoop expands the braces, then normalizes ``..``)."""
+    (root / name).mkdir()
+    (root / name / "x.csv").write_text("a\n1\n")
+    with pytest.raises(ValidationFailed, match="as a pattern"):
+        resolve_uri(str(root / name), roots=[root], loc="d")
+    assert resolve_uri(str(root), roots=[root], loc="d") == str(root)  # the root holding it stays readable
