@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.db.session import retrying
 from app.services import jobs, models
 from workers.context import JobOutcome
 
@@ -83,8 +84,10 @@ def outcome(
     db: sessionmaker[Session],
     name: str,
     framework: str,
+    budget_s: float = 0.0,
 ) -> JobOutcome:
-    """The tune job's result; sets the alias ``best`` on the best trial's model version."""
+    """The tune job's result; sets the alias ``best`` on the best trial's model version, retried while the database
+    is away for up to ``budget_s`` (the runner's ``db_retry_s``): a restart as the search ends must not fail it."""
     mode = "max" if study.direction.name == "MAXIMIZE" else "min"
     board = leaderboard(records, mode)
     best = board[0]
@@ -104,10 +107,14 @@ def outcome(
         "importances": importances(study),
     }
     if best.model is not None:
-        with db.begin() as s:
-            models.set_alias(session=s, name=name, alias=BEST_ALIAS, version=int(best.model["version"]))
+        version = int(best.model["version"])
+
+        def mark(s: Session) -> None:  # both idempotent: safe to run again
+            models.set_alias(session=s, name=name, alias=BEST_ALIAS, version=version)
             # the tune job's own `model` is its best trial's version: a script reading only .model saw null
-            jobs.set_model(session=s, job_id=ctx.job_id, name=name, version=int(best.model["version"]))
+            jobs.set_model(session=s, job_id=ctx.job_id, name=name, version=version)
+
+        retrying(db, mark, budget_s=budget_s, what=f"tune job {ctx.job_id} marking its best trial")
         ctx.log(f"best trial {best.number}: {metric} {best.metric}; alias {BEST_ALIAS!r} -> {name} "
                 f"version {best.model['version']}")  # fmt: skip
     return JobOutcome(result=result)

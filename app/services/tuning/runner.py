@@ -11,6 +11,9 @@ numbers. So a tune job resumed after a driver was lost ends with exactly ``trial
 Pruning reads each running trial's per-epoch (torch) or per-round (xgboost) validation metric from the job's
 metrics and reports it to the study; a trial the pruner stops is cancelled through the normal cancel path and
 recorded PRUNED (a warning on its job says so and at which epoch). Spark ML trials run to the end.
+
+The search outlives short outages: its reads and writes wait out a database restart as the job runner's do, and a
+trial whose message the broker refused waits and is sent again under its number, as one over a quota does.
 """
 
 from __future__ import annotations
@@ -20,30 +23,33 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.errors import AppError, TooManyRequests
+from app.core.errors import AppError, ServiceUnavailable, TooManyRequests
 from app.core.jobstates import TERMINAL, JobStatus, JobType
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.models import Job, JobMetric
+from app.db.session import retrying
 from app.schemas.tune import TuneRequest
 from app.services import jobs, quotas
 from app.services.planning.training import plan_training
 from app.services.tuning import space as spaces
 from app.services.tuning.report import TrialRecord, outcome, partial
 from app.services.tuning.submit import train_request
-from app.services.tuning.trials import threshold_warnings, trial_body
-from workers.context import JobFailure, JobOutcome
+from app.services.tuning.trials import ask, pruner, resend, sampler, threshold_warnings, trial_body, trial_state, unsent
+from app.spark.session import spark_alive
+from workers.context import JobCancelled, JobFailure, JobOutcome
 
 if TYPE_CHECKING:
     import optuna
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("sparktrain.jobs")
+T = TypeVar("T")
 POLL_S = 0.1
 """How often the search reads its running trials' metrics: a pruned trial is cancelled within this of the epoch
 that condemned it, and the next trial starts within this of the last one's end. A torch epoch of the digits CNN
@@ -51,6 +57,9 @@ takes about 0.1 s here: polling every 0.5 s (and the monitor's half-second cance
 went on to epoch 8 in the case measured, and trials started up to a second apart (bench/README.md, bench.tune)."""
 QUOTA_RETRY_S = 1.0
 """How often a trial that an owner's quota refused is submitted again."""
+BROKER_RETRY_S = 5.0
+"""How often a trial whose message the job broker refused is sent again: a broker restart takes seconds, and each try
+holds the search (its polls of the running trials too) for up to a second of send_job's own retries."""
 PRUNED_NOTE = "pruned by tune job"
 
 
@@ -90,50 +99,55 @@ class _Search:
         self.dists = {path: spaces.to_optuna(d) for path, d in self.tune.space.items()}
         self.points = spaces.grid(self.tune.space) if self.tune.sampler == "grid" else None
         self.study = optuna.create_study(
-            direction="maximize" if self.mode == "max" else "minimize", sampler=_sampler(self.tune),
-            pruner=_pruner(self.tune),
+            direction="maximize" if self.mode == "max" else "minimize", sampler=sampler(self.tune),
+            pruner=pruner(self.tune),
         )  # fmt: skip
         self.finished: list[TrialRecord] = []
         self.active: dict[int, _Active] = {}
         self.next_number = 0
         self.deadline: float | None = None
         self.waiting: tuple[int, optuna.trial.Trial, dict[str, Any]] | None = None
-        """A trial asked of the study whose job a quota refused (429): submitted again on the next passes."""
+        """A trial asked of the study whose job a quota (429) or the job broker (503) refused: submitted again on the
+        next passes, every ``waiting_every`` seconds."""
         self.waiting_since: float | None = None
-        self.waiting_tried = 0.0
+        self.waiting_tried, self.waiting_every = 0.0, QUOTA_RETRY_S
 
     # --- the study rebuilt from the trial jobs -----------------------------------------------------------------
     def rebuild(self) -> None:
         import optuna
 
-        with self.driver.db() as s:
-            tune_row = s.get(Job, self.ctx.job_id)
-            children = s.scalars(select(Job).where(Job.parent_id == self.ctx.job_id).order_by(Job.trial)).all()
-            if self.tune.timeout_minutes is not None and tune_row is not None:
-                ends = tune_row.created_at + timedelta(minutes=self.tune.timeout_minutes)
-                self.deadline = time.monotonic() + (ends - utcnow()).total_seconds()
-            for child in children:
-                number = int(child.trial or 0)
-                self.next_number = max(self.next_number, number + 1)
-                params = spaces.params_of(child.request, self.tune.space)
-                record = TrialRecord(number=number, params=params, job_id=child.id)
-                curve, seen = self._curve(s, child.id)
-                if child.status in TERMINAL:
-                    self._settle(record, child, curve)
-                    state = optuna.trial.TrialState.COMPLETE if record.state == "COMPLETE" else _state(record.state)
-                    try:
-                        self.study.add_trial(optuna.trial.create_trial(
-                            params=params, distributions=self.dists, state=state, intermediate_values=curve,
-                            value=record.metric if record.state == "COMPLETE" else None,
-                        ))  # fmt: skip
-                    except ValueError as exc:  # a value outside today's space: on the leaderboard, not in the study
-                        log.warning("trial %d of tune job %s not added to the study: %s", number, self.ctx.job_id, exc)
-                    self.finished.append(record)
-                else:
-                    self.study.enqueue_trial(params)
-                    active = _Active(record, self.study.ask(self.dists), seen=seen)
-                    self.active[number] = active
-                    self._report(active, curve)
+        def read(s: Session) -> tuple[Job | None, list[tuple[Job, dict[int, float], int]]]:
+            rows = s.scalars(select(Job).where(Job.parent_id == self.ctx.job_id).order_by(Job.trial)).all()
+            return s.get(Job, self.ctx.job_id), [(row, *self._curve(s, row.id)) for row in rows]
+
+        tune_row, children = self.db_call(read, "reading its trials")
+        if self.tune.timeout_minutes is not None and tune_row is not None:
+            ends = tune_row.created_at + timedelta(minutes=self.tune.timeout_minutes)
+            self.deadline = time.monotonic() + (ends - utcnow()).total_seconds()
+        for child, curve, seen in children:
+            number = int(child.trial or 0)
+            self.next_number = max(self.next_number, number + 1)
+            params = spaces.params_of(child.request, self.tune.space)
+            record = TrialRecord(number=number, params=params, job_id=child.id)
+            if child is children[-1][0] and unsent(child):  # the last trial waited for the broker: it waits again
+                self.study.enqueue_trial(params)
+                self.waiting, self.waiting_every = (number, self.study.ask(self.dists), params), BROKER_RETRY_S
+            elif child.status in TERMINAL:
+                self._settle(record, child, curve)
+                state = optuna.trial.TrialState.COMPLETE if record.state == "COMPLETE" else trial_state(record.state)
+                try:
+                    self.study.add_trial(optuna.trial.create_trial(
+                        params=params, distributions=self.dists, state=state, intermediate_values=curve,
+                        value=record.metric if record.state == "COMPLETE" else None,
+                    ))  # fmt: skip
+                except ValueError as exc:  # a value outside today's space: on the leaderboard, not in the study
+                    log.warning("trial %d of tune job %s not added to the study: %s", number, self.ctx.job_id, exc)
+                self.finished.append(record)
+            else:
+                self.study.enqueue_trial(params)
+                active = _Active(record, self.study.ask(self.dists), seen=seen)
+                self.active[number] = active
+                self._report(active, curve)
         if children:
             self.ctx.log(f"resumed the study: {len(self.finished)} trials finished, {len(self.active)} attached to")
             return
@@ -151,8 +165,8 @@ class _Search:
 
     def launch(self) -> None:
         while len(self.active) < self.tune.parallel and not self.timed_out():
-            if self.waiting is not None:  # refused by a quota on an earlier pass: the same trial, submitted again
-                if time.monotonic() - self.waiting_tried < QUOTA_RETRY_S:
+            if self.waiting is not None:  # refused on an earlier pass: the same trial, submitted again
+                if time.monotonic() - self.waiting_tried < self.waiting_every:
                     return
                 number, trial, params = self.waiting
                 self.waiting = None
@@ -168,51 +182,72 @@ class _Search:
             record = TrialRecord(number=number, params=params)
             try:
                 record.job_id = self._submit(number, params)
-            except TooManyRequests as exc:  # the owner's queued_jobs quota: wait for a queued job to start
+            except (TooManyRequests, ServiceUnavailable) as exc:  # the owner's queued_jobs quota, or the broker away
+                broker = isinstance(exc, ServiceUnavailable)  # its job keeps the number: trials.resend sends it later
                 if self.waiting_since is None:
-                    self.waiting_since = time.monotonic()
-                    self.ctx.log(f"trial {number} waits for the owner's quota: {exc.detail}")
+                    self.waiting_since, what = time.monotonic(), "the job broker" if broker else "the owner's quota"
+                    self.ctx.log(f"trial {number} waits for {what}: {exc.detail}")
                 self.waiting, self.waiting_tried = (number, trial, params), time.monotonic()
+                self.waiting_every = BROKER_RETRY_S if broker else QUOTA_RETRY_S
                 return
             except AppError as exc:  # the sampled body does not plan (checked at its extremes): a failed trial
                 self.ctx.warn(f"trial {number} {params}: {exc.detail}")
                 record.state, record.finished = "FAIL", time.time()
-                self.study.tell(trial, state=_state("FAIL"))
+                self.study.tell(trial, state=trial_state("FAIL"))
                 self.finished.append(record)
                 continue
             if self.waiting_since is not None:
-                self.ctx.log(f"trial {number} submitted after {time.monotonic() - self.waiting_since:.0f} s of quota")
+                self.ctx.log(f"trial {number} submitted after {time.monotonic() - self.waiting_since:.0f} s of waiting")
                 self.waiting_since = None
             self.active[number] = _Active(record, trial)
             self.ctx.log(f"trial {number} started as job {record.job_id}: {params}")
 
     def _submit(self, number: int, params: dict[str, Any]) -> str:
-        train = train_request(trial_body(self.base, params, pruned=self.tune.pruner != "none"), "base")
-        plan = plan_training(request=train, settings=self.driver.settings, spark=self.driver.spark, db=self.driver.db)
+        """Trial ``number``'s job, sent: a new one, or the one already written for the number and never sent
+        (trials.resend: the broker refused it, or a restart lost the answer to its commit). Retried whole while the
+        database is away; the retry's own session stays unused (a session connects on its first statement), as
+        jobs.submit opens its transactions itself. Run again, it finds the job a lost commit wrote, rather than fail
+        on the (parent_id, trial) constraint."""
         limits = quotas.limits_for(settings=self.driver.settings, owner=self.owner)
-        job, _ = jobs.submit(
-            db=self.driver.db, enqueue=self.driver.enqueue, job_type=JobType.TRAIN,
-            request=train.model_dump(mode="json", exclude_none=True), plan=plan, framework=train.framework,
-            name=train.name, owner=self.owner, limits=limits, parent_id=self.ctx.job_id, trial=number,
-        )  # fmt: skip
-        return job.id
+
+        def send(_session: Session) -> str:
+            with self.driver.db() as s:
+                written = s.scalar(select(Job.id).where(Job.parent_id == self.ctx.job_id, Job.trial == number))
+            if written is not None:
+                resend(db=self.driver.db, enqueue=self.driver.enqueue, job_id=written, owner=self.owner, limits=limits)
+                return written
+            train = train_request(trial_body(self.base, params, pruned=self.tune.pruner != "none"), "base")
+            settings, spark, db = self.driver.settings, self.driver.spark, self.driver.db
+            job, _ = jobs.submit(
+                db=db, enqueue=self.driver.enqueue, job_type=JobType.TRAIN,
+                request=train.model_dump(mode="json", exclude_none=True), framework=train.framework,
+                plan=plan_training(request=train, settings=settings, spark=spark, db=db),
+                name=train.name, owner=self.owner, limits=limits, parent_id=self.ctx.job_id, trial=number,
+            )  # fmt: skip
+            return job.id
+
+        return self.db_call(send, f"submitting trial {number}")
 
     def poll(self) -> None:
         for number, active in list(self.active.items()):
-            with self.driver.db() as s:
-                child = s.get(Job, active.record.job_id)
-                if child is None:
-                    continue
-                curve, active.seen = self._curve(s, child.id, after=active.seen)
-                self._report(active, curve, running=child.status == JobStatus.RUNNING)
-                if child.status not in TERMINAL:
-                    continue
-                self._settle(active.record, child, None)
+
+            def read(s: Session, job_id: str = str(active.record.job_id), after: int = active.seen) -> Any:
+                child = s.get(Job, job_id)
+                return None if child is None else (child, *self._curve(s, job_id, after=after))
+
+            got = self.db_call(read, f"reading trial {number}")
+            if got is None:
+                continue
+            child, curve, active.seen = got
+            self._report(active, curve, running=child.status == JobStatus.RUNNING)
+            if child.status not in TERMINAL:
+                continue
+            self._settle(active.record, child, None)
             record = active.record
             if record.state == "COMPLETE":
                 self.study.tell(active.trial, record.metric)
             else:
-                self.study.tell(active.trial, state=_state(record.state))
+                self.study.tell(active.trial, state=trial_state(record.state))
             del self.active[number]
             self.finished.append(record)
             self.ctx.log(f"trial {number} {record.state}: {self.metric} {record.metric}")
@@ -222,8 +257,8 @@ class _Search:
         result replaces it when the search ends."""
         result = partial(self.finished, metric=self.metric, mode=self.mode, trials=self.tune.trials,
                          framework=self.framework)  # fmt: skip
-        with self.driver.db.begin() as s:
-            s.execute(update(Job).where(Job.id == self.ctx.job_id, Job.status.in_(_LIVE)).values(result=result))
+        stmt = update(Job).where(Job.id == self.ctx.job_id, Job.status.in_(_LIVE)).values(result=result)
+        self.db_call(lambda s: s.execute(stmt), "publishing the leaderboard")
 
     def _curve(self, s: Session, job_id: str, after: int = 0) -> tuple[dict[int, float], int]:
         """The trial's validation metric per epoch (torch) or boosting round (xgboost) from the rows after metric row
@@ -271,9 +306,16 @@ class _Search:
             self.driver.cancel_local(job_id)
         self.ctx.log(f"trial {active.record.number}: {note}")
 
-    def driver_write(self, work: Callable[[Session], Any]) -> Any:
-        with self.driver.db.begin() as s:
-            return work(s)
+    def driver_write(self, work: Callable[[Session], T]) -> T:
+        return self.db_call(work, "writing to its trials")
+
+    def db_call(self, work: Callable[[Session], T], what: str) -> T:
+        """``work`` in a transaction of its own, run again while the database is away with the job runner's helper,
+        backoff and budget (app.db.session.retrying, ``db_retry_s``): a search lives as long as its trials, and a
+        PostgreSQL restart under it failed it for good (FAILED INTERNAL, its trials left running). ``work`` may run
+        more than once, so it only reads and writes rows; the study is told what it found after it returns."""
+        budget, where = self.driver.settings.db_retry_s, f"tune job {self.ctx.job_id} {what}"
+        return retrying(self.driver.db, work, budget_s=budget, what=where)
 
     def _settle(self, record: TrialRecord, child: Job, curve: dict[int, float] | None) -> None:
         """The trial as its job ended: COMPLETE with the metric, PRUNED, CANCELLED or FAIL."""
@@ -314,68 +356,41 @@ class _Search:
                 return jobs.request_cancel(session=s, job_id=job_id)[1]
 
             try:
-                stopping = self.driver_write(cancel)
-            except AppError:
+                if self.driver_write(cancel):
+                    self.driver.cancel_local(job_id)
+                self.ctx.log(f"trial {active.record.number} (job {job_id}) cancelled: {why}")
+            except AppError:  # it finished meanwhile (a 409)
                 continue
-            if stopping:
-                self.driver.cancel_local(job_id)
-            self.ctx.log(f"trial {active.record.number} (job {job_id}) cancelled: {why}")
+            except Exception:  # the database is still away: this one runs to its end
+                log.exception("tune job %s: could not cancel trial job %s", self.ctx.job_id, job_id)
 
-    def cancel_requested(self) -> bool:
-        """Whether the tune job itself was cancelled, while this runner still holds it (not given up by the
-        reconciler, nor handed back by a stopping driver: then its trials are left running)."""
+    def end_trials(self, error: BaseException) -> None:
+        """Cancel the active trials when the tune job ends with ``error`` here for good: cancelled, or failed while
+        this runner holds it (a failed search left them running, for a search that was over). They are left running
+        when the job goes on elsewhere, where its next attempt attaches to them: a stopping driver hands it back,
+        the reconciler gave it up, or the Spark JVM died (DRIVER_LOST: queued again)."""
         if self.driver.stopping():
-            return False
+            return
         try:
-            with self.driver.db() as s:
-                row = s.get(Job, self.ctx.job_id)
-                return (
-                    row is not None
-                    and row.status == JobStatus.CANCELLING
-                    and row.worker_id == self.driver.owner["worker_id"]
-                    and row.attempt == self.driver.owner["attempt"]
-                )
-        except Exception:  # the database is away: the trials then run to their end
-            log.exception("tune job %s: could not read whether it was cancelled", self.ctx.job_id)
-            return False
+            status = self.db_call(self._own_status, "reading its status")
+        except Exception:  # the database is still away: the trials then run to their end
+            log.exception("tune job %s: could not read whether it still runs here", self.ctx.job_id)
+            return
+        failed = isinstance(error, Exception) and not isinstance(error, JobCancelled)
+        if status == JobStatus.CANCELLING:
+            self.cancel_trials("the tune job was cancelled")
+        elif status == JobStatus.RUNNING and failed and (self.driver.spark is None or spark_alive(self.driver.spark)):
+            self.cancel_trials(f"the tune job failed ({type(error).__name__})")
 
-
-def _state(name: str) -> Any:
-    import optuna
-
-    return optuna.trial.TrialState.PRUNED if name == "PRUNED" else optuna.trial.TrialState.FAIL
+    def _own_status(self, s: Session) -> str | None:
+        """The tune job's status while this runner holds it; None once it was given up or handed back."""
+        row, owner = s.get(Job, self.ctx.job_id), self.driver.owner
+        if row is None or row.worker_id != owner["worker_id"] or row.attempt != owner["attempt"]:
+            return None
+        return row.status
 
 
 _LIVE = (JobStatus.RUNNING.value, JobStatus.CANCELLING.value)
-
-
-def _sampler(tune: TuneRequest, number: int | None = None) -> Any:
-    """The study's sampler; with a seed, ``number``'s own: seeded from the search's seed and the trial number."""
-    import optuna
-
-    seed = tune.seed if tune.seed is None or number is None else (tune.seed * 1_000_003 + number) % 2**32
-    if tune.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, tune.trials // 4)))
-    return optuna.samplers.RandomSampler(seed=seed)  # grid: every point enqueued in the listed order
-
-
-def ask(study: Any, tune: TuneRequest, number: int, dists: dict[str, Any]) -> Any:
-    """Trial ``number`` of the study. With a seed, each trial's draws come from a generator seeded for it: one
-    generator for the whole search started over when a resumed search built its sampler again, and trials 4 and 5
-    of a search resumed after trial 3 drew what trials 0 and 1 had. An enqueued trial (grid, resume) takes no draw."""
-    if tune.seed is not None:
-        study.sampler = _sampler(tune, number)
-    return study.ask(dists)
-
-
-def _pruner(tune: TuneRequest) -> Any:
-    import optuna
-
-    if tune.pruner == "asha":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)
-    if tune.pruner == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)
-    return optuna.pruners.NopPruner()
 
 
 def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: str) -> JobOutcome:
@@ -410,11 +425,10 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
                 for active in search.active.values():
                     active.pruning = True
             time.sleep(POLL_S)
-    except BaseException:  # JobCancelled, or the Spark job of a trial's planning cancelled with the tune's group
-        if search.cancel_requested():
-            search.cancel_trials("the tune job was cancelled")
+    except BaseException as exc:  # cancelled, failed or handed back: end_trials says what becomes of the trials
+        search.end_trials(exc)
         raise
     if not any(r.state == "COMPLETE" for r in search.finished):
         raise JobFailure("NO_TRIAL_COMPLETED", f"none of the {len(search.finished)} trials completed")
     return outcome(ctx, search.study, search.finished, metric=search.metric, db=driver.db, name=search.base["name"],
-                   framework=search.framework)  # fmt: skip
+                   framework=search.framework, budget_s=driver.settings.db_retry_s)  # fmt: skip

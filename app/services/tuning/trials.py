@@ -1,15 +1,26 @@
 """What a trial runs: its ``/train`` body, built from the base and the sampled values, and what the search should
-be told about gradient sharing's threshold before it starts."""
+be told about gradient sharing's threshold before it starts; how a trial is asked of the study (its sampler, seeded
+per trial, and pruner) and told how it ended; and the sending again of a trial's job that the broker refused."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
+from sqlalchemy.orm import Session, sessionmaker
 
+from app.core.errors import ServiceUnavailable
+from app.core.jobstates import JobStatus
+from app.db.base import utcnow
+from app.db.models import Job
+from app.db.session import transaction
 from app.schemas.train import TrainingOptions
+from app.schemas.tune import TuneRequest
+from app.services import jobs, quotas
 from app.services.tuning import space as spaces
 from workers.errors import SpecError
+from workers.families import task_name
 from workers.training.torch.config import ADAM_FAMILY, default_initial_threshold
 from workers.training.torch.spec import parse_optimizer
 
@@ -85,3 +96,84 @@ def one_step_threshold(training: dict[str, Any]) -> dict[str, Any]:
         return training
     algorithm["initial_threshold"] = default_initial_threshold(optimizer)
     return {**training, "gradient_sharing": {**sharing, "threshold_algorithm": algorithm}}
+
+
+def trial_state(name: str) -> Any:
+    """The study's state for a trial that did not complete: PRUNED, or FAIL (a cancel, a failure)."""
+    import optuna
+
+    return optuna.trial.TrialState.PRUNED if name == "PRUNED" else optuna.trial.TrialState.FAIL
+
+
+def sampler(tune: TuneRequest, number: int | None = None) -> Any:
+    """The study's sampler; with a seed, ``number``'s own: seeded from the search's seed and the trial number."""
+    import optuna
+
+    seed = tune.seed if tune.seed is None or number is None else (tune.seed * 1_000_003 + number) % 2**32
+    if tune.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, tune.trials // 4)))
+    return optuna.samplers.RandomSampler(seed=seed)  # grid: every point enqueued in the listed order
+
+
+def ask(study: Any, tune: TuneRequest, number: int, dists: dict[str, Any]) -> Any:
+    """Trial ``number`` of the study. With a seed, each trial's draws come from a generator seeded for it: one
+    generator for the whole search started over when a resumed search built its sampler again, and trials 4 and 5
+    of a search resumed after trial 3 drew what trials 0 and 1 had. An enqueued trial (grid, resume) takes no draw."""
+    if tune.seed is not None:
+        study.sampler = sampler(tune, number)
+    return study.ask(dists)
+
+
+def pruner(tune: TuneRequest) -> Any:
+    import optuna
+
+    if tune.pruner == "asha":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)
+    if tune.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)
+    return optuna.pruners.NopPruner()
+
+
+ENQUEUE_FAILED = "ENQUEUE_FAILED"
+
+
+def unsent(job: Job) -> bool:
+    """Whether a trial's job was written and its message refused by the broker (jobs.submit failed it so)."""
+    return job.status == JobStatus.FAILED and job.error_reason == ENQUEUE_FAILED
+
+
+def resend(
+    *, db: sessionmaker[Session], enqueue: Callable[[str, str], None], job_id: str, owner: str, limits: quotas.Limits
+) -> None:
+    """Send again the message of a trial's job that was never sent: one the broker refused (``ENQUEUE_FAILED``), or
+    one still QUEUED because a database restart lost the answer to the commit that wrote it (jobs.submit sends after
+    its commit). A job in any other state was sent, or ended: left as it is.
+
+    The trial keeps its number and its job. The (parent_id, trial) unique constraint lets one job hold a number,
+    and a resumed search rebuilds its study from those jobs, so a second job for the number would need the first
+    deleted, and jobs are never deleted (a client may hold its id already, and its FAILED state was public). The
+    refused job goes back to QUEUED instead, by the state machine's retry edge (FAILED -> QUEUED), past the same
+    ``queued_jobs`` check as a new job under the owner's lock (a 429 then: the caller waits for the quota); the
+    plan it was written with still holds, since the trial's body has not changed. If the broker refuses again, the
+    job is ENQUEUE_FAILED again and the caller gets the same 503 as from jobs.submit. A second message for a job
+    that was sent after all is a duplicate delivery, which the runner ignores."""
+    with quotas.owner_lock(db, owner, needed=bool(limits.queued_jobs)) as s:
+        job = s.get(Job, job_id)
+        if job is None or not (unsent(job) or job.status == JobStatus.QUEUED):
+            return
+        if unsent(job):
+            quotas.check_submit(session=s, owner=owner, limits=limits, slots=job.slots)
+            jobs.transition(session=s, job_id=job_id, sources=[JobStatus.FAILED], target=JobStatus.QUEUED,
+                            finished_at=None, error_reason=None, error_message=None)  # fmt: skip
+            jobs.add_log(session=s, job_id=job_id, message="the broker had refused this job: queued again")
+        task = task_name(job.type, job.framework or "")
+    try:
+        enqueue(task, job_id)
+    except Exception as exc:
+        with transaction(db) as s:
+            jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.FAILED,
+                            finished_at=utcnow(), error_reason=ENQUEUE_FAILED,
+                            error_message=f"the job broker did not accept the job: {exc}")  # fmt: skip
+        raise ServiceUnavailable(
+            f"The job broker is unreachable ({type(exc).__name__}); nothing was queued, try again later."
+        ) from exc

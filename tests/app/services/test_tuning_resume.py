@@ -123,17 +123,17 @@ def test_a_seeded_search_resumed_draws_what_it_would_have_drawn(sampler: str) ->
     from a generator seeded for that trial number (TPE's first trials are random draws too)."""
     import optuna
 
-    from app.services.tuning.runner import _sampler, ask
+    from app.services.tuning import trials
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = {**SPACE, "network.layers.0.units": {"type": "int", "low": 16, "high": 256, "step": 16}}
     tune = TuneRequest.model_validate({"name": "s", "base": digits_job("s", epochs=1, workers=1), "space": space,
                                        "trials": 40, "sampler": sampler, "seed": 11})  # fmt: skip
     dists = {path: spaces.to_optuna(d) for path, d in tune.space.items()}
-    straight = optuna.create_study(sampler=_sampler(tune))
-    drawn = [ask(straight, tune, n, dists).params for n in range(6)]
+    straight = optuna.create_study(sampler=trials.sampler(tune))
+    drawn = [trials.ask(straight, tune, n, dists).params for n in range(6)]
     assert len({tuple(sorted(p.items())) for p in drawn}) == 6
-    resumed = optuna.create_study(sampler=_sampler(tune))  # as rebuild() makes it: the first three trials finished
+    resumed = optuna.create_study(sampler=trials.sampler(tune))  # as rebuild() makes it: three trials finished
     for params in drawn[:3]:
         resumed.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=0.5))
-    assert [ask(resumed, tune, n, dists).params for n in range(3, 6)] == drawn[3:]
+    assert [trials.ask(resumed, tune, n, dists).params for n in range(3, 6)] == drawn[3:]
