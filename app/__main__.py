@@ -9,6 +9,7 @@ whole process group and with it Spark's JVM. A second signal exits at once.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import logging
 import os
@@ -24,6 +25,7 @@ from pydantic import ValidationError
 
 from app.core.logging import configure_logging
 from app.core.settings import load_settings
+from app.spark.session import spark_alive
 
 log = logging.getLogger("sparktrain")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -38,6 +40,29 @@ class DriverServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, *, app: Any) -> None:
         super().__init__(config)
         self.app = app
+        self.spark_lost = False
+        self._probe: asyncio.Task[bool] | None = None
+
+    async def on_tick(self, counter: int) -> bool:
+        """uvicorn's tick (every 0.1 s), and every 5 s whether Spark's JVM still answers: one that died on its own
+        (killed, out of memory) leaves a driver that can run no job, yet kept taking them from the queue and losing
+        them. It stops as for a signal (its jobs are handed back), and exits with :data:`SPARK_LOST_EXIT` so that a
+        supervisor (``restart:`` in docker-compose.yml, systemd's ``Restart=``) starts it again with a new JVM."""
+        should_exit = await super().on_tick(counter)
+        if self._probe is not None and self._probe.done():
+            alive, self._probe = self._probe.result(), None
+            runtime = getattr(self.app.state, "runtime", None)
+            if not alive and not self.should_exit and runtime is not None and not runtime.jobs.stopping:
+                log.error("Spark's JVM is gone (killed, or out of memory): this driver can run no job, so it "
+                          "stops and exits with status %d; start it again (its jobs are queued again)",
+                          SPARK_LOST_EXIT)  # fmt: skip
+                self.spark_lost = True
+                self.handle_exit(signal.SIGTERM, None)
+        elif self._probe is None and counter % 50 == 0:
+            runtime = getattr(self.app.state, "runtime", None)
+            if runtime is not None and not runtime.jobs.stopping:  # in a thread: a hung JVM must not hang the loop
+                self._probe = asyncio.ensure_future(asyncio.to_thread(spark_alive, runtime.spark))
+        return should_exit or self.should_exit
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Marked before anything else: a second signal can run its handler inside this one (Python checks for
@@ -67,6 +92,8 @@ class DriverServer(uvicorn.Server):
 
 
 DATABASE_AWAY_EXIT = 3  # uvicorn's status for a failed start-up, which is what this was before the probe
+SPARK_LOST_EXIT = 4
+"""The status of a driver that stopped because Spark's JVM died under it."""
 
 
 def unreachable_database(url: str, timeout_s: int = 10) -> str | None:
@@ -123,11 +150,14 @@ def main(argv: list[str] | None = None) -> None:
         log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
         timeout_graceful_shutdown=30,
     )
-    DriverServer(config, app=app).run()
+    server = DriverServer(config, app=app)
+    server.run()
     runtime = getattr(app.state, "runtime", None)
     if runtime is not None:  # a signal during start-up: uvicorn skips the shutdown of what already started
         runtime.begin_stop()
         runtime.close()
+    if server.spark_lost:
+        sys.exit(SPARK_LOST_EXIT)
 
 
 if __name__ == "__main__":

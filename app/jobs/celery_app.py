@@ -6,6 +6,8 @@ process's :class:`~app.jobs.runtime.JobRuntime`, which the process attaches to t
 
 from __future__ import annotations
 
+import logging
+import time
 import warnings
 from typing import Any
 
@@ -16,9 +18,11 @@ from app.core.logging import job_scope
 from app.core.settings import Settings
 from app.jobs.lost_messages import is_redis
 from app.jobs.runtime import JobRuntime
+from app.spark.session import spark_alive
 from workers.families import FRAMEWORKS, task_name
 
 RUNTIME_ATTR = "sparktrain_runtime"
+log = logging.getLogger("sparktrain.jobs")
 
 
 def runtime_of(app: Celery) -> JobRuntime:
@@ -130,6 +134,10 @@ def register_tasks(app: Celery) -> None:
         rt = runtime_of(app)
         if rt.stopping:  # a stopping driver takes nothing more: the message goes back for another driver
             raise Reject(f"driver {rt.worker_id} is stopping", requeue=True)
+        if not spark_alive(rt.spark):  # its JVM died: ``python -m app`` stops within seconds (app/__main__.py)
+            log.error("job %s goes back to the queue: Spark's JVM on driver %s is gone", job_id, rt.worker_id)
+            time.sleep(1.0)  # a consumer with no such stop (an external Celery worker) must not spin on the message
+            raise Reject(f"driver {rt.worker_id} lost its SparkSession", requeue=True)
         routing = (self.request.delivery_info or {}).get("routing_key")
 
         def send(task: str, retried: str, queue: str) -> None:

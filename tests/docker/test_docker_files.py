@@ -88,3 +88,11 @@ def test_ports_bind_loopback_and_no_secrets(compose: dict[str, Any]) -> None:
         for key, value in items:
             if any(word in key.upper() for word in ("PASSWORD", "SECRET", "TOKEN", "API_KEYS")):
                 assert not value or str(value).startswith("${"), f"{name}: {key} has a value in the file"
+
+
+def test_every_driver_is_started_again_when_its_spark_jvm_dies() -> None:
+    """``python -m app`` exits 4 when Spark's JVM died under it (tests/e2e/test_spark_lost.py): compose restarts it."""
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    drivers = [name for name in services if name.startswith("driver")]
+    assert sorted(drivers) == ["driver", "driver-cluster", "driver-gpu"]
+    assert all(services[name].get("restart") == "on-failure" for name in drivers), drivers

@@ -1,0 +1,45 @@
+"""A driver whose Spark JVM dies under it (killed, out of memory) can run no job. It used to stay up and keep taking
+jobs from the queue, each failing at once on the dead JVM. Now ``python -m app`` notices within seconds, stops as
+for a signal (its running job is handed back or ends DRIVER_LOST, queued again either way) and exits with status 4
+(app/__main__.py), so a supervisor starts it again; the next driver finishes the job."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from app.__main__ import SPARK_LOST_EXIT
+from bench.chaos import Driver, digits_job, driver_env
+from bench.processes import cmdline, descendants
+from tests.e2e.chaos_support import wait_final
+from tests.e2e.test_clean_stop import _wait_running
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_driver_whose_jvm_died_exits_4_and_the_next_one_finishes_its_job(tmp_path: Path) -> None:
+    env = driver_env(tmp_path)
+    first = Driver(env, tmp_path / "first.log").start()
+    try:
+        job_id = first.client.post("/train", json=digits_job("jvm", epochs=6, units=64, batch=2)).json()["id"]
+        _wait_running(first, job_id, progress=0.4)
+        [jvm] = [p for p in descendants(first.pid) if "org.apache.spark" in cmdline(p) and "java" in cmdline(p)]
+        os.kill(jvm, signal.SIGKILL)
+        assert first.proc is not None
+        status = first.proc.wait(120)
+    finally:
+        first.stop()
+    log = first.log.read_text(errors="replace")
+    assert status == SPARK_LOST_EXIT, log[-3000:]
+    assert "Spark's JVM is gone" in log, log[-3000:]
+
+    second = Driver(env, tmp_path / "second.log").start()
+    try:
+        job = wait_final(second.client, job_id)
+        assert job["status"] == "SUCCEEDED", (job["error"], job["attempts"])
+        assert job["attempts"][0]["error_reason"] in ("DRIVER_STOPPED", "DRIVER_LOST"), job["attempts"]
+    finally:
+        second.stop()
