@@ -8,6 +8,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError as PydanticValidationError
+
 from app.core.jobstates import JobType
 from app.jobs.context import DbJobContext
 from app.jobs.runtime import JobRuntime
@@ -115,10 +117,19 @@ def _stored_plan(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
     if plans.is_deferred(job.plan):
         return _plan_deferred(rt, ctx, job)
     if job.plan is not None:
-        return plans.load(cls, job.plan)
+        try:
+            return plans.load(cls, job.plan)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # another release's, or edited by hand
+            why = f"its stored plan cannot be read ({type(exc).__name__}: {str(exc)[:300]})"
+            raise JobFailure("UNSUPPORTED", f"{why}: queued by another release of sparktrain? Submit it again") from exc
     ctx.log("no stored plan (queued by an earlier release): planning the request again")
     ctx.progress(0.0, "checking the request against the data")
-    return _replan(rt, job)
+    try:
+        return _replan(rt, job)
+    except PydanticValidationError as exc:  # the request of an earlier release that this one no longer takes
+        why = f"{exc.error_count()} errors; the first: {_first_error(exc)}"
+        raise JobFailure("UNSUPPORTED", f"queued by an earlier release, and this one does not take its request "
+                         f"({why}): submit it again") from exc  # fmt: skip
 
 
 def _plan_deferred(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
@@ -153,3 +164,8 @@ def _replan(rt: JobRuntime, job: TakenJob) -> Any:
         predict = PredictRequest.model_validate(job.request)
         return plan_prediction(request=predict, settings=settings, spark=spark, db=db)
     return plan_gpu_smoke(GpuSmokeRequest.model_validate(job.request))
+
+
+def _first_error(exc: PydanticValidationError) -> str:
+    first = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc']) or 'body'}: {first['msg']}"

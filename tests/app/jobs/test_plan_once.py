@@ -100,3 +100,27 @@ def test_a_driver_whose_cluster_cannot_hold_the_plan_fails_the_job_at_once(db: A
         done = jobs.get_job(session=s, job_id=job.id)
         assert (done.status, done.error_reason) == (JobStatus.FAILED, "INVALID_REQUEST")
         assert "3 workers" in (done.error_message or "") and "2 task slots" in (done.error_message or "")
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_plan_or_request_this_release_cannot_read_fails_saying_to_submit_again(
+    db: Any, spark: Any, tmp_path: Path
+) -> None:
+    """A stored plan of another shape (another release's, or edited by hand) ended INTERNAL with a bare Python
+    error, and an earlier release's request that this one refuses with pydantic's text (audit, 2026-12-06)."""
+    settings = _settings(tmp_path)
+    with transaction(db) as s:
+        malformed, _ = jobs.create_job(session=s, job_type="train", request=BODY, framework="spark_ml",
+                                       name=BODY["name"], plan={"train": ["not", "a", "dataset"]})  # fmt: skip
+        refused, _ = jobs.create_job(session=s, job_type="train", request={**BODY, "learning_speed": 3},
+                                     framework="spark_ml", name=BODY["name"])  # fmt: skip
+        ids = (malformed.id, refused.id)
+    rt = JobRuntime(settings=settings, db=db, spark=spark)
+    for job_id in ids:
+        run_job(rt, job_id)
+    with db() as s:
+        first, second = (jobs.get_job(session=s, job_id=job_id) for job_id in ids)
+    assert (first.status, first.error_reason) == (JobStatus.FAILED, "UNSUPPORTED"), first.error_message
+    assert "stored plan cannot be read" in (first.error_message or "") and "Submit it again" in first.error_message
+    assert (second.status, second.error_reason) == (JobStatus.FAILED, "UNSUPPORTED"), second.error_message
+    assert "learning_speed" in (second.error_message or "") and "submit it again" in second.error_message
