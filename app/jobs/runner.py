@@ -90,7 +90,7 @@ def _take(rt: JobRuntime, job_id: str, queue: str) -> TakenJob | None:
                 jobs.add_log(session=s, job_id=job_id, message=f"waits in QUEUED: its owner's {blocked} quota is "
                              "used up; it starts when one of the owner's jobs ends")  # fmt: skip
             job.waiting_for, job.woken_at = blocked, None  # its message is used up: the next end may wake it
-            job.attempts = attempts.update_attempt(job, job.attempt, queue=queue)
+            job.attempts = attempts.update_attempt(job, job.attempt, queue=queue, sent=True)  # it was delivered
             return blocked
         now = utcnow()
         won = jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING,
@@ -99,7 +99,7 @@ def _take(rt: JobRuntime, job_id: str, queue: str) -> TakenJob | None:
         if not won:
             return None
         s.refresh(job)
-        job.attempts = attempts.update_attempt(job, job.attempt, queue=queue, worker_id=rt.worker_id,
+        job.attempts = attempts.update_attempt(job, job.attempt, queue=queue, worker_id=rt.worker_id, sent=True,
                                                started_at=now.isoformat())  # fmt: skip
         return TakenJob(id=job.id, type=job.type, framework=job.framework, name=job.name, request=job.request,
                         plan=job.plan, attempt=job.attempt, owner=job.owner)  # fmt: skip

@@ -72,11 +72,12 @@ Unreadable = tuple[str, int, str]
 
 
 def unsent_retries(*, session: Session, older_than: datetime, now: datetime) -> tuple[list[Unsent], list[Unreadable]]:
-    """Retries still QUEUED whose message never went out: queued before ``older_than`` (a refused send), or due at
-    ``now`` (a delayed retry). Second, the ones whose entry cannot be read (a ``not_before`` that is no time): read
-    row by row, so that one malformed entry does not hide every other retry (the caller fails those jobs; left
-    alone they would stay QUEUED for ever, and fail every pass that reads them)."""
-    rows = session.scalars(select(Job).where(Job.status == JobStatus.QUEUED.value, Job.attempt > 1)).all()
+    """Attempts still QUEUED whose message never went out (a first one too: its driver died before the send),
+    queued before ``older_than`` (a refused send), or due at ``now`` (a delayed retry). Second, the ones whose
+    entry cannot be read (a ``not_before`` that is no time): read row by row, so that one malformed entry does not
+    hide every other retry (the caller fails those jobs; left alone they would stay QUEUED for ever, and fail every
+    pass that reads them)."""
+    rows = session.scalars(select(Job).where(Job.status == JobStatus.QUEUED.value)).all()
     due: list[Unsent] = []
     unreadable: list[Unreadable] = []
     for job in rows:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import json
 import uuid
@@ -21,7 +22,7 @@ from app.core.jobstates import EDGES, JobStatus
 from app.db.base import utcnow
 from app.db.models import Job, JobLog, JobMetric
 from app.db.session import savepoint, transaction
-from app.services import outputs, quotas
+from app.services import attempts, outputs, quotas
 from workers import plans
 from workers.families import task_name
 
@@ -182,6 +183,8 @@ def submit(
             job.model_name, job.model_version = model
         if created and output is not None:
             job.output_path, job.output_key = output, outputs.key(output)
+        if created:  # unsent until the send returns: a driver killed in between leaves it to a reconciler's pass
+            job.attempts = [{"attempt": 1, "queued_at": job.created_at.isoformat(), "sent": False}]
     if not created:
         return job, False
     try:
@@ -200,6 +203,8 @@ def submit(
         raise ServiceUnavailable(
             f"The job broker is unreachable ({type(exc).__name__}); nothing was queued, try again later."
         ) from exc
+    with contextlib.suppress(Exception), transaction(db) as session:  # else a pass sends a copy, which is harmless
+        attempts.mark_sent(session=session, job_id=job.id, attempt=1)
     return job, True
 
 

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from app.core.jobstates import JobStatus
 from app.db.base import utcnow
@@ -395,3 +396,27 @@ def test_noting_a_sent_retry_keeps_the_runner_that_took_it_meanwhile(db: Any, mo
     with db() as session:
         entry = session.get(Job, job_id).attempts[-1]
     assert (entry["attempt"], entry.get("worker_id"), entry["sent"]) == (2, "host:2:alive", True)
+
+
+def test_a_first_message_never_sent_is_sent_by_the_next_pass(db: Any) -> None:
+    """The driver that queued a job died between the commit and the send (here: the send is interrupted): the job
+    stayed QUEUED for ever on the embedded broker, whose messages no sweep looks for (audit, 2026-12-06). Its first
+    attempt is unsent until the send returns, and a reconciler pass sends it; a job sent as usual is left alone."""
+    sent: list[tuple[str, str, str]] = []
+
+    def interrupted(task: str, job_id: str) -> None:
+        raise KeyboardInterrupt  # what a kill between the commit and the send leaves: no ENQUEUE_FAILED either
+
+    with pytest.raises(KeyboardInterrupt):
+        jobs.submit(db=db, enqueue=interrupted, job_type="train", request={"name": "lost"}, framework="spark_ml")
+    normal, _ = jobs.submit(db=db, enqueue=lambda task, job_id: None, job_type="train", request={"name": "fine"},
+                            framework="spark_ml")  # fmt: skip
+    with db() as s:
+        lost = s.scalars(select(Job).where(Job.id != normal.id)).one()
+        assert (lost.status, lost.attempts[0]["sent"]) == ("QUEUED", False)
+        assert s.get(Job, normal.id).attempts[0]["sent"] is True
+    actions = reconcile_pass(db=db, send=lambda *a: sent.append(a), stale_after_s=0, default_queue="q")
+    assert sent == [("train.spark_ml", lost.id, "q")] and actions == [
+        {"job_id": lost.id, "action": "sent again", "attempt": 1}
+    ]
+    assert reconcile_pass(db=db, send=lambda *a: sent.append(a), stale_after_s=0, default_queue="q") == []
