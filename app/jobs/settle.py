@@ -173,7 +173,9 @@ def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: 
         won = jobs.transition(
             session=s,
             job_id=ctx.job_id,
-            sources=[JobStatus.STARTING, JobStatus.RUNNING],
+            # CANCELLING too: a cancel that arrived as the work failed on its own would leave the row CANCELLING, and
+            # the reconciler would end it later saying its driver was gone; it is reported as what it did
+            sources=[JobStatus.STARTING, JobStatus.RUNNING, JobStatus.CANCELLING],
             target=JobStatus.FAILED,
             only_if=ctx.owner,
             finished_at=utcnow(),

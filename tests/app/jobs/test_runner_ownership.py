@@ -162,3 +162,21 @@ def test_a_trial_counts_from_its_tune_so_a_name_taken_during_the_search_is_not_w
         job = s.get(Job, trial_id)
         assert (job.status, job.error_reason) == ("FAILED", "MODEL_NAME_TAKEN")
     assert _versions(db, trial_id) == 0
+
+
+def test_a_failure_as_the_cancel_arrived_is_reported_with_its_own_reason(
+    db: Any, rt: JobRuntime, tmp_path: Path
+) -> None:
+    """The work failed on its own (bad rows) as the cancel arrived, before the runner saw the stop flag: the job
+    stayed CANCELLING, and 30 s later the reconciler ended it saying its driver process was gone (audit,
+    2026-12-06). It ends FAILED with the work's reason, as the success case ends SUCCEEDED."""
+    from workers.context import JobFailure
+
+    job_id = _new_job(db)
+    ctx = _take(rt, job_id, tmp_path)
+    with transaction(db) as s:
+        jobs.request_cancel(session=s, job_id=job_id)
+    _settle(rt, ctx, JobFailure("BAD_ROWS", "3 rows have no label"), None)
+    with db() as s:
+        job = s.get(Job, job_id)
+        assert (job.status, job.error_reason, job.error_message) == ("FAILED", "BAD_ROWS", "3 rows have no label")
