@@ -333,7 +333,7 @@ def download(
         ),
     ] = None,
 ) -> int:
-    """Download a model version's archive (loads without sparktrain: see sparktrain_model.py inside)."""
+    """Download a model version's archive (it loads without sparktrain: docs/models-elsewhere.md)."""
     opts = _options(ctx)
     ref = _model_ref(model)
     with opts.client() as api:

@@ -10,13 +10,23 @@ stays pydantic's.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import types
 from collections.abc import Hashable
 from typing import Annotated, Any, Union, cast, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 _SCALARS = (bool, int, float)
 
@@ -40,6 +50,27 @@ def _needs(kinds: frozenset[type]) -> str:
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _closest_name(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """An unknown field's error names the field of this object it is closest to (``dataset.lable``: did you
+        mean 'label'?), as a typo is the usual reason for one."""
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            names = [field.alias or name for name, field in cls.model_fields.items()]
+            errors = exc.errors()
+            hints = [_closest(e, names) for e in errors]
+            if not any(hints):
+                raise
+            details: list[Any] = []
+            for error, hint in zip(errors, hints, strict=True):  # every message as it was (those of objects inside
+                text = f"Extra inputs are not permitted; {hint}" if hint else error["msg"]  # carry their hints)
+                details.append({"type": PydanticCustomError(error["type"], text), "loc": error["loc"],
+                                "input": error["input"]})  # fmt: skip
+            rebuilt = ValidationError.from_exception_data(exc.title, details)
+            raise rebuilt from None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -69,3 +100,11 @@ class Body(BaseModel):
 
 
 _PATH_OPTIONS = frozenset({"path", "paths", "basepath"})
+
+
+def _closest(error: Any, names: list[str]) -> str | None:
+    """'did you mean ...?' for an unknown field of this object (not of one inside it), when one is close."""
+    if error["type"] != "extra_forbidden" or len(error["loc"]) != 1:
+        return None
+    close = difflib.get_close_matches(str(error["loc"][0]), names, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else None

@@ -6,6 +6,7 @@ an admin); another owner's model answers exactly as an unknown one does (404), s
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -109,6 +110,13 @@ def _model_named(name: str, owner: str | None) -> Any:
     return stmt if owner is None else stmt.where(Model.owner == owner)
 
 
+def _no_model(session: Session, name: str, owner: str | None) -> NotFound:
+    """The 404 of an unknown model name, with the closest of the caller's names when one is close (a typo)."""
+    stmt = select(Model.name) if owner is None else select(Model.name).where(Model.owner == owner)
+    close = difflib.get_close_matches(name, session.scalars(stmt.limit(1000)).all(), n=1, cutoff=0.75)
+    return NotFound(f"No model named {name!r}." + (f" Did you mean {close[0]!r}?" if close else ""))
+
+
 def list_models(*, session: Session, limit: int = 100, owner: str | None = None) -> Sequence[Model]:
     stmt = select(Model) if owner is None else select(Model).where(Model.owner == owner)
     return session.scalars(stmt.order_by(Model.name).limit(limit)).all()
@@ -117,7 +125,7 @@ def list_models(*, session: Session, limit: int = 100, owner: str | None = None)
 def get_model(*, session: Session, name: str, owner: str | None = None) -> Model:
     row = session.scalar(_model_named(name, owner))
     if row is None:
-        raise NotFound(f"No model named {name!r}.")
+        raise _no_model(session, name, owner)
     return row
 
 
@@ -127,7 +135,7 @@ def get_version(*, session: Session, name: str, version: int, owner: str | None 
     if row is None:
         exists = session.scalar(_model_named(name, owner).with_only_columns(Model.id))
         if exists is None:
-            raise NotFound(f"No model named {name!r}.")
+            raise _no_model(session, name, owner)
         raise NotFound(f"Model {name!r} has no version {version}.")
     return row
 
@@ -150,7 +158,7 @@ def resolve_version(
     if model is None or not model.versions:
         _still_training(session, name, owner)
     if model is None:
-        raise NotFound(f"No model named {name!r}.")
+        raise _no_model(session, name, owner)
     if alias is not None:
         row = session.scalar(select(ModelAlias).where(ModelAlias.model_id == model.id, ModelAlias.alias == alias))
         if row is None:

@@ -85,3 +85,21 @@ def test_aliases_are_set_moved_and_removed(db: Any) -> None:
         models.delete_alias(session=s, name="m", alias="champion")
     with db() as s, pytest.raises(NotFound):
         models.delete_alias(session=s, name="m", alias="champion")
+
+
+def test_an_unknown_name_suggests_the_closest_of_the_callers_names(db: Any) -> None:
+    """A typo (``taxi-fare-xgbost``) was answered 'No model named ...' and nothing more (a fresh user's audit)."""
+    for name, owner in (("taxi-fare-xgboost", "alice"), ("taxi-fare-xgboost-v2", "bob")):
+        with transaction(db) as s:
+            models.register_version(session=s, name=name, framework="xgboost", artifact_uri="file:///x", metrics={},
+                                    params={}, job_id=None, owner=owner)  # fmt: skip
+    with db() as s:
+        with pytest.raises(NotFound) as typo:
+            models.resolve_version(session=s, name="taxi-fare-xgbost", owner="alice")
+        assert str(typo.value.detail) == "No model named 'taxi-fare-xgbost'. Did you mean 'taxi-fare-xgboost'?"
+        with pytest.raises(NotFound) as other:  # only the caller's names: another owner's stay unknown
+            models.resolve_version(session=s, name="taxi-fare-xgboost-v3", owner="alice")
+        assert "Did you mean 'taxi-fare-xgboost'?" in str(other.value.detail)
+        with pytest.raises(NotFound) as nothing:
+            models.get_model(session=s, name="digits", owner="alice")
+        assert str(nothing.value.detail) == "No model named 'digits'."

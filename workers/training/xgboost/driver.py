@@ -76,8 +76,9 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
             _index_labels(val_df, label_col, plan.class_labels),
         )
         label_col = LABEL_INDEX_COL
+    workers = f"{plan.num_workers} worker" + ("s" if plan.num_workers != 1 else "")
     ctx.log(
-        f"xgboost {spec.objective}: {spec.num_round} rounds on {plan.num_workers} workers ({plan.device}"
+        f"xgboost {spec.objective}: {spec.num_round} rounds on {workers} ({plan.device}"
         f"{f', {plan.threads} threads each' if plan.threads else ''}), "
         f"{rows} training and {val_rows} validation rows, {len(ds.features)} features; "
         f"data read and checked in {time.perf_counter() - started:.1f} s"

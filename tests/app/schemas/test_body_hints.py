@@ -1,0 +1,29 @@
+"""An unknown field in a body names the field of its object it is closest to: a typo is the usual cause (a fresh
+user's audit: ``dataset.lable`` said only "Extra inputs are not permitted")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.schemas.train import TrainRequest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_a_typo_names_the_field_meant_at_any_depth_and_other_errors_keep_their_words() -> None:
+    body = json.loads((REPO / "examples" / "xgboost-taxi.json").read_text())
+    body["dataset"]["lable"] = body["dataset"].pop("label")
+    body["dataset"]["num_classes"] = "3"
+    body["traning"] = {}
+    body["zzz"] = 1
+    with pytest.raises(ValidationError) as refused:
+        TrainRequest.model_validate(body)
+    got = {".".join(map(str, e["loc"])): (e["type"], e["msg"]) for e in refused.value.errors()}
+    assert got["dataset.lable"] == ("extra_forbidden", "Extra inputs are not permitted; did you mean 'label'?")
+    assert got["traning"] == ("extra_forbidden", "Extra inputs are not permitted; did you mean 'training'?")
+    assert got["zzz"] == ("extra_forbidden", "Extra inputs are not permitted")  # nothing close
+    assert got["dataset.num_classes"][0] == "value_error" and "without quotes" in got["dataset.num_classes"][1]
