@@ -294,7 +294,7 @@ def test_gpu_hist_from_the_article_trains_hist_on_cpu_and_says_so(svc: Service) 
     assert job["result"]["num_workers"] == 1
     logs = svc.client.get(f"/jobs/{job['id']}/logs").json()["lines"]
     assert any("gpu_hist" in line["message"] and line["level"] == "WARNING" for line in logs)
-    assert any("1 workers (cpu, 2 threads each)" in line["message"] for line in logs), logs
+    assert any("1 worker (cpu, 2 threads each)" in line["message"] for line in logs), logs
     version = svc.client.get("/models/hist-xgb/versions/1").json()
     assert json.dumps(version["params"]["spec"]["params"]["tree_method"]) == '"hist"'
 

@@ -382,9 +382,13 @@ def test_regression_matches_sklearn(seed: int, n: int, k: int, parts: int, offse
         col = r["columns"][name]
         assert col["count"] == n
         _close(
-            [col["mse"], col["rmse"], col["mae"], col["r2"], col["mean_error"]],
-            [mse[j], mse[j] ** 0.5, mae[j], r2[j], bias[j]],
+            [col["mse"], col["rmse"], col["mae"], col["mean_error"]],
+            [mse[j], mse[j] ** 0.5, mae[j], bias[j]],
         )
+        # r2 divides by the labels' variance, which the merged partitions sum in another order than sklearn's two
+        # passes: with labels at 1e6 and a spread of 0.1 the two agree to about eps * 1e7 (hypothesis found
+        # -523.8216790 against -523.8216783 in CI); the exact parts above keep 1e-9
+        _close(col["r2"], r2[j], tol=1e-7)
     if k > 1:
         avg = r["average"]
         _close(avg["mse"], skm.mean_squared_error(y, p))
