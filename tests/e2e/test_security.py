@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Service, pg_database, running_service
+from tests.helpers import Service, linear_train_body, pg_database, running_service
 from tests.helpers import problem as _problem
 
 DB_PASSWORD = "Pg-Pass-7f3a9c1e"
@@ -79,12 +79,7 @@ class _Records(logging.Handler):
 
 
 def _train_body(uri: str, name: str = "sec-model") -> dict[str, Any]:
-    return {
-        "name": name,
-        "framework": "spark_ml",
-        "dataset": {"uri": uri, "features": ["x1", "x2"], "label": "y", "task": "regression"},
-        "params": {"algorithm": "linear_regression"},
-    }
+    return linear_train_body(name, uri)
 
 
 # --- secrets -----------------------------------------------------------------------------------------------------
