@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.core.auth import ApiKey, parse_api_keys
@@ -68,6 +68,8 @@ def _split_csv(value: Any) -> Any:
 class Settings(BaseSettings):
     # Errors never repeat the value they refuse: it may be an API key or a URL with a password.
     model_config = SettingsConfigDict(env_prefix="SPARKTRAIN_", extra="ignore", frozen=True, hide_input_in_errors=True)
+    _output_roots: list[Path] | None = PrivateAttr(None)
+    """Set on a copy scoped to a caller with a data space (app/services/spaces.py); never from the environment."""
 
     # --- where things live -------------------------------------------------------------------------------
     var_dir: Path = Field(Path("var"), description="Working state of the embedded default (database, broker).")
@@ -76,6 +78,13 @@ class Settings(BaseSettings):
     data_roots: Annotated[list[Path], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated directories that dataset URIs may point into; empty = datasets/ and var/data/.",
+    )
+    owner_root: Path | None = Field(
+        None,
+        description="A directory of private data spaces, one per owner (<owner_root>/<owner>/, made on first use): "
+        "a key that is not an admin then reads its own space and the data roots, writes batch predictions only into "
+        "its own space, and cannot see other owners' spaces; admins reach them all. Empty = no spaces. Not inside "
+        "a data root.",
     )
     artifact_root: Path = Field(Path("var/artifacts"), description="Where models and checkpoints are written.")
     artifact_store: str = Field(
@@ -242,6 +251,14 @@ class Settings(BaseSettings):
             updates["broker_url"] = f"sqla+sqlite:///{var / 'broker.db'}"
         roots = self.data_roots or [REPO_ROOT / "datasets", var / "data"]
         updates["data_roots"] = [Path(r).resolve() for r in roots]
+        if self.owner_root is not None:
+            spaces = updates["owner_root"] = self.owner_root.resolve()
+            for root in updates["data_roots"]:
+                if spaces == root or root in spaces.parents or spaces in root.parents:
+                    raise ValueError(
+                        f"owner_root {spaces} and the data root {root} overlap: every key could read the spaces "
+                        "through the data root; put them side by side"
+                    )
         updates["artifact_root"] = self.artifact_root.resolve()
         updates["spark_conf_dir"] = self.spark_conf_dir.resolve()
         if self.spark_profile and not (updates["spark_conf_dir"] / f"{self.spark_profile}.conf").is_file():
@@ -252,6 +269,12 @@ class Settings(BaseSettings):
         for key, value in updates.items():
             object.__setattr__(self, key, value)
         return self
+
+    @property
+    def output_roots(self) -> list[Path]:
+        """Where batch predictions may be written: the data roots, or the caller's own space
+        (:func:`app.services.spaces.for_caller`)."""
+        return self._output_roots or self.data_roots
 
     @property
     def embedded_broker(self) -> bool:

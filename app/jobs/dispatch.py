@@ -96,12 +96,13 @@ def _plan(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
     """The job's plan, once the data it reads is checked again: a directory that held nothing private when the
     request was checked may hold another owner's batch prediction output by now (app/services/outputs.py)."""
     from app.core.errors import AppError
-    from app.services import outputs
+    from app.services import outputs, spaces
 
     plan = _stored_plan(rt, ctx, job)
+    roots = spaces.for_owner(rt.settings, job.owner).data_roots
     try:
         with rt.db() as session:
-            outputs.check_job(session, job_id=job.id, owner=job.owner, plan=plan, roots=rt.settings.data_roots)
+            outputs.check_job(session, job_id=job.id, owner=job.owner, plan=plan, roots=roots)
     except AppError as exc:
         raise JobFailure("INVALID_REQUEST", exc.detail) from exc
     return plan
@@ -153,8 +154,9 @@ def _replan(rt: JobRuntime, job: TakenJob) -> Any:
     from app.services.planning.inference import plan_evaluation, plan_prediction
     from app.services.planning.training import plan_training
     from app.services.recipes import plan_gpu_smoke
+    from app.services.spaces import for_owner
 
-    settings, spark, db = rt.settings, rt.spark, rt.db
+    settings, spark, db = for_owner(rt.settings, job.owner), rt.spark, rt.db
     if job.type == JobType.TRAIN:
         return plan_training(request=TrainRequest.model_validate(job.request), settings=settings, spark=spark, db=db)
     if job.type == JobType.EVALUATE:

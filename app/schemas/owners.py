@@ -23,3 +23,8 @@ class UsageRead(BaseModel):
     waiting: dict[str, int] = Field(
         description="Queued jobs waiting for a quota to free up, by quota (concurrent_jobs, task_slots)."
     )
+    data_space: str | None = Field(
+        None,
+        description="The owner's private data directory (SPARKTRAIN_OWNER_ROOT/<owner>): its datasets and batch "
+        "predictions; null when the service has no owner spaces.",
+    )

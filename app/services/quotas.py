@@ -37,6 +37,7 @@ from app.core.settings import QUOTAS, Settings
 from app.db.base import utcnow
 from app.db.models import Job, RateBucket
 from app.db.session import transaction
+from app.services import spaces
 from workers.families import task_name
 
 QUEUE_RETRY_AFTER_S = 30
@@ -140,7 +141,9 @@ def owner_usage(*, session: Session, settings: Settings, caller: Caller, owner: 
     """``owner``'s quotas and usage, for that owner or an admin; anyone else is answered as for an unknown owner."""
     if not caller.sees(owner):
         raise NotFound(f"No owner {owner!r} whose usage you may see.")
-    return usage(session=session, owner=owner, limits=limits_for(settings=settings, owner=owner))
+    found = usage(session=session, owner=owner, limits=limits_for(settings=settings, owner=owner))
+    space = spaces.space(settings, owner)
+    return {**found, "data_space": str(space) if space is not None else None}
 
 
 def usage(*, session: Session, owner: str, limits: Limits) -> dict[str, Any]:

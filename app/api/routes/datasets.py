@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response, status
 
 from app.api.deps import CallerDep, RuntimeDep, SessionDep
 from app.schemas.datasets import ColumnRead, DatasetCreate, DatasetPage, DatasetRead
-from app.services import access
+from app.services import access, spaces
 from app.services.datasets import registry
 
 if TYPE_CHECKING:
@@ -51,9 +51,9 @@ def to_dataset_read(row: Dataset) -> DatasetRead:
 def register(
     body: DatasetCreate, session: SessionDep, rt: RuntimeDep, caller: CallerDep, response: Response
 ) -> DatasetRead:
-    access.check_registration(session=session, uri=body.uri, caller=caller, settings=rt.settings)
-    row = registry.register_dataset(session=session, spark=rt.spark, settings=rt.settings, body=body,
-                                    owner=caller.owner)  # fmt: skip
+    settings = spaces.for_caller(rt.settings, caller)
+    access.check_registration(session=session, uri=body.uri, caller=caller, settings=settings)
+    row = registry.register_dataset(session=session, spark=rt.spark, settings=settings, body=body, owner=caller.owner)
     session.commit()
     if row.summary == registry.PENDING:
         dataset_id = row.id

@@ -13,7 +13,7 @@ from app.api.routes.jobs import to_job_read
 from app.core.auth import Caller
 from app.schemas.inference import EvaluateRequest, PredictRequest, PredictResponse
 from app.schemas.jobs import JobRead
-from app.services import inference, online
+from app.services import inference, online, spaces
 
 router = APIRouter(tags=["inference"])
 
@@ -74,7 +74,7 @@ def evaluate(
 ) -> JobRead:
     job, _ = inference.submit_evaluation(
         db=rt.db,
-        settings=rt.settings,
+        settings=spaces.for_caller(rt.settings, caller),
         spark=rt.spark,
         enqueue=rt.enqueue,
         request=request,
@@ -130,7 +130,7 @@ def _answer_in_loop(request: PredictRequest, rt: Any, caller: Caller) -> bool:
 def _submit_batch(request: PredictRequest, rt: Any, caller: Caller, key: str | None, response: Response) -> JobRead:
     job, _ = inference.submit_prediction(
         db=rt.db,
-        settings=rt.settings,
+        settings=spaces.for_caller(rt.settings, caller),
         spark=rt.spark,
         enqueue=rt.enqueue,
         request=request,

@@ -10,6 +10,7 @@ from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
 from app.api.routes.jobs import to_job_read
 from app.schemas.jobs import JobRead
 from app.schemas.train import TRAIN_EXAMPLES, TrainRequest
+from app.services import spaces
 from app.services.training import submit_training
 
 router = APIRouter(tags=["train"])
@@ -38,7 +39,7 @@ def train(
 ) -> JobRead:
     job, _created = submit_training(
         db=rt.db,
-        settings=rt.settings,
+        settings=spaces.for_caller(rt.settings, caller),
         spark=rt.spark,
         enqueue=rt.enqueue,
         request=request,

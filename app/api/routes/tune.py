@@ -10,6 +10,7 @@ from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
 from app.api.routes.jobs import to_job_read
 from app.schemas.jobs import JobRead
 from app.schemas.tune import TUNE_EXAMPLE, TuneRequest
+from app.services import spaces
 from app.services.tuning.submit import submit_tune
 
 router = APIRouter(tags=["tune"])
@@ -39,7 +40,7 @@ def tune(
 ) -> JobRead:
     job, _created = submit_tune(
         db=rt.db,
-        settings=rt.settings,
+        settings=spaces.for_caller(rt.settings, caller),
         spark=rt.spark,
         enqueue=rt.enqueue,
         request=request,

@@ -179,18 +179,22 @@ def defer_evaluation(
 
 def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     """A new path inside a data root (symlinks followed for the part that exists)."""
+    writable = settings.output_roots  # the caller's own data space when spaces are on (app/services/spaces.py)
     if given is None:
         home = settings.var_dir / "data"
-        root = (home if home in settings.data_roots else settings.data_roots[0]) / "predictions"
+        root = (home if home in writable else writable[0]) / "predictions"
         root.mkdir(parents=True, exist_ok=True)
         return str(root / f"{model.name or 'checkpoint'}-{model.version or model.checkpoint_id}-{uuid.uuid4().hex[:8]}")
     if "\x00" in given:
         raise ValidationFailed.at("output_uri", "the path contains a NUL byte")
-    check_output_target(given, roots=settings.data_roots)  # a dangling link would send Spark elsewhere
-    target = output_target(given, settings.data_roots)
+    check_output_target(given, roots=writable)  # a dangling link would send Spark elsewhere
+    target = output_target(given, writable)
     check_literal(str(target), given, "output_uri")
     parent = Path(os.path.realpath(target.parent))
-    inside = [r for r in settings.data_roots if parent == r or r in parent.parents]
+    inside = [r for r in writable if parent == r or r in parent.parents]
+    if not inside and writable != settings.data_roots:
+        raise ValidationFailed.at("output_uri", f"{given!r} lies outside your data space ({writable[0]}): this "
+                                  "key writes batch predictions only there; name a path inside it")  # fmt: skip
     if not inside:
         roots = ", ".join(str(r) for r in settings.data_roots)
         raise ValidationFailed.at("output_uri", f"{given!r} lies outside the configured data roots ({roots})")

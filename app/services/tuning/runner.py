@@ -37,6 +37,7 @@ from app.db.session import retrying
 from app.schemas.tune import TuneRequest
 from app.services import jobs, quotas
 from app.services.planning.training import plan_training
+from app.services.spaces import for_owner
 from app.services.tuning import space as spaces
 from app.services.tuning.report import TrialRecord, outcome, partial
 from app.services.tuning.submit import train_request
@@ -217,7 +218,7 @@ class _Search:
                 resend(db=self.driver.db, enqueue=self.driver.enqueue, job_id=written, owner=self.owner, limits=limits)
                 return written
             train = train_request(trial_body(self.base, params, pruned=self.tune.pruner != "none"), "base")
-            settings, spark, db = self.driver.settings, self.driver.spark, self.driver.db
+            settings, spark, db = for_owner(self.driver.settings, self.owner), self.driver.spark, self.driver.db
             job, _ = jobs.submit(
                 db=db, enqueue=self.driver.enqueue, job_type=JobType.TRAIN,
                 request=train.model_dump(mode="json", exclude_none=True), framework=train.framework,

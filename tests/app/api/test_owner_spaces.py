@@ -1,0 +1,140 @@
+"""Per-owner data spaces (``SPARKTRAIN_OWNER_ROOT``), over real HTTP with API keys (docs/security.md, "Owners").
+
+alice has ``<owner_root>/alice/mine.csv``; the shared data root has a ``mine.csv`` too, without the columns a
+training needs. alice's relative ``mine.csv`` is her own file (the space is looked in first); bob's is the shared
+one, and alice's file by its absolute path is to him exactly a path outside his roots. alice writes batch
+predictions only into her space; an admin reads every space. Jobs planned again when they run, and a tune's
+trials, use the owner's space too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.core.auth import Caller
+from app.core.settings import Settings
+from app.services import spaces
+from tests.helpers import LINEAR_ROWS as ROWS
+from tests.helpers import linear_train_body as _train
+from tests.helpers import problem as _problem
+from tests.helpers import running_service
+
+ALICE_KEY = "alice-0123456789abcdef"
+BOB_KEY = "bob-0123456789abcdef00"
+ROOT_KEY = "root-0123456789abcdef0"
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+@pytest.fixture(scope="module")
+def world(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    base = tmp_path_factory.mktemp("spaces")
+    shared, owner_root = base / "shared", base / "spaces"
+    shared.mkdir()
+    (shared / "mine.csv").write_text("a,b\n1,2\n")  # no x1, x2, y: a request reading it is a 422
+    (owner_root / "alice").mkdir(parents=True)
+    (owner_root / "alice" / "mine.csv").write_text(ROWS)
+    keys = f"{ALICE_KEY}:alice, {BOB_KEY}:bob, {ROOT_KEY}:root:admin"
+    with running_service(spark, base, data_roots=[shared], owner_root=owner_root, api_keys=keys) as svc:
+        clients = {k: httpx.Client(base_url=svc.url, headers={"Authorization": f"Bearer {v}"}, timeout=60)
+                   for k, v in (("alice", ALICE_KEY), ("bob", BOB_KEY), ("root", ROOT_KEY))}  # fmt: skip
+        svc.client.headers["Authorization"] = f"Bearer {ROOT_KEY}"  # svc.wait reads every owner's jobs
+        try:
+            yield {"svc": svc, "shared": shared, "spaces": owner_root, **clients}
+        finally:
+            for client in clients.values():
+                client.close()
+
+
+def _finished(svc: Any, response: httpx.Response) -> dict[str, Any]:
+    assert response.status_code == 202, response.text
+    job = svc.wait(response.json()["id"], TERMINAL)
+    assert job["status"] == "SUCCEEDED", job["error"]
+    return job
+
+
+def test_a_relative_path_is_looked_for_in_the_own_space_first(world: dict[str, Any]) -> None:
+    # alice's training on it: test_batch_predictions_go_into_the_own_space_only
+    assert world["alice"].post("/datasets", json={"uri": "mine.csv"}).json()["resolved_uri"] == str(
+        world["spaces"] / "alice" / "mine.csv"
+    )
+    shared = _problem(world["bob"].post("/train", json=_train("bob-space", "mine.csv")), 422)
+    assert "no column" in shared["detail"] and "columns: a (int), b (int)" in shared["detail"], shared  # the shared one
+
+
+def test_another_owners_space_is_a_path_outside_the_roots(world: dict[str, Any]) -> None:
+    bob, owner_root = world["bob"], world["spaces"]
+    known, unknown = str(owner_root / "alice" / "mine.csv"), str(owner_root / "carol" / "nothing.csv")
+    for body in (lambda uri: ("/train", _train("bob-peek", uri)), lambda uri: ("/datasets", {"uri": uri})):
+        path, payload = body(known)
+        seen = _problem(bob.post(path, json=payload), 422)
+        path, payload = body(unknown)
+        nothing = _problem(bob.post(path, json=payload), 422)
+        assert seen["detail"].replace(known, "?") == nothing["detail"].replace(unknown, "?"), (seen, nothing)
+        assert "outside the configured data roots" in seen["detail"], seen
+        assert "alice" not in seen["detail"].replace(known, ""), seen  # bob's roots are named, not hers
+    listed = bob.get("/jobs").json()["items"]
+    assert not [j for j in listed if j["name"] == "bob-peek"]
+    assert not bob.get("/datasets").json()["items"]
+
+
+def test_batch_predictions_go_into_the_own_space_only(world: dict[str, Any]) -> None:
+    alice, svc, own = world["alice"], world["svc"], world["spaces"] / "alice"
+    _finished(svc, alice.post("/train", json=_train("alice-pred", "mine.csv")))  # trained on her own file
+    batch = {"model": {"name": "alice-pred"}, "dataset": {"uri": "mine.csv", "key": "id"}}
+    named = _finished(svc, alice.post("/predict", json={**batch, "output_uri": "out"}))
+    assert (own / "out").is_dir() and named["request"]["output_uri"] == str(own / "out")
+    default = _finished(svc, alice.post("/predict", json=batch))["request"]["output_uri"]
+    assert Path(default).parent == own / "predictions" and Path(default).is_dir()
+    outside = _problem(alice.post("/predict", json={**batch, "output_uri": str(world["shared"] / "out")}), 422)
+    assert outside["errors"][0]["loc"] == "output_uri" and str(own) in outside["detail"], outside
+    assert not (world["shared"] / "out").exists()
+
+
+def test_an_admin_reads_every_space(world: dict[str, Any]) -> None:
+    uri = str(world["spaces"] / "alice" / "mine.csv")
+    response = world["root"].post("/datasets", json={"uri": uri})
+    assert response.status_code == 201 and response.json()["resolved_uri"] == uri, response.text
+
+
+def test_usage_names_the_own_space(world: dict[str, Any]) -> None:
+    usage = world["alice"].get("/owners/me/usage").json()
+    assert usage["data_space"] == str(world["spaces"] / "alice")
+
+
+def test_a_tunes_trials_read_the_owners_space(world: dict[str, Any]) -> None:
+    # the trials are planned by the tune job as it runs, not by the request: with the driver's own roots, the
+    # relative mine.csv would be the shared file and every trial a failure
+    base = {**_train("alice-tune", "mine.csv"), "params": {"algorithm": "linear_regression", "regParam": 0.0}}
+    body = {"name": "alice-tune", "base": base, "space": {"params.regParam": {"type": "choice", "values": [0.0, 1.0]}},
+            "sampler": "grid", "trials": 2, "parallel": 1}  # fmt: skip
+    done = _finished(world["svc"], world["alice"].post("/tune", json=body))
+    assert done["result"]["states"] == {"COMPLETE": 2}, done["result"]
+
+
+def test_scopes(tmp_path: Path) -> None:
+    shared, owner_root = tmp_path / "shared", tmp_path / "spaces"
+    keys = "alice-0123456789abcdef:alice, root-0123456789abcdef0:root:admin"
+    settings = Settings(var_dir=tmp_path / "var", data_roots=[shared], owner_root=owner_root, api_keys=keys)
+    alice = spaces.for_owner(settings, "alice")
+    assert alice.data_roots == [owner_root / "alice", shared] and alice.output_roots == [owner_root / "alice"]
+    assert (owner_root / "alice").is_dir()
+    root = spaces.for_owner(settings, "root")
+    assert root.data_roots == [owner_root / "root", shared, owner_root] and root.output_roots == root.data_roots
+    assert spaces.for_caller(settings, Caller("alice", admin=True)).data_roots[-1] == owner_root
+    assert settings.data_roots == [shared] and settings.output_roots == [shared]  # the driver's own stay as they are
+    plain = Settings(var_dir=tmp_path / "var", data_roots=[shared])
+    assert spaces.for_caller(plain, Caller("alice", admin=False)) is plain and spaces.space(plain, "alice") is None
+    nokeys = Settings(var_dir=tmp_path / "var", data_roots=[shared], owner_root=owner_root)
+    assert spaces.for_owner(nokeys, "anonymous").data_roots[-1] == owner_root  # no keys: everyone is an admin
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_spaces_may_not_overlap_a_data_root(tmp_path: Path, inside: bool) -> None:
+    shared = tmp_path / "shared"
+    owner_root, roots = (shared / "spaces", [shared]) if inside else (tmp_path, [shared])
+    with pytest.raises(ValueError, match="overlap"):
+        Settings(var_dir=tmp_path / "var", data_roots=roots, owner_root=owner_root)
