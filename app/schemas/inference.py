@@ -67,7 +67,10 @@ class PredictRequest(Body):
     inputs: Any | None = Field(None, description="Column-oriented: {column: [values]} or a list of rows.")
     dataset: DatasetRef | None = Field(None, description="Batch: predict every row of a dataset on the executors.")
     output_uri: str | None = Field(
-        None, max_length=4096, description="Batch: where the parquet output goes (inside the data roots)."
+        None,
+        min_length=1,
+        max_length=4096,
+        description="Batch: where the parquet output goes: a new path (or file: URI) inside the data roots.",
     )
     batch_size: int = Field(1024, ge=1, le=1_000_000)
 

@@ -173,14 +173,33 @@ def test_a_link_that_stays_inside_the_roots_is_fine(secured: dict[str, Any]) -> 
     assert response.json()["resolved_uri"] == str(secured["data"] / "rows.csv")
 
 
-@pytest.mark.parametrize("output", ["linkdir/out.parquet", "../private/out.parquet", "/tmp/out.parquet"])
+@pytest.mark.parametrize(
+    "output",
+    ["linkdir/out.parquet", "../private/out.parquet", "/tmp/out.parquet", "file://{data}/%2e%2e/private/out.parquet",
+     "file:///tmp/out.parquet"],
+)  # fmt: skip
 def test_batch_prediction_output_out_of_the_roots_is_refused(secured: dict[str, Any], output: str) -> None:
     svc: Service = secured["service"]
     model = _trained(svc)
+    output = output.format(data=secured["data"])
     body = {"model": {"name": model}, "dataset": {"uri": "rows.csv", "key": "id"}, "output_uri": output}
     problem = _problem(svc.client.post("/predict", json=body), 422)
     assert problem["errors"][0]["loc"] == "output_uri" and "outside" in problem["detail"], problem
     assert not list(secured["private"].glob("out*"))
+
+
+def test_a_file_uri_output_is_written_to_its_path(secured: dict[str, Any]) -> None:
+    # it was taken for a relative path: file:///x/out became <root>/file:/x/out (bad-input walkthrough)
+    svc: Service = secured["service"]
+    model, target = _trained(svc), secured["data"] / "file uri out"
+    body = {"model": {"name": model}, "dataset": {"uri": "rows.csv", "key": "id"},
+            "output_uri": f"file://{str(target).replace(' ', '%20')}"}  # fmt: skip
+    job = svc.wait(svc.client.post("/predict", json=body).json()["id"], TERMINAL)
+    assert job["status"] == "SUCCEEDED" and job["request"]["output_uri"] == str(target), job
+    assert target.is_dir() and not (secured["data"] / "file:").exists()
+    for other in ("s3a://bucket/out", "file://elsewhere/out", ""):
+        problem = _problem(svc.client.post("/predict", json={**body, "output_uri": other}), 422)
+        assert problem["errors"][0]["loc"] == "output_uri", problem
 
 
 def test_batch_prediction_output_through_a_dangling_link_is_refused(secured: dict[str, Any]) -> None:

@@ -4,10 +4,10 @@ a model can take, as JSON values. Runs on the driver; reading a couple of rows i
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from workers.data.spec import ResolvedDataset, read_dataframe
+from workers.numbers import is_finite_number
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,7 +20,7 @@ MAX_VALUES = 4096
 def _finite(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return all(_finite(v) for v in value)
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return is_finite_number(value)
 
 
 def _size(value: Any) -> int:

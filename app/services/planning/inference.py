@@ -8,6 +8,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -187,6 +188,7 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
         return str(root / f"{model.name or 'checkpoint'}-{model.version or model.checkpoint_id}-{uuid.uuid4().hex[:8]}")
     if "\x00" in given:
         raise ValidationFailed.at("output_uri", "the path contains a NUL byte")
+    given = _local_output(given)
     check_output_target(given, roots=writable)  # a dangling link would send Spark elsewhere
     target = output_target(given, writable)
     check_literal(str(target), given, "output_uri")
@@ -213,6 +215,23 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
         raise ValidationFailed.at("output_uri", f"{given[:200]!r} is not a usable path: a name is longer than "
                                   f"{longest} bytes")  # fmt: skip
     return str(parent / target.name)
+
+
+def _local_output(given: str) -> str:
+    """A ``file:`` URI as its path, percent-decoded as a dataset's is (``file:///x`` was taken for a relative path
+    and written to ``<root>/file:/x``); another scheme is refused: outputs are written into the data roots."""
+    parsed = urlparse(given)
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        path = unquote(parsed.path)
+        if "\x00" in path:
+            raise ValidationFailed.at("output_uri", "the path contains a NUL byte")
+        return path
+    if parsed.scheme and (len(parsed.scheme) > 1 or parsed.netloc):
+        raise ValidationFailed.at(
+            "output_uri", f"{given[:200]!r}: batch predictions are written into the data roots; give a path there "
+            "(or a file: URI without a host), not a URI of another scheme or host"
+        )  # fmt: skip
+    return given
 
 
 def _prediction_target(request: PredictRequest, db: sessionmaker[Session]) -> tuple[ModelRef, DatasetRef, str]:

@@ -95,6 +95,57 @@ def test_bad_train_requests(service: Service, body: dict[str, Any], loc: str, wo
     assert _job_count(service) == before
 
 
+def _xgboost(**params: Any) -> dict[str, Any]:
+    return {**taxi_request(), "framework": "xgboost", "params": {"num_round": 5, **params}}
+
+
+def _torch(path: str, value: Any) -> dict[str, Any]:
+    body = digits_job("huge", epochs=1, workers=1)
+    node = body
+    *keys, last = path.split(".")
+    for key in keys:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return body
+
+
+HUGE = 10**400  # a JSON integer no float holds: math.isfinite raised OverflowError, a 500 (bad-input walkthrough)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "loc", "words"),
+    [
+        ("/train", _xgboost(gamma=HUGE), "params.gamma", "must be a finite number, got 1000"),
+        ("/train", _xgboost(learning_rate=HUGE), "params.learning_rate", "must be a finite number"),
+        ("/train", taxi_request(algorithm="linear_regression", regParam=HUGE), "params.regParam", "finite number"),
+        ("/train", _torch("training.optimizer", {"type": "sgd", "learning_rate": HUGE}),
+         "training.optimizer.learning_rate", "finite"),
+        ("/train", _torch("training.gradient_sharing.threshold_algorithm",
+                          {"type": "adaptive", "initial_threshold": HUGE}),
+         "training.gradient_sharing.threshold_algorithm.initial_threshold", "finite"),
+        ("/tune", {"name": "huge", "base": _xgboost(gamma=HUGE, max_depth=2), "space": {"params.max_depth": {
+            "type": "choice", "values": [2, 3]}}, "trials": 2}, "base.params.gamma", "finite number"),
+        ("/tune", {"name": "huge", "base": _xgboost(gamma=1), "space": {"params.gamma": {
+            "type": "choice", "values": [1, HUGE]}}, "trials": 2}, "space.params.gamma", "finite number"),
+        # accepted before, then failed with a raw xgboost, C++ or Java error
+        ("/train", _xgboost(seed=2**63), "params.seed", "at most 9223372036854775807"),
+        ("/train", taxi_request(algorithm="linear_regression", seed=10**30), "params.seed", "at most"),
+        ("/train", _xgboost(max_bin=2**31), "params.max_bin", "at most 2147483647"),
+        ("/train", _xgboost(max_bin=70_000), "params.max_bin", "between 2 and 65536"),
+        ("/train", taxi_request(algorithm="random_forest", maxBins=10**12), "params.maxBins", "at most"),
+        ("/train", taxi_request(algorithm="random_forest", numTrees=10**9), "params.numTrees", "between 1 and 10000"),
+    ],
+)  # fmt: skip
+def test_numbers_too_large_are_422s(service: Service, path: str, body: dict[str, Any], loc: str, words: str) -> None:
+    before = _job_count(service)
+    problem = _problem(service.client.post(path, content=json.dumps(body), headers={"content-type":
+                                           "application/json"}), 422)  # fmt: skip
+    assert any(e["loc"] == loc for e in problem["errors"]), problem
+    assert words in problem["detail"] or any(words in e["msg"] for e in problem["errors"]), problem
+    assert len(problem["detail"]) < 600, problem  # the 400 digits are cut
+    assert _job_count(service) == before
+
+
 def test_the_optimizers_numbers_are_refused_as_text_too(service: Service) -> None:
     body = digits_job("text-rate", epochs=1, workers=1)
     body["training"]["optimizer"] = {"type": "adam", "learning_rate": "0.01"}

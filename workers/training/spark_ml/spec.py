@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
+from workers.numbers import INT32_MAX, INT64_MAX, is_finite_number, shown
 
 Task = Literal["classification", "regression"]
 Scalar = bool | int | float | str
@@ -43,10 +44,16 @@ def _fraction(v: Any) -> bool:
     return bool(0 < v <= 1)
 
 
+MAX_BINS = 65_536
+"""Bins per continuous feature (Spark's maxBins, xgboost's max_bin): each costs memory per node on every executor;
+xgboost failed on 2**31 with a C++ backtrace, and Spark on 10**12 with a ClassCastException."""
+MAX_TREES = 10_000
+"""A forest's trees (each is a pass over the data on the executors; 10**9 was accepted and would have held the
+cluster for days)."""
 _TREE = {
-    "numTrees": ParamRule(int, _positive, ">= 1"),
+    "numTrees": ParamRule(int, lambda v: 1 <= v <= MAX_TREES, f"between 1 and {MAX_TREES}"),
     "maxDepth": ParamRule(int, lambda v: 0 <= v <= 30, "between 0 and 30"),
-    "maxBins": ParamRule(int, lambda v: v >= 2, ">= 2"),
+    "maxBins": ParamRule(int, lambda v: 2 <= v <= MAX_BINS, f"between 2 and {MAX_BINS}"),
     "minInstancesPerNode": ParamRule(int, _positive, ">= 1"),
     "minInfoGain": ParamRule(float, _non_negative, ">= 0"),
     "subsamplingRate": ParamRule(float, _fraction, "in (0, 1]"),
@@ -177,22 +184,36 @@ def _is_number(v: Any) -> bool:
     return True
 
 
+_KINDS = {bool: "true or false", int: "a whole number", float: "a finite number", str: "text"}
+
+
 def _check_value(path: str, name: str, rule: ParamRule, value: Any) -> Scalar:
     if rule.kind is bool:
         ok = isinstance(value, bool)
     elif rule.kind is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and not -INT32_MAX - 1 <= value <= INT32_MAX:  # Spark's Java int, xgboost's C int
+            raise SpecError(path, f"{name} must be at most {INT32_MAX} in size, got {shown(value)}")
     elif rule.kind is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        ok = is_finite_number(value)
         value = float(value) if ok else value
     else:
         ok = isinstance(value, str)
     if not ok:
-        raise SpecError(path, f"{name} must be {rule.kind.__name__}, got {value!r}")
+        raise SpecError(path, f"{name} must be {_KINDS[rule.kind]}, got {shown(value)}")
     if rule.choices and value not in rule.choices:
-        raise SpecError(path, f"{name} must be one of {', '.join(rule.choices)}, got {value!r}")
+        raise SpecError(path, f"{name} must be one of {', '.join(rule.choices)}, got {shown(value)}")
     if not rule.check(value):
-        raise SpecError(path, f"{name} must be {rule.hint}, got {value!r}")
+        raise SpecError(path, f"{name} must be {rule.hint}, got {shown(value)}")
+    return value
+
+
+def check_seed(value: Any) -> int:
+    """A seed: a whole number that a Java ``long`` (Spark) and xgboost's 64-bit seed hold."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SpecError("params.seed", f"must be a whole number, got {shown(value)}")
+    if not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise SpecError("params.seed", f"must be at most {INT64_MAX} in size, got {shown(value)}")
     return value
 
 
@@ -259,9 +280,7 @@ def parse_spark_ml_params(params: Mapping[str, Any] | None, *, task: Task | None
     standardize = params.get("standardize", True)
     if not isinstance(standardize, bool):
         raise SpecError("params.standardize", f"must be true or false, got {standardize!r}")
-    seed = params.get("seed", 42)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise SpecError("params.seed", f"must be an integer, got {seed!r}")
+    seed = check_seed(params.get("seed", 42))
     fraction = params.get("validation_fraction", 0.2)
     if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
         raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {fraction!r}")

@@ -21,11 +21,12 @@ done. A resume with a different number of workers starts tau afresh.
 
 from __future__ import annotations
 
-import math
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from workers.numbers import is_finite_number, shown
 
 if TYPE_CHECKING:  # torch is imported where tensors are touched: the API validates specs without it
     pass
@@ -57,8 +58,8 @@ _STATE_KEYS = frozenset({"type", "threshold", "last_sparsity", "steps"})
 
 
 def number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if not is_finite_number(value):
+        raise ValueError(f"{name} must be a finite number, got {shown(value)}")
     return float(value)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
-from workers.training.spark_ml.spec import ParamRule, Scalar, _check_value
+from workers.training.spark_ml.spec import MAX_BINS, ParamRule, Scalar, _check_value, check_seed
 
 Task = Literal["classification", "regression"]
 
@@ -44,7 +44,7 @@ BOOSTER_PARAMS: dict[str, ParamRule] = {
     "reg_lambda": ParamRule(float, _non_negative, ">= 0"),
     "reg_alpha": ParamRule(float, _non_negative, ">= 0"),
     "max_delta_step": ParamRule(float, _non_negative, ">= 0"),
-    "max_bin": ParamRule(int, lambda v: v >= 2, ">= 2"),
+    "max_bin": ParamRule(int, lambda v: 2 <= v <= MAX_BINS, f"between 2 and {MAX_BINS}"),
     "max_leaves": ParamRule(int, _non_negative, ">= 0"),
     "grow_policy": ParamRule(str, choices=("depthwise", "lossguide")),
     "tree_method": ParamRule(str, choices=("hist", "approx", "gpu_hist")),
@@ -273,9 +273,7 @@ def parse_xgboost_params(
     threads = raw.get("threads_per_worker")
     if threads is not None:
         threads = _int("params.threads_per_worker", threads, 1, 1024)
-    seed = raw.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise SpecError("params.seed", f"must be an integer, got {seed!r}")
+    seed = check_seed(raw.get("seed", 0))
     every = raw.get("checkpoint_rounds")
     every = (
         default_checkpoint_rounds(num_round) if every is None else _int("params.checkpoint_rounds", every, 0, num_round)

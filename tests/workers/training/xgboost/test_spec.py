@@ -80,7 +80,7 @@ def test_native_aliases_are_stored_under_one_name() -> None:
         ({"max_dept": 3}, "regression", None, "params.max_dept", "unknown xgboost parameter 'max_dept'"),
         ({"n_jobs": 3}, "regression", None, "params.n_jobs", "unknown"),
         ({"subsample": 0}, "regression", None, "params.subsample", "in (0, 1]"),
-        ({"learning_rate": "fast"}, "regression", None, "params.learning_rate", "must be float"),
+        ({"learning_rate": "fast"}, "regression", None, "params.learning_rate", "must be a finite number"),
         ({"tree_method": "exact"}, "regression", None, "params.tree_method", "one of hist, approx"),
         ({"num_round": 0}, "regression", None, "params.num_round", "between 1"),
         ({"objective": "reg:nonsense"}, "regression", None, "params.objective", "unknown objective"),

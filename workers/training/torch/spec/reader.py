@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 from workers.errors import SpecError
+from workers.numbers import is_finite_number
 
 Shape: TypeAlias = tuple[int, ...]
 Pair: TypeAlias = tuple[int, int]
@@ -36,7 +37,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return is_finite_number(value)
 
 
 class _Obj:
@@ -90,9 +91,10 @@ class _Obj:
         if ok:
             ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
         if not ok:
-            raise SpecError(
-                self.at(key), f"must be {_describe_range(low, high, low_open, high_open)}, got {_show(value)}"
-            )
+            what = _describe_range(low, high, low_open, high_open)
+            if isinstance(value, int | float) and not isinstance(value, bool) and not _is_number(value):
+                what += " (finite)"  # NaN, infinity, or a whole number too large for a float
+            raise SpecError(self.at(key), f"must be {what}, got {_show(value)}")
         return float(value)
 
     def flag(self, key: str, default: Any = _MISSING) -> bool:
