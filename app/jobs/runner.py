@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from app.core.jobstates import JobStatus, JobType
+from app.core.jobstates import TERMINAL, JobStatus, JobType
 from app.db.base import utcnow
 from app.db.models import Job
 from app.jobs.context import DbJobContext
@@ -142,6 +143,23 @@ def _run(rt: JobRuntime, job: TakenJob, running: RunningJob, send: Send | None) 
     finally:
         watcher.stop()
         spark_call(lambda: sc._jsc.clearJobGroup())  # noqa: PLW0108 (_jsc is None once Spark stopped)
+        _drop_empty(rt, job_id, work_dir)
+
+
+def _drop_empty(rt: JobRuntime, job_id: str, work_dir: Path) -> None:
+    """A job that ended for good and left nothing in its working directory (an evaluation, a prediction, most
+    failures) leaves no empty directory behind under the artifact root. Not while another attempt may come: it
+    could be making the same directory at this moment."""
+    try:
+        if any(work_dir.iterdir()):
+            return
+        with rt.db() as session:
+            ended = session.get(Job, job_id)
+            if ended is None or ended.status not in TERMINAL:
+                return
+        work_dir.rmdir()
+    except Exception:  # only tidying: a missing directory, a database away
+        log.debug("left the working directory of job %s", job_id, exc_info=True)
 
 
 def _drain_job_group(rt: JobRuntime, job_id: str, quiet_s: float = 2.0, limit_s: float = 60.0) -> None:

@@ -120,9 +120,9 @@ def resolve_uri(
         if not any(_inside(real, root) for root in roots):
             continue
         inside_any = True
+        check_literal(str(real), uri, loc)  # whether it exists or not: a pattern is never a dataset's name
         try:
             if real.exists():
-                check_literal(str(real), uri, loc)
                 if walk and real.is_dir():
                     _check_tree(real, roots, uri, loc)
                 return str(real)

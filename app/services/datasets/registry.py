@@ -31,6 +31,7 @@ from app.services.datasets.schema import (
     infers_partition_types,
     local_summary,
     not_parquet,
+    not_text,
     reader_options,
 )
 from app.services.jobs import decode_cursor, encode_cursor
@@ -74,6 +75,9 @@ def register_dataset(
     path = resolve_uri(body.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc="uri")
     fmt = detect_format(path, body.format, loc="format")
     options = reader_options(fmt, body.options)
+    problem = not_text(path, fmt) if fmt in ("csv", "json") else None
+    if problem is not None:  # an empty file, or parquet named as text: Spark's own error said neither
+        raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as {fmt}: {problem}")
     local = local_summary(
         path, fmt, options, sample_rows=SAMPLE_ROWS, infer_partition_types=infers_partition_types(spark)
     )

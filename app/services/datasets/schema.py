@@ -62,6 +62,9 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
             raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as parquet: {unreadable.name} is not a parquet "
                                       "file (no PAR1 at its start or end); is the format right?")  # fmt: skip
     if fmt in ("csv", "json"):
+        problem = not_text(path, fmt)
+        if problem is not None:
+            raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {problem}")
         text = text_schema_of(path, fmt, options, infer_partition_types=infers_partition_types(spark))
         if text is not None:
             return _data_columns(text)
@@ -192,6 +195,24 @@ def not_parquet(path: str) -> Path | None:
             return None
         if b"PAR1" not in (head, tail) and b"PARE" not in (head, tail):  # PARE: an encrypted footer
             return file
+    return None
+
+
+def not_text(path: str, fmt: Format) -> str | None:
+    """Why local data given as CSV or JSON lines cannot be: it is empty (the job failed on "no column"), or parquet
+    (a CSV reader made columns of its binary, a JSON one no columns at all); None when it may be text."""
+    found = _local_parquet(path)  # the data files of a file or a flat (or partitioned) directory, whatever they hold
+    if found is None:
+        return None
+    files = found[0]
+    try:
+        if all(f.stat().st_size == 0 for f in files):
+            return f"{files[0].name} is empty" if len(files) == 1 else "its files are empty"
+        with files[0].open("rb") as f:
+            if f.read(4) == b"PAR1":
+                return f"{files[0].name} is parquet (it starts with PAR1), not {fmt}; set format to parquet or omit it"
+    except OSError:
+        return None
     return None
 
 

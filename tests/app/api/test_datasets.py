@@ -29,6 +29,7 @@ def svc(make_service: Callable[..., Any], tmp_path: Path) -> Iterator[Service]:
     (data / "broken.csv").write_text(BROKEN)
     (data / "empty.csv").write_text("id,fare\n")
     (data / "garbage.parquet").write_bytes(b"this is not parquet at all")
+    (data / "zero.csv").write_bytes(b"")
     with make_service(data_roots=[data, REPO / "datasets"]) as service:
         yield service
 
@@ -99,3 +100,25 @@ def test_training_names_a_registered_dataset(svc: Service) -> None:
     job = svc.wait(svc.train(body)["id"], {"SUCCEEDED", "FAILED"})
     assert job["status"] == "SUCCEEDED", job["error"]
     assert job["result"]["rows"]["train"] == 8000
+
+
+@pytest.mark.parametrize(
+    ("uri", "fmt", "words"),
+    [
+        ("taxi/train.parquet", "csv", "is parquet (it starts with PAR1), not csv"),
+        ("taxi/train.parquet", "json", "is parquet (it starts with PAR1), not json"),
+        ("zero.csv", None, "zero.csv is empty"),
+    ],
+)
+def test_text_that_is_not_text_is_named(svc: Service, uri: str, fmt: str | None, words: str) -> None:
+    # a CSV reader listed 500 characters of parquet's binary as column names, a JSON one no columns, and an empty
+    # file was a job that failed on "no column 'y' ...; columns: " (bad-input walkthrough)
+    dataset = {"uri": uri, "features": ["trip_distance"], "label": "fare_amount", "task": "regression"}
+    body = {"name": "not-text", "framework": "spark_ml", "dataset": {**dataset, **({"format": fmt} if fmt else {})},
+            "params": {"algorithm": "linear_regression"}}  # fmt: skip
+    response = svc.client.post("/train", json=body)
+    assert response.status_code == 422 and words in response.json()["detail"], response.text
+    assert len(response.json()["detail"]) < 400, response.text
+    assert not svc.client.get("/jobs").json()["items"]
+    registered = svc.client.post("/datasets", json={"uri": uri, **({"format": fmt} if fmt else {})})
+    assert registered.status_code == 422 and words in registered.json()["detail"], registered.text

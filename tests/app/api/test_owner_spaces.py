@@ -8,6 +8,7 @@ trials, use the owner's space too."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ def world(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
                    for k, v in (("alice", ALICE_KEY), ("bob", BOB_KEY), ("root", ROOT_KEY))}  # fmt: skip
         svc.client.headers["Authorization"] = f"Bearer {ROOT_KEY}"  # svc.wait reads every owner's jobs
         try:
-            yield {"svc": svc, "shared": shared, "spaces": owner_root, **clients}
+            yield {"svc": svc, "shared": shared, "spaces": owner_root, "artifacts": base / "artifacts", **clients}
         finally:
             for client in clients.values():
                 client.close()
@@ -89,6 +90,11 @@ def test_batch_predictions_go_into_the_own_space_only(world: dict[str, Any]) -> 
     assert (own / "out").is_dir() and named["request"]["output_uri"] == str(own / "out")
     default = _finished(svc, alice.post("/predict", json=batch))["request"]["output_uri"]
     assert Path(default).parent == own / "predictions" and Path(default).is_dir()
+    work = world["artifacts"] / "jobs" / named["id"]  # a prediction leaves no empty working directory behind
+    deadline = time.monotonic() + 30  # removed just after the job's final state is written
+    while work.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not work.exists() and (world["artifacts"] / "jobs").is_dir()
     outside = _problem(alice.post("/predict", json={**batch, "output_uri": str(world["shared"] / "out")}), 422)
     assert outside["errors"][0]["loc"] == "output_uri" and str(own) in outside["detail"], outside
     assert not (world["shared"] / "out").exists()

@@ -101,3 +101,13 @@ def test_a_local_path_spark_would_read_as_a_pattern_is_refused(root: Path, name:
     with pytest.raises(ValidationFailed, match="as a pattern"):
         resolve_uri(str(root / name), roots=[root], loc="d")
     assert resolve_uri(str(root), roots=[root], loc="d") == str(root)  # the root holding it stays readable
+
+
+@pytest.mark.parametrize("uri", ["*.csv", "taxi/*.parquet", "part[1]/x.csv", "nothing{a,b}"])
+def test_a_pattern_that_names_nothing_is_refused_as_a_pattern(root: Path, uri: str) -> None:
+    """It said 'does not exist': true, but the fix is to name a file, not to look for one (bad-input walkthrough)."""
+    (root / "x.csv").write_text("a\n1\n")
+    with pytest.raises(ValidationFailed, match="as a pattern"):
+        resolve_uri(uri, roots=[root], loc="d")
+    with pytest.raises(ValidationFailed, match="as a pattern"):
+        resolve_uri(str(root / uri), roots=[root], loc="d")
