@@ -158,7 +158,7 @@ def resolve_version(
     if model is None or not model.versions:
         _still_training(session, name, owner)
     if model is None:
-        raise _no_model(session, name, owner)
+        raise _failed_training(session, name, owner) or _no_model(session, name, owner)
     if alias is not None:
         row = session.scalar(select(ModelAlias).where(ModelAlias.model_id == model.id, ModelAlias.alias == alias))
         if row is None:
@@ -181,6 +181,21 @@ def _still_training(session: Session, name: str, owner: str | None) -> None:
             f"Model {name!r} has no version yet: its training job {job.id} is {job.status}. Wait for it to succeed.",
             job_id=job.id,
         )
+
+
+def _failed_training(session: Session, name: str, owner: str | None) -> NotFound | None:
+    """The 404 of a name whose every training job ended without a model: it names the newest of them and why (the
+    plain "No model named" sent users looking for a typo)."""
+    from app.core.jobstates import JobStatus
+
+    ended = [JobStatus.FAILED, JobStatus.CANCELLED]
+    stmt = select(Job).where(Job.name == name, Job.type == "train", Job.status.in_(ended))
+    job = session.scalar((stmt if owner is None else stmt.where(Job.owner == owner)).order_by(Job.created_at.desc()))
+    if job is None:
+        return None
+    why = f" ({job.error_reason})" if job.error_reason else ""
+    return NotFound(f"No model named {name!r}: its training job {job.id} ended {job.status}{why} without one; "
+                    f"GET /jobs/{job.id} says why, and a new POST /train makes the model.")  # fmt: skip
 
 
 def aliases_of(*, session: Session, model_id: int) -> Sequence[ModelAlias]:

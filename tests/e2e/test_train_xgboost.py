@@ -334,3 +334,17 @@ def test_progress_moves_with_the_rounds_while_the_booster_trains(svc: Service, w
     assert len(middle) >= 2, f"no rounds shown while they ran: {seen}"
     assert [done for done, _ in middle] == sorted(done for done, _ in middle)
     assert all(0.05 < fraction < 0.85 for _, fraction in middle), middle
+
+
+def test_a_torch_job_cannot_resume_from_an_xgboost_checkpoint(svc: Service) -> None:
+    # it said "checkpoint files at ... are unreadable: [Errno 2] ... meta.json" (bad-input walkthrough)
+    from bench.chaos import digits_job
+
+    job = finished(svc, xgb_request("xgb-ckpt", {"num_round": 10, "checkpoint_rounds": 5, "num_workers": 1}))
+    checkpoint = svc.client.get(f"/jobs/{job['id']}/checkpoints").json()["checkpoints"][-1]["id"]
+    body = digits_job("torch-from-xgb", epochs=2, workers=1)
+    body["training"]["resume_from"] = checkpoint
+    response = svc.client.post("/train", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["loc"] == "training.resume_from", response.text
+    assert f"checkpoint {checkpoint!r} belongs to a 'xgboost' job" in response.json()["detail"], response.text

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
+from app.db.models import Job
 from app.schemas.train import TrainingOptions, TrainRequest
 from app.services import checkpoints
 from app.services.datasets import schema as data
@@ -87,6 +88,13 @@ def _resume(
         except Exception as exc:
             raise ValidationFailed.at("training.resume_from", f"no checkpoint with id {options.resume_from!r}") from exc
         path, epoch, job_id = row.uri, row.epoch, row.job_id
+        source = session.get(Job, job_id)
+        framework = source.framework if source is not None else None
+    if framework not in (None, "torch"):  # its files hold a booster, and read as "unreadable" below
+        raise ValidationFailed.at(
+            "training.resume_from", f"checkpoint {options.resume_from!r} belongs to a {framework!r} job; a torch job "
+            "resumes only from a torch job's checkpoint"
+        )  # fmt: skip
     try:
         meta = read_meta(storage.fetch_dir(path))
     except (OSError, ValueError) as exc:

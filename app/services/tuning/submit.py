@@ -73,9 +73,11 @@ def reported_metrics(framework: str, task: str) -> tuple[str, ...]:
 def _located(exc: AppError, loc: str, what: str = "") -> ValidationFailed:
     """A planning error of a body the search would run, as a 422 at ``loc``: for the base, at the field inside it
     (``base.dataset.label``); for a space path, at the path. The field inside the body is kept as ``inner``."""
-    inner = (exc.errors or [{}])[0].get("loc")
+    first = (exc.errors or [{}])[0]
+    inner = first.get("loc")
     at = f"{loc}.{inner}" if loc == "base" and inner else loc
-    return ValidationFailed.at(at, f"{what}: {exc.detail}" if what else exc.detail, inner=inner)
+    detail = first.get("msg") or exc.detail if at != loc else exc.detail  # base.x: y, not base.x: x: y
+    return ValidationFailed.at(at, f"{what}: {detail}" if what else detail, inner=inner)
 
 
 _FIXED = {"name": "every trial registers its version under the tune's name", "framework": "the leaderboard "

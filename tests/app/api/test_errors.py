@@ -146,6 +146,25 @@ def test_numbers_too_large_are_422s(service: Service, path: str, body: dict[str,
     assert _job_count(service) == before
 
 
+def test_a_tune_base_error_names_its_field_once(service: Service) -> None:
+    body = {"name": "once", "base": {**_xgboost(max_depth=2), "dataset": {**taxi_request()["dataset"], "label": "tip"}},
+            "space": {"params.max_depth": {"type": "choice", "values": [2, 3]}}, "trials": 2}  # fmt: skip
+    problem = _problem(service.client.post("/tune", json=body), 422)
+    assert problem["detail"].startswith("base.dataset.label: no column 'tip'"), problem  # was base.x: x: ...
+
+
+def test_predicting_with_a_model_whose_training_ended_without_one_names_the_job(service: Service) -> None:
+    # it said only "No model named ...", and users went looking for a typo (bad-input walkthrough)
+    job = service.train(taxi_request("never-made", algorithm="random_forest", numTrees=300, maxDepth=12))
+    assert service.client.post(f"/jobs/{job['id']}/cancel").status_code == 202
+    assert service.wait(job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})["status"] == "CANCELLED"
+    rows = {"inputs": [[1.0] * len(taxi_request()["dataset"]["features"])]}
+    detail = _problem(service.client.post("/predict", json={"model": {"name": "never-made"}, **rows}), 404)["detail"]
+    assert f"its training job {job['id']} ended CANCELLED" in detail and f"GET /jobs/{job['id']}" in detail, detail
+    unknown = _problem(service.client.post("/predict", json={"model": {"name": "never-made-at-all"}, **rows}), 404)
+    assert "training job" not in unknown["detail"], unknown
+
+
 def test_the_optimizers_numbers_are_refused_as_text_too(service: Service) -> None:
     body = digits_job("text-rate", epochs=1, workers=1)
     body["training"]["optimizer"] = {"type": "adam", "learning_rate": "0.01"}
