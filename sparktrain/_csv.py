@@ -4,8 +4,14 @@ and only the columns the model takes."""
 from __future__ import annotations
 
 import csv
+import itertools
+import re
 from pathlib import Path
 from typing import Any
+
+_END = "\x00the end of the file\x00"
+_BREAK = re.compile(r"\r\n|\r|\n")  # a line break, as a file read with newline="" has them
+_LAST_BREAK = re.compile(r"(?:\r\n|\r|\n)\Z")
 
 
 def cell(text: str) -> Any:
@@ -23,18 +29,40 @@ def cell(text: str) -> Any:
 
 
 def read_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
-    """The header and the rows (blank lines skipped); ValueError when the file cannot be read or has no header."""
+    """The header and the rows (blank lines skipped); ValueError when the file cannot be read, has no header or has
+    a quoted field that is never closed (it would take in the rest of the file as one cell, and the rows counted
+    and sent would not be the file's)."""
+    start = last = 1  # the line the record being read starts on; the last record's
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:  # Excel's "CSV UTF-8" starts with a BOM
-            reader = csv.reader(handle)
-            columns = next(reader)
-            return columns, [[cell(text) for text in row] for row in reader if row]
+            # A line after the file's own: a record of its own, unless a quote left open takes it in.
+            reader = csv.reader(itertools.chain(handle, [_END]))
+            records: list[list[str]] = []
+            for record in reader:
+                last, start = start, reader.line_num + 1
+                if record:
+                    records.append(record)
     except OSError as exc:
         raise ValueError(f"{path}: {exc.strerror or exc}") from exc
-    except StopIteration:
-        raise ValueError(f"{path}: empty; a CSV file with a header line is needed") from None
-    except (csv.Error, UnicodeDecodeError) as exc:
+    except csv.Error as exc:
+        # Past csv.field_size_limit(), most often a quote left open near the top of a long file.
+        hint = '; is a quote opened there and never closed (a " missing)?' if "field limit" in str(exc) else ""
+        raise ValueError(f"{path}: line {start}: {exc}{hint}") from exc
+    except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not a CSV file with a header ({exc})") from exc
+    if last != reader.line_num:
+        opened = _quote_line(records[-1][-1].removesuffix(_END), reader.line_num - 1)
+        raise ValueError(f'{path}: line {opened}: a quoted field opens there and is never closed (a " is missing)')
+    records.pop()
+    if not records:
+        raise ValueError(f"{path}: empty; a CSV file with a header line is needed")
+    return records[0], [[cell(text) for text in row] for row in records[1:]]
+
+
+def _quote_line(field: str, lines: int) -> int:
+    """The line where a quoted field that is never closed opens. It runs to the end of the file (line ``lines``),
+    so it holds a line break for each line after its own, and the last line's when that line has one."""
+    return lines - len(_BREAK.findall(_LAST_BREAK.sub("", field, count=1)))
 
 
 def model_columns(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +21,7 @@ from rich.table import Table
 from sparktrain._csv import model_columns, read_rows
 from sparktrain._help import Command, Group, print_version
 from sparktrain._progress import Live
+from sparktrain._table import jobs_table
 from sparktrain.client import (
     AmbiguousJobId,
     ApiError,
@@ -212,36 +212,8 @@ def jobs(
         else:
             err.print("No jobs yet: sparktrain submit examples/xgboost-taxi.json --wait")
         return OK
-    out.print(_jobs_table(items))
+    out.print(jobs_table(items, whole=not out.is_terminal))
     return OK
-
-
-def _jobs_table(items: list[dict[str, Any]]) -> Table:
-    """Ids and states are printed whole at any width (an id is copied from here into show, logs and cancel); the
-    name (at most 32 columns), type and time are cut (…) first on a narrow terminal, and nothing is cut when the
-    output is piped. Plain columns: ``awk '{print $1}'`` reads the ids."""
-    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
-    table.add_column("id", no_wrap=True, min_width=max(len(j["id"]) for j in items))
-    cap = 32 if out.is_terminal else None  # piped: every value whole, for grep and awk
-    table.add_column("name", no_wrap=True, overflow="ellipsis", max_width=cap)
-    table.add_column("type", no_wrap=True, overflow="ellipsis")
-    table.add_column("status", no_wrap=True, min_width=max(len(j["status"]) for j in items))
-    table.add_column("progress", no_wrap=True, justify="right", min_width=len("progress"))
-    table.add_column("created", no_wrap=True, overflow="ellipsis")
-    for j in items:
-        kind = j["type"] + (f"/{j['framework']}" if j.get("framework") else "")
-        progress = f"{100 * j['progress']:.0f}%"
-        table.add_row(j["id"], j.get("name") or "", kind, j["status"], progress, _to_the_minute(j["created_at"]))
-    return table
-
-
-def _to_the_minute(text: str) -> str:
-    """An ISO 8601 time to the minute, in UTC: ``2024-05-01T12:34Z`` (as given when it is not one)."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        return str(text)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ") if moment.tzinfo else moment.strftime("%Y-%m-%dT%H:%M")
 
 
 @app.command(cls=Command)
@@ -329,7 +301,7 @@ def download(
             "--output",
             "-o",
             metavar="PATH",
-            help="A file, or a folder (created when it ends with /): the file in it is named by the service.",
+            help="A file (its folder must exist), or a folder (created when it ends with /) for NAME-vN.tar.gz.",
         ),
     ] = None,
 ) -> int:
@@ -358,7 +330,9 @@ def predict(
         str | None, typer.Option(metavar="COLUMN", help="Batch: the id column kept next to each prediction.")
     ] = None,
     output_uri: Annotated[str | None, typer.Option(metavar="URI", help="Batch: where the parquet output goes.")] = None,
-    max_inline: Annotated[int, typer.Option(metavar="N", help="More rows than this run as a batch job.")] = INLINE_ROWS,
+    max_inline: Annotated[
+        int, typer.Option(min=0, metavar="N", help="More rows than this run as a batch job (0: always one).")
+    ] = INLINE_ROWS,
     wait: Annotated[bool, typer.Option("--wait", help="Batch: follow the job to its end.")] = False,
 ) -> int:
     """Predictions for a CSV file: answered at once for up to --max-inline rows, else as a batch job on the

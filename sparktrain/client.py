@@ -30,6 +30,8 @@ _JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 """A job id as the service makes them (``uuid4().hex``): 32 lower-case hex digits."""
 _JOB_PREFIX = re.compile(r"^[0-9a-f]{6,31}$")
 """6 to 31 hex digits: never a whole job id, only the start of one (typed short by hand)."""
+_SHORT_PREFIX = re.compile(r"^[0-9a-f]{1,5}$")  # the start of an id, too short to look up
+_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)  # a URL's scheme, as RFC 3986 spells one
 PREFIX_SCAN = 10_000
 """How many of the newest jobs a job id prefix is looked for among."""
 
@@ -47,7 +49,8 @@ class LocalFileError(SparktrainError):
 
 
 class UsageError(SparktrainError):
-    """A setting of the client itself that cannot work (a URL without http:// or https://)."""
+    """A setting or argument of the client itself that cannot work (a URL without http:// or https://, a job id
+    prefix shorter than 6 characters)."""
 
 
 class NotTheService(SparktrainError):
@@ -126,6 +129,9 @@ class Client:
         """``retry_s``: the pause before an event stream reconnects; ``give_up_s``: how long it keeps trying."""
         self.url = (url or os.environ.get("SPARKTRAIN_URL") or DEFAULT_URL).rstrip("/")
         if not self.url.lower().startswith(("http://", "https://")):
+            if scheme := _SCHEME.match(self.url):
+                only = "only http:// and https:// URLs are accepted"
+                raise UsageError(f"the service's URL {self.url!r} starts with {scheme[1]}://: {only}")
             raise UsageError(f"the service's URL {self.url!r} needs http:// or https:// (e.g. http://{self.url})")
         key = api_key if api_key is not None else os.environ.get("SPARKTRAIN_API_KEY", "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -213,10 +219,13 @@ class Client:
         digits, any case). A whole id, or text that is neither an id nor a prefix, is returned without a request:
         the caller's own request for it is the one the service answers (its 404 for an unknown job). A prefix is
         looked for in the job list (``GET /jobs/{prefix}`` would only 404: ids are 32 digits); one that starts
-        several ids raises :class:`AmbiguousJobId`, one that starts none an :class:`ApiError` 404."""
+        several ids raises :class:`AmbiguousJobId`, one that starts none an :class:`ApiError` 404, and 1 to 5 hex
+        digits a :class:`UsageError` (too short to look up)."""
         lowered = text.lower()
         if _JOB_ID.match(lowered):
             return lowered
+        if _SHORT_PREFIX.match(lowered):
+            raise UsageError(f"{text!r} is too short: give at least 6 characters of the id, or the whole id")
         if not _JOB_PREFIX.match(lowered):
             return text
         matches = self.find_jobs(lowered)
@@ -318,12 +327,15 @@ class Client:
     def download(self, ref: ModelRef, dest: str | os.PathLike[str] | None = None) -> Path:
         """Save a model version's archive (``.tar.gz``); returns its path.
 
-        ``dest`` is a file, or a folder when it ends with a slash or is one already: the folder (and a file's
-        parent folders) are created, and a file in a folder is named as the service names it
+        ``dest`` is a file, or a folder when it ends with a slash or is one already: a folder ending with a slash
+        is created (with its parents), a file's folder must be there already (:class:`LocalFileError` before any
+        request, nothing created), and a file in a folder is named as the service names it
         (``Content-Disposition``, ``NAME-vN.tar.gz``). None is the current folder."""
-        version = self.resolve(ref)
         text = os.fspath(dest) if dest is not None else ""
         into = not text or text.endswith(("/", os.sep)) or Path(text).is_dir()
+        if not into:
+            _check_folder(Path(text).parent)
+        version = self.resolve(ref)
         path = f"/models/{ref.name}/versions/{version}/artifact"
         try:
             with self._http.stream("GET", path) as response:
@@ -351,6 +363,15 @@ def _attachment_name(response: httpx.Response) -> str | None:
     message["content-disposition"] = header
     name = Path(message.get_filename() or "").name
     return name if name not in ("", ".", "..") else None
+
+
+def _check_folder(folder: Path) -> None:
+    """A file's folder, which ``download`` does not create (a typo in a path makes no folders)."""
+    if folder.is_dir():
+        return
+    if folder.exists():
+        raise LocalFileError(f"cannot write into {folder}: a file has that name, not a folder")
+    raise LocalFileError(f"the folder {folder} does not exist (a PATH ending in / is a folder, made when missing)")
 
 
 def _make_folder(folder: Path) -> None:

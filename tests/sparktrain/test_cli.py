@@ -171,7 +171,7 @@ def test_a_final_line_cuts_the_message_and_metrics_never_the_state(width: int) -
     assert final_line("FAILED", 0.0, "reading data", "", width=80).plain == "FAILED       0%  reading data"
 
 
-def test_download_into_a_folder_that_is_not_there_yet_and_to_a_new_path(
+def test_download_into_a_folder_that_is_not_there_yet_and_to_a_new_path_in_one_that_is(
     svc: Service, linear: dict[str, Any], tmp_path: Path
 ) -> None:
     into = cli(svc, "download", "cli-lr:1", "-o", f"{tmp_path / 'models'}/")
@@ -181,10 +181,14 @@ def test_download_into_a_folder_that_is_not_there_yet_and_to_a_new_path(
     again = cli(svc, "download", "cli-lr", "-o", str(tmp_path / "models"))  # an existing folder, no slash
     assert again.returncode == 0 and Path(again.stdout.strip()) == saved, again.stderr
 
+    named = tmp_path / "models" / "x.tar.gz"
+    made = cli(svc, "download", "cli-lr:1", "-o", str(named))
+    assert made.returncode == 0 and Path(made.stdout.strip()) == named and tarfile.is_tarfile(named), made.stderr
+    # A file's folder is not made (only a PATH ending in /): a typo made every folder of the path (audit)
     nested = tmp_path / "nodir" / "sub" / "x.tar.gz"
-    made = cli(svc, "download", "cli-lr:1", "-o", str(nested))
-    assert made.returncode == 0, made.stderr
-    assert tarfile.is_tarfile(nested) and [p.name for p in nested.parent.iterdir()] == ["x.tar.gz"]
+    refused = cli(svc, "download", "cli-lr:1", "-o", str(nested))
+    assert refused.returncode == 2 and "does not exist" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "nodir").exists(), refused.stderr
 
 
 def test_a_local_file_that_cannot_be_written_is_one_line_and_exit_2(
@@ -232,7 +236,8 @@ def test_show_logs_and_cancel_take_a_unique_prefix_of_a_job_id(svc: Service, lin
     unused = next(p for p in (f"{n:06x}" for n in range(1 << 24)) if not any(i.startswith(p) for i in ids))
     missing = cli(svc, "show", unused)
     assert missing.returncode == 2 and "404" in missing.stderr, missing.stderr
-    assert cli(svc, "show", "abc").returncode == 2  # too short to be a prefix: the service's 404
+    short = cli(svc, "show", "abc")  # too short to be a prefix, refused before any request
+    assert short.returncode == 2 and "give at least 6 characters of the id" in short.stderr, short.stderr
 
     twins = ["c0ffee" + "0" * 26, "c0ffee" + "1" * 26]  # two jobs whose ids share their first 6 characters
     with transaction(svc.runtime.db) as session:

@@ -1,0 +1,105 @@
+"""The CLI given bad input (a walkthrough of typos and broken files): each is a one-line usage error, exit 2, found
+before any request, so nothing here needs a service (the URL is one where nothing listens)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparktrain._csv import read_rows
+
+REPO = Path(__file__).resolve().parents[2]
+NOBODY = "http://127.0.0.1:9"  # nothing listens there: a request would be exit 4, unreachable
+
+
+def cli(*args: str, url: str = NOBODY) -> subprocess.CompletedProcess[str]:
+    env = {"SPARKTRAIN_URL": url, "PATH": "/usr/bin:/bin", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "sparktrain", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=REPO,
+    )
+
+
+def _one_line_usage_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    return done.stderr
+
+
+def _open_quote_on_line_20(path: Path) -> Path:
+    """300 lines: the header, then rows; line 20 opens a quoted field that is never closed."""
+    lines = ["trip_id,note"] + [f"{n},fine" for n in range(2, 301)]
+    lines[19] = '20,"never closed'
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_download_into_a_folder_that_is_not_there_is_refused_and_makes_nothing(tmp_path: Path) -> None:
+    """It made every folder of the path and exited 0 (with a service), though only a PATH ending in / is made."""
+    target = tmp_path / "nodir" / "sub" / "x.tar.gz"
+    stderr = _one_line_usage_error(cli("download", "m:1", "-o", str(target)))
+    assert f"the folder {target.parent} does not exist" in stderr and "ending in /" in stderr, stderr
+    assert not (tmp_path / "nodir").exists()
+    (tmp_path / "a-file").write_text("")
+    stderr = _one_line_usage_error(cli("download", "m:1", "-o", str(tmp_path / "a-file" / "x.tar.gz")))
+    assert "a-file: a file has that name, not a folder" in stderr, stderr
+
+
+def test_an_open_quote_names_its_line_and_nothing_is_sent(tmp_path: Path) -> None:
+    """The quote on line 20 took in the other 280 lines as one cell: "20 rows" were counted and sent (audit)."""
+    path = _open_quote_on_line_20(tmp_path / "bad.csv")
+    with pytest.raises(ValueError, match=r"bad\.csv: line 20: a quoted field opens there and is never closed"):
+        read_rows(path)
+    stderr = _one_line_usage_error(cli("predict", "m", "--csv", str(path), "--max-inline", "0", "--key", "trip_id"))
+    assert "line 20: a quoted field opens there and is never closed" in stderr and "batch job" not in stderr, stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ('a,b\n1,"x\ny"\n3,"open\n4,5\n', 4),  # after a quoted field of two lines that is closed
+        ('a,b\r\n1,2\r\n3,"open', 3),  # Windows line ends, no line end at the end
+        ('a,"b\n1,2\n', 1),  # the header
+        ('a,b\n1,2\n"', 3),  # the very last character
+    ],
+)
+def test_the_line_of_an_open_quote_is_the_line_it_opens_on(tmp_path: Path, text: str, line: int) -> None:
+    (tmp_path / "rows.csv").write_bytes(text.encode())
+    with pytest.raises(ValueError, match=f"line {line}: a quoted field opens there"):
+        read_rows(tmp_path / "rows.csv")
+
+
+def test_closed_quotes_across_lines_and_blank_lines_still_read(tmp_path: Path) -> None:
+    (tmp_path / "rows.csv").write_text('\na,b\n1,"x\ny"\n\n"3",4')
+    assert read_rows(tmp_path / "rows.csv") == (["a", "b"], [[1, "x\ny"], [3, 4]])
+
+
+def test_a_negative_max_inline_is_a_usage_error(tmp_path: Path) -> None:
+    """-5 was taken: every file went to a batch job (here: a request, so exit 4)."""
+    (tmp_path / "rows.csv").write_text("trip_id,x\n1,2\n")
+    done = cli("predict", "m", "--csv", str(tmp_path / "rows.csv"), "--max-inline", "-5", "--key", "trip_id")
+    assert done.returncode == 2 and "Invalid value for '--max-inline'" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", ["logs", "show", "cancel"])
+def test_a_job_id_prefix_under_6_characters_says_how_much_to_give(command: str) -> None:
+    """`logs -f 5b35` asked the service, which said "No job with id '5b35'" (or was unreachable)."""
+    args = ("logs", "-f", "5B35") if command == "logs" else (command, "5b35")
+    stderr = _one_line_usage_error(cli(*args))
+    assert "give at least 6 characters of the id, or the whole id" in stderr, stderr
+
+
+def test_a_url_of_another_scheme_is_refused_without_a_suggestion() -> None:
+    """`--url ftp://x` suggested "http://ftp://x"."""
+    stderr = _one_line_usage_error(cli("--url", "ftp://x", "jobs"))
+    assert "only http:// and https:// URLs are accepted" in stderr and "http://ftp" not in stderr, stderr
+    schemeless = _one_line_usage_error(cli("jobs", url="127.0.0.1:9"))  # no scheme at all: the suggestion stays
+    assert "needs http:// or https:// (e.g. http://127.0.0.1:9)" in schemeless, schemeless
