@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from app.core.logging import configure_logging
 from app.core.settings import load_settings
-from app.spark.session import spark_alive
+from app.spark.session import SPARK_LOST_EXIT, SPARK_PROBE_S, spark_alive
 
 log = logging.getLogger("sparktrain")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -58,7 +58,7 @@ class DriverServer(uvicorn.Server):
                           SPARK_LOST_EXIT)  # fmt: skip
                 self.spark_lost = True
                 self.handle_exit(signal.SIGTERM, None)
-        elif self._probe is None and counter % 50 == 0:
+        elif self._probe is None and counter % round(SPARK_PROBE_S * 10) == 0:  # a tick is 0.1 s
             runtime = getattr(self.app.state, "runtime", None)
             if runtime is not None and not runtime.jobs.stopping:  # in a thread: a hung JVM must not hang the loop
                 self._probe = asyncio.ensure_future(asyncio.to_thread(spark_alive, runtime.spark))
@@ -92,8 +92,6 @@ class DriverServer(uvicorn.Server):
 
 
 DATABASE_AWAY_EXIT = 3  # uvicorn's status for a failed start-up, which is what this was before the probe
-SPARK_LOST_EXIT = 4
-"""The status of a driver that stopped because Spark's JVM died under it."""
 
 
 def unreachable_database(url: str, timeout_s: int = 10) -> str | None:

@@ -6,7 +6,8 @@ this Celery app, and a reconciler of its own, so that it takes over the jobs of 
 when the worker stops. Celery's warm shutdown (SIGTERM, or SIGINT) hands the running jobs back at once, as the API
 process does (app/jobs/stop.py), so they need not finish before the worker exits. Start the API with
 ``SPARKTRAIN_IN_PROCESS_CONSUMER=false`` to leave all jobs to these processes. The pool is ``threads`` by
-configuration (never prefork: Spark and fork do not mix).
+configuration (never prefork: Spark and fork do not mix). A worker whose Spark JVM dies stops and exits with status
+4, as ``python -m app`` does.
 
 The Celery app is built on first access of ``app`` (PEP 562), not at import.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from celery import Celery, signals
@@ -39,6 +41,7 @@ def build_worker_app() -> Celery:
         rt = start_runtime(settings, celery=celery, consume=False)
         started.append(rt)
         log.info("worker runtime ready (Spark application %s)", rt.spark.sparkContext.applicationId)
+        threading.Thread(target=_watch_spark, args=(rt, sender), name="spark-probe", daemon=True).start()
 
     @signals.worker_shutting_down.connect(weak=False)
     def _hand_back(sender: Any = None, **_: Any) -> None:
@@ -52,6 +55,25 @@ def build_worker_app() -> Celery:
             rt.close()
 
     return celery
+
+
+def _watch_spark(rt: Any, hostname: Any) -> None:
+    """A worker whose Spark JVM died (killed, out of memory) can run no job, yet its consumer kept taking them
+    (each handed back at once, app/jobs/celery_app.py). As ``python -m app`` does (app/__main__.py), it stops as
+    for a signal, its running jobs handed back, and exits with SPARK_LOST_EXIT so that a supervisor restarts it."""
+    from celery.worker import state
+
+    from app.spark.session import SPARK_LOST_EXIT, SPARK_PROBE_S, spark_alive
+
+    while not rt.jobs.stopping:
+        time.sleep(SPARK_PROBE_S)
+        if rt.jobs.stopping or spark_alive(rt.spark):
+            continue
+        log.error("Spark's JVM is gone (killed, or out of memory): this worker can run no job, so it stops and exits "
+                  "with status %d; start it again (its jobs are queued again)", SPARK_LOST_EXIT)  # fmt: skip
+        signals.worker_shutting_down.send(sender=hostname, sig="SPARK_LOST", how="Warm", exitcode=SPARK_LOST_EXIT)
+        state.should_stop = SPARK_LOST_EXIT  # what Celery's own signal handler sets: a warm shutdown, this status
+        return
 
 
 def __getattr__(name: str) -> Any:

@@ -124,6 +124,13 @@ def ship_executor_code(spark: SparkSession, scratch: Path) -> Path:
     return target
 
 
+SPARK_LOST_EXIT = 4
+"""The exit status of a driver process (``python -m app``, ``celery -A app.jobs.worker worker``) that stopped
+because Spark's JVM died under it: a supervisor's ``restart: on-failure`` starts it again with a new JVM."""
+SPARK_PROBE_S = 5.0
+"""How often a driver process asks whether its JVM still answers."""
+
+
 def spark_alive(spark: SparkSession) -> bool:
     """True while the JVM answers and the SparkContext is not stopped (no Spark job is launched)."""
     try:

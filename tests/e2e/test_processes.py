@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from app.spark.session import SPARK_LOST_EXIT
 from tests.helpers import free_port, taxi_request
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,57 +90,78 @@ def test_python_m_app_runs_jobs_on_one_spark_application(tmp_path: Path) -> None
     assert "Application shutdown complete" in output
 
 
+@contextlib.contextmanager
+def _external_worker(pg_url: str, redis_url: str, queue: str, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``celery -A app.jobs.worker worker`` on ``queue`` (its output in ``tmp_path/worker.log``), stopped with
+    SIGTERM when the block ends unless it exited already."""
+    env = _env(
+        SPARKTRAIN_DATABASE_URL=pg_url,
+        SPARKTRAIN_BROKER_URL=redis_url,
+        SPARKTRAIN_QUEUE=queue,
+        SPARKTRAIN_VAR_DIR=str(tmp_path / "worker-var"),
+        SPARKTRAIN_ARTIFACT_ROOT=str(tmp_path / "artifacts"),
+        SPARKTRAIN_SPARK_MASTER="local[1]",
+        SPARKTRAIN_SPARK_CONF=json.dumps({"spark.ui.enabled": "false"}),
+    )
+    command = [sys.executable, "-m", "celery", "-A", "app.jobs.worker", "worker", "-Q", queue, "-n", "ext@%h",
+               "--loglevel", "INFO"]  # fmt: skip
+    with (tmp_path / "worker.log").open("wb") as log:
+        worker = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield worker
+        finally:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(90)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+
+
 @pytest.mark.slow
 def test_external_celery_worker_runs_the_jobs(
     make_service: Callable[..., Any], pg_url: str, redis_url: str, tmp_path: Path
 ) -> None:
     queue = f"ext-{os.getpid()}-{int(time.time())}"
-    with make_service(database_url=pg_url, broker_url=redis_url, queue=queue, in_process_consumer=False) as svc:
-        env = _env(
-            SPARKTRAIN_DATABASE_URL=pg_url,
-            SPARKTRAIN_BROKER_URL=redis_url,
-            SPARKTRAIN_QUEUE=queue,
-            SPARKTRAIN_VAR_DIR=str(tmp_path / "worker-var"),
-            SPARKTRAIN_ARTIFACT_ROOT=str(tmp_path / "artifacts"),
-            SPARKTRAIN_SPARK_MASTER="local[1]",
-            SPARKTRAIN_SPARK_CONF=json.dumps({"spark.ui.enabled": "false"}),
-        )
-        log = (tmp_path / "worker.log").open("wb")
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "app.jobs.worker",
-                "worker",
-                "-Q",
-                queue,
-                "-n",
-                "ext@%h",
-                "--loglevel",
-                "INFO",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            job = _wait_job(svc.client, svc.train(taxi_request("external"))["id"])
-            assert job["status"] == "SUCCEEDED", job["error"]
-            assert job["worker_id"].split(":")[1] == str(worker.pid)
-            assert job["spark_app_id"] != svc.client.get("/cluster").json()["app_id"]
-            assert job["model"] == {"name": "external", "version": 1}
-        finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(90)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-            log.close()
+    with (
+        make_service(database_url=pg_url, broker_url=redis_url, queue=queue, in_process_consumer=False) as svc,
+        _external_worker(pg_url, redis_url, queue, tmp_path) as worker,
+    ):
+        job = _wait_job(svc.client, svc.train(taxi_request("external"))["id"])
+        assert job["status"] == "SUCCEEDED", job["error"]
+        assert job["worker_id"].split(":")[1] == str(worker.pid)
+        assert job["spark_app_id"] != svc.client.get("/cluster").json()["app_id"]
+        assert job["model"] == {"name": "external", "version": 1}
     output = (tmp_path / "worker.log").read_text()
     assert "Warm shutdown" in output, output[-3000:]
+
+
+@pytest.mark.slow
+def test_an_external_worker_whose_jvm_died_hands_its_job_back_and_exits_4(
+    make_service: Callable[..., Any], pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    # it stayed up, and its consumer kept taking jobs only to hand each back at once (app/jobs/worker.py)
+    from bench.chaos import digits_job
+    from bench.processes import cmdline, descendants
+
+    queue = f"ext-jvm-{os.getpid()}-{int(time.time())}"
+    with (
+        make_service(database_url=pg_url, broker_url=redis_url, queue=queue, in_process_consumer=False) as svc,
+        _external_worker(pg_url, redis_url, queue, tmp_path) as worker,
+    ):
+        job_id = svc.train(digits_job("ext-jvm", epochs=6, units=64, batch=2, workers=1))["id"]
+        deadline = time.monotonic() + 300
+        while (job := svc.client.get(f"/jobs/{job_id}").json())["status"] != "RUNNING" or job["progress"] <= 0.1:
+            assert job["status"] in ("QUEUED", "STARTING", "RUNNING") and time.monotonic() < deadline, job["error"]
+            time.sleep(0.2)
+        [jvm] = [p for p in descendants(worker.pid) if "org.apache.spark" in cmdline(p) and "java" in cmdline(p)]
+        os.kill(jvm, signal.SIGKILL)
+        status = worker.wait(120)
+        job = svc.client.get(f"/jobs/{job_id}").json()
+    output = (tmp_path / "worker.log").read_text(errors="replace")
+    assert status == SPARK_LOST_EXIT and "Spark's JVM is gone" in output, output[-3000:]
+    assert job["status"] == "QUEUED", job  # handed back: the next driver on the queue runs it
+    assert job["attempts"][0]["error_reason"] in ("DRIVER_STOPPED", "DRIVER_LOST"), job["attempts"]
 
 
 def test_api_import_path_stays_light() -> None:
