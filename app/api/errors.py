@@ -130,6 +130,9 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
                 f"No endpoint at {request.method} {request.url.path}: the path is {without}, without the trailing "
                 "slash (requests are not redirected)."
             )
+    if exc.status_code == 400 and detail == "There was an error parsing the body":  # FastAPI's, for bytes that
+        kind, title = "malformed-json", "Malformed JSON"  # are not UTF-8 text (a JSON error is a json_invalid)
+        detail = "The body is not valid JSON: it is not UTF-8 text (send JSON encoded as UTF-8)."
     if exc.status_code == 405:
         allowed = _allowed_methods(request, (headers or {}).get("Allow"))
         headers = {**(headers or {}), "Allow": allowed}

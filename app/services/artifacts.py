@@ -59,12 +59,15 @@ def check_format(version: ModelVersion, fmt: str) -> None:
     formats = FAMILY_FORMATS.get(version.framework, ("archive",))
     if fmt not in ARTIFACT_FORMATS:
         raise ValidationFailed.at(
-            "format", f"unknown format {fmt!r}; {version.framework} models download as {' or '.join(formats)}"
+            "format",
+            f"unknown format {fmt!r}; {version.framework} models download as {' or '.join(formats)}",
+            source="query",
         )
     if fmt not in formats:
         raise ValidationFailed.at(
             "format",
             f"{version.framework} models download as {' or '.join(formats)}; onnx is for torch networks",
+            source="query",
         )
 
 

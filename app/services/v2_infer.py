@@ -188,6 +188,13 @@ def _values(tensor: InferTensor, model: ModelRef | None = None, feature: str | N
         data = np.asarray(values, dtype=np.float64).reshape(-1)
     except (ValueError, TypeError, OverflowError) as exc:
         raise ValidationFailed.at(f"inputs.{tensor.name}.data", "a flat, row-major list of numbers") from exc
+    if any(d < 0 for d in tensor.shape):  # -1 in the model's metadata stands for any number of rows
+        rest = math.prod(tensor.shape[1:]) if all(d > 0 for d in tensor.shape[1:]) else 0
+        example = f" (here {[data.size // rest, *tensor.shape[1:]]})" if rest and data.size % rest == 0 else ""
+        raise ValidationFailed.at(
+            f"inputs.{tensor.name}.shape", f"{tensor.shape}: give the data's own shape{example}; -1 in the model's "
+            "metadata stands for any number of rows"
+        )  # fmt: skip
     if not tensor.shape or math.prod(tensor.shape) != data.size:
         raise ValidationFailed.at(f"inputs.{tensor.name}.shape", f"{tensor.shape} does not hold its {data.size} values")
     return data

@@ -271,6 +271,7 @@ def test_formats_a_family_does_not_have(svc: Service, trained: Any) -> None:
         assert f"{family} models download as archive or mlflow" in onnx["detail"]
         unknown = _problem(svc.client.get(f"/models/{name}/versions/1/artifact", params={"format": "pmml"}), 422)
         assert unknown["detail"] == f"format: unknown format 'pmml'; {family} models download as archive or mlflow"
+        assert unknown["errors"][0]["in"] == "query", unknown  # it said body (bad-input walkthrough)
     version = svc.client.get("/models/el-xgboost/versions/1").json()
     assert version["formats"] == ["archive", "mlflow"] and version["signature"]["recorded"] is True
 

@@ -199,6 +199,14 @@ def test_non_json_body(service: Service) -> None:
     assert _job_count(service) == before
 
 
+def test_a_body_that_is_not_utf8(service: Service) -> None:
+    response = service.client.post(
+        "/train", content=b'{"name": "\xff\xfe"}', headers={"content-type": "application/json"}
+    )
+    problem = _problem(response, 400)  # it said "There was an error parsing the body"
+    assert problem["type"].endswith("/malformed-json") and "not UTF-8" in problem["detail"], problem
+
+
 def test_wrong_content_type(service: Service) -> None:
     response = service.client.post("/train", content=b"name=x", headers={"content-type": "text/plain"})
     assert "application/json" in _problem(response, 415)["detail"]

@@ -178,3 +178,8 @@ def test_v2_metadata_advertises_the_single_tensor_the_docs_describe(svc: Service
     metadata = svc.client.get(f"/v2/models/{XGBOOST}").json()
     assert metadata["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, len(TAXI_FEATURES)],
                                    "parameters": {"features": TAXI_FEATURES}}]  # fmt: skip
+    # the metadata's shape sent back as it is: "[-1, 11] does not hold its 22 values" (bad-input walkthrough)
+    data = [0.5] * (2 * len(TAXI_FEATURES))
+    tensor = {"name": "input", "datatype": "FP32", "shape": metadata["inputs"][0]["shape"], "data": data}
+    problem = _problem(_infer(svc, json.dumps({"inputs": [tensor]}).encode()), 422)
+    assert f"give the data's own shape (here [2, {len(TAXI_FEATURES)}])" in problem["detail"], problem
