@@ -214,6 +214,10 @@ def test_bad_inference_requests(svc: Service, digits_model: dict[str, Any]) -> N
     wrong_group = post("/evaluate", json={"model": {"name": "digits-mlp"}, "dataset": {"uri": "digits/test.parquet"},
                                           "metrics": ["regression"]})  # fmt: skip
     assert "do not fit" in _problem(wrong_group, 422)["detail"]
+    regression = {"uri": "digits/test.parquet", "task": "regression"}
+    wrong_task = post("/evaluate", json={"model": {"name": "digits-mlp"}, "dataset": regression})
+    problem = _problem(wrong_task, 422)  # the model's task replaced it without a word (bad-input walkthrough)
+    assert problem["errors"][0]["loc"] == "dataset.task" and "a classification model" in problem["detail"], problem
     both = post("/predict", json={"model": {"name": "digits-mlp"}, "instances": [[0.0] * 64],
                                   "dataset": {"uri": "digits/test.parquet", "key": "label"}})  # fmt: skip
     _problem(both, 422)

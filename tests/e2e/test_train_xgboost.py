@@ -340,7 +340,10 @@ def test_a_torch_job_cannot_resume_from_an_xgboost_checkpoint(svc: Service) -> N
     # it said "checkpoint files at ... are unreadable: [Errno 2] ... meta.json" (bad-input walkthrough)
     from bench.chaos import digits_job
 
-    job = finished(svc, xgb_request("xgb-ckpt", {"num_round": 10, "checkpoint_rounds": 5, "num_workers": 1}))
+    params = {"num_round": 10, "checkpoint_rounds": 5, "num_workers": 1, "validation_fraction": 0.3}
+    job = finished(svc, xgb_request("xgb-ckpt", params))
+    # a fraction beside a validation set was ignored without a word (bad-input walkthrough)
+    assert "params.validation_fraction is not used: validation names the validation data" in job["warnings"], job
     checkpoint = svc.client.get(f"/jobs/{job['id']}/checkpoints").json()["checkpoints"][-1]["id"]
     body = digits_job("torch-from-xgb", epochs=2, workers=1)
     body["training"]["resume_from"] = checkpoint

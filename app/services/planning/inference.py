@@ -74,7 +74,12 @@ def resolve_model_and_owner(session: Session, selector: ModelSelector, owner: st
 
 
 def _dataset_for(model: ModelRef, ref: DatasetRef, *, need_labels: bool) -> DatasetRef:
-    """The request's dataset with the model's columns and task where the request leaves them out."""
+    """The request's dataset with the model's columns and task where the request leaves them out. A task the
+    request gives must be the model's (it was replaced by the model's without a word)."""
+    if ref.task is not None and model.task is not None and ref.task != model.task:
+        raise ValidationFailed.at(
+            "dataset.task", f"the model is a {model.task} model, not {ref.task}: leave task out (it is the model's)"
+        )
     update: dict[str, Any] = {"task": model.task, "num_classes": model.card.get("num_classes")}
     if ref.features is None:
         update["features"] = list(model.features)

@@ -186,6 +186,8 @@ def plan_torch(
         raise ValidationFailed.at(exc.path, exc.message) from exc
     network = spec_to_dict(spec)
     warnings = ignored_settings(options, sharing, parameters)
+    if validation is not None and "validation_fraction" in options.model_fields_set:
+        warnings = (*warnings, "training.validation_fraction is not used: validation names the validation data")
     return TorchPlan(
         train=train,
         validation=replace(validation, num_classes=train.num_classes) if validation else None,

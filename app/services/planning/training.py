@@ -67,6 +67,12 @@ def plan_training(
             db=db,
             parse_numbers=True,
         )
+        if validation.path.startswith(train.path.rstrip("/") + "/"):
+            raise ValidationFailed.at(
+                "validation.uri",
+                f"the validation data lies inside the training data ({request.dataset.uri!r} reads every file below "
+                "it), so its rows would be trained on too; name a training path that does not hold it",
+            )
         numeric = set(numeric_columns(train))
         for column in (*train.features, *train.label_columns):
             if not _same_type(schema[column], val_schema.get(column), parsed=column in numeric):

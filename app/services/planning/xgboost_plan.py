@@ -53,6 +53,8 @@ def plan_xgboost(
         raise ValidationFailed.at("params.num_round", f"at most {settings.max_epochs * 100} rounds on this service")
 
     warnings = list(spec.warnings)
+    if validation is not None and "validation_fraction" in (request.params or {}):
+        warnings.append("params.validation_fraction is not used: validation names the validation data")
     device: Literal["cpu", "cuda"]
     gpus = cluster.has_gpus(spark)
     addresses = [a for holder, found in cluster.gpu_addresses(spark).items() if holder != "driver" for a in found]

@@ -63,6 +63,8 @@ _DELETE = object()
         (_with("name", "no spaces/allowed"), "name", "pattern"),
         (_with("dataset.surprise", 1), "dataset.surprise", "Extra inputs"),
         (_with("validation", {"uri": "../secrets.parquet"}), "validation.uri", "outside"),
+        # the whole folder trained on its own validation file, and the job reported r2 0.9987 (bad-input walkthrough)
+        (_with("dataset.uri", "datasets/taxi"), "validation.uri", "lies inside the training data"),
         # A number or a boolean written as text is refused wherever it is (it was taken for num_workers and
         # refused for the optimizer's learning_rate); 2.0 for an integer stays an integer, as JSON Schema says.
         (_with("training", {"num_workers": "2"}), "training.num_workers", 'got the text "2"'),

@@ -84,6 +84,15 @@ def test_settings_the_job_would_not_use_are_warned_about(spark: Any) -> None:
     assert _plan_without_spark_jobs(spark, small, [REPO / "datasets"]).warnings == ()
 
 
+def test_a_validation_fraction_beside_a_validation_set_is_warned_about(spark: Any) -> None:
+    body = json.loads((REPO / "examples/taxi-mlp.json").read_text())
+    body["validation"] = {"uri": "datasets/taxi/eval.parquet"}
+    assert _plan_without_spark_jobs(spark, body, [REPO / "datasets"]).warnings == ()
+    body["training"] = {**body["training"], "validation_fraction": 0.3}
+    warnings = _plan_without_spark_jobs(spark, body, [REPO / "datasets"]).warnings
+    assert warnings == ("training.validation_fraction is not used: validation names the validation data",)
+
+
 def test_a_validation_file_may_hold_numbers_of_another_width(spark: Any, tmp_path: Path) -> None:
     """int in one file and bigint in the other (a CSV's inference and a JSON file's differ): both are numbers to
     every family. A string against a number is still a 422."""
