@@ -75,7 +75,7 @@ def register_dataset(
     path = resolve_uri(body.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc="uri")
     fmt = detect_format(path, body.format, loc="format")
     options = reader_options(fmt, body.options)
-    problem = not_text(path, fmt) if fmt in ("csv", "json") else None
+    problem = not_text(path, fmt, options) if fmt in ("csv", "json") else None
     if problem is not None:  # an empty file, or parquet named as text: Spark's own error said neither
         raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as {fmt}: {problem}")
     local = local_summary(

@@ -13,6 +13,7 @@ type is not certain here; in ``POST /train`` those checks are left to the job (:
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 from pathlib import Path
@@ -62,7 +63,7 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
             raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as parquet: {unreadable.name} is not a parquet "
                                       "file (no PAR1 at its start or end); is the format right?")  # fmt: skip
     if fmt in ("csv", "json"):
-        problem = not_text(path, fmt)
+        problem = not_text(path, fmt, options)
         if problem is not None:
             raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {problem}")
         text = text_schema_of(path, fmt, options, infer_partition_types=infers_partition_types(spark))
@@ -198,19 +199,25 @@ def not_parquet(path: str) -> Path | None:
     return None
 
 
-def not_text(path: str, fmt: Format) -> str | None:
-    """Why local data given as CSV or JSON lines cannot be: it is empty (the job failed on "no column"), or parquet
-    (a CSV reader made columns of its binary, a JSON one no columns at all); None when it may be text."""
+def not_text(path: str, fmt: Format, options: dict[str, str]) -> str | None:
+    """Why local data given as CSV or JSON lines cannot be: it is empty (the job failed on "no column"), parquet
+    (a CSV reader made columns of its binary, a JSON one no columns at all), or not UTF-8 where the options name no
+    other encoding; None when it may be text."""
     found = _local_parquet(path)  # the data files of a file or a flat (or partitioned) directory, whatever they hold
-    if found is None:
-        return None
-    files = found[0]
+    files = found[0] if found is not None else []
+    encoding = (options.get("encoding") or options.get("charset") or "utf-8").lower().replace("_", "-")
     try:
-        if all(f.stat().st_size == 0 for f in files):
-            return f"{files[0].name} is empty" if len(files) == 1 else "its files are empty"
+        if not files or all(f.stat().st_size == 0 for f in files):
+            return None if not files else f"{files[0].name} is empty" if len(files) == 1 else "its files are empty"
         with files[0].open("rb") as f:
-            if f.read(4) == b"PAR1":
-                return f"{files[0].name} is parquet (it starts with PAR1), not {fmt}; set format to parquet or omit it"
+            head = f.read(1 << 16)
+        if head.startswith(b"PAR1"):
+            return f"{files[0].name} is parquet (it starts with PAR1), not {fmt}; set format to parquet or omit it"
+        if encoding in ("utf-8", "utf8"):
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=False)  # a character cut at the end is fine
+    except UnicodeDecodeError as exc:
+        return (f"{files[0].name} is not UTF-8 text (at byte offset {exc.start}): name its encoding in "
+                "options.encoding, or name a text file")  # fmt: skip
     except OSError:
         return None
     return None

@@ -30,6 +30,7 @@ def svc(make_service: Callable[..., Any], tmp_path: Path) -> Iterator[Service]:
     (data / "empty.csv").write_text("id,fare\n")
     (data / "garbage.parquet").write_bytes(b"this is not parquet at all")
     (data / "zero.csv").write_bytes(b"")
+    (data / "latin1.csv").write_bytes("trip_distance,fare_amount\n1,caf\xe9\n".encode("latin-1"))
     with make_service(data_roots=[data, REPO / "datasets"]) as service:
         yield service
 
@@ -108,6 +109,7 @@ def test_training_names_a_registered_dataset(svc: Service) -> None:
         ("taxi/train.parquet", "csv", "is parquet (it starts with PAR1), not csv"),
         ("taxi/train.parquet", "json", "is parquet (it starts with PAR1), not json"),
         ("zero.csv", None, "zero.csv is empty"),
+        ("latin1.csv", None, "latin1.csv is not UTF-8 text (at byte offset 31): name its encoding"),
     ],
 )
 def test_text_that_is_not_text_is_named(svc: Service, uri: str, fmt: str | None, words: str) -> None:
