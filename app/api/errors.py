@@ -130,9 +130,13 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
                 f"No endpoint at {request.method} {request.url.path}: the path is {without}, without the trailing "
                 "slash (requests are not redirected)."
             )
-    if exc.status_code == 400 and detail == "There was an error parsing the body":  # FastAPI's, for bytes that
-        kind, title = "malformed-json", "Malformed JSON"  # are not UTF-8 text (a JSON error is a json_invalid)
-        detail = "The body is not valid JSON: it is not UTF-8 text (send JSON encoded as UTF-8)."
+    if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):  # FastAPI's "There was an error parsing
+        kind, title = "malformed-json", "Malformed JSON"  # the body" (a JSON syntax error is a json_invalid)
+        cause = exc.__cause__
+        why = (str(cause).splitlines() or [type(cause).__name__])[0][:200]  # e.g. a number of over 4300 digits
+        if isinstance(cause, UnicodeDecodeError):
+            why = "it is not UTF-8 text (send JSON encoded as UTF-8)"
+        detail = f"The body is not valid JSON: {why}."
     if exc.status_code == 405:
         allowed = _allowed_methods(request, (headers or {}).get("Allow"))
         headers = {**(headers or {}), "Allow": allowed}

@@ -65,9 +65,12 @@ def _watch_spark(rt: Any, hostname: Any) -> None:
 
     from app.spark.session import SPARK_LOST_EXIT, SPARK_PROBE_S, spark_alive
 
-    while not rt.jobs.stopping:
+    def stopping() -> bool:  # Celery's own flags are set first on a signal; the runtime's once it hands back
+        return rt.jobs.stopping or state.should_stop not in (None, False) or state.should_terminate not in (None, False)
+
+    while not stopping():
         time.sleep(SPARK_PROBE_S)
-        if rt.jobs.stopping or spark_alive(rt.spark):
+        if stopping() or spark_alive(rt.spark):  # a hung JVM blocks here: the worker then stays, as it did
             continue
         log.error("Spark's JVM is gone (killed, or out of memory): this worker can run no job, so it stops and exits "
                   "with status %d; start it again (its jobs are queued again)", SPARK_LOST_EXIT)  # fmt: skip

@@ -16,7 +16,7 @@ ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # job, checkpoint and dataset ids (hex uu
 
 class Split(Body):
     validation_fraction: float = Field(0.2, gt=0, lt=1)
-    seed: int = Field(7, ge=0)
+    seed: int = Field(7, ge=0, le=2**63 - 1)  # a Java long (Spark's rand) and numpy's int64
 
 
 class SequenceOptions(Body):

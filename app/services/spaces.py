@@ -10,10 +10,10 @@ settings a request is planned with are scoped to its caller:
   ``<space>/predictions``). Other owners' spaces are outside its roots: a path there is answered as any path
   outside the roots, whether it exists or not;
 - an admin key reads its own space, the data roots and every space (``owner_root`` itself), and writes anywhere
-  in them.
+  in them (a relative ``output_uri`` from the last data root, as without spaces).
 
 A job is planned again when it starts in some cases (app/jobs/dispatch.py), and a tune job plans each trial as it
-starts it: both use the job owner's scope (:func:`for_owner`), an admin's when any of the owner's keys is one.
+starts it: both use the job owner's scope (:func:`for_owner`), an admin's only when all of the owner's keys are.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ def for_caller(settings: Settings, caller: Caller) -> Settings:
 
 
 def for_owner(settings: Settings, owner: str) -> Settings:
-    """The settings a job of ``owner`` is planned with when it runs (the request's caller is not recorded: an
-    owner with an admin key, or any owner when no keys are configured, gets an admin's scope)."""
-    admin = not settings.api_keys or any(k.admin and k.owner == owner for k in settings.api_keys)
+    """The settings a job of ``owner`` is planned with when it runs. The request's key is not recorded, so the
+    narrower scope wins: an admin's only when every key of the owner is an admin key (or no keys are configured).
+    An admin job of an owner that also has other keys, planned again at its start, reads what those keys read."""
+    keys = [k for k in settings.api_keys if k.owner == owner]
+    admin = not settings.api_keys or (bool(keys) and all(k.admin for k in keys))
     return _scoped(settings, owner, admin=admin)
 
 
@@ -48,5 +50,7 @@ def _scoped(settings: Settings, owner: str, *, admin: bool) -> Settings:
     own.mkdir(parents=True, exist_ok=True)
     roots = [own, *settings.data_roots, *([settings.owner_root] if admin else [])]
     scoped = settings.model_copy(update={"data_roots": roots})
-    scoped._output_roots = None if admin else [own]
+    # an admin writes anywhere, and a relative output_uri lands where it would without spaces (the last data root,
+    # not owner_root: that made a space of its first segment)
+    scoped._output_roots = [own, settings.owner_root, *settings.data_roots] if admin else [own]
     return scoped

@@ -24,6 +24,28 @@ def prepare_spark_environment(settings: Settings) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    _py4j_connections_block()
+
+
+def _py4j_connections_block() -> None:
+    """py4j opens a connection to the JVM per thread, and its socket takes the process's default timeout. kombu's
+    ``Connection.collect`` sets that default to 0.1 s for a moment (kombu/connection.py, when a pool closes its
+    connections); a py4j connection opened by another thread in that moment kept it, and every Spark call on it
+    longer than 0.1 s failed (``Py4JError: An error occurred while calling o403.load``: the test suite saw a job
+    fail so). The connection's socket is set to block, as py4j means it to when it has no read timeout."""
+    from py4j.clientserver import ClientServerConnection
+
+    connect = ClientServerConnection.connect_to_java_server
+    if getattr(connect, "blocking", False):
+        return
+
+    def connect_blocking(self: ClientServerConnection) -> None:
+        connect(self)
+        if not self.java_parameters.read_timeout and self.socket is not None:
+            self.socket.settimeout(None)
+
+    connect_blocking.blocking = True  # type: ignore[attr-defined]
+    ClientServerConnection.connect_to_java_server = connect_blocking
 
 
 def build_spark_session(settings: Settings) -> SparkSession:

@@ -197,7 +197,7 @@ def test_a_file_uri_output_is_written_to_its_path(secured: dict[str, Any]) -> No
     job = svc.wait(svc.client.post("/predict", json=body).json()["id"], TERMINAL)
     assert job["status"] == "SUCCEEDED" and job["request"]["output_uri"] == str(target), job
     assert target.is_dir() and not (secured["data"] / "file:").exists()
-    for other in ("s3a://bucket/out", "file://elsewhere/out", ""):
+    for other in ("s3a://bucket/out", "file://elsewhere/out", "", f"file://{target}-2#3", f"file://{target}-2?x"):
         problem = _problem(svc.client.post("/predict", json={**body, "output_uri": other}), 422)
         assert problem["errors"][0]["loc"] == "output_uri", problem
 

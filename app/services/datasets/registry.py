@@ -30,10 +30,9 @@ from app.services.datasets.schema import (
     NUMERIC_TYPES,
     infers_partition_types,
     local_summary,
-    not_parquet,
-    not_text,
     reader_options,
 )
+from app.services.datasets.sniff import not_parquet, not_text
 from app.services.jobs import decode_cursor, encode_cursor
 from workers.data.spec import CORRUPT
 

@@ -13,7 +13,6 @@ type is not certain here; in ``POST /train`` those checks are left to the job (:
 
 from __future__ import annotations
 
-import codecs
 import os
 import re
 from pathlib import Path
@@ -24,6 +23,7 @@ from app.core.errors import ValidationFailed
 from app.services.datasets import sample, summary
 from app.services.datasets.deferred import before_spark_job
 from app.services.datasets.paths import Format
+from app.services.datasets.sniff import not_parquet, not_text
 from workers.data.spec import CORRUPT
 
 if TYPE_CHECKING:
@@ -180,47 +180,6 @@ def _rows(dataset: pads.Dataset, enough: int | None = None) -> int:
         if enough is not None and counted >= enough:
             break
     return counted
-
-
-def not_parquet(path: str) -> Path | None:
-    """A local file of parquet data that is not parquet at all (``PAR1`` neither at its start nor at its end), which
-    Spark cannot read either; None when there is none, or Spark must look."""
-    found = _local_parquet(path)
-    for file in found[0] if found is not None else []:
-        try:
-            with file.open("rb") as f:
-                head = f.read(4)
-                f.seek(-4, os.SEEK_END)
-                tail = f.read(4)
-        except OSError:
-            return None
-        if b"PAR1" not in (head, tail) and b"PARE" not in (head, tail):  # PARE: an encrypted footer
-            return file
-    return None
-
-
-def not_text(path: str, fmt: Format, options: dict[str, str]) -> str | None:
-    """Why local data given as CSV or JSON lines cannot be: it is empty (the job failed on "no column"), parquet
-    (a CSV reader made columns of its binary, a JSON one no columns at all), or not UTF-8 where the options name no
-    other encoding; None when it may be text."""
-    found = _local_parquet(path)  # the data files of a file or a flat (or partitioned) directory, whatever they hold
-    files = found[0] if found is not None else []
-    encoding = (options.get("encoding") or options.get("charset") or "utf-8").lower().replace("_", "-")
-    try:
-        if not files or all(f.stat().st_size == 0 for f in files):
-            return None if not files else f"{files[0].name} is empty" if len(files) == 1 else "its files are empty"
-        with files[0].open("rb") as f:
-            head = f.read(1 << 16)
-        if head.startswith(b"PAR1"):
-            return f"{files[0].name} is parquet (it starts with PAR1), not {fmt}; set format to parquet or omit it"
-        if encoding in ("utf-8", "utf8"):
-            codecs.getincrementaldecoder("utf-8")().decode(head, final=False)  # a character cut at the end is fine
-    except UnicodeDecodeError as exc:
-        return (f"{files[0].name} is not UTF-8 text (at byte offset {exc.start}): name its encoding in "
-                "options.encoding, or name a text file")  # fmt: skip
-    except OSError:
-        return None
-    return None
 
 
 def _schema(found: tuple[list[Path], dict[str, str]], infer_partition_types: bool) -> dict[str, str] | None:

@@ -194,7 +194,6 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     if "\x00" in given:
         raise ValidationFailed.at("output_uri", "the path contains a NUL byte")
     given = _local_output(given)
-    check_output_target(given, roots=writable)  # a dangling link would send Spark elsewhere
     target = output_target(given, writable)
     check_literal(str(target), given, "output_uri")
     parent = Path(os.path.realpath(target.parent))
@@ -205,6 +204,8 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     if not inside:
         roots = ", ".join(str(r) for r in settings.data_roots)
         raise ValidationFailed.at("output_uri", f"{given!r} lies outside the configured data roots ({roots})")
+    check_output_target(given, roots=writable)  # a dangling link would send Spark elsewhere (only once inside: a
+    # link in another owner's space must answer as any path outside this caller's)
     try:
         if target.exists():
             raise ValidationFailed.at("output_uri", f"{given!r} exists already; name a new path")
@@ -227,6 +228,9 @@ def _local_output(given: str) -> str:
     and written to ``<root>/file:/x``); another scheme is refused: outputs are written into the data roots."""
     parsed = urlparse(given)
     if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        if parsed.query or parsed.fragment or given.endswith(("?", "#")):
+            raise ValidationFailed.at("output_uri", f"{given[:200]!r}: a file: URI's ? and # would be dropped; "
+                                      "write them percent-encoded (%3F, %23), or name a path")  # fmt: skip
         path = unquote(parsed.path)
         if "\x00" in path:
             raise ValidationFailed.at("output_uri", "the path contains a NUL byte")

@@ -67,12 +67,7 @@ def plan_training(
             db=db,
             parse_numbers=True,
         )
-        if validation.path.startswith(train.path.rstrip("/") + "/"):
-            raise ValidationFailed.at(
-                "validation.uri",
-                f"the validation data lies inside the training data ({request.dataset.uri!r} reads every file below "
-                "it), so its rows would be trained on too; name a training path that does not hold it",
-            )
+        _check_apart(train.path, validation.path, request.dataset.uri)
         numeric = set(numeric_columns(train))
         for column in (*train.features, *train.label_columns):
             if not _same_type(schema[column], val_schema.get(column), parsed=column in numeric):
@@ -92,6 +87,21 @@ def plan_training(
             request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark
         )
     raise AssertionError(f"no planner for {request.framework}")
+
+
+def _check_apart(train: str, validation: str, given: str) -> None:
+    """Validation rows must not be training rows: the same path, or a path inside the training directory (Spark
+    reads every file below it but those whose names start with ``_`` or ``.``), is a 422."""
+    if validation == train:
+        raise ValidationFailed.at("validation.uri", "the validation data is the training data; name other data, or "
+                                  "leave validation out to hold out a fraction of the rows")  # fmt: skip
+    below = validation.removeprefix(train.rstrip("/") + "/") if validation.startswith(train.rstrip("/") + "/") else None
+    if below is not None and not any(part.startswith(("_", ".")) for part in below.split("/")):
+        raise ValidationFailed.at(
+            "validation.uri",
+            f"the validation data lies inside the training data ({given!r} reads every file below it), so its rows "
+            "would be trained on too; name a training path that does not hold it",
+        )
 
 
 def _same_type(train: str, validation: str | None, *, parsed: bool) -> bool:

@@ -124,3 +124,14 @@ def test_text_that_is_not_text_is_named(svc: Service, uri: str, fmt: str | None,
     assert not svc.client.get("/jobs").json()["items"]
     registered = svc.client.post("/datasets", json={"uri": uri, **({"format": fmt} if fmt else {})})
     assert registered.status_code == 422 and words in registered.json()["detail"], registered.text
+
+
+def test_text_in_a_named_encoding_or_compressed_is_left_to_spark(svc: Service, tmp_path: Path) -> None:
+    import gzip
+
+    data = tmp_path / "data"  # the fixture's data root
+    (data / "named.csv").write_bytes("trip_distance,fare_amount\n1,2\n".encode("utf-16"))
+    (data / "packed.csv.gz").write_bytes(gzip.compress(b"trip_distance,fare_amount\n1,2\n"))
+    for body in ({"uri": "named.csv", "options": {"Encoding": "UTF-16"}}, {"uri": "packed.csv.gz", "format": "csv"}):
+        response = svc.client.post("/datasets", json=body)  # option names know no case, as Spark's
+        assert response.status_code == 201, response.text

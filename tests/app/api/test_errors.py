@@ -65,6 +65,8 @@ _DELETE = object()
         (_with("validation", {"uri": "../secrets.parquet"}), "validation.uri", "outside"),
         # the whole folder trained on its own validation file, and the job reported r2 0.9987 (bad-input walkthrough)
         (_with("dataset.uri", "datasets/taxi"), "validation.uri", "lies inside the training data"),
+        (_with("validation", {"uri": "datasets/taxi/train.parquet"}), "validation.uri", "is the training data"),
+        (_with("dataset.split", {"seed": 10**20}), "dataset.split.seed", "less than or equal to"),
         # A number or a boolean written as text is refused wherever it is (it was taken for num_workers and
         # refused for the optimizer's learning_rate); 2.0 for an integer stays an integer, as JSON Schema says.
         (_with("training", {"num_workers": "2"}), "training.num_workers", 'got the text "2"'),
@@ -207,6 +209,10 @@ def test_a_body_that_is_not_utf8(service: Service) -> None:
     )
     problem = _problem(response, 400)  # it said "There was an error parsing the body"
     assert problem["type"].endswith("/malformed-json") and "not UTF-8" in problem["detail"], problem
+    digits = b'{"name": "x", "training": {"epochs": ' + b"9" * 5000 + b"}}"  # Python's limit on int() of text
+    response = service.client.post("/train", content=digits, headers={"content-type": "application/json"})
+    problem = _problem(response, 400)
+    assert "not valid JSON" in problem["detail"] and "UTF-8" not in problem["detail"], problem
 
 
 def test_wrong_content_type(service: Service) -> None:

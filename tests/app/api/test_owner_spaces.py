@@ -98,6 +98,18 @@ def test_batch_predictions_go_into_the_own_space_only(world: dict[str, Any]) -> 
     outside = _problem(alice.post("/predict", json={**batch, "output_uri": str(world["shared"] / "out")}), 422)
     assert outside["errors"][0]["loc"] == "output_uri" and str(own) in outside["detail"], outside
     assert not (world["shared"] / "out").exists()
+    theirs = world["spaces"] / "bob"  # a link there answered "is a symbolic link": it told alice what bob has
+    theirs.mkdir(exist_ok=True)
+    (theirs / "link").symlink_to(theirs / "nowhere")
+    link, plain = (_problem(alice.post("/predict", json={**batch, "output_uri": str(theirs / name)}), 422)["detail"]
+                   for name in ("link", "plain"))  # fmt: skip
+    assert link.replace("link", "?") == plain.replace("plain", "?"), (link, plain)
+    # an admin's relative output lands in the last data root, as without spaces (not in owner_root/<first segment>)
+    mine = {**batch["dataset"], "uri": str(own / "mine.csv")}  # (to root, mine.csv is the shared one)
+    root = world["root"].post("/predict", json={**batch, "dataset": mine, "output_uri": "preds/out"})
+    assert root.status_code == 202 and root.json()["request"]["output_uri"] == str(world["shared"] / "preds/out")
+    world["svc"].wait(root.json()["id"], TERMINAL)
+    assert not (world["spaces"] / "preds").exists()
 
 
 def test_an_admin_reads_every_space(world: dict[str, Any]) -> None:
@@ -129,11 +141,15 @@ def test_scopes(tmp_path: Path) -> None:
     assert alice.data_roots == [owner_root / "alice", shared] and alice.output_roots == [owner_root / "alice"]
     assert (owner_root / "alice").is_dir()
     root = spaces.for_owner(settings, "root")
-    assert root.data_roots == [owner_root / "root", shared, owner_root] and root.output_roots == root.data_roots
+    assert root.data_roots == [owner_root / "root", shared, owner_root]
+    assert root.output_roots == [owner_root / "root", owner_root, shared]  # a relative output: from the last
     assert spaces.for_caller(settings, Caller("alice", admin=True)).data_roots[-1] == owner_root
     assert settings.data_roots == [shared] and settings.output_roots == [shared]  # the driver's own stay as they are
     plain = Settings(var_dir=tmp_path / "var", data_roots=[shared])
     assert spaces.for_caller(plain, Caller("alice", admin=False)) is plain and spaces.space(plain, "alice") is None
+    mixed = Settings(var_dir=tmp_path / "var", data_roots=[shared], owner_root=owner_root,
+                     api_keys=f"{keys}, alice-admin-0123456789:alice:admin")  # fmt: skip
+    assert owner_root not in spaces.for_owner(mixed, "alice").data_roots  # a job's key is not known: the narrower
     nokeys = Settings(var_dir=tmp_path / "var", data_roots=[shared], owner_root=owner_root)
     assert spaces.for_owner(nokeys, "anonymous").data_roots[-1] == owner_root  # no keys: everyone is an admin
 

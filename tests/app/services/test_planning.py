@@ -168,3 +168,15 @@ def test_data_the_driver_cannot_read_defers_its_checks_and_the_rest_is_still_che
     over = request.model_copy(update={"training": request.training.model_copy(update={"epochs": 10**6})})
     with pytest.raises(ValidationFailed, match=r"training\.epochs"):
         plan_deferred(request=over, settings=settings, spark=spark, db=None, deferred="x")
+
+
+def test_validation_rows_may_not_be_training_rows() -> None:
+    from app.core.errors import ValidationFailed
+    from app.services.planning.training import _check_apart
+
+    _check_apart("/d/taxi", "/d/taxi/_val.parquet", "taxi")  # Spark skips _ and . names: never trained on
+    _check_apart("/d/taxi", "/d/taxi/.held/x.parquet", "taxi")
+    _check_apart("/d/taxi", "/d/taxi-eval.parquet", "taxi")  # a sibling whose name starts the same
+    for validation in ("/d/taxi", "/d/taxi/eval.parquet", "/d/taxi/2026/eval.parquet"):
+        with pytest.raises(ValidationFailed, match="training data"):
+            _check_apart("/d/taxi", validation, "taxi")

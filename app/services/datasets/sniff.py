@@ -1,0 +1,63 @@
+"""What local data is, from its first bytes: a file named as parquet that is not parquet, and a file named as CSV
+or JSON lines that is empty, parquet, or not UTF-8. Each answer is a 422 before any Spark job: Spark's own errors
+(or its silent reading of binary as text) said none of this."""
+
+from __future__ import annotations
+
+import codecs
+import os
+from pathlib import Path
+
+from app.services.datasets.paths import Format
+
+
+def local_files(path: str) -> tuple[list[Path], dict[str, str]] | None:
+    from app.services.datasets.schema import _local_parquet  # (schema imports this module)
+
+    return _local_parquet(path)
+
+
+def not_parquet(path: str) -> Path | None:
+    """A local file of parquet data that is not parquet at all (``PAR1`` neither at its start nor at its end), which
+    Spark cannot read either; None when there is none, or Spark must look."""
+    found = local_files(path)
+    for file in found[0] if found is not None else []:
+        try:
+            with file.open("rb") as f:
+                head = f.read(4)
+                f.seek(-4, os.SEEK_END)
+                tail = f.read(4)
+        except OSError:
+            return None
+        if b"PAR1" not in (head, tail) and b"PARE" not in (head, tail):  # PARE: an encrypted footer
+            return file
+    return None
+
+
+def not_text(path: str, fmt: Format, options: dict[str, str]) -> str | None:
+    """Why local data given as CSV or JSON lines cannot be: an empty file, parquet, or not UTF-8 where the options
+    name no other encoding (Spark finds a multi-line JSON file's, and unpacks compressed files); None: it may be."""
+    found = local_files(path)  # the data files of a file or a flat (or partitioned) directory, whatever they hold
+    if not found:
+        return None
+    named, first = {k.lower(): v.lower() for k, v in options.items()}, found[0][0]  # option names know no case
+    utf8 = (named.get("encoding") or named.get("charset") or "utf-8").replace("_", "-") in ("utf-8", "utf8")
+    utf8 &= named.get("multiline") != "true" and not named.get("compression") and first.suffix not in _PACKED
+    try:
+        if len(found[0]) == 1 and first.stat().st_size == 0:  # (a directory's empty files are not data files)
+            return f"{first.name} is empty"
+        with first.open("rb") as f:
+            head = f.read(1 << 16)
+        if head.startswith(b"PAR1"):
+            return f"{first.name} is parquet (it starts with PAR1), not {fmt}; set format to parquet or omit it"
+        if utf8:
+            codecs.getincrementaldecoder("utf-8")().decode(head, final=False)  # a character cut at the end is fine
+    except UnicodeDecodeError as exc:
+        return (f"{first.name} is not UTF-8 text (at byte offset {exc.start}): name its encoding in "
+                "options.encoding, or name a text file")  # fmt: skip
+    except OSError:
+        return None
+    return None
+
+
+_PACKED = (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate", ".xz", ".zip")
