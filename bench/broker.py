@@ -29,6 +29,8 @@ from typing import Any
 
 from celery import Celery
 
+from bench.common import save_results
+
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 CRASH_WAIT_S = 20.0
 
@@ -211,6 +213,7 @@ def main() -> None:
     for kind, r in results.items():
         print(f"{kind:<12}" + "".join(f"{r.get(c, r.get('error', '-'))!s:>24}" for c in cols))
     print(json.dumps(results))
+    save_results("broker", results, quick=args.quick)
 
 
 if __name__ == "__main__":

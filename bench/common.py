@@ -84,3 +84,17 @@ def run_job(client: httpx.Client, path: str, body: dict[str, Any], poll_s: float
     if job["status"] != "SUCCEEDED":
         raise RuntimeError(f"job {job['id']} {job['status']}: {job.get('error')}")
     return job, elapsed
+
+
+def save_results(name: str, results: dict[str, Any], *, quick: bool) -> Path:
+    """Write a benchmark's results where bench/README.md cites them: ``bench/results/<name>.json``, or
+    ``bench/results/tmp/<name>-quick.json`` for a quick run, with the time and the load averages at the end (the
+    machine is shared). Benchmarks that only printed their JSON left their saved file stale."""
+    import json
+
+    target = REPO / "bench" / "results" / ("tmp" if quick else "") / (f"{name}-quick.json" if quick else f"{name}.json")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    ended = {"saved_at": time.strftime("%Y-%m-%d %H:%M"), "load_average_end": [round(x, 2) for x in os.getloadavg()]}
+    target.write_text(json.dumps({**results, **ended}, indent=1) + "\n")
+    print(f"saved {target.relative_to(REPO)}")
+    return target

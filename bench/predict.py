@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.common import free_port, stop, wait_ready
+from bench.common import free_port, save_results, stop, wait_ready
 
 REPO = Path(__file__).resolve().parents[1]
 MLFLOW_VENV = REPO / ".bench" / "mlflow-venv"
@@ -145,7 +145,8 @@ def main() -> None:
 
         rng = np.random.default_rng(0)
         rows = rng.uniform(0, 16, (64, 64)).round(2).tolist()
-        results: dict[str, Any] = {"online": {}, "concurrency": concurrencies, "seconds": seconds}
+        started = {"date": time.strftime("%Y-%m-%d %H:%M"), "load_average_start": os.getloadavg()[0]}
+        results: dict[str, Any] = {"online": {}, "concurrency": concurrencies, "seconds": seconds, **started}
         for size in (1, 64):
             ours_body = json.dumps({"model": {"name": "bench-mlp", "version": 1}, "instances": rows[:size]})
             theirs_body = json.dumps({"inputs": rows[:size]})
@@ -199,7 +200,7 @@ def main() -> None:
     b = results["batch"]
     print(f"batch {b['rows']:,} rows: sparktrain job {b['sparktrain_rows_per_s']:,.0f} rows/s (POST to SUCCEEDED), "
           f"single-process torch {b['single_process_rows_per_s']:,.0f} rows/s")  # fmt: skip
-    print(json.dumps(results))
+    save_results("predict", results, quick=args.quick)
 
 
 if __name__ == "__main__":

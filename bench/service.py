@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import free_port
+from bench.common import free_port, save_results
 
 REPO = Path(__file__).resolve().parents[1]
 FEATURES = [
@@ -144,20 +144,18 @@ def main() -> None:
         print(f"{f'cold spark-submit {i}':<34}{'':>9}{'':>14}{r['wall_s']:>16.2f}{r['rmse']:>8.3f}")
     ratio = submit_wall / med["to_succeeded_s"]
     print(f"warm service job is {ratio:.1f}x faster than a cold spark-submit of the same forest (median)")
-    print(
-        json.dumps(
-            {
-                "service_startup_s": round(startup, 2),
-                "first_job": {k: round(v, 3) for k, v in service_jobs[0].items()},
-                "warm_job_median": {k: round(v, 3) for k, v in med.items()},
-                "spark_submit_median_s": round(submit_wall, 2),
-                "spark_submit_session_s": round(statistics.median(r["session_s"] for r in submit_runs), 2),
-                "ratio_submit_over_warm": round(ratio, 2),
-                "jobs": jobs,
-                "submits": submits,
-            }
-        )
-    )
+    results = {
+        "service_startup_s": round(startup, 2),
+        "first_job": {k: round(v, 3) for k, v in service_jobs[0].items()},
+        "warm_job_median": {k: round(v, 3) for k, v in med.items()},
+        "spark_submit_median_s": round(submit_wall, 2),
+        "spark_submit_session_s": round(statistics.median(r["session_s"] for r in submit_runs), 2),
+        "ratio_submit_over_warm": round(ratio, 2),
+        "jobs": jobs,
+        "submits": submits,
+    }
+    print(json.dumps(results))
+    save_results("service", results, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from bench.common import save_results
+
 REPO = Path(__file__).resolve().parents[1]
 TRAIN, TEST = str(REPO / "datasets/digits/train.parquet"), str(REPO / "datasets/digits/test.parquet")
 CNN = {
@@ -301,6 +303,7 @@ def main() -> None:
     summary["epochs"] = epochs  # type: ignore[assignment]
     summary["all_runs"] = runs  # type: ignore[assignment]
     print(json.dumps(summary))
+    save_results("trainer", {**summary, "master": args.master}, quick=args.quick)
 
 
 if __name__ == "__main__":
