@@ -96,10 +96,20 @@ class Body(BaseModel):
         named = sorted(k for k in value or {} if isinstance(k, str) and k.lower() in _PATH_OPTIONS)
         if named:
             raise ValueError(f"{', '.join(named)}: the uri says which files are read, not a reader option")
+        for key, given in (value or {}).items():  # Spark reads anything but "true" as false: header "maybe" was
+            if isinstance(key, str) and key.lower() in _SWITCHES and str(given).lower() not in ("true", "false"):
+                raise ValueError(f"{key}: true or false, got {json.dumps(given)}")  # read as no header, silently
         return value
 
 
 _PATH_OPTIONS = frozenset({"path", "paths", "basepath"})
+_SWITCHES = frozenset(o.lower() for o in (
+    "header", "inferSchema", "multiLine", "enforceSchema", "ignoreLeadingWhiteSpace", "ignoreTrailingWhiteSpace",
+    "allowComments", "allowUnquotedFieldNames", "allowSingleQuotes", "allowNumericLeadingZeros",
+    "allowBackslashEscapingAnyCharacter", "allowUnquotedControlChars", "prefersDecimal",
+    "dropFieldIfAllNull", "escapeQuotes", "quoteAll", "mergeSchema", "recursiveFileLookup",
+))  # fmt: skip
+"""Spark's boolean reader options (CSV, JSON lines, parquet)."""
 
 
 def _closest(error: Any, names: list[str]) -> str | None:

@@ -67,6 +67,7 @@ _DELETE = object()
         (_with("dataset.uri", "datasets/taxi"), "validation.uri", "lies inside the training data"),
         (_with("validation", {"uri": "datasets/taxi/train.parquet"}), "validation.uri", "is the training data"),
         (_with("dataset.split", {"seed": 10**20}), "dataset.split.seed", "less than or equal to"),
+        (_with("dataset.options", {"Header": "maybe"}), "dataset.options", 'Header: true or false, got "maybe"'),
         # A number or a boolean written as text is refused wherever it is (it was taken for num_workers and
         # refused for the optimizer's learning_rate); 2.0 for an integer stays an integer, as JSON Schema says.
         (_with("training", {"num_workers": "2"}), "training.num_workers", 'got the text "2"'),
