@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from app.core.logging import configure_logging
 from app.core.settings import load_settings
-from app.spark.session import SPARK_LOST_EXIT, SPARK_PROBE_S, spark_alive
+from app.spark.session import SPARK_LOST_EXIT, SPARK_LOST_LOG, SPARK_PROBE_S, spark_alive
 
 log = logging.getLogger("sparktrain")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -53,9 +53,7 @@ class DriverServer(uvicorn.Server):
             alive, self._probe = self._probe.result(), None
             runtime = getattr(self.app.state, "runtime", None)
             if not alive and not self.should_exit and runtime is not None and not runtime.jobs.stopping:
-                log.error("Spark's JVM is gone (killed, or out of memory): this driver can run no job, so it "
-                          "stops and exits with status %d; start it again (its jobs are queued again)",
-                          SPARK_LOST_EXIT)  # fmt: skip
+                log.error(SPARK_LOST_LOG, "driver")
                 self.spark_lost = True
                 self.handle_exit(signal.SIGTERM, None)
         elif self._probe is None and counter % round(SPARK_PROBE_S * 10) == 0:  # a tick is 0.1 s

@@ -178,3 +178,33 @@ def linear_train_body(name: str, uri: str = "rows.csv") -> dict[str, Any]:
         "dataset": {"uri": uri, "features": ["x1", "x2"], "label": "y", "task": "regression"},
         "params": {"algorithm": "linear_regression"},
     }
+
+
+OWNER_KEYS = {"alice": "alice-0123456789abcdef", "bob": "bob-0123456789abcdef00", "root": "root-0123456789abcdef0"}
+"""The owner tests' keys: alice and bob of their own, root an admin."""
+OWNER_KEYS_SETTING = ", ".join(
+    f"{key}:{owner}" + (":admin" if owner == "root" else "") for owner, key in OWNER_KEYS.items()
+)
+ENDED = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+@contextmanager
+def owner_clients(svc: Service) -> Iterator[dict[str, httpx.Client]]:
+    """A client per key of :data:`OWNER_KEYS`; ``svc.client`` takes root's (``Service.wait`` reads every owner's
+    jobs)."""
+    clients = {owner: httpx.Client(base_url=svc.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+               for owner, key in OWNER_KEYS.items()}  # fmt: skip
+    svc.client.headers["Authorization"] = f"Bearer {OWNER_KEYS['root']}"
+    try:
+        yield clients
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def finished(svc: Service, response: httpx.Response) -> dict[str, Any]:
+    """The job a 202 answered, once it ended; it must have SUCCEEDED."""
+    assert response.status_code == 202, response.text
+    job = svc.wait(response.json()["id"], ENDED)
+    assert job["status"] == "SUCCEEDED", job["error"]
+    return job

@@ -63,7 +63,7 @@ def _watch_spark(rt: Any, hostname: Any) -> None:
     for a signal, its running jobs handed back, and exits with SPARK_LOST_EXIT so that a supervisor restarts it."""
     from celery.worker import state
 
-    from app.spark.session import SPARK_LOST_EXIT, SPARK_PROBE_S, spark_alive
+    from app.spark.session import SPARK_LOST_EXIT, SPARK_LOST_LOG, SPARK_PROBE_S, spark_alive
 
     def stopping() -> bool:  # Celery's own flags are set first on a signal; the runtime's once it hands back
         return rt.jobs.stopping or state.should_stop not in (None, False) or state.should_terminate not in (None, False)
@@ -72,8 +72,7 @@ def _watch_spark(rt: Any, hostname: Any) -> None:
         time.sleep(SPARK_PROBE_S)
         if stopping() or spark_alive(rt.spark):  # a hung JVM blocks here: the worker then stays, as it did
             continue
-        log.error("Spark's JVM is gone (killed, or out of memory): this worker can run no job, so it stops and exits "
-                  "with status %d; start it again (its jobs are queued again)", SPARK_LOST_EXIT)  # fmt: skip
+        log.error(SPARK_LOST_LOG, "worker")
         signals.worker_shutting_down.send(sender=hostname, sig="SPARK_LOST", how="Warm", exitcode=SPARK_LOST_EXIT)
         state.should_stop = SPARK_LOST_EXIT  # what Celery's own signal handler sets: a warm shutdown, this status
         return

@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.core.errors import Conflict, NotFound, ValidationFailed
+from app.core.jobstates import JobStatus
 from app.db.base import utcnow
 from app.db.models import Job, Model, ModelAlias, ModelVersion
 from app.db.session import savepoint
@@ -170,12 +171,14 @@ def resolve_version(
     return model.versions[-1]
 
 
-def _still_training(session: Session, name: str, owner: str | None) -> None:
-    from app.core.jobstates import JobStatus
+def _training_job(session: Session, name: str, owner: str | None, statuses: Sequence[str]) -> Job | None:
+    """The newest training job into ``name`` (of ``owner``; None: anyone's) in one of ``statuses``."""
+    stmt = select(Job).where(Job.name == name, Job.type == "train", Job.status.in_(statuses))
+    return session.scalar((stmt if owner is None else stmt.where(Job.owner == owner)).order_by(Job.created_at.desc()))
 
-    active = [JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING]
-    stmt = select(Job).where(Job.name == name, Job.type == "train", Job.status.in_(active))
-    job = session.scalar((stmt if owner is None else stmt.where(Job.owner == owner)).limit(1))
+
+def _still_training(session: Session, name: str, owner: str | None) -> None:
+    job = _training_job(session, name, owner, [JobStatus.QUEUED, JobStatus.STARTING, JobStatus.RUNNING])
     if job is not None:
         raise Conflict(
             f"Model {name!r} has no version yet: its training job {job.id} is {job.status}. Wait for it to succeed.",
@@ -186,11 +189,7 @@ def _still_training(session: Session, name: str, owner: str | None) -> None:
 def _failed_training(session: Session, name: str, owner: str | None) -> NotFound | None:
     """The 404 of a name whose every training job ended without a model: it names the newest of them and why (the
     plain "No model named" sent users looking for a typo)."""
-    from app.core.jobstates import JobStatus
-
-    ended = [JobStatus.FAILED, JobStatus.CANCELLED]
-    stmt = select(Job).where(Job.name == name, Job.type == "train", Job.status.in_(ended))
-    job = session.scalar((stmt if owner is None else stmt.where(Job.owner == owner)).order_by(Job.created_at.desc()))
+    job = _training_job(session, name, owner, [JobStatus.FAILED, JobStatus.CANCELLED])
     if job is None:
         return None
     why = f" ({job.error_reason})" if job.error_reason else ""

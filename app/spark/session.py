@@ -151,6 +151,11 @@ SPARK_LOST_EXIT = 4
 because Spark's JVM died under it: a supervisor's ``restart: on-failure`` starts it again with a new JVM."""
 SPARK_PROBE_S = 5.0
 """How often a driver process asks whether its JVM still answers."""
+SPARK_LOST_LOG = (
+    f"Spark's JVM is gone (killed, or out of memory): this %s can run no job, so it stops and exits with status "
+    f"{SPARK_LOST_EXIT}; start it again (its jobs are queued again)"
+)
+"""What a driver process logs (``%s``: driver or worker) when its probe finds the JVM gone."""
 
 
 def spark_alive(spark: SparkSession) -> bool:

@@ -18,13 +18,14 @@ import pytest
 
 from bench.chaos import Driver, alive, descendants, digits_job, driver_env
 from tests.e2e.chaos_support import wait_final
+from tests.helpers import Service
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 NOISE = ("Traceback", "Application shutdown failed", "clearJobGroup", "Exception in", "ERROR")
 
 
-def _wait_running(driver: Driver, job_id: str, progress: float = 0.0, timeout: float = 300) -> dict[str, Any]:
+def _wait_running(driver: Driver | Service, job_id: str, progress: float = 0.0, timeout: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         job: dict[str, Any] = driver.client.get(f"/jobs/{job_id}").json()

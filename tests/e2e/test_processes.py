@@ -118,15 +118,24 @@ def _external_worker(pg_url: str, redis_url: str, queue: str, tmp_path: Path) ->
                 worker.kill()
 
 
-@pytest.mark.slow
-def test_external_celery_worker_runs_the_jobs(
-    make_service: Callable[..., Any], pg_url: str, redis_url: str, tmp_path: Path
-) -> None:
-    queue = f"ext-{os.getpid()}-{int(time.time())}"
+@contextlib.contextmanager
+def _api_and_worker(
+    make_service: Callable[..., Any], pg_url: str, redis_url: str, tmp_path: Path, name: str
+) -> Iterator[tuple[Any, subprocess.Popen[bytes]]]:
+    """A service that consumes nothing, and an external worker on its queue (a queue of this test's own)."""
+    queue = f"{name}-{os.getpid()}-{int(time.time())}"
     with (
         make_service(database_url=pg_url, broker_url=redis_url, queue=queue, in_process_consumer=False) as svc,
         _external_worker(pg_url, redis_url, queue, tmp_path) as worker,
     ):
+        yield svc, worker
+
+
+@pytest.mark.slow
+def test_external_celery_worker_runs_the_jobs(
+    make_service: Callable[..., Any], pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    with _api_and_worker(make_service, pg_url, redis_url, tmp_path, "ext") as (svc, worker):
         job = _wait_job(svc.client, svc.train(taxi_request("external"))["id"])
         assert job["status"] == "SUCCEEDED", job["error"]
         assert job["worker_id"].split(":")[1] == str(worker.pid)
@@ -143,17 +152,11 @@ def test_an_external_worker_whose_jvm_died_hands_its_job_back_and_exits_4(
     # it stayed up, and its consumer kept taking jobs only to hand each back at once (app/jobs/worker.py)
     from bench.chaos import digits_job
     from bench.processes import cmdline, descendants
+    from tests.e2e.test_clean_stop import _wait_running
 
-    queue = f"ext-jvm-{os.getpid()}-{int(time.time())}"
-    with (
-        make_service(database_url=pg_url, broker_url=redis_url, queue=queue, in_process_consumer=False) as svc,
-        _external_worker(pg_url, redis_url, queue, tmp_path) as worker,
-    ):
+    with _api_and_worker(make_service, pg_url, redis_url, tmp_path, "ext-jvm") as (svc, worker):
         job_id = svc.train(digits_job("ext-jvm", epochs=6, units=64, batch=2, workers=1))["id"]
-        deadline = time.monotonic() + 300
-        while (job := svc.client.get(f"/jobs/{job_id}").json())["status"] != "RUNNING" or job["progress"] <= 0.1:
-            assert job["status"] in ("QUEUED", "STARTING", "RUNNING") and time.monotonic() < deadline, job["error"]
-            time.sleep(0.2)
+        _wait_running(svc, job_id, progress=0.1)
         [jvm] = [p for p in descendants(worker.pid) if "org.apache.spark" in cmdline(p) and "java" in cmdline(p)]
         os.kill(jvm, signal.SIGKILL)
         status = worker.wait(120)

@@ -4,28 +4,18 @@ before any request, so nothing here needs a service (the URL is one where nothin
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from sparktrain._csv import read_rows
+from tests.sparktrain.test_cli import cli as run_cli
 
-REPO = Path(__file__).resolve().parents[2]
 NOBODY = "http://127.0.0.1:9"  # nothing listens there: a request would be exit 4, unreachable
 
 
 def cli(*args: str, url: str = NOBODY) -> subprocess.CompletedProcess[str]:
-    env = {"SPARKTRAIN_URL": url, "PATH": "/usr/bin:/bin", "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "sparktrain", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        cwd=REPO,
-    )
+    return run_cli(None, *args, url=url)
 
 
 def _one_line_usage_error(done: subprocess.CompletedProcess[str]) -> str:

@@ -13,21 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from app.core.auth import Caller
 from app.core.settings import Settings
 from app.services import spaces
+from tests.helpers import ENDED as TERMINAL
 from tests.helpers import LINEAR_ROWS as ROWS
+from tests.helpers import OWNER_KEYS_SETTING, owner_clients, running_service
+from tests.helpers import finished as _finished
 from tests.helpers import linear_train_body as _train
 from tests.helpers import problem as _problem
-from tests.helpers import running_service
-
-ALICE_KEY = "alice-0123456789abcdef"
-BOB_KEY = "bob-0123456789abcdef00"
-ROOT_KEY = "root-0123456789abcdef0"
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
 @pytest.fixture(scope="module")
@@ -38,23 +34,11 @@ def world(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
     (shared / "mine.csv").write_text("a,b\n1,2\n")  # no x1, x2, y: a request reading it is a 422
     (owner_root / "alice").mkdir(parents=True)
     (owner_root / "alice" / "mine.csv").write_text(ROWS)
-    keys = f"{ALICE_KEY}:alice, {BOB_KEY}:bob, {ROOT_KEY}:root:admin"
-    with running_service(spark, base, data_roots=[shared], owner_root=owner_root, api_keys=keys) as svc:
-        clients = {k: httpx.Client(base_url=svc.url, headers={"Authorization": f"Bearer {v}"}, timeout=60)
-                   for k, v in (("alice", ALICE_KEY), ("bob", BOB_KEY), ("root", ROOT_KEY))}  # fmt: skip
-        svc.client.headers["Authorization"] = f"Bearer {ROOT_KEY}"  # svc.wait reads every owner's jobs
-        try:
-            yield {"svc": svc, "shared": shared, "spaces": owner_root, "artifacts": base / "artifacts", **clients}
-        finally:
-            for client in clients.values():
-                client.close()
-
-
-def _finished(svc: Any, response: httpx.Response) -> dict[str, Any]:
-    assert response.status_code == 202, response.text
-    job = svc.wait(response.json()["id"], TERMINAL)
-    assert job["status"] == "SUCCEEDED", job["error"]
-    return job
+    with (
+        running_service(spark, base, data_roots=[shared], owner_root=owner_root, api_keys=OWNER_KEYS_SETTING) as svc,
+        owner_clients(svc) as clients,
+    ):
+        yield {"svc": svc, "shared": shared, "spaces": owner_root, "artifacts": base / "artifacts", **clients}
 
 
 def test_a_relative_path_is_looked_for_in_the_own_space_first(world: dict[str, Any]) -> None:

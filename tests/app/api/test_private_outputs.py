@@ -15,22 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers import ENDED as TERMINAL
 from tests.helpers import LINEAR_ROWS as ROWS
+from tests.helpers import OWNER_KEYS_SETTING, owner_clients, pg_database, running_service
+from tests.helpers import finished as _finished
 from tests.helpers import linear_train_body as _train
-from tests.helpers import pg_database, running_service
 from tests.helpers import problem as _problem
-
-ALICE_KEY = "alice-0123456789abcdef"
-BOB_KEY = "bob-0123456789abcdef00"
-ROOT_KEY = "root-0123456789abcdef0"
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
-
-
-def _finished(svc: Any, response: httpx.Response) -> dict[str, Any]:
-    assert response.status_code == 202, response.text
-    job = svc.wait(response.json()["id"], TERMINAL)
-    assert job["status"] == "SUCCEEDED", job["error"]
-    return job
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -45,22 +35,18 @@ def world(request: pytest.FixtureRequest, spark: Any, tmp_path_factory: pytest.T
         database: Any = nullcontext(f"sqlite:///{base / 'outputs.db'}")
     else:
         database = pg_database(request.getfixturevalue("pg_server"))
-    keys = f"{ALICE_KEY}:alice, {BOB_KEY}:bob, {ROOT_KEY}:root:admin"
-    with database as db_url, running_service(spark, base, database_url=db_url, data_roots=[data], api_keys=keys) as svc:
-        clients = {k: httpx.Client(base_url=svc.url, headers={"Authorization": f"Bearer {v}"}, timeout=60)
-                   for k, v in (("alice", ALICE_KEY), ("bob", BOB_KEY), ("root", ROOT_KEY))}  # fmt: skip
-        svc.client.headers["Authorization"] = f"Bearer {ROOT_KEY}"
+    with (
+        database as db_url,
+        running_service(spark, base, database_url=db_url, data_roots=[data], api_keys=OWNER_KEYS_SETTING) as svc,
+        owner_clients(svc) as clients,
+    ):
         alice, bob = clients["alice"], clients["bob"]
         _finished(svc, alice.post("/train", json=_train("alice-model")))
         _finished(svc, bob.post("/train", json=_train("bob-model")))
         batch = {"model": {"name": "alice-model"}, "dataset": {"uri": "rows.csv", "key": "id"}}
         mine = _finished(svc, alice.post("/predict", json={**batch, "output_uri": "alice-out"}))
         default = _finished(svc, alice.post("/predict", json=batch))
-        try:
-            yield {"svc": svc, **clients, "data": data, "job": mine, "default": default["request"]["output_uri"]}
-        finally:
-            for client in clients.values():
-                client.close()
+        yield {"svc": svc, **clients, "data": data, "job": mine, "default": default["request"]["output_uri"]}
 
 
 def _unknown_answer(response: httpx.Response, nothing: httpx.Response, known: str, unknown: str) -> None:
