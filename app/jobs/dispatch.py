@@ -13,6 +13,7 @@ from pydantic import ValidationError as PydanticValidationError
 from app.core.jobstates import JobType
 from app.jobs.context import DbJobContext
 from app.jobs.runtime import JobRuntime
+from app.services import resume
 from workers import cluster, plans
 from workers.context import JobFailure, JobOutcome
 from workers.families import DRIVERS, RECIPES, plan_type
@@ -142,9 +143,18 @@ def _plan_deferred(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
     ctx.log(f"the request left its data checks to the job (they need a Spark job: {checks}); checking them now")
     ctx.progress(0.0, "checking the request against the data")
     try:
-        return _replan(rt, job)
+        plan = _replan(rt, job)
     except AppError as exc:
         raise JobFailure("INVALID_REQUEST", exc.detail) from exc
+    if job.attempt <= 1:
+        return plan
+    with rt.db() as session:  # a retry: xgboost and Spark ML continue from a checkpoint their request cannot name
+        resumed, checkpoint = resume.continuing(session, job, job.id, plans.dump(plan), job.request)
+    if checkpoint is None:
+        return plan
+    unit = resume.RULES[resume.kind_of(job)].unit
+    ctx.log(f"continuing from checkpoint {checkpoint.id} ({unit} {checkpoint.epoch}) of an earlier attempt")
+    return plans.load(type(plan), resumed)
 
 
 def _replan(rt: JobRuntime, job: TakenJob) -> Any:

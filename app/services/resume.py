@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -50,48 +50,48 @@ class Resume:
     """A kind of job that writes checkpoints. Checkpoints are numbered in the kind's units (``Checkpoint.epoch``:
     torch epochs, xgboost rounds)."""
 
-    total: Callable[[Job], int]
-    """The units the job trains in all: a checkpoint at the last one has nothing left to train, so a retry continues
-    from the one before (it redoes the last unit, which gives the same model)."""
-    resuming: Callable[[dict[str, Any], Checkpoint, Job], dict[str, Any]]
-    """The stored plan, continuing from the checkpoint."""
+    total: Callable[[dict[str, Any] | None, dict[str, Any]], int]
+    """The units the job trains in all, from its plan and request: a checkpoint at the last one has nothing left to
+    train, so a retry continues from the one before (it redoes the last unit, which gives the same model)."""
+    resuming: Callable[[dict[str, Any], Checkpoint, str], dict[str, Any]]
+    """The stored plan, continuing from the checkpoint (of the job whose id is given)."""
     request_key: str | None = None
     """A section of the stored request whose ``resume_from`` names the checkpoint too (torch's ``training``)."""
     unit: str = "epoch"
     """What ``Checkpoint.epoch`` counts, as the job's log says it."""
 
 
-def _torch_total(job: Job) -> int:
+def _torch_total(plan: dict[str, Any] | None, request: dict[str, Any]) -> int:
     from app.schemas.train import TrainingOptions
 
-    if job.plan is not None and "epochs" in job.plan:
-        return int(job.plan["epochs"])
-    epochs = (job.request.get("training") or {}).get("epochs")
+    if plan is not None and "epochs" in plan:
+        return int(plan["epochs"])
+    epochs = (request.get("training") or {}).get("epochs")
     return int(epochs or TrainingOptions.model_fields["epochs"].default)
 
 
-def _torch_resuming(plan: dict[str, Any], checkpoint: Checkpoint, job: Job) -> dict[str, Any]:
+def _torch_resuming(plan: dict[str, Any], checkpoint: Checkpoint, job_id: str) -> dict[str, Any]:
     from workers.training.torch.config import ResumePoint, TorchPlan
 
-    point = ResumePoint(checkpoint_id=checkpoint.id, path=checkpoint.uri, epoch=checkpoint.epoch, job_id=job.id)
+    point = ResumePoint(checkpoint_id=checkpoint.id, path=checkpoint.uri, epoch=checkpoint.epoch, job_id=job_id)
     return plans.dump(replace(plans.load(TorchPlan, plan), resume=point))
 
 
-def _xgboost_total(job: Job) -> int:
-    return int(((job.plan or {}).get("spec") or {}).get("num_round") or 0)
+def _xgboost_total(plan: dict[str, Any] | None, request: dict[str, Any]) -> int:
+    return int(((plan or {}).get("spec") or {}).get("num_round") or 0)
 
 
-def _xgboost_resuming(plan: dict[str, Any], checkpoint: Checkpoint, job: Job) -> dict[str, Any]:
+def _xgboost_resuming(plan: dict[str, Any], checkpoint: Checkpoint, job_id: str) -> dict[str, Any]:
     from workers.training.xgboost.spec import XGBoostPlan, XGBoostResume
 
-    point = XGBoostResume(checkpoint_id=checkpoint.id, uri=checkpoint.uri, rounds=checkpoint.epoch, job_id=job.id)
+    point = XGBoostResume(checkpoint_id=checkpoint.id, uri=checkpoint.uri, rounds=checkpoint.epoch, job_id=job_id)
     return plans.dump(replace(plans.load(XGBoostPlan, plan), resume=point))
 
 
-def _spark_ml_total(job: Job) -> int:
+def _spark_ml_total(plan: dict[str, Any] | None, request: dict[str, Any]) -> int:
     """The cross-validation's fits and the final fit of the best parameters, which is never checkpointed: a
     checkpoint after the last fold still leaves that to do."""
-    spec = (job.plan or {}).get("spec") or {}
+    spec = (plan or {}).get("spec") or {}
     grid = spec.get("grid") or {}
     folds = spec.get("num_folds")
     if not folds:
@@ -99,10 +99,10 @@ def _spark_ml_total(job: Job) -> int:
     return int(folds) * math.prod(len(v) for v in grid.values()) + 1
 
 
-def _spark_ml_resuming(plan: dict[str, Any], checkpoint: Checkpoint, job: Job) -> dict[str, Any]:
+def _spark_ml_resuming(plan: dict[str, Any], checkpoint: Checkpoint, job_id: str) -> dict[str, Any]:
     from workers.training.spark_ml.spec import SparkMLPlan, SparkMLResume
 
-    point = SparkMLResume(checkpoint_id=checkpoint.id, uri=checkpoint.uri, fits=checkpoint.epoch, job_id=job.id)
+    point = SparkMLResume(checkpoint_id=checkpoint.id, uri=checkpoint.uri, fits=checkpoint.epoch, job_id=job_id)
     return plans.dump(replace(plans.load(SparkMLPlan, plan), resume=point))
 
 
@@ -114,7 +114,16 @@ RULES: dict[str, Resume] = {
 """Kinds (``kind_of``) that continue from a checkpoint; every other kind starts again from scratch."""
 
 
-def kind_of(job: Job) -> str:
+class _Kinded(Protocol):
+    @property
+    def type(self) -> str: ...
+    @property
+    def framework(self) -> str | None: ...
+    @property
+    def name(self) -> str | None: ...
+
+
+def kind_of(job: _Kinded) -> str:
     """``train.<framework>``, ``recipe.<name>``, or the job type (``evaluate``, ``predict``, ``tune``, ...)."""
     if job.type == "train":
         return f"train.{job.framework}"
@@ -147,28 +156,48 @@ def made_progress(session: Session, job: Job) -> bool:
     return mine is not None and mine > (before if before is not None else -1)
 
 
-def newest_checkpoint(session: Session, job: Job, rule: Resume) -> Checkpoint | None:
-    """The job's newest checkpoint before its last unit (see :attr:`Resume.total`)."""
-    stmt = (
-        select(Checkpoint)
-        .where(Checkpoint.job_id == job.id, Checkpoint.epoch < rule.total(job))
-        .order_by(Checkpoint.epoch.desc())
-        .limit(1)
-    )
-    return session.execute(stmt).scalar_one_or_none()
+def newest_checkpoint(session: Session, job_id: str, below: int | None) -> Checkpoint | None:
+    """The job's newest checkpoint before unit ``below`` (the job's total, see :attr:`Resume.total`; None: any)."""
+    stmt = select(Checkpoint).where(Checkpoint.job_id == job_id)
+    if below is not None:
+        stmt = stmt.where(Checkpoint.epoch < below)
+    return session.execute(stmt.order_by(Checkpoint.epoch.desc()).limit(1)).scalar_one_or_none()
 
 
 def next_attempt(session: Session, job: Job) -> NextAttempt:
     """The plan (and request) of the job's next attempt. Raises TypeError, ValueError or KeyError when the stored
-    plan cannot be read."""
+    plan cannot be read.
+
+    A job whose request left its data checks to the job (a deferred plan) keeps it: the job plans its request again,
+    and a torch request names the checkpoint (``resume_from``); for the kinds whose request cannot name one the job
+    applies the newest checkpoint to the plan it made (:func:`continuing`), which is also the one named here."""
     rule = RULES.get(kind_of(job))
-    checkpoint = newest_checkpoint(session, job, rule) if rule is not None else None
-    if rule is None or checkpoint is None:
+    if rule is None:
+        return NextAttempt(plan=job.plan, request=dict(job.request), checkpoint=None)
+    deferred = job.plan is None or plans.is_deferred(job.plan)
+    below = None if deferred and rule.request_key is None else rule.total(job.plan, job.request)
+    checkpoint = newest_checkpoint(session, job.id, below)
+    if checkpoint is None:
         return NextAttempt(plan=job.plan, request=dict(job.request), checkpoint=None)
     request = dict(job.request)
     if rule.request_key is not None:
         request[rule.request_key] = {**dict(request.get(rule.request_key) or {}), "resume_from": checkpoint.id}
-    if job.plan is None or plans.is_deferred(job.plan):  # the job plans its request, now with resume_from
+    if deferred or job.plan is None:  # the job plans its request (see above)
         return NextAttempt(plan=job.plan, request=request, checkpoint=checkpoint, unit=rule.unit)
-    plan = rule.resuming(job.plan, checkpoint, job)
+    plan = rule.resuming(job.plan, checkpoint, job.id)
     return NextAttempt(plan=plan, request=request, checkpoint=checkpoint, unit=rule.unit)
+
+
+def continuing(
+    session: Session, job: _Kinded, job_id: str, plan: dict[str, Any], request: dict[str, Any]
+) -> tuple[dict[str, Any], Checkpoint | None]:
+    """A retried job that planned its request again (a deferred plan): ``plan`` continuing from the job's newest
+    checkpoint before its last unit, for the kinds whose request cannot name a checkpoint (xgboost rounds, Spark ML
+    fits); the plan unchanged, and None, for every other kind or without a checkpoint."""
+    rule = RULES.get(kind_of(job))
+    if rule is None or rule.request_key is not None:
+        return plan, None
+    checkpoint = newest_checkpoint(session, job_id, rule.total(plan, request))
+    if checkpoint is None:
+        return plan, None
+    return rule.resuming(plan, checkpoint, job_id), checkpoint

@@ -124,3 +124,53 @@ def test_a_plan_or_request_this_release_cannot_read_fails_saying_to_submit_again
     assert "stored plan cannot be read" in (first.error_message or "") and "Submit it again" in first.error_message
     assert (second.status, second.error_reason) == (JobStatus.FAILED, "UNSUPPORTED"), second.error_message
     assert "learning_speed" in (second.error_message or "") and "submit it again" in second.error_message
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_retried_deferred_xgboost_job_continues_from_its_checkpoint(db: Any, spark: Any, tmp_path: Path) -> None:
+    """A request whose data checks were left to the job (parquet with reader options) stores a deferred plan, and a
+    retry plans the request again. A torch request names its checkpoint (``resume_from``); an xgboost request cannot,
+    so its retry started from scratch (the known gap of 2026-12-06): the job now applies its newest checkpoint of
+    rounds to the plan it made. The checkpoints are those of an uninterrupted run of the same request."""
+    from uuid import uuid4
+
+    from app.db.base import utcnow
+    from app.db.models import Checkpoint
+    from app.services.reconcile import end_and_retry
+
+    settings = _settings(tmp_path)
+    rt = JobRuntime(settings=settings, db=db, spark=spark)
+    dataset = {"uri": "taxi/train.parquet", "options": {"mergeSchema": "false"}, "label": "fare_amount",
+               "features": ["trip_distance", "passenger_count"], "task": "regression"}  # fmt: skip
+    params = {"num_round": 20, "checkpoint_rounds": 5, "max_depth": 3, "num_workers": 1}
+    body = {"framework": "xgboost", "dataset": dataset, "params": params}
+
+    def submit(name: str) -> str:
+        job, _ = submit_training(db=db, settings=settings, spark=spark, enqueue=lambda *_: None,
+                                 request=TrainRequest.model_validate({**body, "name": name}))  # fmt: skip
+        return job.id
+
+    whole = submit("whole")
+    run_job(rt, whole)
+    lost = submit("lost")
+    with transaction(db) as s:
+        assert plans.is_deferred(jobs.get_job(session=s, job_id=lost).plan)
+        saved = [c for c in s.query(Checkpoint).filter_by(job_id=whole) if c.epoch <= 10]
+        assert sorted(c.epoch for c in saved) == [5, 10]
+        jobs.transition(session=s, job_id=lost, sources=[JobStatus.QUEUED], target=JobStatus.STARTING,
+                        worker_id="host:1:dead", started_at=utcnow(), heartbeat_at=utcnow())  # fmt: skip
+        jobs.transition(session=s, job_id=lost, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
+        for c in saved:  # what the lost attempt had checkpointed before its driver died
+            s.add(Checkpoint(id=uuid4().hex, job_id=lost, attempt=1, epoch=c.epoch, uri=c.uri, metrics=c.metrics))
+    with transaction(db) as s:
+        retried = end_and_retry(session=s, job=jobs.get_job(session=s, job_id=lost), reason="DRIVER_LOST",
+                                message="the driver died", now=utcnow(), sources=[JobStatus.RUNNING])  # fmt: skip
+        assert retried is not None and retried["action"] == "retried", retried
+    run_job(rt, lost)
+    with db() as s:
+        done = jobs.get_job(session=s, job_id=lost)
+        assert (done.status, done.attempt) == (JobStatus.SUCCEEDED, 2), done.error_message
+        assert done.result is not None and done.result["rounds"]["resumed_from"] == 10, done.result["rounds"]
+        log = [line.message for line in jobs.list_logs(session=s, job_id=lost)]
+        assert any("resumes from checkpoint" in line and "(round 10)" in line for line in log), log
+        assert any(line.startswith("continuing from checkpoint") and "(round 10)" in line for line in log), log
