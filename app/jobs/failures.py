@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from app.core.errors import AppError
+from app.db.session import unavailable
 from workers.context import JobFailure
 from workers.storage import StorageError
 
@@ -60,6 +61,11 @@ def _describe(exc: BaseException) -> tuple[str, str]:
         return "INVALID_REQUEST", exc.detail[:MAX_MESSAGE]
     if isinstance(exc, StorageError):
         return exc.reason, exc.detail[:MAX_MESSAGE]
+    if unavailable(exc):  # past the runner's retries (SPARKTRAIN_DB_RETRY_S): not the job's fault
+        return "DATABASE_UNAVAILABLE", (
+            f"the database did not answer within SPARKTRAIN_DB_RETRY_S ({type(exc).__name__}: {str(exc)[:500]}); the "
+            "job runs again after SPARKTRAIN_RETRY_DELAY_S while attempts remain"
+        )
     if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
         return _STORAGE_ERRNOS[exc.errno], f"writing to the artifact store failed: {exc}"[:MAX_MESSAGE]
     java = getattr(exc, "java_exception", None)

@@ -2,7 +2,8 @@
 
 An attempt ends early when its driver dies (``DRIVER_LOST``) or stops (``DRIVER_STOPPED``), when Spark loses a
 worker of its barrier stage (``WORKER_LOST``), or when the artifact store is full or unreachable
-(``STORAGE_FULL``, ``STORAGE_UNAVAILABLE``). Every kind of job is then queued again while attempts remain: none of
+(``STORAGE_FULL``, ``STORAGE_UNAVAILABLE``), or when the database stayed away past the runner's retries
+(``DATABASE_UNAVAILABLE``). Every kind of job is then queued again while attempts remain: none of
 them writes anything visible before it succeeds (a model version is registered, a batch prediction's output is
 renamed into place, an evaluation's result is stored, all at the very end), so running one again is safe.
 
@@ -19,7 +20,8 @@ with the retry, so no number of restarts fails a user's job. Neither does a lost
 (``DRIVER_LOST``, ``WORKER_LOST``) when the attempt saved progress first (:func:`made_progress`: a checkpoint past
 every earlier attempt's): a job that keeps moving forward between failures is never failed by them, while one that
 dies again before its next checkpoint (a crash loop) runs out of attempts as before. A storage failure is tried
-again after ``SPARKTRAIN_RETRY_DELAY_S`` (a full disk rarely empties itself in a millisecond).
+again after ``SPARKTRAIN_RETRY_DELAY_S`` (a full disk rarely empties itself in a millisecond), and so is an
+attempt that outlasted the database's patience.
 """
 
 from __future__ import annotations
@@ -35,13 +37,15 @@ from sqlalchemy.orm import Session
 from app.db.models import Checkpoint, Job
 from workers import plans
 
-RETRYABLE = frozenset({"DRIVER_LOST", "DRIVER_STOPPED", "WORKER_LOST", "STORAGE_FULL", "STORAGE_UNAVAILABLE"})
+RETRYABLE = frozenset(
+    {"DRIVER_LOST", "DRIVER_STOPPED", "WORKER_LOST", "STORAGE_FULL", "STORAGE_UNAVAILABLE", "DATABASE_UNAVAILABLE"}
+)
 """Reasons an attempt ends that are not the job's fault: the job is queued again while attempts remain."""
 FREE = frozenset({"DRIVER_STOPPED"})
 """Reasons that cost no attempt."""
 FREE_AFTER_PROGRESS = frozenset({"DRIVER_LOST", "WORKER_LOST"})
 """Reasons that cost no attempt when the attempt saved progress first (:func:`made_progress`)."""
-DELAYED = frozenset({"STORAGE_FULL", "STORAGE_UNAVAILABLE"})
+DELAYED = frozenset({"STORAGE_FULL", "STORAGE_UNAVAILABLE", "DATABASE_UNAVAILABLE"})
 """Reasons whose retry waits ``retry_delay_s`` before its message is sent."""
 
 

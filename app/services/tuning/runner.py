@@ -33,7 +33,7 @@ from app.core.jobstates import TERMINAL, JobStatus, JobType
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.models import Job, JobMetric
-from app.db.session import retrying
+from app.db.session import retrying, unavailable
 from app.schemas.tune import TuneRequest
 from app.services import jobs, quotas
 from app.services.planning.training import plan_training
@@ -369,7 +369,8 @@ class _Search:
         """Cancel the active trials when the tune job ends with ``error`` here for good: cancelled, or failed while
         this runner holds it (a failed search left them running, for a search that was over). They are left running
         when the job goes on elsewhere, where its next attempt attaches to them: a stopping driver hands it back,
-        the reconciler gave it up, or the Spark JVM died (DRIVER_LOST: queued again)."""
+        the reconciler gave it up, the Spark JVM died (DRIVER_LOST) or the database stayed away past ``db_retry_s``
+        (DATABASE_UNAVAILABLE): both queued again."""
         if self.driver.stopping():
             return
         try:
@@ -380,8 +381,11 @@ class _Search:
         failed = isinstance(error, Exception) and not isinstance(error, JobCancelled)
         if status == JobStatus.CANCELLING:
             self.cancel_trials("the tune job was cancelled")
-        elif status == JobStatus.RUNNING and failed and (self.driver.spark is None or spark_alive(self.driver.spark)):
+        elif status == JobStatus.RUNNING and failed and not unavailable(error) and self._spark_alive():
             self.cancel_trials(f"the tune job failed ({type(error).__name__})")
+
+    def _spark_alive(self) -> bool:
+        return self.driver.spark is None or spark_alive(self.driver.spark)
 
     def _own_status(self, s: Session) -> str | None:
         """The tune job's status while this runner holds it; None once it was given up or handed back."""

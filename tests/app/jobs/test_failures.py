@@ -28,6 +28,21 @@ def test_storage_failures_in_any_words_get_their_reason_and_the_fix(error: BaseE
     assert message.endswith("while attempts remain") and STORAGE_FIXES[reason] in message
 
 
+def test_a_database_away_past_the_runners_retries_is_not_the_jobs_fault() -> None:
+    """It ended the job INTERNAL ("a bug"), never retried: a tune job whose database was away for longer than
+    SPARKTRAIN_DB_RETRY_S failed for good (known gap of 2026-12-06)."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.exc import OperationalError
+
+    closed = create_engine("postgresql+psycopg://postgres@127.0.0.1:1/x")
+    with pytest.raises(OperationalError) as refused:
+        closed.connect()
+    closed.dispose()
+    reason, message = describe_failure(refused.value)
+    assert reason == "DATABASE_UNAVAILABLE"
+    assert "SPARKTRAIN_DB_RETRY_S" in message and message.endswith("while attempts remain")
+
+
 def test_other_failures_keep_their_reason() -> None:
     assert describe_failure(RuntimeError("boom"))[0] == "INTERNAL"
 

@@ -333,11 +333,12 @@ def test_a_stopping_driver_hands_its_job_back_at_no_cost_of_an_attempt(db: Any) 
         assert next(e for e in job.attempts if e["attempt"] == 3)["error_reason"] == "DRIVER_STOPPED"
 
 
-def test_a_storage_failure_is_retried_after_the_delay(db: Any) -> None:
+@pytest.mark.parametrize("reason", ["STORAGE_FULL", "DATABASE_UNAVAILABLE"])
+def test_a_storage_or_database_failure_is_retried_after_the_delay(db: Any, reason: str) -> None:
     job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=0, framework="torch", queue="q")
     with transaction(db) as session:
         job = session.get(Job, job_id)
-        outcome = end_and_retry(session=session, job=job, reason="STORAGE_FULL", message="disk full",
+        outcome = end_and_retry(session=session, job=job, reason=reason, message="away",
                                 now=utcnow(), sources=[JobStatus.RUNNING], retry_delay_s=60)  # fmt: skip
     assert outcome is not None and outcome["action"] == "retried" and outcome["send"] is False
     assert reconcile(db=db, send=never, stale_after_s=0) == [], "not before its time"

@@ -124,11 +124,12 @@ def test_the_search_waits_out_a_database_restart(db: Any, outage: Outage, tmp_pa
 
 
 @pytest.mark.parametrize("stopping", [False, True])
-def test_a_search_that_fails_cancels_its_trials_unless_its_driver_hands_it_back(
+def test_a_search_the_database_outlasts_is_handed_on_with_its_trials(
     db: Any, outage: Outage, tmp_path: Any, stopping: bool
 ) -> None:
-    """An outage longer than ``db_retry_s`` still fails the tune job; its trials are cancelled first, not left
-    running for a search that is over. A stopping driver hands the job back: the next attempt attaches to them."""
+    """An outage longer than ``db_retry_s`` ends the attempt (DATABASE_UNAVAILABLE, queued again: it failed the
+    tune job for good, INTERNAL, and cancelled its trials): its trials go on, and the next attempt attaches to them,
+    as when a stopping driver hands the job back."""
     tune_id, request = _running_tune(db)
     trial = _child(db, tune_id, 0, 0.003, JobStatus.RUNNING)
     ctx = Running(tune_id, on_check=lambda: outage.start(1))
@@ -136,9 +137,21 @@ def test_a_search_that_fails_cancels_its_trials_unless_its_driver_hands_it_back(
     with pytest.raises(OperationalError):
         run_tune(ctx, request, driver, owner="anonymous")
     assert outage.refused == 1
-    if stopping:
-        assert _status(db, trial)[0] == JobStatus.RUNNING
-        return
+    assert _status(db, trial)[0] == JobStatus.RUNNING
+
+
+def test_a_search_that_fails_cancels_its_trials(db: Any, tmp_path: Any) -> None:
+    """A failure of the search itself ends the tune job here for good: its trials are cancelled first, not left
+    running for a search that is over."""
+    tune_id, request = _running_tune(db)
+    trial = _child(db, tune_id, 0, 0.003, JobStatus.RUNNING)
+
+    def fail() -> None:
+        raise RuntimeError("the search broke")
+
+    ctx = Running(tune_id, on_check=fail)
+    with pytest.raises(RuntimeError):
+        run_tune(ctx, request, _driver(db, Settings(var_dir=tmp_path)), owner="anonymous")
     assert _status(db, trial)[0] == JobStatus.CANCELLING
     assert any(line.startswith("trial 0 (job") and "the tune job failed" in line for line in ctx.lines), ctx.lines
 
