@@ -76,7 +76,12 @@ class UnsupportedMediaType(AppError):
 
 
 def message(error: Mapping[str, Any]) -> str:
-    """A pydantic error's message without the "Value error, " that pydantic puts before a validator's own words."""
+    """A pydantic error's message without the "Value error, " that pydantic puts before a validator's own words;
+    a number too large to be read as a whole number (``1e20``) says so, not pydantic's "Unable to parse input string
+    as an integer, exceeded maximum size"."""
+    if error.get("type") == "int_parsing_size":
+        got = repr(error.get("input"))
+        return f"must be a whole number in the field's range, got {got if len(got) <= 40 else got[:37] + '...'}"
     return str(error.get("msg", "")).removeprefix("Value error, ")
 
 

@@ -139,6 +139,10 @@ HUGE = 10**400  # a JSON integer no float holds: math.isfinite raised OverflowEr
         ("/train", _xgboost(max_bin=70_000), "params.max_bin", "between 2 and 65536"),
         ("/train", taxi_request(algorithm="random_forest", maxBins=10**12), "params.maxBins", "at most"),
         ("/train", taxi_request(algorithm="random_forest", numTrees=10**9), "params.numTrees", "between 1 and 10000"),
+        # pydantic said "Unable to parse input string as an integer, exceeded maximum size"
+        ("/recipes/gpu-smoke", {"rows": 1e20}, "rows", "must be a whole number in the field's range, got 1e+20"),
+        ("/tune", {"name": "huge", "base": _xgboost(max_depth=2), "space": {"params.max_depth": {
+            "type": "choice", "values": [2, 3]}}, "trials": 1e30}, "trials", "whole number in the field's range"),
     ],
 )  # fmt: skip
 def test_numbers_too_large_are_422s(service: Service, path: str, body: dict[str, Any], loc: str, words: str) -> None:
