@@ -223,17 +223,18 @@ def _decode(cursor: str, parse: Callable[[list[str]], _T]) -> _T:
     try:
         return parse(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().split("|"))
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise BadRequest("The cursor is not one this service issued; start without it.") from exc
+        raise BadRequest("The cursor is not one this service issued for this list; start without it.") from exc
 
 
-def encode_cursor(created_at: datetime, row_id: str) -> str:
-    """The cursor after a row of a newest-first list (jobs, datasets): its creation time and id."""
-    return _encode(created_at.isoformat(), row_id)
+def encode_cursor(created_at: datetime, row_id: str, listing: str = "jobs") -> str:
+    """The cursor after a row of a newest-first list (``listing``: jobs, datasets): its creation time and id."""
+    return _encode(listing, created_at.isoformat(), row_id)
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """(created_at, id) of :func:`encode_cursor`; a 400 for anything this service did not issue."""
-    return _decode(cursor, _created_and_id)
+def decode_cursor(cursor: str, listing: str = "jobs") -> tuple[datetime, str]:
+    """(created_at, id) of :func:`encode_cursor` for ``listing``; a 400 for anything not issued for it."""
+
+    return _decode(cursor, lambda parts: _created_and_id(parts[1:] if parts[0] == listing else []))
 
 
 def _created_and_id(parts: list[str]) -> tuple[datetime, str]:

@@ -252,17 +252,17 @@ def list_datasets(*, session: Session, limit: int = 100, owner: str | None = Non
 def page_datasets(
     *, session: Session, limit: int = 100, cursor: str | None = None, owner: str | None = None
 ) -> tuple[Sequence[Dataset], str | None]:
-    """Newest first (``owner``'s; None: anyone's); a page and the cursor of the next one (None at the end), the
-    cursors of ``GET /jobs`` (a bad one is a 400)."""
+    """Newest first (``owner``'s; None: anyone's); a page and the cursor of the next one (None at the end), cursors
+    like ``GET /jobs``' (a bad one, or one of another list, is a 400)."""
     stmt = select(Dataset) if owner is None else select(Dataset).where(Dataset.owner == owner)
     if cursor:
-        created, dataset_id = decode_cursor(cursor)
+        created, dataset_id = decode_cursor(cursor, "datasets")
         stmt = stmt.where(
             or_(Dataset.created_at < created, and_(Dataset.created_at == created, Dataset.id < dataset_id))
         )
     rows = session.scalars(stmt.order_by(Dataset.created_at.desc(), Dataset.id.desc()).limit(limit + 1)).all()
     page = rows[:limit]
-    return page, encode_cursor(page[-1].created_at, page[-1].id) if len(rows) > limit else None
+    return page, encode_cursor(page[-1].created_at, page[-1].id, "datasets") if len(rows) > limit else None
 
 
 def registered(session: Session, uri: str) -> Dataset | None:

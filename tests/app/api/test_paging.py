@@ -151,9 +151,17 @@ def test_datasets_page_newest_first_and_by_owner(world: dict[str, Any]) -> None:
 def test_datasets_cursors_this_service_did_not_issue_are_400(world: dict[str, Any]) -> None:
     alice: httpx.Client = world["alice"]
     metrics_cursor = alice.get(f"/jobs/{world['job_id']}/metrics", params={"limit": 1}).json()["next_cursor"]
-    for cursor in ["zz", "!!!", metrics_cursor, _b64(f"2024-01-01T00:00:00|{'0' * 32}"), _b64("2024-01-01|x")]:
+    from datetime import UTC, datetime
+
+    from app.services.jobs import encode_cursor
+
+    jobs_cursor = encode_cursor(datetime.now(UTC), world["job_id"])  # GET /jobs' own: it was taken as a position
+    for cursor in ["zz", "!!!", metrics_cursor, jobs_cursor, _b64(f"2024-01-01T00:00:00+00:00|{'0' * 32}"),
+                   _b64(f"datasets|2024-01-01T00:00:00|{'0' * 32}"), _b64("2024-01-01|x")]:  # fmt: skip
         problem = _problem(alice.get("/datasets", params={"cursor": cursor}), 400)
         assert "cursor" in problem["detail"], cursor
+    datasets_cursor = alice.get("/datasets", params={"limit": 1}).json()["next_cursor"]
+    assert "cursor" in _problem(world["root"].get("/jobs", params={"cursor": datasets_cursor}), 400)["detail"]
     # another owner's cursor shows nothing of theirs: it is a position, the list stays the caller's
     bobs = world["bob"].get("/datasets", params={"limit": 1}).json()["next_cursor"]
     assert all(d["owner"] == "alice" for d in alice.get("/datasets", params={"cursor": bobs}).json()["items"])
