@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from app.schemas.body import Body
+from app.schemas.models import ALIAS_PATTERN, VERSION_MAX
 
 Framework = Literal["torch", "xgboost", "spark_ml"]
 Task = Literal["classification", "regression"]
@@ -110,6 +111,27 @@ class EarlyStopping(Body):
     restore_best: bool = Field(True, description="Register the best epoch's weights (from its checkpoint).")
 
 
+class InitFrom(Body):
+    """torch: start from a registered model version's weights instead of a fresh initialization (fine-tuning, DL4J's
+    TransferLearning). A resumed run (``resume_from``, a retry) starts from its checkpoint instead."""
+
+    name: str = Field(pattern=NAME_PATTERN, examples=["digits-mlp"])
+    version: int | None = Field(None, ge=1, le=VERSION_MAX, description="Default: the newest version.")
+    alias: str | None = Field(None, pattern=ALIAS_PATTERN, examples=["champion"])
+    strict: bool = Field(
+        True,
+        description="Every tensor of the network must come from the model (the same layers and sizes). false: copy "
+        "the tensors whose names and shapes match and keep the fresh initialization of the others (a new output "
+        "layer for other classes); at least one must match.",
+    )
+
+    @model_validator(mode="after")
+    def _one_version(self) -> InitFrom:
+        if self.version is not None and self.alias is not None:
+            raise ValueError("give a version or an alias, not both")
+        return self
+
+
 class TrainingOptions(Body):
     """torch only: how the network is trained across executors."""
 
@@ -127,6 +149,9 @@ class TrainingOptions(Body):
     )
     averaging_frequency: int = Field(5, ge=1, le=100_000, description="parameter_averaging: minibatches per average")
     resume_from: str | None = Field(None, pattern=ID_PATTERN, description="A checkpoint id to continue from.")
+    init_from: InitFrom | None = Field(
+        None, description="Start from a registered torch model version's weights (fine-tuning)."
+    )
     data_path: Literal["direct", "export"] | None = Field(
         None, description="Override the service's data path setting for this job (DL4J's Direct / Export)."
     )

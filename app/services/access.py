@@ -86,8 +86,8 @@ def check_registration(*, session: Session, uri: str, caller: Caller, settings: 
 
 
 def check_train(*, db: sessionmaker[Session], request: TrainRequest, caller: Caller, settings: Settings) -> None:
-    """The model name is free or the caller's (409 otherwise); datasets and the checkpoint to resume from are the
-    caller's (as unknown ones otherwise)."""
+    """The model name is free or the caller's (409 otherwise); datasets, the checkpoint to resume from and the model
+    to start from are the caller's (as unknown ones otherwise)."""
     if caller.admin:
         return
     with db() as session:
@@ -96,6 +96,13 @@ def check_train(*, db: sessionmaker[Session], request: TrainRequest, caller: Cal
         if request.validation is not None:
             refs.append((request.validation.uri, "validation.uri"))
         _check_datasets(session, refs, caller, settings)
+        init = request.training.init_from if request.training is not None else None
+        if init is not None:  # another owner's model reads as an unknown one
+            try:
+                models.resolve_version(session=session, name=init.name, version=init.version, alias=init.alias,
+                                       owner=caller.owner)  # fmt: skip
+            except NotFound as exc:
+                raise ValidationFailed.at("training.init_from", exc.detail) from None
         resume = request.training.resume_from if request.training is not None else None
         if resume is not None:
             try:

@@ -23,7 +23,7 @@ from app.services.planning.labels import class_count, resolve_classes
 from workers import cluster, storage
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
-from workers.training.torch.config import ResumePoint, SharingConfig, TorchPlan, parse_sharing
+from workers.training.torch.config import InitPoint, ResumePoint, SharingConfig, TorchPlan, parse_sharing
 from workers.training.torch.meta import read_meta
 from workers.training.torch.spec import (
     NetworkSpec,
@@ -73,6 +73,41 @@ def _data_shape(
             )
         return tuple(wanted), True
     return (length,), True
+
+
+def _init(options: TrainingOptions, network: dict[str, Any], db: sessionmaker[Session] | None) -> InitPoint | None:
+    """``training.init_from``: the model version, and which tensors of this network its weights fill (torch is
+    imported only for a request that asks for this)."""
+    init = options.init_from
+    if init is None:
+        return None
+    where = "training.init_from"
+    if db is None:
+        raise ValidationFailed.at(where, "starting from a model needs the model registry")
+    from app.core.errors import AppError
+    from app.services import models
+
+    with db() as session:
+        try:
+            version = models.resolve_version(session=session, name=init.name, version=init.version, alias=init.alias)
+        except AppError as exc:  # none, or still training
+            raise ValidationFailed.at(where, exc.detail) from exc
+        framework, uri, number = version.framework, version.artifact_uri, version.version
+    if framework != "torch":
+        raise ValidationFailed.at(where, f"{init.name} version {number} is a {framework} model; a torch network starts "
+                                  "only from a torch model's weights")  # fmt: skip
+    from workers.training.torch import warm_start
+
+    try:
+        saved = warm_start.saved_shapes(storage.fetch_dir(uri))
+    except (OSError, ValueError) as exc:
+        raise ValidationFailed.at(where, f"the weights of {init.name} version {number} are unreadable: {exc}") from exc
+    wanted = warm_start.network_shapes(network)
+    try:
+        fresh = warm_start.match(saved, wanted, strict=init.strict)
+    except ValueError as exc:
+        raise ValidationFailed.at(where, f"{init.name} version {number}: {exc}") from exc
+    return InitPoint(name=init.name, version=number, uri=uri, fresh=fresh, copied=len(wanted) - len(fresh))
 
 
 def _resume(
@@ -204,6 +239,7 @@ def plan_torch(
         input_shape=tuple(spec.input_shape),
         array_column=array_column,
         resume=_resume(options, network, db),
+        init=_init(options, network, db),
         validation_fraction=options.validation_fraction,
         class_labels=class_labels,
         data_path=options.data_path or settings.data_path,

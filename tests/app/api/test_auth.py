@@ -291,6 +291,21 @@ def test_resuming_from_another_owners_checkpoint_gets_the_unknown_answer(world: 
     assert problem["detail"] == f"training.resume_from: no checkpoint with id {world['checkpoint_id']!r}"
 
 
+def test_starting_from_another_owners_model_gets_the_unknown_answer(world: dict[str, Any]) -> None:
+    body = {
+        "name": "bob-torch",
+        "framework": "torch",
+        "dataset": {"uri": "rows.csv", "features": ["x1", "x2"], "label": "y", "task": "regression"},
+        "network": {"layers": [{"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]},
+        "training": {"epochs": 2, "init_from": {"name": MODEL}},
+    }
+    problem = _problem(world["bob"].post("/train", json=body), 422)
+    assert problem["errors"][0]["loc"] == "training.init_from", problem
+    assert f"No model named {MODEL!r}" in problem["detail"], problem
+    admin = _problem(world["root"].post("/train", json={**body, "name": "root-torch"}), 422)  # it sees the model
+    assert "is a spark_ml model; a torch network starts only from a torch model's weights" in admin["detail"], admin
+
+
 def test_a_tune_space_cannot_reach_another_owners_model_dataset_or_checkpoint(world: dict[str, Any]) -> None:
     """A search's choices are vetted as /train vets a body: trials wrote a version into another owner's model,
     trained on another owner's dataset and resumed from another owner's checkpoint (audit, 2026-12-06)."""

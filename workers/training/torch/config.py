@@ -208,6 +208,9 @@ class TrainerConfig:
     model_dir: str
     """Where rank 0 writes the trained model (``spec.json`` + ``weights.safetensors``)."""
     resume_dir: str | None = None
+    init_dir: str | None = None
+    """A model version's directory whose weights the network starts from (not on a resumed run)."""
+    init_fresh: tuple[str, ...] = ()
     start_epoch: int = 0
     """Epochs already done (from the resumed checkpoint)."""
     monitor: tuple[str, int, str] | None = None
@@ -268,6 +271,18 @@ class ResumePoint:
 
 
 @dataclass(frozen=True)
+class InitPoint:
+    """``training.init_from`` as planned: the model version whose weights the network starts from."""
+
+    name: str
+    version: int
+    uri: str
+    fresh: tuple[str, ...] = ()
+    """Tensors that keep their fresh initialization (``strict: false``; workers/training/torch/warm_start.py)."""
+    copied: int = 0
+
+
+@dataclass(frozen=True)
 class TorchPlan:
     """What a torch job runs: checked datasets, specs and options (planned once, in the request; stored with the
     job, see workers/plans.py)."""
@@ -287,6 +302,7 @@ class TorchPlan:
     input_shape: tuple[int, ...]
     array_column: bool
     resume: ResumePoint | None = None
+    init: InitPoint | None = None
     validation_fraction: float = 0.1
     class_labels: tuple[str, ...] | None = None
     """String class labels in index order (the label column holds strings); None when labels are indices."""

@@ -138,6 +138,8 @@ def trainer_config(
         checkpoint_dir=str(ctx.work_dir / "checkpoints"),
         model_dir=str(ctx.work_dir / "model"),
         resume_dir=plan.resume.path if plan.resume else None,
+        init_dir=plan.init.uri if plan.init and not plan.resume else None,
+        init_fresh=plan.init.fresh if plan.init else (),
         start_epoch=plan.resume.epoch if plan.resume else 0,
         threads=threads,
         run_id=uuid.uuid4().hex[:12],
@@ -167,6 +169,10 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
             f"resuming from checkpoint {plan.resume.checkpoint_id} (epoch {plan.resume.epoch} of job "
             f"{plan.resume.job_id})"
         )
+    elif plan.init:
+        fresh = f"; {len(plan.init.fresh)} start fresh: {', '.join(plan.init.fresh)}" if plan.init.fresh else ""
+        ctx.log(f"starting from the weights of {plan.init.name} version {plan.init.version} "
+                f"({plan.init.copied} tensors{fresh})")  # fmt: skip
     counted = (
         f"{rows['train']} training and {rows['validation']} validation rows" if rows else "rows counted by the tasks"
     )
@@ -204,6 +210,9 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     summary = summarize(results, plan, rows)
     if "early_stopping" in summary:
         ctx.log(describe_stop(summary["early_stopping"]))
+    if plan.init:
+        summary["initialized_from"] = {"name": plan.init.name, "version": plan.init.version,
+                                       "tensors": plan.init.copied, "fresh": list(plan.init.fresh)}  # fmt: skip
     linear = _linear_model(ctx, plan, cfg.model_card)
     if linear is not None:
         summary["linear_model"] = linear

@@ -23,7 +23,7 @@ import torch
 from workers import storage
 from workers.codecs import native
 from workers.training.torch import checkpoint as ckpt
-from workers.training.torch import heap
+from workers.training.torch import heap, warm_start
 from workers.training.torch.bookkeeping import Counters, diverged, non_finite_message, replica_checksum, totals
 from workers.training.torch.comm import Comm
 from workers.training.torch.config import TrainerConfig
@@ -181,7 +181,10 @@ def _train(
 ) -> dict[str, Any]:
     spec = parse_network(cfg.network, input_shape=cfg.data.input_shape)
     opt_spec = parse_optimizer(cfg.optimizer)
-    model = build_network(spec, seed=cfg.seed).to(device)
+    model = build_network(spec, seed=cfg.seed)
+    if cfg.init_dir and not cfg.resume_dir:  # every rank reads the same weights: the replicas start equal
+        warm_start.load(storage.fetch_dir(cfg.init_dir), model, cfg.init_fresh)
+    model = model.to(device)
     flat = flatten_parameters(model)
     optimizer = build_optimizer(opt_spec, model, l2=spec.l2)
     scheduler = build_scheduler(opt_spec, optimizer)
