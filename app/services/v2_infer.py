@@ -4,7 +4,9 @@ path names, a request's tensors checked and turned into rows, the prediction as 
 Inputs: one tensor ``[n, width]`` of a model's features in order (any name), or one tensor per feature named
 after it (``[n]`` or ``[n, 1]``; an array feature ``[n, length]``); a sequence model one tensor ``[batch, steps,
 features]``. Outputs: ``predictions`` (class index or value), and for classification ``probabilities``
-``[n, classes]`` and ``label`` (BYTES, when classes have names). The routes are app/api/routes/v2.py.
+``[n, classes]`` and ``label`` (BYTES, when classes have names); a request's ``outputs`` picks some of them. An
+input named twice, a requested output the model does not have, and a value its tensor's datatype cannot hold (a
+fraction in an INT tensor, a number in a BOOL one) are 422s. The routes are app/api/routes/v2.py.
 """
 
 from __future__ import annotations
@@ -80,10 +82,49 @@ def infer(
     owner: str | None,
     body: InferRequest,
 ) -> InferResponse:
-    """The model's predictions for the request's tensors, as V2 output tensors."""
+    """The model's predictions for the request's tensors, as V2 output tensors: the requested ones (in the order
+    asked), or all the model's."""
     model = resolve(db=db, name=name, version=version, owner=owner)
+    requested = _check_names(body, model)
     if model.card.get("sequence"):
-        return _infer_sequences(settings, cache, name, model, body)
+        outputs = _infer_sequences(settings, cache, model, body)
+    else:
+        outputs = _infer_rows(settings, cache, spark, model, body)
+    if requested:
+        answered = {t.name: t for t in outputs}
+        if not set(requested) <= set(answered):  # the metadata lists an output this model did not give
+            raise ValidationFailed.at("outputs", f"{requested} asked; the model answered {list(answered)}")
+        outputs = [answered[n] for n in requested]
+    return InferResponse(
+        model_name=name, model_version=str(model.version) if model.version else None, id=body.id, outputs=outputs
+    )
+
+
+def _check_names(body: InferRequest, model: ModelRef) -> list[str]:
+    """An input named twice, or a requested output the model does not have (or asked twice, or without a name),
+    is a 422 naming it and listing what the model has. The outputs requested, by name (none: all)."""
+    seen: set[str] = set()
+    for i, tensor in enumerate(body.inputs):
+        if tensor.name in seen:
+            raise ValidationFailed.at(f"inputs[{i}].name", f"{tensor.name!r} names two inputs; send each one once")
+        seen.add(tensor.name)
+    known = [spec["name"] for spec in _output_specs(model)]
+    requested: list[str] = []
+    for i, output in enumerate(body.outputs or []):
+        name = output.get("name")
+        if not isinstance(name, str):
+            raise ValidationFailed.at(f"outputs[{i}].name", f"a requested output is named: one of {known}")
+        if name not in known:
+            raise ValidationFailed.at(f"outputs[{i}].name", f"unknown output {name!r}; the model's outputs are {known}")
+        if name in requested:
+            raise ValidationFailed.at(f"outputs[{i}].name", f"{name!r} is requested twice; ask for each output once")
+        requested.append(name)
+    return requested
+
+
+def _infer_rows(
+    settings: Settings, cache: Any, spark: SparkSession, model: ModelRef, body: InferRequest
+) -> list[InferTensor]:
     x = _rows(body, model)
     online.check_row_limit(len(x), settings)
     bad = online.non_finite(x)
@@ -98,19 +139,17 @@ def infer(
     x = x.astype(online.feature_dtype(model))
     out = online.predict_rows(model=model, x=x, cache=cache, spark=spark)
     n = len(x)
-    outputs: list[InferTensor] = []
-    if "probabilities" in out:
-        probabilities = out["probabilities"]
-        outputs.append(InferTensor(name="predictions", shape=[n], datatype="INT64", data=out["class_index"]))
-        outputs.append(
-            InferTensor(name="probabilities", shape=[n, len(probabilities[0]) if n else 0], datatype="FP64",
-                        data=[p for row in probabilities for p in row])
-        )  # fmt: skip
-        if model.class_labels:
-            outputs.append(InferTensor(name="label", shape=[n], datatype="BYTES", data=[str(v) for v in out["label"]]))
-    else:
-        outputs.append(_values_tensor(out["prediction"]))
-    return _response(name, model, body, outputs)
+    if "probabilities" not in out:
+        return [_values_tensor(out["prediction"])]
+    probabilities = out["probabilities"]
+    outputs = [
+        InferTensor(name="predictions", shape=[n], datatype="INT64", data=out["class_index"]),
+        InferTensor(name="probabilities", shape=[n, len(probabilities[0]) if n else 0], datatype="FP64",
+                    data=[p for row in probabilities for p in row]),
+    ]  # fmt: skip
+    if model.class_labels:
+        outputs.append(InferTensor(name="label", shape=[n], datatype="BYTES", data=[str(v) for v in out["label"]]))
+    return outputs
 
 
 def metadata(*, db: sessionmaker[Session], name: str, version: str | None, owner: str | None) -> dict[str, Any]:
@@ -119,10 +158,21 @@ def metadata(*, db: sessionmaker[Session], name: str, version: str | None, owner
     with db() as session:
         latest = models.resolve_version(session=session, name=name, owner=owner)
         versions = [str(v.version) for v in latest.model.versions]
+    input_shape = [-1, -1, len(model.features)] if model.card.get("sequence") else [-1, model.width]
+    return {
+        "name": name,
+        "versions": versions,
+        "platform": f"sparktrain_{model.framework}",
+        "inputs": [{"name": "input", "datatype": "FP32", "shape": input_shape,
+                    "parameters": {"features": list(model.features)}}],
+        "outputs": _output_specs(model),
+    }  # fmt: skip
+
+
+def _output_specs(model: ModelRef) -> list[dict[str, Any]]:
+    """The outputs infer answers, as the metadata lists them (and a request may ask for them by name)."""
     sequence = model.card.get("sequence")
-    per_step = sequence is not None and sequence["labels"] == "per_step"
-    lead = [-1, -1] if per_step else [-1]
-    input_shape = [-1, -1, len(model.features)] if sequence else [-1, model.width]
+    lead = [-1, -1] if sequence is not None and sequence["labels"] == "per_step" else [-1]
     outputs: list[dict[str, Any]] = [{"name": "predictions", "datatype": "INT64" if model.task == "classification"
                                       else "FP64", "shape": lead}]  # fmt: skip
     if model.task == "classification":
@@ -130,14 +180,7 @@ def metadata(*, db: sessionmaker[Session], name: str, version: str | None, owner
         outputs.append({"name": "probabilities", "datatype": "FP64", "shape": [*lead, classes]})
         if model.class_labels and not sequence:  # what infer adds: each row's class by name
             outputs.append({"name": "label", "datatype": "BYTES", "shape": lead})
-    return {
-        "name": name,
-        "versions": versions,
-        "platform": f"sparktrain_{model.framework}",
-        "inputs": [{"name": "input", "datatype": "FP32", "shape": input_shape,
-                    "parameters": {"features": list(model.features)}}],
-        "outputs": outputs,
-    }  # fmt: skip
+    return outputs
 
 
 def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
@@ -167,7 +210,11 @@ def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
 _NUMBER_VALUES: frozenset[type] = frozenset((int, float, type(None)))
 """The JSON values a numeric tensor's data may hold: numbers (exact types: a bool is an int to Python and a string
 of digits a number to numpy) and nulls (NaN, refused with their row and column by the finite check)."""
-_BOOL_VALUES = _NUMBER_VALUES | {bool}
+_BOOL_VALUES: frozenset[type] = frozenset((bool, type(None)))
+"""A BOOL tensor's: true and false (and nulls, as above)."""
+_RANGES = {dt: (int(np.iinfo(code).min), int(np.iinfo(code).max)) for dt, code in _DTYPES.items() if dt[0] in "IU"}
+_RANGES["FP16"] = (-65504, 65504)
+"""What an integer (or half-precision) tensor's values may be: within its type's range, and whole for an integer."""
 _NUMBER_DATA = TypeAdapter(list[StrictFloat | None])
 """The same check for flat data, as floats, in one pass of pydantic's core (strict: no strings, no booleans)."""
 
@@ -188,6 +235,8 @@ def _values(tensor: InferTensor, model: ModelRef | None = None, feature: str | N
         data = np.asarray(values, dtype=np.float64).reshape(-1)
     except (ValueError, TypeError, OverflowError) as exc:
         raise ValidationFailed.at(f"inputs.{tensor.name}.data", "a flat, row-major list of numbers") from exc
+    if tensor.datatype in _RANGES:
+        _check_range(tensor, data, model, feature)
     if any(d < 0 for d in tensor.shape):  # -1 in the model's metadata stands for any number of rows
         rest = math.prod(tensor.shape[1:]) if all(d > 0 for d in tensor.shape[1:]) else 0
         example = f" (here {[data.size // rest, *tensor.shape[1:]]})" if rest and data.size % rest == 0 else ""
@@ -210,13 +259,32 @@ def _check_values(tensor: InferTensor, allowed: frozenset[type], model: ModelRef
             pending.extend(reversed(value))
             continue
         if type(value) not in allowed:
-            kind = "boolean or a number" if tensor.datatype == "BOOL" else "number"
+            kind = "boolean (true or false) in a BOOL tensor" if tensor.datatype == "BOOL" else "number"
             wanted = f"; the model expects {online.expected_types(model)}" if model is not None else ""
             raise ValidationFailed.at(
                 f"inputs.{tensor.name}.data",
                 f"{_position(tensor, len(flat), model, feature)}: {online.shown(value)} is not a {kind}{wanted}",
             )
         flat.append(value)
+
+
+def _check_range(tensor: InferTensor, data: np.ndarray, model: ModelRef | None, feature: str | None) -> None:
+    """The first value the tensor's datatype cannot hold (a fraction in an INT tensor, 300 in a UINT8 one), by its
+    row and column."""
+    low, high = _RANGES[tensor.datatype]
+    integer = tensor.datatype != "FP16"
+    with np.errstate(invalid="ignore"):
+        bad = np.isfinite(data) & ((data < low) | (data > high) | (integer & (data != np.round(data))))
+    if bad.any():
+        index = int(np.argmax(bad))
+        value = float(data[index])
+        kind = tensor.datatype
+        why = f"is not a whole number: {kind} values are whole, in" if not value.is_integer() else f"is beyond {kind}'s"
+        shown = int(value) if value.is_integer() else value
+        raise ValidationFailed.at(
+            f"inputs.{tensor.name}.data",
+            f"{_position(tensor, index, model, feature)}: {shown!r} {why} range [{low}, {high}]",
+        )
 
 
 def _position(tensor: InferTensor, index: int, model: ModelRef | None, feature: str | None) -> str:
@@ -242,7 +310,7 @@ def _check_type(tensor: InferTensor, model: ModelRef | None = None) -> None:
         )
 
 
-def _infer_sequences(settings: Settings, cache: Any, name: str, model: ModelRef, body: InferRequest) -> InferResponse:
+def _infer_sequences(settings: Settings, cache: Any, model: ModelRef, body: InferRequest) -> list[InferTensor]:
     """A sequence model takes one FP tensor ``[batch, steps, features]`` (V2 tensors are rectangular: every
     sequence of a request has ``steps`` real steps). A last_step model answers ``[batch]`` predictions, a per_step
     model ``[batch, steps]``; probabilities add the classes as the last dimension."""
@@ -266,15 +334,9 @@ def _infer_sequences(settings: Settings, cache: Any, name: str, model: ModelRef,
                                    data=probabilities.reshape(-1).tolist()))  # fmt: skip
     else:
         outputs.append(_values_tensor(out["prediction"]))
-    return _response(name, model, body, outputs)
+    return outputs
 
 
 def _values_tensor(prediction: Any) -> InferTensor:
     values = np.asarray(prediction, dtype=np.float64)
     return InferTensor(name="predictions", shape=list(values.shape), datatype="FP64", data=values.reshape(-1).tolist())
-
-
-def _response(name: str, model: ModelRef, body: InferRequest, outputs: list[InferTensor]) -> InferResponse:
-    return InferResponse(
-        model_name=name, model_version=str(model.version) if model.version else None, id=body.id, outputs=outputs
-    )

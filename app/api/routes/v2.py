@@ -74,9 +74,21 @@ async def version_metadata(name: str, version: str, request: Request, rt: Runtim
     return await _answer(request, v2_infer.metadata, db=rt.db, name=name, version=version, owner=caller.scope)
 
 
-@router.get("/models/{name}/ready", summary="V2 model readiness", response_class=Response, responses=_EMPTY_200)
+@router.get("/models/{name}/ready", summary="V2 model readiness (newest version)", response_class=Response,
+            responses=_EMPTY_200)  # fmt: skip
 async def model_ready(name: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
     answer = await _answer(request, v2_infer.resolve, db=rt.db, name=name, version=None, owner=caller.scope)
+    return answer if isinstance(answer, JSONResponse) else Response(status_code=200)
+
+
+@router.get(
+    "/models/{name}/versions/{version}/ready",
+    summary="V2 model readiness",
+    response_class=Response,
+    responses=_EMPTY_200,
+)
+async def version_ready(name: str, version: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
+    answer = await _answer(request, v2_infer.resolve, db=rt.db, name=name, version=version, owner=caller.scope)
     return answer if isinstance(answer, JSONResponse) else Response(status_code=200)
 
 
