@@ -23,6 +23,7 @@ from typing import Any
 import uvicorn
 from pydantic import ValidationError
 
+from app.core.errors import message
 from app.core.logging import configure_logging
 from app.core.settings import load_settings
 from app.spark.session import SPARK_LOST_EXIT, SPARK_LOST_LOG, SPARK_PROBE_S, spark_alive
@@ -115,6 +116,13 @@ def unreachable_database(url: str, timeout_s: int = 10) -> str | None:
         engine.dispose()
 
 
+def _line(loc: tuple[int | str, ...], words: str) -> str:
+    """An error of Settings, led by the environment variable it is about (``SPARKTRAIN_PORT: ...``) unless its
+    words already start with one."""
+    variable = f"SPARKTRAIN_{str(loc[0]).upper()}" if loc else "settings"
+    return words if words.startswith((variable, "SPARKTRAIN_")) else f"{variable}: {words}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m app", description="Start the sparktrain driver process.")
     parser.add_argument("--host", help="interface to listen on (default SPARKTRAIN_HOST or 127.0.0.1)")
@@ -124,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = load_settings(**overrides)
     except ValidationError as exc:
-        lines = [f"  {'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()]
+        lines = [f"  {_line(e['loc'], message(e))}" for e in exc.errors()]
         sys.exit("sparktrain cannot start, a setting is wrong:\n" + "\n".join(lines))
     away = unreachable_database(settings.database_url)
     if away is not None:  # before uvicorn, whose failed start-up prints a page of traceback

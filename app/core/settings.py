@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.core.auth import ApiKey, parse_api_keys
+from app.core.auth import OWNER_PATTERN, ApiKey, parse_api_keys
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout (or install) root: ``spark-conf/`` and ``datasets/`` live here."""
@@ -50,6 +50,8 @@ def parse_owner_quotas(value: Any) -> dict[str, dict[str, int]]:
         raise ValueError(f'{setting} must be a JSON object like {{"alice": {{"concurrent_jobs": 4}}}}')
     out: dict[str, dict[str, int]] = {}
     for owner, quotas in value.items():
+        if not re.match(OWNER_PATTERN, str(owner)):  # a name no key can have: its quotas would never apply
+            raise ValueError(f"{setting}: owner {owner!r} must be 1 to 200 letters, digits, '.', '_', '@' or '-'")
         if not isinstance(quotas, dict):
             raise ValueError(f"{setting}: the quotas of {owner!r} must be an object of {', '.join(QUOTAS)}")
         unknown = sorted(set(quotas) - set(QUOTAS))
@@ -59,15 +61,60 @@ def parse_owner_quotas(value: Any) -> dict[str, dict[str, int]]:
     return out
 
 
-def _split_csv(value: Any) -> Any:
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return value
+def _env(field: str | None) -> str:
+    return f"SPARKTRAIN_{str(field).upper()}"
+
+
+def _split_csv(value: Any, setting: str) -> Any:
+    """A comma-separated list; one trailing comma is allowed, any other empty item (``a,,b``: an unset variable
+    in a template) is refused rather than dropped."""
+    if not isinstance(value, str):
+        return value
+    parts = [part.strip() for part in value.split(",")]
+    if len(parts) > 1 and not parts[-1]:
+        parts.pop()
+    if value.strip() and not all(parts):
+        raise ValueError(f"{setting} item {parts.index('') + 1} is empty; write comma-separated items without ',,'")
+    return [part for part in parts if part]
+
+
+SPARK_MASTER = re.compile(
+    r"^(local(\[(\*|[1-9]\d*)(,[0-9]+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s)://\S+|yarn)$"
+)
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://\S+$")  # scheme://rest; a one-letter scheme is a Windows drive
+
+
+def _check_database_url(url: str) -> None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    what = "SPARKTRAIN_DATABASE_URL must be a SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db or sqlite:///path"
+    try:
+        make_url(url).get_dialect()
+    except NoSuchModuleError:  # before ArgumentError, its base class
+        raise ValueError(f"{what}; SQLAlchemy knows no such dialect") from None
+    except (ArgumentError, ValueError):
+        raise ValueError(f"{what}; it does not parse") from None
+
+
+def _check_broker_url(url: str) -> None:
+    from kombu.transport import TRANSPORT_ALIASES
+    from kombu.utils.url import url_to_parts
+
+    what = "SPARKTRAIN_BROKER_URL must be a Celery broker URL, e.g. redis://host:6379/0"
+    try:
+        scheme = url_to_parts(url).scheme if "://" in url else ""
+    except ValueError:  # a port that is not a number
+        raise ValueError(f"{what}; it does not parse") from None
+    if scheme.split("+")[0] not in TRANSPORT_ALIASES:
+        raise ValueError(f"{what}; kombu has no transport {scheme!r}" if scheme else f"{what}; it has no scheme://")
 
 
 class Settings(BaseSettings):
     # Errors never repeat the value they refuse: it may be an API key or a URL with a password.
-    model_config = SettingsConfigDict(env_prefix="SPARKTRAIN_", extra="ignore", frozen=True, hide_input_in_errors=True)
+    model_config = SettingsConfigDict(
+        env_prefix="SPARKTRAIN_", extra="ignore", frozen=True, hide_input_in_errors=True, allow_inf_nan=False
+    )
     _output_roots: list[Path] | None = PrivateAttr(None)
     """Set on a copy scoped to a caller with a data space (app/services/spaces.py); never from the environment."""
 
@@ -99,7 +146,7 @@ class Settings(BaseSettings):
 
     # --- Spark ---------------------------------------------------------------------------------------------
     spark_master: str = "local[*]"
-    spark_app_name: str = "sparktrain"
+    spark_app_name: str = Field("sparktrain", min_length=1)
     spark_local_nice: int = Field(
         10,
         ge=0,
@@ -128,7 +175,7 @@ class Settings(BaseSettings):
     # --- jobs ----------------------------------------------------------------------------------------------
     in_process_consumer: bool = Field(True, description="Run a Celery consumer (threads pool) inside the driver.")
     consumer_concurrency: int = Field(2, ge=1, le=64, description="Jobs one driver process runs at once.")
-    queue: str = Field("sparktrain", description="Celery queue the jobs travel on.")
+    queue: str = Field("sparktrain", min_length=1, description="Celery queue the jobs travel on.")
     visibility_timeout_s: int = Field(
         12 * 3600, ge=60, description="Redis redelivery timeout; must exceed the longest job."
     )
@@ -187,7 +234,7 @@ class Settings(BaseSettings):
     )
 
     # --- HTTP ----------------------------------------------------------------------------------------------
-    host: str = "127.0.0.1"
+    host: str = Field("127.0.0.1", min_length=1)
     port: int = Field(8000, ge=0, le=65535)
     api_keys: Annotated[list[ApiKey], NoDecode] = Field(
         default_factory=list,
@@ -211,30 +258,104 @@ class Settings(BaseSettings):
         description="How often a driver reads the database for each job that has SSE clients (GET /jobs/{id}/events).",
     )
 
-    @field_validator("data_roots", "remote_uri_prefixes", mode="before")
+    @field_validator("data_roots", mode="before")
     @classmethod
-    def _csv(cls, value: Any) -> Any:
-        return _split_csv(value)
+    def _csv(cls, value: Any, info: ValidationInfo) -> Any:
+        return _split_csv(value, _env(info.field_name))
+
+    @field_validator("remote_uri_prefixes", mode="before")
+    @classmethod
+    def _prefixes(cls, value: Any) -> Any:
+        value = _split_csv(value, "SPARKTRAIN_REMOTE_URI_PREFIXES")
+        for position, prefix in enumerate(value if isinstance(value, list) else [], start=1):
+            if not _URI.match(str(prefix)) or str(prefix).lower().startswith("file:"):
+                raise ValueError(
+                    f"SPARKTRAIN_REMOTE_URI_PREFIXES item {position} is not a remote URI prefix like s3a://bucket/data/"
+                )
+        return value
 
     @field_validator("api_keys", mode="before")
     @classmethod
     def _api_keys(cls, value: Any) -> Any:
-        value = _split_csv(value)
+        value = _split_csv(value, "SPARKTRAIN_API_KEYS")
         return parse_api_keys(value) if isinstance(value, list | tuple) else value
+
+    @field_validator("var_dir", "artifact_root", "spark_conf_dir", mode="before")
+    @classmethod
+    def _path(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str) and not value.strip():  # Path("") is the working directory, never meant
+            raise ValueError(f"{_env(info.field_name)} is empty; give a directory or leave it unset")
+        return value
+
+    @field_validator("owner_root", "rapids_jar", mode="before")
+    @classmethod
+    def _optional_path(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value  # documented: empty = unset
+
+    @field_validator("spark_master")
+    @classmethod
+    def _spark_master(cls, value: str) -> str:
+        if not SPARK_MASTER.match(value):
+            raise ValueError(
+                "SPARKTRAIN_SPARK_MASTER must be local, local[N], local[*], local-cluster[N,C,M], spark://host:port, "
+                "k8s://https://host:port or yarn"
+            )
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        if value:
+            _check_database_url(value)
+        return value
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url(cls, value: str) -> str:
+        if value:
+            _check_broker_url(value)
+        return value
+
+    @field_validator("artifact_store")
+    @classmethod
+    def _artifact_store(cls, value: str) -> str:
+        if value and not _URI.match(value):
+            raise ValueError(
+                "SPARKTRAIN_ARTIFACT_STORE must be a URI like s3://bucket/prefix, hdfs://namenode/path or "
+                "file:///path, or empty"
+            )
+        return value
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str):
+            return value.strip().upper() if info.field_name == "log_level" else value.strip().lower()
+        return value
 
     @field_validator("spark_conf", mode="before")
     @classmethod
     def _json_object(cls, value: Any) -> Any:
+        example = 'a JSON object of Spark settings, e.g. {"spark.executor.memory": "4g"}'
         if isinstance(value, str):
-            value = json.loads(value) if value.strip() else {}
-        if isinstance(value, dict):
-            return {str(k): str(v) for k, v in value.items()}
-        return value
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except ValueError as exc:
+                raise ValueError(f"SPARKTRAIN_SPARK_CONF is not JSON ({exc}); write {example}") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"SPARKTRAIN_SPARK_CONF must be {example}")
+        out: dict[str, str] = {}
+        for key, item in value.items():
+            if not str(key).strip() or isinstance(item, dict | list) or item is None:
+                raise ValueError(f"SPARKTRAIN_SPARK_CONF: every key must be a name and every value a string, "
+                                 f"number or boolean; {example}")  # fmt: skip
+            out[str(key)] = json.dumps(item) if isinstance(item, bool) else str(item)
+        return out
 
     @field_validator(*QUOTA_FIELDS, mode="before")
     @classmethod
     def _quota(cls, value: Any, info: ValidationInfo) -> int:
-        return quota_value(f"SPARKTRAIN_{str(info.field_name).upper()}", value)
+        return quota_value(_env(info.field_name), value)
 
     @field_validator("owner_quotas", mode="before")
     @classmethod
@@ -243,6 +364,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> Settings:
+        if self.heartbeat_stale_s <= 2 * self.heartbeat_interval_s:  # else running jobs are taken for lost
+            raise ValueError(
+                "SPARKTRAIN_HEARTBEAT_STALE_S must be more than twice SPARKTRAIN_HEARTBEAT_INTERVAL_S "
+                f"({self.heartbeat_stale_s:g} <= 2 x {self.heartbeat_interval_s:g})"
+            )
         var = self.var_dir.resolve()
         updates: dict[str, Any] = {"var_dir": var}
         if not self.database_url:
@@ -261,6 +387,8 @@ class Settings(BaseSettings):
                     )
         updates["artifact_root"] = self.artifact_root.resolve()
         updates["spark_conf_dir"] = self.spark_conf_dir.resolve()
+        if not updates["spark_conf_dir"].is_dir():  # Spark would start without spark-defaults.conf, silently
+            raise ValueError(f"SPARKTRAIN_SPARK_CONF_DIR {updates['spark_conf_dir']} is not a directory")
         if self.spark_profile and not (updates["spark_conf_dir"] / f"{self.spark_profile}.conf").is_file():
             raise ValueError(
                 f"spark_profile {self.spark_profile!r}: there is no {updates['spark_conf_dir']}/"
