@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -77,6 +79,11 @@ class DriverServer(uvicorn.Server):
         if runtime is not None:
             threading.Thread(target=runtime.begin_stop, name="hand-back", daemon=True).start()
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if sockets is not None and self.started:  # uvicorn names its address only for the sockets it opened itself
+            self._log_started_message(sockets)
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
@@ -91,6 +98,41 @@ class DriverServer(uvicorn.Server):
 
 
 DATABASE_AWAY_EXIT = 3  # uvicorn's status for a failed start-up, which is what this was before the probe
+PORT_TAKEN_EXIT = 5  # it cannot listen on its host and port (in use, not an address of this machine, privileged)
+
+
+def listen(host: str, port: int, backlog: int = 2048) -> list[socket.socket]:
+    """The driver's listening sockets, opened as asyncio's ``create_server`` (uvicorn's) opens them: one per address
+    ``host`` names, ``SO_REUSEADDR`` (a restart finds its old connections in TIME_WAIT), IPv6 ones IPv6-only. They
+    listen at once, so nothing can take the port while the driver starts, and requests that come early wait for it
+    instead of being refused. Raises OSError (``socket.gaierror`` for a host that does not resolve)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> str:
+    """The one line ``python -m app`` exits with when it cannot listen on ``host:port``."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"sparktrain cannot start: {where} is already in use (another driver or program listens there); "
+                "stop it or choose another port with SPARKTRAIN_PORT or --port")  # fmt: skip
+    reason = exc.strerror or str(exc)
+    return (f"sparktrain cannot start: it cannot listen on {where} ({reason}); choose another address with "
+            "SPARKTRAIN_HOST or --host and SPARKTRAIN_PORT or --port")  # fmt: skip
 
 
 def unreachable_database(url: str, timeout_s: int = 10) -> str | None:
@@ -139,6 +181,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"sparktrain cannot start: the database is unreachable: {away}\nStart it, check its address and "
               "credentials, or point SPARKTRAIN_DATABASE_URL at one that runs.", file=sys.stderr)  # fmt: skip
         sys.exit(DATABASE_AWAY_EXIT)
+    try:  # before Spark, the consumer and the broker's restore: a second driver on a taken port touches nothing
+        sockets = listen(settings.host, settings.port)
+    except OSError as exc:
+        print(cannot_listen(settings.host, settings.port, exc), file=sys.stderr)
+        sys.exit(PORT_TAKEN_EXIT)
     configure_logging(level=settings.log_level, fmt=settings.log_format)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines carry tracebacks of closed connections
 
@@ -155,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         timeout_graceful_shutdown=30,
     )
     server = DriverServer(config, app=app)
-    server.run()
+    server.run(sockets=sockets)
     runtime = getattr(app.state, "runtime", None)
     if runtime is not None:  # a signal during start-up: uvicorn skips the shutdown of what already started
         runtime.begin_stop()

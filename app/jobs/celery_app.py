@@ -6,13 +6,19 @@ process's :class:`~app.jobs.runtime.JobRuntime`, which the process attaches to t
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import warnings
+from queue import Empty
 from typing import Any
 
 from celery import Celery, Task
 from celery.exceptions import CPendingDeprecationWarning, Reject
+from kombu.transport import sqlalchemy as sqla_transport
+from kombu.utils.encoding import bytes_to_str
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
 
 from app.core.logging import job_scope
 from app.core.settings import Settings
@@ -36,13 +42,88 @@ def attach_runtime(app: Celery, rt: JobRuntime) -> None:
     setattr(app, RUNTIME_ATTR, rt)
 
 
+class EmbeddedChannel(sqla_transport.Channel):
+    """kombu's SQLAlchemy channel, with acknowledged messages deleted.
+
+    kombu hides a message when a consumer takes it (``visible = 0``) and does nothing at the broker when it is
+    acknowledged, rejected or handed back: every message ever sent stays in the table, hidden, and a hidden one
+    that was acknowledged cannot be told from one whose consumer died before its ack. Here each delivery notes the
+    row it came from (``_get``), and the row is deleted once its message is acknowledged, rejected or put back (a
+    requeue, the restore of a closing channel, which writes a copy first, under a delivery tag of its own). A
+    hidden row is then a message taken and never finished with: :func:`restore_unacked_embedded` brings it back.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._rows: dict[str, int] = {}  # delivery tag -> its row; set by the consuming thread, popped by any
+        super().__init__(*args, **kwargs)
+
+    def _get(self, queue: str, timeout: float | None = None) -> Any:
+        # kombu 5's Channel._get, plus the row's id
+        obj = self._get_or_create(queue)
+        if self.session.bind.name == "sqlite":
+            self.session.execute(text("BEGIN IMMEDIATE TRANSACTION"))
+        try:
+            msg = (
+                self.session.query(self.message_cls)
+                .with_for_update()
+                .filter(self.message_cls.queue_id == obj.id)
+                .filter(self.message_cls.visible != False)  # noqa: E712 (a SQL expression)
+                .order_by(self.message_cls.sent_at)
+                .order_by(self.message_cls.id)
+                .limit(1)
+                .first()
+            )
+            if msg is None:
+                raise Empty()
+            msg.visible = False
+            row, payload = msg.id, json.loads(bytes_to_str(msg.payload))
+        finally:
+            self.session.commit()
+        self._rows[payload["properties"]["delivery_tag"]] = row
+        return payload
+
+    def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
+        super().basic_ack(delivery_tag, multiple=multiple)
+        self._delete_row(delivery_tag)
+
+    def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        super().basic_reject(delivery_tag, requeue=requeue)  # a requeue writes the copy first (_restore)
+        self._delete_row(delivery_tag)
+
+    def _restore(self, message: Any) -> None:
+        raw = message.serializable()
+        # a tag of its own: the copy may be taken (and its row noted) before the original's row is deleted
+        raw["properties"] = {**raw["properties"], "delivery_tag": self._next_delivery_tag()}
+        raw["redelivered"] = True
+        info = message.delivery_info
+        for queue in self._lookup(info["exchange"], info["routing_key"]):
+            self._put(queue, raw)
+        self._delete_row(message.delivery_tag)
+
+    def _delete_row(self, delivery_tag: str) -> None:
+        """Delete the row of a message this channel is done with, on a connection of its own (acks come from the
+        pool's threads; the channel's session belongs to the consuming thread). A row that stays (the database was
+        locked past its timeout) comes back at the next start and is dropped by the job's state guard."""
+        row = self._rows.pop(delivery_tag, None)
+        if row is None:
+            return
+        engine, _ = self._open()
+        table = self.message_cls.__table__
+        try:
+            with engine.begin() as conn:
+                conn.execute(table.delete().where(table.c.id == row))
+        except SQLAlchemyError as exc:
+            log.warning("the broker kept finished message %s (%s): it comes back at the next start, ignored", row, exc)
+
+
 def _configure_embedded_broker(settings: Settings) -> None:
     """kombu's SQLAlchemy transport polls once a second; its transport options go to create_engine (a
-    ``polling_interval`` there raises), so the class attribute is the one knob."""
-    if settings.broker_url.startswith("sqla+"):
-        from kombu.transport import sqlalchemy as sqla_transport
-
+    ``polling_interval`` there raises), so the class attribute is the one knob. Its channel becomes
+    :class:`EmbeddedChannel` (``broker_transport`` cannot name a class for a ``sqla+`` URL: kombu takes the
+    transport from the URL's prefix)."""
+    if settings.broker_url.startswith(("sqla+", "sqlalchemy+")):
         sqla_transport.Transport.polling_interval = settings.broker_poll_interval_s
+        sqla_transport.Transport.Channel = EmbeddedChannel
         db = settings.broker_url.removeprefix("sqla+sqlite:///")
         if db != settings.broker_url:
             from pathlib import Path
@@ -53,10 +134,12 @@ def _configure_embedded_broker(settings: Settings) -> None:
 def restore_unacked_embedded(broker_url: str) -> int:
     """Make the embedded SQLite broker's taken-but-unacknowledged messages visible again.
 
-    kombu's SQLAlchemy transport hides a message when a consumer takes it and deletes it on ack; a consumer
-    killed in between (kill -9, power loss) leaves it hidden for ever. The embedded broker belongs to one
-    driver, so at that driver's start nothing else can hold a message: every hidden one is an orphan. Jobs the
-    messages name that already started are dropped by the QUEUED -> STARTING guard. Returns how many came back.
+    A message a consumer takes is hidden (``visible = 0``), and :class:`EmbeddedChannel` deletes its row once it is
+    acknowledged, rejected or put back; a consumer killed in between (kill -9, power loss) leaves it hidden for
+    ever. The embedded broker belongs to one driver, so at that driver's start nothing else can hold a message:
+    every hidden one is an orphan. Jobs the messages name that already started are dropped by the QUEUED ->
+    STARTING guard (so are, once, the acknowledged messages a broker file from before deletion kept hidden: their
+    rows go with their ack). Returns how many came back.
     """
     if not broker_url.startswith("sqla+sqlite:///"):
         return 0
