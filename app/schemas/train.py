@@ -86,6 +86,13 @@ class DatasetRef(Body):
     split: Split | None = Field(None, description="Hold out a validation part when no validation set is given.")
     sequence: SequenceOptions | None = Field(None, description="torch: the rows form sequences (lstm/gru).")
     key: str | None = Field(None, description="Batch prediction: the id column copied into every output row.")
+    categorical: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="xgboost and spark_ml training: features that are categories (text, whole numbers or "
+        "booleans), each one-hot encoded by the categories of the training rows (at most 1000); stored with the "
+        "model and applied wherever it sees rows, an unseen category as all zeros.",
+    )
 
 
 class ValidationRef(Body):

@@ -1,6 +1,5 @@
 """Online prediction: inline rows answered now, from a model cached in the driver process (MLflow ``/invocations``
-body formats; the V2 protocol's routes share this). Models are resolved once per selector and cached
-(:class:`ResolvedModels`), so a small request touches neither the database nor the disk."""
+bodies; V2's routes share it). Models are resolved once per selector and cached (:class:`ResolvedModels`)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.core.errors import PayloadTooLarge, ValidationFailed
 from app.core.settings import Settings
 from app.schemas.inference import ModelSelector, PredictRequest
+from app.services.categorical_rows import categorical_matrix
 from app.services.planning.inference import resolve_model_and_owner
 from workers import storage
 from workers.errors import SpecError
@@ -26,9 +26,8 @@ if TYPE_CHECKING:
 
 
 class ResolvedModels:
-    """Model selectors already resolved, so an online request does not query the database: an explicit version
-    or checkpoint never changes; the newest version or an alias is looked up again after ``ttl_s``. Each entry
-    remembers its owner, so a hit serves only a caller who may see it."""
+    """Model selectors already resolved, so an online request does not query the database: a version or checkpoint
+    never changes, the newest version or an alias is looked up after ``ttl_s``; a hit serves only its owner."""
 
     def __init__(self, ttl_s: float = 2.0, capacity: int = 256) -> None:
         self.ttl_s, self.capacity = ttl_s, capacity
@@ -152,8 +151,10 @@ def feature_dtype(model: ModelRef) -> str:
 
 
 def feature_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
-    """(n, width) in the model's feature order and :func:`feature_dtype`; 422 naming the row and the column that is
-    missing, mistyped (a string or a boolean for a number) or not finite, and the type the signature expects."""
+    """(n, width) in the model's feature order and :func:`feature_dtype`; 422 naming the row and the column missing,
+    mistyped (a string or a boolean for a number) or not finite, and the type the signature expects."""
+    if model.categories is not None:  # inputs by column, encoded as the one-hot features
+        return categorical_matrix(rows, model, loc, feature_dtype(model))
     x = _fast_matrix(rows, model)
     if x is None:
         x = _careful_matrix(rows, model, loc)
@@ -204,8 +205,7 @@ def _careful_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
 
 
 def column_name(model: ModelRef, position: int) -> str:
-    """The column at ``position`` of a feature matrix row, for messages: ``h_distance``, or ``pixels[12]`` for an
-    array feature."""
+    """The column at ``position`` of a feature row, for messages: ``h_distance``, or ``pixels[12]`` (an array)."""
     features = model.features
     if model.card.get("array_column"):
         return f"{features[0]}[{position}]"
@@ -213,8 +213,8 @@ def column_name(model: ModelRef, position: int) -> str:
 
 
 def non_finite(x: Any) -> tuple[int, ...] | None:
-    """The index (``(position,)`` in a row, ``(row, column)`` in a matrix) of the first value that is NaN, infinite
-    or beyond float32, or None."""
+    """The index (``(position,)`` in a row, ``(row, column)`` in a matrix) of the first value NaN, infinite or
+    beyond float32, or None."""
     import numpy as np
 
     fine = np.abs(x) <= FLOAT32_MAX  # NaN compares false
@@ -277,8 +277,8 @@ _NUMBERS = TypeAdapter(list[StrictFloat])
 
 @lru_cache(maxsize=256)
 def _typed_rows(kinds: tuple[bool, ...]) -> TypeAdapter[Any]:
-    """Rows of a signature with boolean columns (``kinds``: True for one): there a boolean is a value, elsewhere a
-    number only; a row of the wrong length is refused too."""
+    """Rows of a signature with boolean columns (``kinds``: True for one), where a boolean is a value (elsewhere a
+    number only); a row of the wrong length is refused too."""
     items = tuple(StrictBool | StrictFloat if boolean else StrictFloat for boolean in kinds)
     return TypeAdapter(list[tuple[items]])  # type: ignore[valid-type]
 

@@ -85,6 +85,10 @@ def infer(
     """The model's predictions for the request's tensors, as V2 output tensors: the requested ones (in the order
     asked), or all the model's."""
     model = resolve(db=db, name=name, version=version, owner=owner)
+    if model.categories is not None:
+        columns = ", ".join(model.categories.levels)
+        raise ValidationFailed.at("inputs", f"the model takes categorical columns ({columns}), and V2 tensors are "
+                                  "numbers: POST /predict with dataframe_records")  # fmt: skip
     requested = _check_names(body, model)
     if model.card.get("sequence"):
         outputs = _infer_sequences(settings, cache, model, body)

@@ -29,10 +29,11 @@ _SHOWN = 200
 
 
 def numeric_columns(ds: ResolvedDataset) -> tuple[str, ...]:
-    """The columns the request declares numeric: the features, a regression's labels and the weight. A
-    classification label is not one of them: string class names are allowed."""
+    """The columns the request declares numeric: the features (but categorical ones), a regression's labels and the
+    weight. A classification label is not one of them: string class names are allowed."""
     labels = ds.label_columns if ds.task == "regression" else ()
-    return (*ds.features, *labels, *((ds.weight,) if ds.weight else ()))
+    features = (f for f in ds.features if f not in ds.categorical)  # categories: any text
+    return (*features, *labels, *((ds.weight,) if ds.weight else ()))
 
 
 def _value(dtypes: dict[str, str], column: str, numeric: bool) -> tuple[Column, str, list[tuple[Column, Column]]]:

@@ -38,6 +38,8 @@ class ResolvedDataset:
     """A :class:`workers.data.sequences.SequenceSpec` as a dict when the rows form sequences."""
     labels_path: str | None = None
     """A separate label dataset of a sequence dataset (same format), joined by sequence id."""
+    categorical: tuple[str, ...] = ()
+    """Features that are categories, one-hot encoded by the family driver (:mod:`workers.data.categories`)."""
     column_types: dict[str, str] = field(default_factory=dict)
     """The feature columns' Spark types, as planned: a trained model's signature records them."""
 
@@ -63,6 +65,7 @@ class ResolvedDataset:
             "split_seed": self.split_seed,
             "sequence": self.sequence,
             "labels_path": self.labels_path,
+            "categorical": list(self.categorical),
         }
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome
 from workers.data.clean import bad_examples, clean, read_as_numbers
+from workers.data.one_hot import expand
 from workers.data.spec import read_dataframe
 from workers.evaluation.remote import STATE_SCHEMA, model_states, sequence_states, spark_ml_states
 from workers.inference.spec import EvaluationPlan, ModelRef
@@ -61,8 +62,11 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
         states = sequence_states(model, ds.sequence, options, plan.batch_size)
         collected = frame.mapInArrow(states, STATE_SCHEMA).collect()
     elif model.framework in ("torch", "xgboost"):
-        columns, parsed = read_as_numbers(source, ds, (*model.features, *model.labels))
-        frame = _bounded(source.select(*columns), plan.eval_workers, ctx)
+        columns, parsed = read_as_numbers(source, ds, (*model.inputs, *model.labels))
+        selected = source.select(*columns)
+        if model.categories is not None:  # a null category makes its one-hot columns null: a bad row, counted
+            selected = expand(model.categories, selected).select(*model.features, *model.labels)
+        frame = _bounded(selected, plan.eval_workers, ctx)
         collected = frame.mapInArrow(model_states(model, options, plan.batch_size), STATE_SCHEMA).collect()
     elif model.framework == "spark_ml":
         frame, dropped = _spark_ml_predictions(ctx, model, source, ds)
@@ -100,8 +104,12 @@ def _spark_ml_predictions(ctx: JobContext, model: ModelRef, source: DataFrame, d
     from pyspark.ml.functions import vector_to_array
     from pyspark.sql import functions as F
 
-    checked = replace(ds, features=model.features, label=model.labels[0], task=model.task, num_classes=None)
+    categories = model.categories
+    checked = replace(ds, features=model.inputs, label=model.labels[0], task=model.task, num_classes=None,
+                      categorical=tuple(categories.levels) if categories else ())  # fmt: skip
     cleaned, _rows, dropped = clean(ctx, source, checked)
+    if categories is not None:
+        cleaned = expand(categories, cleaned)
     predicted = PipelineModel.load(str(storage.fetch_dir(model.uri))).transform(cleaned)
     if model.task == "classification":
         probability = vector_to_array(F.col("probability")).alias("_probability")

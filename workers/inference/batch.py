@@ -21,6 +21,7 @@ from typing import Any
 from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome
 from workers.data.clean import clean
+from workers.data.one_hot import expand
 from workers.data.spec import read_dataframe
 from workers.inference.remote import (
     model_predictions,
@@ -44,9 +45,13 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
     missing_keys = source.where(F.col(plan.key).isNull()).limit(1).count()
     if missing_keys:
         raise JobFailure("BAD_ROWS", f"the key column {plan.key!r} of {ds.path} has nulls: every row needs a key")
-    checked = replace(ds, features=model.features, label=None, extra_labels=(), weight=None)
+    categories = model.categories
+    checked = replace(ds, features=model.inputs, label=None, extra_labels=(), weight=None,
+                      categorical=tuple(categories.levels) if categories else ())  # fmt: skip
     width = model.width if model.card.get("array_column") else None
     rows, _usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
+    if categories is not None:  # the one-hot columns the model takes, from the cleaned rows
+        rows = expand(categories, rows)
     if model.framework in ("torch", "xgboost"):
         key_type = dict(rows.dtypes)[plan.key]
         schema = output_schema(model, plan.key, key_type)

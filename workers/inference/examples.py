@@ -37,7 +37,10 @@ def example_rows(spark: SparkSession, ds: ResolvedDataset) -> list[Any]:
         rows = [r.asDict() for r in frame.select(*_as_trained(frame, ds)).limit(20).collect()]
     except Exception:  # an example is a convenience: never the reason a model is not registered
         return []
-    good = [{k: _plain(v) for k, v in row.items()} for row in rows if _finite(list(row.values()))][:ROWS]
+    categories = set(ds.categorical)  # any value but null: the rest must be finite numbers
+    usable = [r for r in rows if _finite([v for k, v in r.items() if k not in categories]) and
+              all(r[c] is not None for c in categories)]  # fmt: skip
+    good = [{k: _plain(v) for k, v in row.items()} for row in usable][:ROWS]
     while good and _size([list(r.values()) for r in good]) > MAX_VALUES:
         good = good[:-1]
     return good

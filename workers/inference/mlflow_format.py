@@ -105,6 +105,11 @@ def _example(card: Mapping[str, Any], rows: list[Any]) -> tuple[dict[str, Any], 
                 "format": "tf-serving"}  # fmt: skip
         return example, {"inputs": rows}, info
     features = [str(f) for f in card.get("features") or []]
+    if card.get("categorical"):  # MLflow's flavors take the one-hot columns: the example rows encoded
+        from workers.data.categories import Categories
+
+        x, _problems = Categories.from_dict(card["categorical"]).encode(rows)
+        rows = [dict(zip(features, map(float, values), strict=True)) for values in x]
     split = {"columns": features, "data": [[row.get(f) for f in features] for row in rows]}
     info = {"artifact_path": INPUT_EXAMPLE, "serving_input_path": SERVING_EXAMPLE, "type": "dataframe",
             "pandas_orient": "split"}  # fmt: skip

@@ -113,6 +113,22 @@ def signature_of(card: Mapping[str, Any], framework: str = "torch") -> dict[str,
     return build_signature(card, None, framework)
 
 
+def categorical_inputs(stored: Mapping[str, Any], categories: Any, card: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The columns a model trained with categorical features is fed from (what sparktrain checks requests
+    against): its numeric inputs as its stored signature has them, and each categorical one as text, a whole
+    number or a boolean (``categorical: true``). The stored signature lists the one-hot columns: what MLflow's
+    flavors feed the model."""
+    specs = {spec["name"]: spec for spec in columns(stored)}
+    types = card.get("types") or {}
+    out: list[dict[str, Any]] = []
+    for name in categories.inputs:
+        if name in categories.levels:
+            out.append({"name": name, **mlflow_type(types.get(name, "string")), "required": True, "categorical": True})
+        else:
+            out.append(specs.get(name) or {"name": name, "type": "double", "required": True})
+    return out
+
+
 def columns(signature: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The named column specs of a signature (none for a tensor signature)."""
     return [spec for spec in signature.get("inputs") or [] if spec.get("type") != "tensor" and "name" in spec]
@@ -154,6 +170,8 @@ def value_problem(value: Any, spec: Mapping[str, Any]) -> str | None:
     kind = spec.get("type")
     if value is None:
         return None
+    if spec.get("categorical"):  # compared as text with the categories of the training rows
+        return None if isinstance(value, str | int) else f"{value!r} is not a category (text or a whole number)"
     if kind == "array":
         if not isinstance(value, list | tuple):
             return f"{value!r} is not an array"
@@ -213,6 +231,8 @@ def dataset_problem(schema: Mapping[str, str], signature: Mapping[str, Any]) -> 
         if name not in schema:
             return name, f"no column {name!r}; the model expects {expected(signature)}"
         given = mlflow_type(schema[name])
+        if spec.get("categorical") and given["type"] in ("string", "long", "boolean"):
+            continue
         if (given["type"] == "array") != (spec["type"] == "array") or given["type"] == "string":
             return name, f"column {name!r} is {schema[name]}; the model expects {describe(spec)}"
     return None

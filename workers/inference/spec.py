@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from workers.data.categories import Categories
 from workers.data.spec import ResolvedDataset
-from workers.inference.signature import signature_of
+from workers.inference.signature import categorical_inputs, signature_of
 
 OUTPUT_MARKER = "_SPARKTRAIN_JOB"
 """In a batch prediction's output: the id of the job that wrote it (Spark readers skip ``_`` files; the service
@@ -30,6 +31,17 @@ class ModelRef:
     def features(self) -> tuple[str, ...]:
         return tuple(self.card.get("features") or ())
 
+    @cached_property
+    def categories(self) -> Categories | None:
+        """The one-hot encoding of a model trained with categorical features (:mod:`workers.data.categories`)."""
+        stored = self.card.get("categorical")
+        return Categories.from_dict(stored) if stored else None
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The columns the model is fed from: its features, or the columns its one-hot features are made from."""
+        return self.categories.inputs if self.categories is not None else self.features
+
     @property
     def labels(self) -> tuple[str, ...]:
         return tuple(self.card.get("labels") or ())
@@ -47,7 +59,10 @@ class ModelRef:
     def signature(self) -> dict[str, Any]:
         """The model's signature (recorded at training, or derived from the card): what requests are checked
         against (:mod:`workers.inference.signature`)."""
-        return signature_of(self.card, self.framework)
+        stored = signature_of(self.card, self.framework)
+        if self.categories is None:
+            return stored
+        return {**stored, "inputs": categorical_inputs(stored, self.categories, self.card["categorical"])}
 
     @property
     def width(self) -> int:

@@ -118,6 +118,7 @@ def run(ctx: JobContext, spec: GpuSmokePlan) -> JobOutcome:
         raise JobFailure("NOT_ON_GPU", f"device 'cuda' but {why}")
 
     ctx.metrics([MetricPoint(key="join_seconds", value=seconds, step=1)])
+    ctx.progress(1.0, "done")  # as every other job ends (it kept "checking the count")
     ctx.log(f"gpu-smoke: {counts['joined']:,} joined rows in {seconds:.2f} s on the {ran_on.upper()}: {why}")
     return JobOutcome(
         result={

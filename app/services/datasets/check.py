@@ -18,6 +18,8 @@ from workers.inference.sequences import PLACEHOLDER_LABEL
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+CATEGORY_TYPES = frozenset({"string", "boolean", "tinyint", "smallint", "int", "bigint"})
+"""Spark types a categorical column may have (its values compared as text)."""
 PARSED_FORMATS = ("csv", "json")
 """Formats whose column types are inferred from the text: a declared numeric column of them is parsed row by row."""
 
@@ -56,10 +58,13 @@ def _features(
         arrays = [c for c, t in schema.items() if c not in taken and is_numeric_array(t)]
         if not features and allow_array and len(arrays) == 1:
             features = arrays
-        if not features:
+        if not features and not ref.categorical:
             raise ValidationFailed.at(f"{loc}.features", f"{ref.uri} has no numeric columns; columns: {available}")
-        return features
-    features = list(ref.features)
+        if not ref.categorical:
+            return features
+        features += [c for c in ref.categorical if c not in features]  # checked below, as listed features are
+    else:
+        features = list(ref.features)
     for i, column in enumerate(features):
         where = f"{loc}.features[{i}]"
         if column not in schema:
@@ -76,11 +81,20 @@ def _features(
                 raise ValidationFailed.at(
                     f"{loc}.features", "an array column must be the only feature (with dataset.input_shape)"
                 )
+        elif column in (ref.categorical or ()):
+            if dtype not in CATEGORY_TYPES:
+                raise ValidationFailed.at(where, f"{column!r} is {dtype}; a categorical column holds text, whole "
+                                          "numbers or booleans")  # fmt: skip
         elif not _numeric(dtype, parsed):
             hint = _TEXT_FEATURE if dtype == "string" else ""
             raise ValidationFailed.at(where, f"{column!r} is {dtype}; features must be numeric{hint}")
     if len(set(features)) != len(features):
         raise ValidationFailed.at(f"{loc}.features", "a column is listed twice")
+    for i, column in enumerate(ref.categorical or ()):
+        if column not in features:
+            raise ValidationFailed.at(f"{loc}.categorical[{i}]", f"{column!r} is not one of {loc}.features")
+    if ref.categorical and len(set(ref.categorical)) != len(ref.categorical):
+        raise ValidationFailed.at(f"{loc}.categorical", "a column is listed twice")
     return features
 
 
@@ -143,7 +157,12 @@ def resolve_dataset(
         split_seed=ref.split.seed if ref.split else 7,
         sequence=sequence,
         labels_path=labels_path,
-        column_types={f: "double" if schema[f] == "string" else schema[f] for f in features if f in schema},
+        categorical=tuple(ref.categorical or ()),
+        column_types={
+            f: "double" if schema[f] == "string" and f not in (ref.categorical or ()) else schema[f]
+            for f in features
+            if f in schema
+        },
     )
     return resolved, schema
 

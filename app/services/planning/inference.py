@@ -80,9 +80,13 @@ def _dataset_for(model: ModelRef, ref: DatasetRef, *, need_labels: bool) -> Data
         raise ValidationFailed.at(
             "dataset.task", f"the model is a {model.task} model, not {ref.task}: leave task out (it is the model's)"
         )
+    if ref.categorical is not None:
+        raise ValidationFailed.at("dataset.categorical", "the model's categories apply: leave it out")
     update: dict[str, Any] = {"task": model.task, "num_classes": model.card.get("num_classes")}
     if ref.features is None:
-        update["features"] = list(model.features)
+        update["features"] = list(model.inputs)
+    if model.categories is not None:  # read as the training job read them: categories as text, not numbers
+        update["categorical"] = list(model.categories.levels)
     if need_labels and ref.label is None:
         labels = list(model.labels)
         update["label"] = labels[0] if len(labels) == 1 else labels
@@ -113,10 +117,10 @@ def _check_features(model: ModelRef, dataset: ResolvedDataset, schema: dict[str,
     before the job exists; a string column where the model takes numbers is a 422 naming it). A string column of
     a CSV / JSON file is read as numbers, as in training: the job parses each value, a token that is not a number
     being a bad row (workers/data/clean.py)."""
-    if tuple(dataset.features) != model.features:
+    if tuple(dataset.features) != model.inputs:
         raise ValidationFailed.at(
             "dataset.features",
-            f"the model was trained on {list(model.features)}; the dataset names {list(dataset.features)}",
+            f"the model was trained on {list(model.inputs)}; the dataset names {list(dataset.features)}",
         )
     parsed = dataset.format in PARSED_FORMATS and dataset.sequence is None
     read = {c: "double" if parsed and t == "string" else t for c, t in schema.items()}

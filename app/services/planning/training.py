@@ -76,6 +76,9 @@ def plan_training(
                     f"column {column!r} is {schema[column]} in the training data but "
                     f"{val_schema.get(column, 'missing')} in the validation data",
                 )
+    if train.categorical and request.framework == "torch":
+        raise ValidationFailed.at("dataset.categorical", "a torch network takes numbers: encode the categories "
+                                  "in the data (a 0/1 column each), or train xgboost or spark_ml")  # fmt: skip
     if request.framework == "torch":
         return plan_torch(
             request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark, db=db

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 from workers.data.clean import clean, clean_holdout
+from workers.data.one_hot import Encoded, one_hot
 from workers.data.spec import read_dataframe
 from workers.inference.examples import example_rows
 from workers.inference.mlflow_format import write_mlflow_files
@@ -51,16 +53,26 @@ def train(ctx: JobContext, plan: SparkMLPlan) -> JobOutcome:
         ctx.log(f"no validation set given: {val_rows} of {rows + val_rows} rows held out ({fraction:.0%})")
     if rows == 0:
         raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
+    encoded = one_hot(ctx, ds, train_df, val_df)
+    ds, (train_df, val_df) = encoded.dataset, encoded.frames
     ctx.log(f"training on {rows} rows with {len(ds.features)} features, validating on {val_rows}")
     train_df = train_df.cache()
     try:
-        return _fit(ctx, plan, train_df, val_df, {"train": rows, "validation": val_rows}, dropped)
+        return _fit(ctx, replace(plan, train=ds), train_df, val_df, {"train": rows, "validation": val_rows}, dropped,
+                    given=encoded)  # fmt: skip
     finally:
         train_df.unpersist()
 
 
 def _fit(
-    ctx: JobContext, plan: SparkMLPlan, train_df: DataFrame, val_df: DataFrame, rows: dict[str, int], dropped: int
+    ctx: JobContext,
+    plan: SparkMLPlan,
+    train_df: DataFrame,
+    val_df: DataFrame,
+    rows: dict[str, int],
+    dropped: int,
+    *,
+    given: Encoded,
 ) -> JobOutcome:
     from pyspark.ml import Pipeline
     from pyspark.ml.feature import StandardScaler, StringIndexer, VectorAssembler
@@ -117,8 +129,10 @@ def _fit(
         "num_classes": len(labels) if labels else ds.num_classes,
         "spec": spec.to_dict(),
     }
-    params["signature"] = build_signature(params, ds.column_types, "spark_ml")
-    params["input_example"] = example_rows(ctx.spark, ds)
+    if given.categories is not None:
+        params["categorical"] = given.card()
+    params["signature"] = build_signature(params, given.column_types(), "spark_ml")
+    params["input_example"] = example_rows(ctx.spark, given.source)
     ctx.progress(0.97, "saving the model")
     local = ctx.work_dir / "model"
     model.write().overwrite().save(str(local))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from workers import storage
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 from workers.data.clean import clean, clean_holdout
+from workers.data.one_hot import one_hot
 from workers.data.spec import read_dataframe
 from workers.environment.driver import check_executors
 from workers.inference.examples import example_rows
@@ -76,10 +77,15 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
             _index_labels(val_df, label_col, plan.class_labels),
         )
         label_col = LABEL_INDEX_COL
+    encoded = one_hot(ctx, ds, train_df, val_df)
+    if encoded.categories is not None:
+        ds, (train_df, val_df) = encoded.dataset, encoded.frames
+        plan = replace(plan, train=ds, validation=replace(plan.validation, features=ds.features, categorical=())
+                       if plan.validation is not None else None)  # fmt: skip
     workers = f"{plan.num_workers} worker" + ("s" if plan.num_workers != 1 else "")
     ctx.log(
         f"xgboost {spec.objective}: {spec.num_round} rounds on {workers} ({plan.device}"
-        f"{f', {plan.threads} threads each' if plan.threads else ''}), "
+        f"{f', {plan.threads} thread{_s(plan.threads)} each' if plan.threads else ''}), "
         f"{rows} training and {val_rows} validation rows, {len(ds.features)} features; "
         f"data read and checked in {time.perf_counter() - started:.1f} s"
     )
@@ -119,8 +125,10 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
 
     ctx.progress(0.95, "saving the model")
     card = _card(plan)
-    card["signature"] = build_signature(card, ds.column_types, "xgboost")
-    card["input_example"] = example_rows(session, ds)
+    if encoded.categories is not None:
+        card["categorical"] = encoded.card()
+    card["signature"] = build_signature(card, encoded.column_types(), "xgboost")
+    card["input_example"] = example_rows(session, encoded.source)
     local = ctx.work_dir / "model"
     local.mkdir(parents=True, exist_ok=True)
     booster.feature_names = list(ds.features)  # plain xgboost users then see names (and DMatrix checks them)
@@ -149,6 +157,10 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         result=result,
         model=ModelArtifact(framework="xgboost", uri=uri, metrics=val_metrics, params=card),
     )
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def _lit(value: Any) -> Any:

@@ -1,0 +1,180 @@
+"""Categorical features through the real service (``dataset.categorical``): xgboost and Spark ML one-hot encode a
+text column and a whole-number column by the categories of the training rows, the model records them, and
+batch and online prediction and evaluation feed the model the same columns from the same raw rows (an unseen
+category as all zeros)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.helpers import Service, running_service
+
+pytestmark = pytest.mark.slow
+OFFSET = {"north": 0.0, "south": 15.0, "east": -10.0}
+
+
+def _rows(n: int, seed: int) -> pd.DataFrame:
+    """A fare whose level depends on the city (text) and the tier (a whole number): the distance alone explains
+    little of it."""
+    rng = np.random.default_rng(seed)
+    city = rng.choice(list(OFFSET), n)
+    tier = rng.integers(1, 4, n)
+    distance = rng.uniform(0, 10, n)
+    fare = 2 * distance + np.array([OFFSET[c] for c in city]) + 4.0 * tier + rng.normal(0, 0.2, n)
+    return pd.DataFrame({"distance": distance, "city": city, "tier": tier, "fare": fare})
+
+
+@pytest.fixture(scope="module")
+def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    base = tmp_path_factory.mktemp("categorical")
+    data = base / "data"
+    data.mkdir()
+    _rows(1200, 1).to_csv(data / "fares.csv", index=False)
+    _rows(300, 2).to_csv(data / "fares-eval.csv", index=False)
+    with running_service(spark, base, data_roots=[data]) as service:
+        yield service
+
+
+def _train(svc: Service, name: str, framework: str, params: dict[str, Any], **dataset: Any) -> dict[str, Any]:
+    body = {
+        "name": name,
+        "framework": framework,
+        "dataset": {"uri": "fares.csv", "features": ["distance", "city", "tier"], "label": "fare",
+                    "task": "regression", "categorical": ["city", "tier"], **dataset},
+        "params": params,
+    }  # fmt: skip
+    job = svc.wait(svc.train(body)["id"], {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=600)
+    assert job["status"] == "SUCCEEDED", job["error"]
+    return job
+
+
+FAMILIES = [
+    ("xgboost", {"num_round": 60, "max_depth": 3, "num_workers": 1}),
+    ("spark_ml", {"algorithm": "linear_regression"}),
+]
+
+
+@pytest.mark.parametrize(("framework", "params"), FAMILIES)
+def test_a_categorical_feature_is_one_hot_encoded(svc: Service, framework: str, params: dict[str, Any]) -> None:
+    job = _train(svc, f"fares-{framework}", framework, params)
+    assert job["result"]["validation"]["r2"] > 0.98, job["result"]["validation"]  # the distance alone: about 0.3
+    lines = [line["message"] for line in svc.client.get(f"/jobs/{job['id']}/logs").json()["lines"]]
+    assert "one-hot encoded city (3 categories), tier (3 categories): 7 features" in lines, lines
+    version = svc.client.get(f"/models/fares-{framework}/versions/1").json()
+    card = version["params"]
+    assert card["categorical"] == {"inputs": ["distance", "city", "tier"], "types": {"city": "string", "tier": "int"},
+                                   "levels": {"city": ["east", "north", "south"], "tier": ["1", "2", "3"]}}  # fmt: skip
+    assert card["features"] == ["distance", "city=east", "city=north", "city=south", "tier=1", "tier=2", "tier=3"]
+    example = json.loads((Path(urlparse(version["artifact_uri"]).path) / "input_example.json").read_text())
+    assert example["columns"] == card["features"]  # what MLflow's flavors feed the model: the one-hot columns
+    assert all(v in (0.0, 1.0) for row in example["data"] for v in row[1:])
+    if framework == "xgboost":
+        assert job["result"]["feature_importance"]["gain"]["city=south"] > 0
+        import xgboost
+
+        booster = xgboost.Booster(model_file=str(Path(urlparse(version["artifact_uri"]).path) / "model.json"))
+        plain = booster.predict(xgboost.DMatrix(pd.DataFrame(example["data"], columns=example["columns"])))
+        rows = card["input_example"]  # the training rows' own columns (city as text)
+        assert rows and set(rows[0]) == {"distance", "city", "tier"}, rows
+        ours = svc.client.post("/predict", json={"model": {"name": f"fares-{framework}"}, "dataframe_records": rows})
+        assert np.allclose(plain, ours.json()["predictions"], atol=1e-4), (plain, ours.json())
+
+
+def test_a_categorical_column_must_be_a_feature_of_a_family_that_takes_it(svc: Service) -> None:
+    dataset = {"uri": "fares.csv", "features": ["distance", "city"], "label": "fare", "task": "regression"}
+    base = {"name": "refused", "framework": "xgboost", "params": {"num_round": 5}, "dataset": dataset}
+    cases = [
+        ({"categorical": ["tier"]}, {}, "dataset.categorical[0]: 'tier' is not one of dataset.features"),
+        ({"categorical": ["distance"]}, {}, "'distance' is double; a categorical column holds text"),
+        ({"categorical": ["city", "city"]}, {}, "dataset.categorical: a column is listed twice"),
+        ({"categorical": ["city"]}, {"framework": "torch", "params": None, "network": {"layers": [
+            {"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]}},
+         "a torch network takes numbers"),
+    ]  # fmt: skip
+    for dataset, top, words in cases:
+        body = {**base, **top, "dataset": {**base["dataset"], **dataset}}
+        answer = svc.client.post("/train", json={k: v for k, v in body.items() if v is not None})
+        assert answer.status_code == 422, answer.text
+        assert words in answer.json()["detail"], (words, answer.json()["detail"])
+
+
+def test_more_categories_than_a_column_may_hold_fails_the_job(svc: Service, tmp_path: Path) -> None:
+    rows = _rows(1500, 3)  # 1,200 training rows (20% held out)
+    rows["trip"] = [f"t{i}" for i in range(len(rows))]
+    rows.to_csv(svc.app.state.runtime.settings.data_roots[0] / "trips.csv", index=False)
+    job = svc.wait(svc.train({"name": "ids", "framework": "xgboost", "params": {"num_round": 5, "num_workers": 1},
+                              "dataset": {"uri": "trips.csv", "features": ["distance", "trip"], "label": "fare",
+                                          "task": "regression", "categorical": ["trip"]}})["id"],
+                   {"SUCCEEDED", "FAILED"})  # fmt: skip
+    assert job["status"] == "FAILED" and job["error"]["reason"] == "INVALID_REQUEST", job
+    assert "'trip' has more than 1000 distinct values" in job["error"]["message"], job["error"]
+
+
+def _expected(rows: list[dict[str, Any]]) -> np.ndarray:
+    return np.array([2 * r["distance"] + OFFSET[r["city"]] + 4.0 * r["tier"] for r in rows])
+
+
+@pytest.mark.parametrize(("framework", "params"), FAMILIES)
+def test_online_rows_are_encoded_as_in_training(svc: Service, framework: str, params: dict[str, Any]) -> None:
+    name = f"fares-{framework}"
+    if not svc.client.get(f"/models/{name}").is_success:
+        _train(svc, name, framework, params)
+    rows = [{"distance": 3.0, "city": "south", "tier": 2}, {"distance": 7.5, "city": "east", "tier": 3},
+            {"distance": 1.0, "city": "north", "tier": 1}]  # fmt: skip
+    answer = svc.client.post("/predict", json={"model": {"name": name}, "dataframe_records": rows})
+    assert answer.status_code == 200, answer.text
+    got = np.array(answer.json()["predictions"], dtype=float).reshape(-1)
+    assert np.abs(got - _expected(rows)).max() < 1.5, (got, _expected(rows))
+    positional = svc.client.post("/predict", json={"model": {"name": name}, "inputs": [[3.0, "south", 2]]})
+    assert positional.status_code == 200, positional.text
+    assert positional.json()["predictions"][0] == pytest.approx(got[0], abs=1e-4)
+    # a category the training rows did not have is all zeros: the model still answers (no offset for "west")
+    unseen = svc.client.post("/predict", json={"model": {"name": name}, "dataframe_records": [
+        {"distance": 3.0, "city": "west", "tier": 2}]})  # fmt: skip
+    assert unseen.status_code == 200, unseen.text
+    for bad, words in [
+        ({"distance": 3.0, "city": None, "tier": 2}, "city is null"),
+        ({"distance": 3.0, "city": 1.5, "tier": 2}, "is not a category"),
+        ({"distance": "far", "city": "east", "tier": 2}, "'distance'"),
+        ({"distance": 3.0, "town": "east", "tier": 2}, "missing features ['city']"),
+    ]:
+        refused = svc.client.post("/predict", json={"model": {"name": name}, "dataframe_records": [bad]})
+        assert refused.status_code == 422, refused.text
+        assert words in refused.json()["detail"], (words, refused.json()["detail"])
+    v2 = svc.client.post(f"/v2/models/{name}/infer", json={"inputs": [
+        {"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [3.0, 1.0, 2.0]}]})  # fmt: skip
+    assert v2.status_code == 422 and "POST /predict with dataframe_records" in v2.json()["detail"], v2.text
+
+
+@pytest.mark.parametrize(("framework", "params"), FAMILIES)
+def test_batch_prediction_and_evaluation_encode_the_raw_rows(
+    svc: Service, framework: str, params: dict[str, Any]
+) -> None:
+    name = f"fares-{framework}"
+    if not svc.client.get(f"/models/{name}").is_success:
+        _train(svc, name, framework, params)
+    evaluated = svc.wait(svc.client.post("/evaluate", json={"model": {"name": name}, "dataset": {
+        "uri": "fares-eval.csv"}, "metrics": ["regression"]}).json()["id"], {"SUCCEEDED", "FAILED"})  # fmt: skip
+    assert evaluated["status"] == "SUCCEEDED", evaluated["error"]
+    fare = evaluated["result"]["regression"]["columns"]["fare"]
+    assert fare["r2"] > 0.98 and evaluated["result"]["rows"] == 300, evaluated["result"]
+    data = svc.app.state.runtime.settings.data_roots[0]
+    keyed = _rows(50, 4).assign(trip=range(50))
+    keyed.loc[0, "city"] = "west"  # unseen: all zeros, still predicted
+    keyed.to_csv(data / "fares-keyed.csv", index=False)
+    job = svc.client.post("/predict", json={"model": {"name": name}, "dataset": {"uri": "fares-keyed.csv",
+                          "key": "trip"}, "output_uri": f"out-{framework}"})  # fmt: skip
+    assert job.status_code == 202, job.text
+    done = svc.wait(job.json()["id"], {"SUCCEEDED", "FAILED"})
+    assert done["status"] == "SUCCEEDED" and done["result"]["rows"] == 50, done
+    out = pd.read_parquet(done["result"]["output_uri"]).sort_values("trip")
+    expected = _expected(keyed.to_dict("records")[1:])
+    assert np.abs(out["prediction"].to_numpy()[1:] - expected).max() < 1.5
