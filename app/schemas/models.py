@@ -36,6 +36,9 @@ class ColumnSpec(BaseModel):
     items: dict[str, Any] | None = Field(None, description="The element type of an array column.")
     required: bool | None = None
     tensor_spec: TensorSpec | None = Field(None, alias="tensor-spec")
+    categorical: bool | None = Field(
+        None, description="A categorical feature: one-hot encoded by the model's categories (dataset.categorical)."
+    )
 
 
 class ModelSignature(BaseModel):

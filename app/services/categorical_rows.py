@@ -46,7 +46,7 @@ def categorical_matrix(rows: list[Any], model: ModelRef, loc: str, dtype: str) -
     x, problems = categories.encode(records)
     if problems:
         row_text, _, what = problems[0].partition(": ")
-        raise ValidationFailed.at(f"{loc}[{row_text.removeprefix('row ')}]", f"{what}; the model cannot take a null")
+        raise ValidationFailed.at(f"{loc}[{row_text.removeprefix('row ')}]", what)
     fine = np.abs(x) <= FLOAT32_MAX  # NaN compares false: a null or a non-number in a numeric input
     if not fine.all():
         i, j = (int(v) for v in np.unravel_index(int(np.argmin(fine)), fine.shape))

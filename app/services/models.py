@@ -21,7 +21,6 @@ from app.db.base import utcnow
 from app.db.models import Job, Model, ModelAlias, ModelVersion
 from app.db.session import savepoint
 from app.schemas.models import ALIAS_PATTERN
-from workers.inference.signature import signature_of
 
 
 class ModelNameTaken(Conflict):
@@ -89,8 +88,12 @@ def register_version(
 
 
 def signature(version: ModelVersion) -> dict[str, Any]:
-    """The version's signature: recorded at training, or derived from its card for an older version."""
-    return signature_of(version.params, version.framework)
+    """The version's signature, as requests are checked against it: recorded at training, or derived from its card
+    for an older version; a model trained with categorical features takes their columns (its recorded signature,
+    in its MLflow files, lists the one-hot columns MLflow's flavors feed it)."""
+    from workers.inference.spec import ModelRef
+
+    return ModelRef(framework=version.framework, uri=version.artifact_uri, card=version.params).signature
 
 
 def check_name(*, session: Session, name: str, owner: str | None) -> None:

@@ -15,6 +15,7 @@ from app.schemas.train import TrainRequest
 from app.services import jobs, quotas
 from app.services.access import check_train
 from app.services.datasets.deferred import plan_or_defer
+from app.services.planning.torch_plan import pin_init_from
 from app.services.planning.training import plan_deferred, plan_training
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def submit_training(
         db=db,
         enqueue=enqueue,
         job_type=JobType.TRAIN,
-        request=request.model_dump(mode="json", exclude_none=True),
+        request=pin_init_from(request.model_dump(mode="json", exclude_none=True), db),
         plan=plan,
         framework=request.framework,
         name=request.name,

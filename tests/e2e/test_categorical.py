@@ -73,6 +73,9 @@ def test_a_categorical_feature_is_one_hot_encoded(svc: Service, framework: str, 
     assert card["categorical"] == {"inputs": ["distance", "city", "tier"], "types": {"city": "string", "tier": "int"},
                                    "levels": {"city": ["east", "north", "south"], "tier": ["1", "2", "3"]}}  # fmt: skip
     assert card["features"] == ["distance", "city=east", "city=north", "city=south", "tier=1", "tier=2", "tier=3"]
+    taken = version["signature"]["inputs"]  # what /predict and the CLI send: the request's columns
+    assert [(c["name"], c["type"], c.get("categorical")) for c in taken] == [
+        ("distance", "double", None), ("city", "string", True), ("tier", "long", True)]  # fmt: skip
     example = json.loads((Path(urlparse(version["artifact_uri"]).path) / "input_example.json").read_text())
     assert example["columns"] == card["features"]  # what MLflow's flavors feed the model: the one-hot columns
     assert all(v in (0.0, 1.0) for row in example["data"] for v in row[1:])
@@ -136,13 +139,19 @@ def test_online_rows_are_encoded_as_in_training(svc: Service, framework: str, pa
     positional = svc.client.post("/predict", json={"model": {"name": name}, "inputs": [[3.0, "south", 2]]})
     assert positional.status_code == 200, positional.text
     assert positional.json()["predictions"][0] == pytest.approx(got[0], abs=1e-4)
+    # a whole-number category is its number however it is written (a CSV reader's "2", pandas' 2.0)
+    written = [{"distance": 3.0, "city": "south", "tier": tier} for tier in ("2", 2.0, " 02")]
+    same = svc.client.post("/predict", json={"model": {"name": name}, "dataframe_records": written})
+    assert same.json()["predictions"] == pytest.approx([got[0]] * 3, abs=1e-4), same.text
     # a category the training rows did not have is all zeros: the model still answers (no offset for "west")
     unseen = svc.client.post("/predict", json={"model": {"name": name}, "dataframe_records": [
         {"distance": 3.0, "city": "west", "tier": 2}]})  # fmt: skip
     assert unseen.status_code == 200, unseen.text
     for bad, words in [
-        ({"distance": 3.0, "city": None, "tier": 2}, "city is null"),
-        ({"distance": 3.0, "city": 1.5, "tier": 2}, "is not a category"),
+        ({"distance": 3.0, "city": None, "tier": 2}, "city is null; a categorical feature needs a category"),
+        ({"distance": 3.0, "city": [1], "tier": 2}, "is not a category"),
+        ({"distance": 3.0, "city": "east", "tier": "two"}, "tier: 'two' is not a whole number"),
+        ({"distance": 3.0, "city": "east", "tier": True}, "tier: True is a boolean"),
         ({"distance": "far", "city": "east", "tier": 2}, "'distance'"),
         ({"distance": 3.0, "town": "east", "tier": 2}, "missing features ['city']"),
     ]:

@@ -72,6 +72,8 @@ def test_a_new_output_layer_starts_fresh_and_the_rest_from_the_model(service: Se
                              "layers.1.linear.weight (the network needs [16, 32])"), detail  # fmt: skip
     assert "strict to false" in detail
     job = _done(service, _still("tune-deeper", deeper, strict=False))
+    # the version is pinned when the job is submitted: a retry or a later plan starts from the same weights
+    assert job["request"]["training"]["init_from"] == {"name": "tune-source", "strict": False, "version": 1}
     fresh = ["layers.1.linear.weight", "layers.1.linear.bias", "layers.2.linear.weight", "layers.2.linear.bias"]
     assert job["result"]["initialized_from"] == {"name": "tune-source", "version": 1, "tensors": 2, "fresh": fresh}
     before, after = _weights(service, "tune-source", 1), _weights(service, "tune-deeper", 1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,17 +27,41 @@ MAX_LEVELS = 1000
 _UNSAFE = re.compile(r"[.`\[\]<]")
 
 
-def level_of(value: Any) -> str | None:
-    """A value as the text Spark's ``cast("string")`` gives it (the level it is compared with): ``true``/``false``
-    for booleans, ``3`` for an integer, ``1.5`` for a float; None for a null."""
-    if value is None:
+WHOLE = frozenset({"tinyint", "smallint", "int", "bigint"})
+"""Spark types of whole-number categorical columns."""
+
+
+def level_of(value: Any, kind: str = "string") -> str | None:
+    """A value as the category text of a column of Spark type ``kind`` (Spark casts the column's values to string,
+    after casting them to ``kind`` when another reader gave another type): a whole number ``3`` (``"03"``, ``3.0``
+    and ``"3"`` too), ``true``/``false`` (any case; 1 and 0 too), text as it is. None for a null. Raises ValueError
+    for a value the column's type cannot hold (``"x"`` for a whole-number column, ``true`` for one)."""
+    if value is None or (isinstance(value, float | np.floating) and np.isnan(value)):
         return None
-    if isinstance(value, bool | np.bool_):
+    boolean = isinstance(value, bool | np.bool_)
+    if kind in WHOLE:
+        if boolean:
+            raise ValueError("is a boolean; the column's categories are whole numbers")
+        try:
+            number = float(value.strip()) if isinstance(value, str) else float(value)
+        except (TypeError, ValueError):
+            raise ValueError("is not a whole number; the column's categories are") from None
+        if not number.is_integer():
+            raise ValueError("is not a whole number; the column's categories are")
+        return str(int(number))
+    if kind == "boolean":
+        text = str(value).strip().lower() if not boolean else ("true" if value else "false")
+        if text in ("true", "false"):
+            return text
+        if text in ("1", "0") and not isinstance(value, float):
+            return "true" if text == "1" else "false"
+        raise ValueError("is not a boolean; the column's categories are true and false")
+    if boolean:
         return "true" if value else "false"
     if isinstance(value, int | np.integer):
         return str(int(value))
     if isinstance(value, float | np.floating):
-        return None if np.isnan(value) else repr(float(value))
+        return repr(float(value))
     return str(value)
 
 
@@ -47,6 +71,8 @@ class Categories:
     """The request's feature columns, in order."""
     levels: Mapping[str, tuple[str, ...]]
     """Each categorical column's categories, sorted."""
+    types: Mapping[str, str] = field(default_factory=dict)
+    """Each categorical column's Spark type in the training data (default string): how a value becomes its text."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -66,17 +92,25 @@ class Categories:
         return tuple(out)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"inputs": list(self.inputs), "levels": {c: list(v) for c, v in self.levels.items()}}
+        levels = {c: list(v) for c, v in self.levels.items()}
+        return {"inputs": list(self.inputs), "levels": levels, "types": {c: self.kind(c) for c in self.levels}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Categories:
         levels = {str(c): tuple(str(v) for v in values) for c, values in dict(d["levels"]).items()}
-        return cls(inputs=tuple(str(c) for c in d["inputs"]), levels=levels)
+        types = {str(c): str(t) for c, t in dict(d.get("types") or {}).items()}
+        return cls(inputs=tuple(str(c) for c in d["inputs"]), levels=levels, types=types)
+
+    def kind(self, column: str) -> str:
+        """The column's Spark type as trained (whole numbers of any width alike)."""
+        kind = self.types.get(column, "string")
+        return kind if kind in (*WHOLE, "boolean") else "string"
 
     def encode(self, rows: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, list[str]]:
         """Rows (column -> value) as the model's float64 features ``(n, len(names))``, and a problem per bad row
-        (empty when none): a null category, or a value of a numeric input that is not a number (NaN then, for the
-        caller's finite check). Columns missing from a row are the caller's to refuse first."""
+        (``row <i>: ...``; empty when none): a null category, or one its column's type cannot hold. A numeric input
+        that is not a number is NaN, for the caller's finite check. Columns missing from a row are the caller's to
+        refuse first."""
         width = len(self.names)
         x = np.zeros((len(rows), width), dtype=np.float64)
         problems: list[str] = []
@@ -87,9 +121,13 @@ class Categories:
                 if index is None:
                     x[i, start] = _number(value)
                     continue
-                level = level_of(value)
+                try:
+                    level = level_of(value, self.kind(column))
+                except ValueError as exc:
+                    problems.append(f"row {i}: {column}: {value!r} {exc}")
+                    continue
                 if level is None:
-                    problems.append(f"row {i}: {column} is null; it is a category")
+                    problems.append(f"row {i}: {column} is null; a categorical feature needs a category")
                     continue
                 found = index.get(level)
                 if found is not None:
@@ -108,6 +146,7 @@ class Categories:
 
 
 def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """A numeric input's value (a boolean column's true and false too: 1.0 and 0.0, as Spark reads them)."""
+    if not isinstance(value, int | float):
         return float("nan")
     return float(value)

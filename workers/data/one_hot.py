@@ -3,7 +3,7 @@ rows, and a DataFrame with the one-hot columns added. Driver-side (pyspark)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +16,20 @@ if TYPE_CHECKING:
     from workers.context import JobContext
 
 
+def _text(categories: Categories, column: str) -> Any:
+    """A categorical column's values as category text: cast to the type it was trained with first (a CSV's ``02134``
+    read as text meets the ``2134`` a parquet's ints gave), null where they do not cast."""
+    from pyspark.sql import functions as F
+
+    value = F.col("`" + column.replace("`", "``") + "`")
+    kind = categories.kind(column)
+    return (value if kind == "string" else value.try_cast(kind)).cast("string")
+
+
 def expand(categories: Categories, df: DataFrame) -> DataFrame:
     """``df`` with the one-hot columns added (float: 1.0 for the row's category, else 0.0; null where the input
-    is null, so that a pass counting bad rows by their features sees it); the inputs stay."""
+    is null or not of its column's type, so that a pass counting bad rows by their features sees it); the inputs
+    stay."""
     from pyspark.sql import functions as F
 
     names = iter(categories.names)
@@ -27,49 +38,50 @@ def expand(categories: Categories, df: DataFrame) -> DataFrame:
         if column not in categories.levels:
             next(names)
             continue
-        text = F.col(f"`{column}`").cast("string")
+        text = _text(categories, column)
         for level in categories.levels[column]:
             added.append(F.when(text.isNotNull(), (text == F.lit(level)).cast("float")).alias(next(names)))
     return df.select("*", *added)
 
 
-def fit(df: DataFrame, inputs: Iterable[str], columns: Iterable[str]) -> Categories:
-    """The categories of ``columns`` in ``df`` (the cleaned training rows: no nulls), one small Spark job per column
-    (at most :data:`MAX_LEVELS` + 1 distinct values are ever collected). Raises ValueError naming a column with more
-    categories than that, or none."""
-    from pyspark.sql import functions as F
-
+def fit(df: DataFrame, inputs: Iterable[str], columns: Iterable[str], types: Mapping[str, str]) -> Categories:
+    """The categories of ``columns`` (of Spark ``types``) in ``df`` (cleaned rows: no nulls), one small Spark job per
+    column (at most :data:`MAX_LEVELS` + 1 distinct values are ever collected). Raises ValueError naming a column
+    with more categories than that, or none."""
+    wanted = list(dict.fromkeys(columns))
+    typed = Categories(inputs=tuple(inputs), levels={}, types={c: types.get(c, "string") for c in wanted})
     levels: dict[str, tuple[str, ...]] = {}
-    for column in dict.fromkeys(columns):
-        text = F.col(f"`{column}`").cast("string").alias("level")
+    for column in wanted:
+        text = _text(typed, column).alias("level")
         values = sorted(r["level"] for r in df.select(text).distinct().limit(MAX_LEVELS + 1).collect())
         if len(values) > MAX_LEVELS:
             raise ValueError(
-                f"{column!r} has more than {MAX_LEVELS} distinct values in the training rows, the most a categorical "
+                f"{column!r} has more than {MAX_LEVELS} distinct values in the training data, the most a categorical "
                 "column holds (an identifier is not a feature: leave it out, or bucket it)"
             )
         if not values:
-            raise ValueError(f"{column!r} has no value in the training rows")
+            raise ValueError(f"{column!r} has no value in the training data")
         levels[column] = tuple(values)
-    return Categories(inputs=tuple(inputs), levels=levels)
+    return Categories(inputs=typed.inputs, levels=levels, types=typed.types)
 
 
-def one_hot(ctx: JobContext, ds: ResolvedDataset, train: DataFrame, *others: DataFrame) -> Encoded:
-    """A family driver's step after the bad-row pass: the categories of ``ds.categorical`` fitted on ``train`` (the
-    cleaned training rows), ``train`` and ``others`` (validation rows) with the one-hot columns, and the dataset
-    whose features are those columns. Nothing changes without categorical features."""
+def one_hot(ctx: JobContext, ds: ResolvedDataset, frames: tuple[DataFrame, ...], fit_on: DataFrame) -> Encoded:
+    """A family driver's step after the bad-row pass: the categories of ``ds.categorical`` fitted on ``fit_on`` (the
+    cleaned training data: with a held-out fraction, all of its rows, so that a retry whose split moved a rare
+    category keeps the columns of its checkpoint), ``frames`` with the one-hot columns, and the dataset whose
+    features are those columns. Nothing changes without categorical features."""
     from workers.context import JobFailure
 
     if not ds.categorical:
-        return Encoded(None, ds, ds, (train, *others))
+        return Encoded(None, ds, ds, frames)
     try:
-        categories = fit(train, ds.features, ds.categorical)
+        categories = fit(fit_on, ds.features, ds.categorical, ds.column_types)
     except ValueError as exc:
         raise JobFailure("INVALID_REQUEST", f"dataset.categorical: {exc}") from exc
     counted = ", ".join(f"{c} ({len(v)} categories)" for c, v in categories.levels.items())
     ctx.log(f"one-hot encoded {counted}: {len(categories.names)} features")
-    frames = tuple(expand(categories, frame) for frame in (train, *others))
-    return Encoded(categories, ds, replace(ds, features=categories.names, categorical=()), frames)
+    expanded = tuple(expand(categories, frame) for frame in frames)
+    return Encoded(categories, ds, replace(ds, features=categories.names, categorical=()), expanded)
 
 
 @dataclass(frozen=True)
@@ -84,8 +96,7 @@ class Encoded:
     def card(self) -> dict[str, Any]:
         """What the model's card records (``categorical``): the inputs, each column's categories and Spark type."""
         assert self.categories is not None
-        types = {c: self.source.column_types.get(c, "string") for c in self.categories.levels}
-        return {**self.categories.to_dict(), "types": types}
+        return self.categories.to_dict()
 
     def column_types(self) -> dict[str, str]:
         """The Spark types of the features the model takes: the request's, and float for each one-hot column

@@ -170,8 +170,8 @@ def value_problem(value: Any, spec: Mapping[str, Any]) -> str | None:
     kind = spec.get("type")
     if value is None:
         return None
-    if spec.get("categorical"):  # compared as text with the categories of the training rows
-        return None if isinstance(value, str | int) else f"{value!r} is not a category (text or a whole number)"
+    if spec.get("categorical"):  # made the category text of its column's type (workers/data/categories.py)
+        return None if isinstance(value, str | int | float) else f"{value!r} is not a category"
     if kind == "array":
         if not isinstance(value, list | tuple):
             return f"{value!r} is not an array"

@@ -110,6 +110,25 @@ def _init(options: TrainingOptions, network: dict[str, Any], db: sessionmaker[Se
     return InitPoint(name=init.name, version=number, uri=uri, fresh=fresh, copied=len(wanted) - len(fresh))
 
 
+def pin_init_from(body: dict[str, Any], db: sessionmaker[Session] | None) -> dict[str, Any]:
+    """A stored request's ``training.init_from`` with the version it names now (by alias, or the newest): a job
+    planned again later (a deferred plan, a retry) or a tune's trials start from that version, not from one
+    registered since (a search fine-tuning its own model name would start each trial from the one before)."""
+    init = (body.get("training") or {}).get("init_from")
+    if not isinstance(init, dict) or init.get("version") is not None or db is None:
+        return body
+    from app.core.errors import AppError
+    from app.services import models
+
+    with db() as session:
+        try:
+            number = models.resolve_version(session=session, name=init["name"], alias=init.get("alias")).version
+        except AppError:  # the request's own checks say what is wrong
+            return body
+    pinned = {k: v for k, v in init.items() if k != "alias"} | {"version": number}
+    return {**body, "training": {**body["training"], "init_from": pinned}}
+
+
 def _resume(
     options: TrainingOptions, network: dict[str, object], db: sessionmaker[Session] | None
 ) -> ResumePoint | None:
@@ -239,7 +258,7 @@ def plan_torch(
         input_shape=tuple(spec.input_shape),
         array_column=array_column,
         resume=_resume(options, network, db),
-        init=_init(options, network, db),
+        init=_init(options, network, db) if options.resume_from is None else None,  # a checkpoint has the weights
         validation_fraction=options.validation_fraction,
         class_labels=class_labels,
         data_path=options.data_path or settings.data_path,

@@ -22,6 +22,7 @@ from app.schemas.train import TrainRequest
 from app.schemas.tune import TuneRequest
 from app.services import jobs, quotas
 from app.services.access import check_train
+from app.services.planning.torch_plan import pin_init_from
 from app.services.training import plan_in_request
 from app.services.tuning import space as spaces
 from workers import cluster
@@ -43,7 +44,7 @@ def resolved(request: TuneRequest, train: TrainRequest, task: str | None = None)
     """The request as stored with the job: its base named after the tune, the metric and mode filled in (``task``:
     the base's, as planned, where the request left it to the data)."""
     body = request.model_dump(mode="json", exclude_none=True)
-    body["base"] = {**request.base, "name": request.name}
+    body["base"] = {**request.base, "name": request.name}  # init_from pinned by submit_tune
     body["metric"] = (request.metric or default_metric(train, task)).removeprefix("validation_")
     body["mode"] = request.mode or ("max" if body["metric"] in HIGHER_IS_BETTER else "min")
     return body
@@ -214,7 +215,7 @@ def submit_tune(
         db=db,
         enqueue=enqueue,
         job_type=JobType.TUNE,
-        request=resolved(request, train, task),
+        request={**(stored := resolved(request, train, task)), "base": pin_init_from(stored["base"], db)},
         framework=train.framework,
         name=request.name,
         owner=owner,

@@ -42,18 +42,20 @@ def train(ctx: JobContext, plan: SparkMLPlan) -> JobOutcome:
     source = read_dataframe(ctx.spark, ds, malformed=True)
     if plan.validation is not None:
         train_df, rows, dropped = clean(ctx, source, ds)
+        fit_on = train_df
         validation = read_dataframe(ctx.spark, plan.validation, malformed=True)
         val_df, val_rows, val_dropped = clean(ctx, validation, plan.validation)
         dropped += val_dropped
     else:
         fraction = ds.validation_fraction or spec.validation_fraction
         frame, rows, val_rows, dropped = clean_holdout(ctx, source, ds, fraction, SPLIT_COL)
+        fit_on = frame  # every row: the categories do not follow the split
         train_df = frame.where(F.col(SPLIT_COL) == 0).drop(SPLIT_COL)
         val_df = frame.where(F.col(SPLIT_COL) == 1).drop(SPLIT_COL)
         ctx.log(f"no validation set given: {val_rows} of {rows + val_rows} rows held out ({fraction:.0%})")
     if rows == 0:
         raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
-    encoded = one_hot(ctx, ds, train_df, val_df)
+    encoded = one_hot(ctx, ds, (train_df, val_df), fit_on)
     ds, (train_df, val_df) = encoded.dataset, encoded.frames
     ctx.log(f"training on {rows} rows with {len(ds.features)} features, validating on {val_rows}")
     train_df = train_df.cache()

@@ -54,6 +54,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     source = read_dataframe(session, ds, malformed=True)
     if plan.validation is not None:
         train_df, rows, dropped = clean(ctx, source, checked)
+        fit_on = train_df
         val_checked = replace(plan.validation, num_classes=None) if plan.class_labels else plan.validation
         validation = read_dataframe(session, plan.validation, malformed=True)
         val_df, val_rows, val_dropped = clean(ctx, validation, val_checked)
@@ -61,6 +62,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     else:
         fraction = ds.validation_fraction or spec.validation_fraction
         frame, rows, val_rows, dropped = clean_holdout(ctx, source, checked, fraction, SPLIT_COL)
+        fit_on = frame  # every row: the categories do not follow the split
         train_df = frame.where(frame[SPLIT_COL] == 0).drop(SPLIT_COL)
         val_df = frame.where(frame[SPLIT_COL] == 1).drop(SPLIT_COL)
         ctx.log(f"no validation set given: {val_rows} of {rows + val_rows} rows held out ({fraction:.0%})")
@@ -77,7 +79,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
             _index_labels(val_df, label_col, plan.class_labels),
         )
         label_col = LABEL_INDEX_COL
-    encoded = one_hot(ctx, ds, train_df, val_df)
+    encoded = one_hot(ctx, ds, (train_df, val_df), fit_on)
     if encoded.categories is not None:
         ds, (train_df, val_df) = encoded.dataset, encoded.frames
         plan = replace(plan, train=ds, validation=replace(plan.validation, features=ds.features, categorical=())
