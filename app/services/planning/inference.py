@@ -183,6 +183,7 @@ def defer_evaluation(
     """An evaluation whose data checks need a Spark job (``deferred``: what the first one would read): the model,
     its metrics and where the data is are checked now, the rest by the job (app/services/datasets/deferred.py)."""
     model, _groups = _evaluation_model(request, db)
+    _dataset_for(model, request.dataset, need_labels=True)  # what it refuses needs nothing of the data
     _locate(request.dataset, settings, db)
     return model, DeferredPlan(deferred_checks=(deferred,))
 

@@ -36,6 +36,9 @@ def _check_basics(request: TrainRequest) -> None:
         raise ValidationFailed.at("dataset.label", "required for training: the column to learn")
     if request.dataset.task is None:
         raise ValidationFailed.at("dataset.task", "required for training: classification or regression")
+    if request.dataset.categorical and request.framework == "torch":  # before the data: deferred plans too
+        raise ValidationFailed.at("dataset.categorical", "a torch network takes numbers: encode the categories "
+                                  "in the data (a 0/1 column each), or train xgboost or spark_ml")  # fmt: skip
 
 
 def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:
@@ -76,9 +79,6 @@ def plan_training(
                     f"column {column!r} is {schema[column]} in the training data but "
                     f"{val_schema.get(column, 'missing')} in the validation data",
                 )
-    if train.categorical and request.framework == "torch":
-        raise ValidationFailed.at("dataset.categorical", "a torch network takes numbers: encode the categories "
-                                  "in the data (a 0/1 column each), or train xgboost or spark_ml")  # fmt: skip
     if request.framework == "torch":
         return plan_torch(
             request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark, db=db
