@@ -39,6 +39,7 @@ def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servic
     data.mkdir()
     _rows(1200, 1).to_csv(data / "fares.csv", index=False)
     _rows(300, 2).to_csv(data / "fares-eval.csv", index=False)
+    _rows(50, 5).rename(columns={"city": "ci.ty"}).to_csv(data / "dotted.csv", index=False)
     with running_service(spark, base, data_roots=[data]) as service:
         yield service
 
@@ -96,8 +97,11 @@ def test_a_categorical_column_must_be_a_feature_of_a_family_that_takes_it(svc: S
     base = {"name": "refused", "framework": "xgboost", "params": {"num_round": 5}, "dataset": dataset}
     cases = [
         ({"categorical": ["tier"]}, {}, "dataset.categorical[0]: 'tier' is not one of dataset.features"),
-        ({"categorical": ["distance"]}, {}, "'distance' is double; a categorical column holds text"),
+        ({"categorical": ["distance"]}, {}, "dataset.categorical[0]: 'distance' is double; a categorical column"),
         ({"categorical": ["city", "city"]}, {}, "dataset.categorical: a column is listed twice"),
+        ({"categorical": ["city", "city"], "features": None}, {}, "dataset.categorical: a column is listed twice"),
+        ({"uri": "dotted.csv", "features": ["distance", "ci.ty"], "categorical": ["ci.ty"]}, {},
+         "dataset.categorical[0]: 'ci.ty': Spark reads '.' in a column name"),
         ({"categorical": ["city"]}, {"framework": "torch", "params": None, "network": {"layers": [
             {"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]}},
          "a torch network takes numbers"),
@@ -107,10 +111,24 @@ def test_a_categorical_column_must_be_a_feature_of_a_family_that_takes_it(svc: S
          "a torch network takes numbers"),
     ]  # fmt: skip
     for dataset, top, words in cases:
-        body = {**base, **top, "dataset": {**base["dataset"], **dataset}}
+        body = {**base, **top, "dataset": {k: v for k, v in {**base["dataset"], **dataset}.items() if v is not None}}
         answer = svc.client.post("/train", json={k: v for k, v in body.items() if v is not None})
         assert answer.status_code == 422, answer.text
         assert words in answer.json()["detail"], (words, answer.json()["detail"])
+
+
+def test_by_default_the_features_keep_the_files_order(svc: Service) -> None:
+    """Numeric columns and the categorical ones, as the file has them: a list row follows that order (the
+    categorical columns were appended after the numeric ones)."""
+    dataset = {"uri": "fares.csv", "label": "fare", "task": "regression", "categorical": ["city"]}
+    body = {"name": "fares-default", "framework": "xgboost", "params": {"num_round": 5, "num_workers": 1},
+            "dataset": dataset}  # fmt: skip
+    job = svc.wait(svc.train(body)["id"], {"SUCCEEDED", "FAILED"})
+    assert job["status"] == "SUCCEEDED", job["error"]
+    card = svc.client.get("/models/fares-default/versions/1").json()["params"]
+    assert card["categorical"]["inputs"] == ["distance", "city", "tier"], card["categorical"]
+    answer = svc.client.post("/predict", json={"model": {"name": "fares-default"}, "inputs": [[3.0, "south", 2]]})
+    assert answer.status_code == 200, answer.text
 
 
 def test_more_categories_than_a_column_may_hold_fails_the_job(svc: Service, tmp_path: Path) -> None:

@@ -45,9 +45,9 @@ def level_of(value: Any, kind: str = "string") -> str | None:
         try:
             number = float(value.strip()) if isinstance(value, str) else float(value)
         except (TypeError, ValueError):
-            raise ValueError("is not a whole number; the column's categories are") from None
+            raise ValueError("is not a whole number; the column's categories are whole numbers") from None
         if not number.is_integer():
-            raise ValueError("is not a whole number; the column's categories are")
+            raise ValueError("is not a whole number; the column's categories are whole numbers")
         return str(int(number))
     if kind == "boolean":
         text = str(value).strip().lower() if not boolean else ("true" if value else "false")

@@ -62,7 +62,8 @@ def _features(
             raise ValidationFailed.at(f"{loc}.features", f"{ref.uri} has no numeric columns; columns: {available}")
         if not ref.categorical:
             return features
-        features += [c for c in ref.categorical if c not in features]  # checked below, as listed features are
+        wanted = set(features) | set(ref.categorical)  # in the file's order; checked below, as listed ones are
+        features = [c for c in schema if c in wanted] + [c for c in ref.categorical if c not in schema]
     else:
         features = list(ref.features)
     for i, column in enumerate(features):
@@ -82,9 +83,13 @@ def _features(
                     f"{loc}.features", "an array column must be the only feature (with dataset.input_shape)"
                 )
         elif column in (ref.categorical or ()):
+            at = f"{loc}.categorical[{list(ref.categorical or ()).index(column)}]"
             if dtype not in CATEGORY_TYPES:
-                raise ValidationFailed.at(where, f"{column!r} is {dtype}; a categorical column holds text, whole "
+                raise ValidationFailed.at(at, f"{column!r} is {dtype}; a categorical column holds text, whole "
                                           "numbers or booleans")  # fmt: skip
+            if "." in column or "`" in column:
+                raise ValidationFailed.at(at, f"{column!r}: Spark reads '.' in a column name as a field of a struct; "
+                                          "rename the column in the data")  # fmt: skip
         elif not _numeric(dtype, parsed):
             hint = _TEXT_FEATURE if dtype == "string" else ""
             raise ValidationFailed.at(where, f"{column!r} is {dtype}; features must be numeric{hint}")
