@@ -302,18 +302,11 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("database_url")
+    @field_validator("database_url", "broker_url")
     @classmethod
-    def _database_url(cls, value: str) -> str:
+    def _url(cls, value: str, info: ValidationInfo) -> str:
         if value:
-            _check_database_url(value)
-        return value
-
-    @field_validator("broker_url")
-    @classmethod
-    def _broker_url(cls, value: str) -> str:
-        if value:
-            _check_broker_url(value)
+            (_check_database_url if info.field_name == "database_url" else _check_broker_url)(value)
         return value
 
     @field_validator("artifact_store")

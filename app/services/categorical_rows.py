@@ -7,14 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from app.core.errors import ValidationFailed
 from workers.errors import SpecError
 from workers.inference import signature
 from workers.inference.spec import ModelRef
-
-FLOAT32_MAX = 3.4028234663852886e38
 
 
 def categorical_matrix(rows: list[Any], model: ModelRef, loc: str, dtype: str) -> Any:
@@ -47,9 +43,11 @@ def categorical_matrix(rows: list[Any], model: ModelRef, loc: str, dtype: str) -
     if problems:
         row_text, _, what = problems[0].partition(": ")
         raise ValidationFailed.at(f"{loc}[{row_text.removeprefix('row ')}]", what)
-    fine = np.abs(x) <= FLOAT32_MAX  # NaN compares false: a null or a non-number in a numeric input
-    if not fine.all():
-        i, j = (int(v) for v in np.unravel_index(int(np.argmin(fine)), fine.shape))
+    from app.services.online import non_finite  # it imports this module
+
+    bad = non_finite(x)  # a null or a non-number in a numeric input is NaN
+    if bad is not None:
+        i, j = bad
         column = model.features[j]
         raise ValidationFailed.at(
             f"{loc}[{i}]", f"column {column!r} is {records[i].get(column)!r}: a numeric feature is null, NaN, infinite "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -74,7 +75,7 @@ class Categories:
     types: Mapping[str, str] = field(default_factory=dict)
     """Each categorical column's Spark type in the training data (default string): how a value becomes its text."""
 
-    @property
+    @cached_property
     def names(self) -> tuple[str, ...]:
         """The model's feature columns: each input, or in its place one column per category."""
         out: list[str] = []

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.errors import SpecError
+
+if TYPE_CHECKING:
+    from workers.data.categories import Categories
 
 INTEGER_TYPES = ("integer", "long")
 NUMERIC_TYPES = ("integer", "long", "float", "double", "boolean")
@@ -113,13 +116,13 @@ def signature_of(card: Mapping[str, Any], framework: str = "torch") -> dict[str,
     return build_signature(card, None, framework)
 
 
-def categorical_inputs(stored: Mapping[str, Any], categories: Any, card: Mapping[str, Any]) -> list[dict[str, Any]]:
+def categorical_inputs(stored: Mapping[str, Any], categories: Categories) -> list[dict[str, Any]]:
     """The columns a model trained with categorical features is fed from (what sparktrain checks requests
     against): its numeric inputs as its stored signature has them, and each categorical one as text, a whole
     number or a boolean (``categorical: true``). The stored signature lists the one-hot columns: what MLflow's
     flavors feed the model."""
     specs = {spec["name"]: spec for spec in columns(stored)}
-    types = card.get("types") or {}
+    types = categories.types
     out: list[dict[str, Any]] = []
     for name in categories.inputs:
         if name in categories.levels:

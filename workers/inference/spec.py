@@ -62,7 +62,7 @@ class ModelRef:
         stored = signature_of(self.card, self.framework)
         if self.categories is None:
             return stored
-        return {**stored, "inputs": categorical_inputs(stored, self.categories, self.card["categorical"])}
+        return {**stored, "inputs": categorical_inputs(stored, self.categories)}
 
     @property
     def width(self) -> int:

@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -102,9 +103,10 @@ def save_weight_tensors(directory: Path, tensors: dict[str, torch.Tensor]) -> No
     _save_tensors(directory / WEIGHTS, tensors)
 
 
-def load_weights(directory: str | Path, model: torch.nn.Module) -> None:
+def load_weights(directory: str | Path, model: torch.nn.Module, skip: Collection[str] = ()) -> int:
+    """Copy the directory's weights into ``model``'s tensors but those named in ``skip``; returns how many."""
     tensors = load_file(str(Path(directory) / WEIGHTS))
-    own = model_tensors(model)
+    own = {name: t for name, t in model_tensors(model).items() if name not in skip}
     missing = sorted(set(own) - set(tensors))
     if missing:
         raise ValueError(f"checkpoint {directory} lacks {missing[:5]}: it was written for another network")
@@ -117,6 +119,7 @@ def load_weights(directory: str | Path, model: torch.nn.Module) -> None:
                     f"the network needs {tuple(target.shape)}"
                 )
             target.copy_(source.to(target.device))
+    return len(own)
 
 
 def split_optimizer_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from workers.training.torch import checkpoint as ckpt
 from workers.training.torch.checkpoint import WEIGHTS
 
 Shapes = dict[str, tuple[int, ...]]
@@ -56,18 +57,4 @@ def match(saved: Shapes, wanted: Shapes, *, strict: bool) -> tuple[str, ...]:
 
 def load(directory: str | Path, model: torch.nn.Module, fresh: tuple[str, ...]) -> int:
     """Copy the saved tensors into ``model``'s (built and seeded as usual), except ``fresh``; returns how many."""
-    from safetensors.torch import load_file
-
-    saved = load_file(str(Path(directory) / WEIGHTS))
-    skip = set(fresh)
-    copied = 0
-    with torch.no_grad():
-        for name, target in [*model.named_parameters(), *model.named_buffers()]:
-            if name in skip:
-                continue
-            source = saved[name]
-            if tuple(source.shape) != tuple(target.shape):  # the plan said they match: another file since?
-                raise ValueError(f"{name} has shape {list(source.shape)}, the network needs {list(target.shape)}")
-            target.copy_(source.to(device=target.device, dtype=target.dtype))
-            copied += 1
-    return copied
+    return ckpt.load_weights(directory, model, skip=fresh)
