@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from workers.context import JobContext
 
 
-def _text(categories: Categories, column: str) -> Any:
+def text_of(categories: Categories, column: str) -> Any:
     """A categorical column's values as category text: cast to the type it was trained with first (a CSV's ``02134``
     read as text meets the ``2134`` a parquet's ints gave), null where they do not cast."""
     from pyspark.sql import functions as F
@@ -38,7 +38,7 @@ def expand(categories: Categories, df: DataFrame) -> DataFrame:
         if column not in categories.levels:
             next(names)
             continue
-        text = _text(categories, column)
+        text = text_of(categories, column)
         for level in categories.levels[column]:
             added.append(F.when(text.isNotNull(), (text == F.lit(level)).cast("float")).alias(next(names)))
     return df.select("*", *added)
@@ -52,7 +52,7 @@ def fit(df: DataFrame, inputs: Iterable[str], columns: Iterable[str], types: Map
     typed = Categories(inputs=tuple(inputs), levels={}, types={c: types.get(c, "string") for c in wanted})
     levels: dict[str, tuple[str, ...]] = {}
     for column in wanted:
-        text = _text(typed, column).alias("level")
+        text = text_of(typed, column).alias("level")
         values = sorted(r["level"] for r in df.select(text).distinct().limit(MAX_LEVELS + 1).collect())
         if len(values) > MAX_LEVELS:
             raise ValueError(

@@ -19,6 +19,7 @@ from app.schemas.train import TrainingOptions, TrainRequest
 from app.services import checkpoints
 from app.services.datasets import schema as data
 from app.services.datasets.deferred import before_spark_job
+from app.services.planning.categories import read_categories
 from app.services.planning.labels import class_count, resolve_classes
 from workers import cluster, storage
 from workers.data.spec import ResolvedDataset
@@ -218,12 +219,20 @@ def plan_torch(
     options = request.training or TrainingOptions()
     ds = request.dataset
     class_labels: tuple[str, ...] | None = None
+    categories = None
+    if train.categorical and (train.sequence is not None or ds.input_shape is not None):
+        what = "sequences" if train.sequence is not None else "dataset.input_shape"
+        raise ValidationFailed.at("dataset.categorical", f"one-hot columns are features of a row: they do not "
+                                  f"combine with {what}; encode the categories in the data")  # fmt: skip
     if train.sequence is not None:
         train, shape, array_column = _sequence_plan(request, train, spark)
     else:
         if ds.task == "classification":
             train, class_labels = resolve_classes(train, schema[train.label or ""], spark)
         shape, array_column = _data_shape(request, train, schema, spark)
+        if train.categorical:  # the network's input: a column per category (read now: the width is planned)
+            categories = read_categories(train, spark)
+            shape = (len(categories.names),)
         _check_rows_for_batches(request.training or TrainingOptions(), train, held_out=validation is None)
     try:
         spec = parse_network(request.network, input_shape=shape)
@@ -265,6 +274,7 @@ def plan_torch(
         export_root=str(settings.artifact_root / "exports"),
         early_stopping=early_stopping,
         warnings=warnings,
+        categorical=categories.to_dict() if categories is not None else None,
     )
 
 

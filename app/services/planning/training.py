@@ -36,9 +36,6 @@ def _check_basics(request: TrainRequest) -> None:
         raise ValidationFailed.at("dataset.label", "required for training: the column to learn")
     if request.dataset.task is None:
         raise ValidationFailed.at("dataset.task", "required for training: classification or regression")
-    if request.dataset.categorical and request.framework == "torch":  # before the data: deferred plans too
-        raise ValidationFailed.at("dataset.categorical", "a torch network takes numbers: encode the categories "
-                                  "in the data (a 0/1 column each), or train xgboost or spark_ml")  # fmt: skip
 
 
 def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from workers.data.categories import Categories
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
 from workers.training.torch.residuals import make_residual_clipping
@@ -312,3 +313,17 @@ class TorchPlan:
     """``training.early_stopping`` with every default spelled out (workers/training/torch/spec/early_stopping.py)."""
     warnings: tuple[str, ...] = ()
     """Settings of the request this job does not use (app/services/planning/torch_plan.py), said when it starts."""
+    categorical: dict[str, Any] | None = None
+    """The one-hot encoding of ``train.categorical`` (:meth:`Categories.to_dict`), its categories read from the
+    training data when the request was planned; None without categorical features."""
+
+    @property
+    def categories(self) -> Categories | None:
+        return Categories.from_dict(self.categorical) if self.categorical else None
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The columns the network takes: the training data's features, with the one-hot columns
+        (``city=north``) in place of each categorical one."""
+        categories = self.categories
+        return categories.names if categories is not None else self.train.features

@@ -91,7 +91,7 @@ def model_card(plan: TorchPlan, normalizer: Normalizer | None) -> dict[str, Any]
     with the signature (the feature columns' types as planned) that predict requests are checked against."""
     card = {
         "input_shape": list(plan.input_shape),
-        "features": list(plan.train.features),
+        "features": list(plan.features),
         "array_column": plan.array_column,
         "labels": list(plan.train.label_columns),
         "task": plan.train.task,
@@ -101,7 +101,11 @@ def model_card(plan: TorchPlan, normalizer: Normalizer | None) -> dict[str, Any]
         # How the rows form sequences (a SequenceSpec as a dict): evaluation and prediction read data the same way.
         "sequence": {**plan.train.sequence, "num_classes": plan.train.num_classes} if plan.train.sequence else None,
     }
-    return {**card, "signature": build_signature(card, plan.train.column_types)}
+    types = plan.train.column_types
+    if plan.categorical:  # the one-hot columns are floats; what /predict takes is the request's columns
+        card["categorical"] = plan.categorical
+        types = {name: types.get(name, "float") for name in plan.features}
+    return {**card, "signature": build_signature(card, types)}
 
 
 def trainer_config(
@@ -122,7 +126,7 @@ def trainer_config(
         seed=plan.seed,
         device=plan.device,
         data=DataLayout(
-            features=plan.train.features,
+            features=plan.features,
             array_column=plan.array_column,
             labels=plan.train.label_columns,
             task=plan.train.task or "regression",
@@ -154,6 +158,10 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         ctx.warn(warning)
     ctx.progress(0.0, "checking the executors")
     check_executors(ctx, ("torch", "numpy", "pyarrow"), plan.num_workers, cuda=plan.device != "cpu")
+    categories = plan.categories
+    if categories is not None:  # read when the request was planned (app/services/planning/categories.py)
+        counted = ", ".join(f"{c} ({len(v)} categories)" for c, v in categories.levels.items())
+        ctx.log(f"one-hot encoded {counted}: {len(categories.names)} features")
     ctx.progress(0.0, "preparing the data")
     data = stage_input(ctx, plan)
     rows = data.rows

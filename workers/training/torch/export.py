@@ -71,6 +71,8 @@ def export_key(plan: TorchPlan) -> str | None:
         fingerprint.append([ds.to_dict(), files])
     fingerprint.append([plan.num_workers, list(plan.input_shape), plan.array_column, plan.class_labels,
                         plan.validation_fraction])  # fmt: skip
+    if plan.categorical:  # (appended only here: the keys of exports without categories stay what they were)
+        fingerprint.append(plan.categorical)
     return hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 

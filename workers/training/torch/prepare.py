@@ -20,6 +20,7 @@ from workers.data.arrow_read import SCALE, file_rows, local_files, shares, too_f
 from workers.data.clean import clean, clean_holdout, reason_words
 from workers.data.normalize import Normalizer
 from workers.data.normalize import fit as fit_normalizer
+from workers.data.one_hot import expand
 from workers.data.spec import ResolvedDataset, read_dataframe
 from workers.training.torch.config import TorchPlan
 
@@ -64,10 +65,13 @@ def prepare(
         held = f"{val_rows} of {rows + val_rows} rows held out ({fraction:.0%}, seed {plan.train.split_seed})"
         ctx.log(f"no validation set given: {held}")
     _check_rows(plan, rows)
+    categories = plan.categories
+    if categories is not None:  # the one-hot columns the network takes, in place of the categorical ones
+        frame = expand(categories, frame).drop(*categories.levels)
     normalizer = None
     if plan.train.normalize is not None:
         normalizer = fit_normalizer(
-            frame.where(F.col(SPLIT) == 0), plan.train.features, plan.train.normalize, array_column=plan.array_column
+            frame.where(F.col(SPLIT) == 0), plan.features, plan.train.normalize, array_column=plan.array_column
         )
         ctx.log(f"{plan.train.normalize} normalizer fitted on {normalizer.count} training rows")
     counts = {"train": rows, "validation": val_rows, "bad_rows": dropped + val_dropped}
@@ -136,8 +140,8 @@ def _arrow_source(plan: TorchPlan) -> dict[str, Any] | None:
     """The files and columns the barrier tasks can read themselves: local parquet without reader options, as
     training data with a held-out fraction (a separate validation set goes through Spark)."""
     ds = plan.train
-    if ds.format != "parquet" or ds.options or plan.validation is not None:
-        return None
+    if ds.format != "parquet" or ds.options or plan.validation is not None or plan.categorical:
+        return None  # (the tasks' own read does not one-hot encode)
     files = local_files(ds.path)
     if files is None:
         return None
