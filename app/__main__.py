@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from app.core.errors import message
 from app.core.logging import configure_logging
 from app.core.settings import load_settings
+from app.core.variables import unknown_variables
 from app.spark.session import SPARK_LOST_EXIT, SPARK_LOST_LOG, SPARK_PROBE_S, spark_alive
 
 log = logging.getLogger("sparktrain")
@@ -171,10 +172,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, help="port (default SPARKTRAIN_PORT or 8000)")
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    unknown = unknown_variables(os.environ)  # a misspelt setting may be why another one is wrong
     try:
         settings = load_settings(**overrides)
     except ValidationError as exc:
-        lines = [f"  {_line(e['loc'], message(e))}" for e in exc.errors()]
+        lines = [f"  {_line(e['loc'], message(e))}" for e in exc.errors()] + [f"  {line}" for line in unknown]
         sys.exit("sparktrain cannot start, a setting is wrong:\n" + "\n".join(lines))
     away = unreachable_database(settings.database_url)
     if away is not None:  # before uvicorn, whose failed start-up prints a page of traceback
@@ -188,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(PORT_TAKEN_EXIT)
     configure_logging(level=settings.log_level, fmt=settings.log_format)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines carry tracebacks of closed connections
+    for line in unknown:
+        logging.getLogger("sparktrain").warning(line)
 
     from app.main import create_app
 

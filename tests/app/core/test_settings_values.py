@@ -147,7 +147,7 @@ def test_python_m_app_says_what_is_wrong_without_a_traceback(tmp_path: Path) -> 
     """It was SQLAlchemy's NoSuchModuleError traceback (the database probe ran on the unchecked URL)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKTRAIN_")}
     env.update(PYTHONPATH=str(REPO_ROOT), SPARK_LOCAL_IP="127.0.0.1", SPARKTRAIN_DATABASE_URL="postgress://db/x",
-               SPARKTRAIN_RECONCILE_INTERVAL_S="inf")  # fmt: skip
+               SPARKTRAIN_RECONCILE_INTERVAL_S="inf", SPARKTRAIN_MAX_EPOCH="5")  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-m", "app"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
     )
@@ -156,3 +156,15 @@ def test_python_m_app_says_what_is_wrong_without_a_traceback(tmp_path: Path) -> 
     lines = done.stderr.splitlines()
     assert "  SPARKTRAIN_DATABASE_URL must be a SQLAlchemy URL" in "\n".join(lines), lines  # not led twice
     assert "  SPARKTRAIN_RECONCILE_INTERVAL_S: Input should be a finite number" in lines, lines  # not the field name
+    assert "  SPARKTRAIN_MAX_EPOCH is not a setting, and is ignored (did you mean SPARKTRAIN_MAX_EPOCHS?)" in lines
+
+
+def test_a_variable_that_is_not_a_setting_is_named_with_the_setting_it_resembles() -> None:
+    from app.core.variables import unknown_variables
+
+    environ = {"SPARKTRAIN_DATABSE_URL": "x", "sparktrain_port": "1", "SPARKTRAIN_URL": "http://x",
+               "SPARKTRAIN_FROBNICATE": "1", "PATH": "/bin", "SPARKTRAIN_API_KEYS": "k"}  # fmt: skip
+    assert unknown_variables(environ) == [
+        "SPARKTRAIN_DATABSE_URL is not a setting, and is ignored (did you mean SPARKTRAIN_DATABASE_URL?)",
+        "SPARKTRAIN_FROBNICATE is not a setting, and is ignored (docs/configuration.md lists the settings)",
+    ]
