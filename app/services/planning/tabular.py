@@ -13,8 +13,10 @@ from workers.training.spark_ml.spec import SparkMLPlan, parse_spark_ml_params
 
 def check_tabular(request: TrainRequest, train: Any, *, family: str, normalize_hint: str) -> None:
     """What the tabular families (spark_ml, xgboost) refuse: a network, several labels, normalizers, sequences."""
-    if request.network is not None or request.training is not None:
-        raise ValidationFailed.at("network", f"{family} takes params, not network/training")
+    for given in ("network", "training"):
+        if getattr(request, given) is not None:
+            raise ValidationFailed.at(given, f"{family} takes params, not {given} (torch's): put {family}'s "
+                                      "settings in params")  # fmt: skip
     if train.extra_labels:
         raise ValidationFailed.at("dataset.label", f"{family} learns one label column")
     if train.normalize is not None:

@@ -60,6 +60,8 @@ _DELETE = object()
         (_with("params.grid", {"maxDepht": [2, 7]}), "params.grid.maxDepht", "unknown parameter"),
         (_with("params.grid", {"maxDepth": [2, -7]}), "params.grid.maxDepth", "between 0 and 30"),
         (_with("training", {"epochs": -1}), "training.epochs", "greater than or equal to 1"),
+        # it was refused at network, which the body did not have
+        (_with("training", {"epochs": 5}), "training", "spark_ml takes params, not training (torch's)"),
         (_with("name", "no spaces/allowed"), "name", "pattern"),
         (_with("dataset.surprise", 1), "dataset.surprise", "Extra inputs"),
         (_with("validation", {"uri": "../secrets.parquet"}), "validation.uri", "outside"),
