@@ -142,7 +142,7 @@ def test_a_categorical_column_must_be_a_feature_of_a_family_that_takes_it(svc: S
         ({"categorical": ["city", "city"]}, {}, "dataset.categorical: a column is listed twice"),
         ({"categorical": ["city", "city"], "features": None}, {}, "dataset.categorical: a column is listed twice"),
         ({"uri": "dotted.csv", "features": ["distance", "ci.ty"], "categorical": ["ci.ty"]}, {},
-         "dataset.categorical[0]: 'ci.ty': Spark reads '.' in a column name"),
+         "dataset.features[1]: 'ci.ty': Spark reads '.' in a column name"),
         ({"categorical": ["city"], "input_shape": [2]}, {"framework": "torch", "params": None, "network": {
             "layers": [{"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]}},
          "dataset.categorical: one-hot columns are features of a row: they do not combine with dataset.input_shape"),

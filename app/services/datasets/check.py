@@ -46,6 +46,17 @@ def _numeric(dtype: str, parsed: bool) -> bool:
     return dtype in NUMERIC_TYPES or (dtype == "string" and parsed)
 
 
+def readable_name(column: str, where: str, *, listed: bool = True) -> None:
+    """A 422 for a column whose name Spark reads as a path: ``Sepal.Length`` (R's iris) is the field ``Length`` of
+    a struct ``Sepal`` wherever a job names it, and the job failed with Spark's ``UNRESOLVED_COLUMN``. ``listed``:
+    the request named it (else it was taken by default, and leaving it out is the other fix)."""
+    if "." in column or "`" in column:
+        other = "" if listed else ", or list dataset.features without it"
+        raise ValidationFailed.at(where, f"{column!r}: Spark reads '.' in a column name as a field of a struct, so "
+                                  f"jobs cannot name this column; rename it in the data (e.g. "
+                                  f"{column.replace('.', '_').replace('`', '')!r}){other}")  # fmt: skip
+
+
 def _features(
     ref: DatasetRef, schema: dict[str, str], labels: list[str], loc: str, allow_array: bool, parsed: bool
 ) -> list[str]:
@@ -61,6 +72,8 @@ def _features(
         if not features and not ref.categorical:
             raise ValidationFailed.at(f"{loc}.features", f"{ref.uri} has no numeric columns; columns: {available}")
         if not ref.categorical:
+            for column in features:
+                readable_name(column, f"{loc}.features", listed=False)
             return features
         wanted = set(features) | set(ref.categorical)  # in the file's order; checked below, as listed ones are
         features = [c for c in schema if c in wanted] + [c for c in ref.categorical if c not in schema]
@@ -70,6 +83,8 @@ def _features(
         where = f"{loc}.features[{i}]"
         if column not in schema:
             raise ValidationFailed.at(where, f"no column {column!r} in {ref.uri}; columns: {available}")
+        readable_name(column, where if ref.features is not None else f"{loc}.features",
+                      listed=ref.features is not None or column in (ref.categorical or ()))  # fmt: skip
         if column in labels:
             raise ValidationFailed.at(where, f"{column!r} is the label; it cannot be a feature")
         if column == ref.weight:
@@ -87,9 +102,6 @@ def _features(
             if dtype not in CATEGORY_TYPES:
                 raise ValidationFailed.at(at, f"{column!r} is {dtype}; a categorical column holds text, whole "
                                           "numbers or booleans")  # fmt: skip
-            if "." in column or "`" in column:
-                raise ValidationFailed.at(at, f"{column!r}: Spark reads '.' in a column name as a field of a struct; "
-                                          "rename the column in the data")  # fmt: skip
         elif not _numeric(dtype, parsed):
             hint = _TEXT_FEATURE if dtype == "string" else ""
             raise ValidationFailed.at(where, f"{column!r} is {dtype}; features must be numeric{hint}")
@@ -132,12 +144,14 @@ def resolve_dataset(
             continue  # checked against the label dataset
         if column not in schema:
             raise ValidationFailed.at(f"{loc}.label", f"no column {column!r} in {ref.uri}; columns: {available}")
+        readable_name(column, f"{loc}.label")
         if ref.task == "regression" and not _numeric(schema[column], parsed):
             dtype = schema[column]
             raise ValidationFailed.at(f"{loc}.label", f"{column!r} is {dtype}; a regression label must be numeric")
     if ref.weight is not None:
         if ref.weight not in schema:
             raise ValidationFailed.at(f"{loc}.weight", f"no column {ref.weight!r} in {ref.uri}; columns: {available}")
+        readable_name(ref.weight, f"{loc}.weight")
         if not _numeric(schema[ref.weight], parsed):
             raise ValidationFailed.at(f"{loc}.weight", f"{ref.weight!r} is {schema[ref.weight]}; weights are numbers")
     sequence, labels_path = _sequence(

@@ -18,7 +18,7 @@ from app.db.models import Checkpoint, Job
 from app.schemas.inference import EvaluateRequest, ModelSelector, PredictRequest
 from app.schemas.train import DatasetRef, SequenceOptions
 from app.services import checkpoints, models
-from app.services.datasets.check import PARSED_FORMATS, locate, resolve_dataset
+from app.services.datasets.check import PARSED_FORMATS, locate, readable_name, resolve_dataset
 from app.services.datasets.paths import check_literal, check_output_target, output_target
 from workers import storage
 from workers.data.spec import ResolvedDataset
@@ -278,6 +278,7 @@ def plan_prediction(
     dataset, schema = _resolve(model, ref, settings=settings, spark=spark, db=db, labelled=False)
     if key not in schema:
         raise ValidationFailed.at("dataset.key", f"no column {key!r} in {ref.uri}")
+    readable_name(key, "dataset.key")
     return PredictionPlan(
         model=model,
         dataset=dataset,

@@ -330,3 +330,26 @@ def test_v2_binary_tensors_that_do_not_fit(
     headers = {"inference-header-content-length": header_length or str(len(head))}
     response = service.client.post("/v2/models/m/infer", content=head + tail, headers=headers)
     _problem(response, 422)
+
+
+def test_a_column_name_spark_reads_as_a_path_is_a_422_naming_it(service: Service) -> None:
+    """R's iris names its columns ``Sepal.Length``: every family's job failed with Spark's UNRESOLVED_COLUMN (a
+    dotted name is a struct's field wherever a job names it)."""
+    root = service.app.state.runtime.settings.data_roots[-1]
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "iris-dotted.csv").write_text("Sepal.Length,width,Species\n5.1,3.5,setosa\n7.0,3.2,versicolor\n")
+    dataset = {"uri": "iris-dotted.csv", "label": "Species", "task": "classification"}
+    body = {"name": "dotted", "framework": "xgboost", "params": {"num_round": 2}, "dataset": dataset}
+    cases = [
+        ({}, "dataset.features", "'Sepal.Length': Spark reads '.' in a column name as a field of a struct, so jobs "
+         "cannot name this column; rename it in the data (e.g. 'Sepal_Length'), or list dataset.features without it"),
+        ({"features": ["width", "Sepal.Length"]}, "dataset.features[1]", "rename it in the data (e.g. 'Sepal_Length')"),
+        ({"features": ["width"], "label": "Sepal.Length", "task": "regression"}, "dataset.label", "'Sepal.Length'"),
+    ]  # fmt: skip
+    before = _job_count(service)
+    for given, loc, words in cases:
+        problem = _problem(service.client.post("/train", json={**body, "dataset": {**dataset, **given}}), 422)
+        assert [e["loc"] for e in problem["errors"]] == [loc] and words in problem["detail"], problem
+    assert _job_count(service) == before
+    listed = service.client.post("/train", json={**body, "dataset": {**dataset, "features": ["width"]}})
+    assert listed.status_code == 202, listed.text  # the other columns are never named
