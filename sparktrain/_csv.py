@@ -28,10 +28,10 @@ def cell(text: str) -> Any:
     return text
 
 
-def read_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
-    """The header and the rows (blank lines skipped); ValueError when the file cannot be read, has no header or has
-    a quoted field that is never closed (it would take in the rest of the file as one cell, and the rows counted
-    and sent would not be the file's)."""
+def read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows as text (blank lines skipped; :func:`typed_rows` reads the values); ValueError when
+    the file cannot be read, has no header or has a quoted field that is never closed (it would take in the rest of
+    the file as one cell, and the rows counted and sent would not be the file's)."""
     start = last = 1  # the line the record being read starts on; the last record's
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:  # Excel's "CSV UTF-8" starts with a BOM
@@ -56,7 +56,16 @@ def read_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
     records.pop()
     if not records:
         raise ValueError(f"{path}: empty; a CSV file with a header line is needed")
-    return records[0], [[cell(text) for text in row] for row in records[1:]]
+    return records[0], records[1:]
+
+
+def typed_rows(columns: list[str], rows: list[list[str]], types: dict[str, str]) -> list[list[Any]]:
+    """Each cell as the model's signature types its column (``types``: name -> type): a text column's cells stay
+    text (its ``007`` is not the number 7, nor its ``true`` a boolean; empty is null), the others are read by
+    :func:`cell`."""
+    text = [types.get(name) == "string" for name in columns]
+    return [[(value or None) if i < len(text) and text[i] else cell(value) for i, value in enumerate(row)]
+            for row in rows]  # fmt: skip
 
 
 def _quote_line(field: str, lines: int) -> int:

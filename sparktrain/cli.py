@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sparktrain._csv import model_columns, read_rows
+from sparktrain._csv import model_columns, read_rows, typed_rows
 from sparktrain._help import Command, Group, print_version
 from sparktrain._progress import Live
 from sparktrain._table import jobs_table
@@ -345,11 +345,12 @@ def predict(
         except ValueError as exc:
             raise LocalFileError(str(exc)) from exc
         if len(rows) <= max_inline:
-            inputs = [spec["name"] for spec in api.signature(ref)["inputs"] if spec.get("name")]
-            columns, rows, dropped = model_columns(columns, rows, inputs)
+            specs = [spec for spec in api.signature(ref)["inputs"] if spec.get("name")]
+            columns, text, dropped = model_columns(columns, rows, [spec["name"] for spec in specs])
+            values = typed_rows(columns, text, {spec["name"]: spec.get("type", "") for spec in specs})
             if dropped:
                 err.print(f"not sent (the model does not take them): {', '.join(dropped)}", highlight=False)
-            answer = api.predict({"model": ref.selector(), "dataframe_split": {"columns": columns, "data": rows}})
+            answer = api.predict({"model": ref.selector(), "dataframe_split": {"columns": columns, "data": values}})
             if opts.json:
                 _print_json(answer)
             else:

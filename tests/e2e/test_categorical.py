@@ -166,6 +166,33 @@ def test_a_torch_job_reads_the_categories_the_request_could_not(svc: Service) ->
     assert job["result"]["rows"]["train"] > 0, job["result"]
 
 
+def test_a_fine_tuned_network_keeps_the_categories_its_first_layer_was_trained_on(svc: Service) -> None:
+    """New data without one category and with another: the source's columns keep their meaning (it was accepted
+    with the columns shifted, north read as south)."""
+    torch = dict(FAMILIES)["torch"]
+    if not svc.client.get("/models/fares-torch").is_success:
+        _train(svc, "fares-torch", "torch", torch)
+    rows = _rows(400, 7)
+    rows["city"] = rows["city"].replace({"east": "west"})
+    rows.to_csv(svc.app.state.runtime.settings.data_roots[0] / "fares-west.csv", index=False)
+    still = {"learning_rate": 1e-12}  # the weights barely move: the same inputs must give the same answers
+    family = {**torch, "training": {**torch["training"], "epochs": 1, "optimizer": {"type": "sgd", **still},
+                                    "init_from": {"name": "fares-torch"}}}  # fmt: skip
+    _train(svc, "fares-tuned", "torch", family, uri="fares-west.csv")
+    card = svc.client.get("/models/fares-tuned/versions/1").json()["params"]
+    assert card["categorical"]["levels"]["city"] == ["east", "north", "south"], card["categorical"]
+    probe = [{"distance": 3.0, "city": city, "tier": 2} for city in ("north", "south", "east", "west")]
+    before, after = ({"model": {"name": name}, "dataframe_records": probe} for name in ("fares-torch", "fares-tuned"))
+    old, new = (svc.client.post("/predict", json=body).json()["predictions"] for body in (before, after))
+    assert new == pytest.approx(old, abs=1e-3), (old, new)
+    other = {**family, "dataset": None}
+    refused = svc.client.post("/train", json={**other, "name": "fares-other", "framework": "torch", "dataset": {
+        "uri": "fares.csv", "features": ["distance", "city", "tier"], "label": "fare", "task": "regression",
+        "categorical": ["city"]}})  # fmt: skip
+    assert refused.status_code == 422, refused.text
+    assert "with ['city', 'tier'] categorical; this request has" in refused.json()["detail"], refused.text
+
+
 def test_by_default_the_features_keep_the_files_order(svc: Service) -> None:
     """Numeric columns and the categorical ones, as the file has them: a list row follows that order (the
     categorical columns were appended after the numeric ones)."""

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from bench.chaos import digits_job
-from sparktrain._csv import model_columns, read_rows
+from sparktrain._csv import model_columns, read_rows, typed_rows
 from sparktrain._progress import final_line
 from tests.helpers import TAXI_FEATURES, Service, running_service, taxi_request
 
@@ -346,8 +346,16 @@ def test_a_csv_reads_as_spark_reads_it_empty_cells_null_and_true_false_booleans(
     was sent as strings, and the service refused it ("'True' is not a boolean")."""
     path = tmp_path / "rows.csv"
     path.write_text('has_garden,sqft,rooms,city\nTrue,1200.5,3,"Oslo, N"\nfalse,,4,x\n')
-    assert read_rows(path) == (["has_garden", "sqft", "rooms", "city"],
-                               [[True, 1200.5, 3, "Oslo, N"], [False, None, 4, "x"]])  # fmt: skip
+    columns, rows = read_rows(path)
+    assert columns == ["has_garden", "sqft", "rooms", "city"]
+    assert typed_rows(columns, rows, {}) == [[True, 1200.5, 3, "Oslo, N"], [False, None, 4, "x"]]
+
+
+def test_a_text_column_of_the_models_signature_stays_text() -> None:
+    """A categorical zip code ``007`` was sent as the number 7, which is another category (walkthrough)."""
+    columns, rows = ["zip", "member", "size"], [["007", "true", "2"], ["", "no", "3.5"]]
+    typed = typed_rows(columns, rows, {"zip": "string", "member": "string", "size": "double"})
+    assert typed == [["007", "true", 2], [None, "no", 3.5]]
 
 
 def test_only_the_models_columns_are_kept_in_the_files_order_and_a_row_of_another_length_is_left_whole() -> None:
@@ -405,7 +413,7 @@ def test_a_csv_with_a_byte_order_mark_reads_its_first_column_by_name(tmp_path: P
     """Excel's "CSV UTF-8" starts with a BOM, which stuck to the first column's name (audit)."""
     path = tmp_path / "excel.csv"
     path.write_bytes("\ufeffpassenger_count,trip_distance\n1,2.5\n".encode())
-    assert read_rows(path) == (["passenger_count", "trip_distance"], [[1, 2.5]])
+    assert read_rows(path) == (["passenger_count", "trip_distance"], [["1", "2.5"]])
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(ValueError, match="empty; a CSV file with a header line is needed"):
         read_rows(tmp_path / "empty.csv")

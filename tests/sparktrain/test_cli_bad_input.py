@@ -69,7 +69,7 @@ def test_the_line_of_an_open_quote_is_the_line_it_opens_on(tmp_path: Path, text:
 
 def test_closed_quotes_across_lines_and_blank_lines_still_read(tmp_path: Path) -> None:
     (tmp_path / "rows.csv").write_text('\na,b\n1,"x\ny"\n\n"3",4')
-    assert read_rows(tmp_path / "rows.csv") == (["a", "b"], [[1, "x\ny"], [3, 4]])
+    assert read_rows(tmp_path / "rows.csv") == (["a", "b"], [["1", "x\ny"], ["3", "4"]])
 
 
 def test_a_negative_max_inline_is_a_usage_error(tmp_path: Path) -> None:

@@ -83,12 +83,13 @@ class Categories:
             if column not in self.levels:
                 out.append(column)
                 continue
-            taken: set[str] = set(self.inputs) | set(out)
+            # Spark resolves column names in any case: "sex=Male" and "sex=male" are one name to it
+            taken: set[str] = {name.lower() for name in (*self.inputs, *out)}
             for level in self.levels[column]:
                 name = _UNSAFE.sub("_", f"{column}={level}")
-                while name in taken:  # two categories that differ only in a replaced character
+                while name.lower() in taken:  # categories that differ only in case or in a replaced character
                     name += "_"
-                taken.add(name)
+                taken.add(name.lower())
                 out.append(name)
         return tuple(out)
 

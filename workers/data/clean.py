@@ -58,6 +58,21 @@ def read_as_numbers(df: DataFrame, ds: ResolvedDataset, columns: Sequence[str]) 
     return [value.alias(column) for column, value, _dtype, _checks in read], any(checks for *_, checks in read)
 
 
+def _category_checks(column: str, value: Column, kind: str) -> list[tuple[Column, Column]]:
+    """A categorical value its column's type cannot hold (``A1`` in a whole-number column, which a file's first
+    rows made one): a bad row, not a row one-hot encoded as nulls (:func:`workers.data.one_hot.text_of`)."""
+    from pyspark.sql import functions as F
+
+    from workers.data.categories import Categories
+
+    cast = Categories(inputs=(column,), levels={}, types={column: kind}).kind(column)
+    if cast == "string":
+        return []
+    words = "a boolean" if cast == "boolean" else "a whole number"
+    reason = F.concat(F.lit(f"not {words}: '"), F.substring(value.cast("string"), 1, _SHOWN), F.lit(f"' ({column})"))
+    return [(value.isNotNull() & value.try_cast(cast).isNull(), reason)]
+
+
 def _value_checks(column: str, value: Column, dtype: str, array_length: int | None) -> list[tuple[Column, Column]]:
     from pyspark.sql import functions as F
 
@@ -93,6 +108,8 @@ def _checks(
     for column in dict.fromkeys([*ds.features, *ds.label_columns, *([ds.weight] if ds.weight else [])]):
         value, dtype, parse_checks = _value(dtypes, column, column in numeric)
         parsed |= bool(parse_checks)
+        if column in ds.categorical:
+            parse_checks = _category_checks(column, value, ds.column_types.get(column, "string"))
         values[column] = value
         checks += parse_checks + _value_checks(column, value, dtype, array_length)
     if ds.weight:
@@ -115,6 +132,8 @@ def reason_words(ds: ResolvedDataset, array_length: int | None, *, corrupt: bool
         words.append(f"an array whose length is not {array_length}")
     if ds.weight:
         words.append("a negative weight")
+    if any(ds.column_types.get(c, "string") != "string" for c in ds.categorical):
+        words.append("a category its column's type cannot hold")
     if ds.label and ds.task == "classification" and ds.num_classes is not None:
         words.append(f"a label outside 0..{ds.num_classes - 1}")
     return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)

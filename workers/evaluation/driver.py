@@ -106,7 +106,8 @@ def _spark_ml_predictions(ctx: JobContext, model: ModelRef, source: DataFrame, d
 
     categories = model.categories
     checked = replace(ds, features=model.inputs, label=model.labels[0], task=model.task, num_classes=None,
-                      categorical=tuple(categories.levels) if categories else ())  # fmt: skip
+                      categorical=tuple(categories.levels) if categories else (),
+                      column_types={**ds.column_types, **(categories.types if categories else {})})  # fmt: skip
     cleaned, _rows, dropped = clean(ctx, source, checked)
     if categories is not None:
         cleaned = expand(categories, cleaned)

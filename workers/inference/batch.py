@@ -47,7 +47,8 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
         raise JobFailure("BAD_ROWS", f"the key column {plan.key!r} of {ds.path} has nulls: every row needs a key")
     categories = model.categories
     checked = replace(ds, features=model.inputs, label=None, extra_labels=(), weight=None,
-                      categorical=tuple(categories.levels) if categories else ())  # fmt: skip
+                      categorical=tuple(categories.levels) if categories else (),
+                      column_types={**ds.column_types, **(categories.types if categories else {})})  # fmt: skip
     width = model.width if model.card.get("array_column") else None
     rows, _usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
     if categories is not None:  # the one-hot columns the model takes, from the cleaned rows

@@ -43,6 +43,11 @@ def request_without_spark() -> Iterator[None]:
         _IN_REQUEST.reset(token)
 
 
+def in_request() -> bool:
+    """Whether planning runs in a request (where a Spark job may not start)."""
+    return _IN_REQUEST.get()
+
+
 def before_spark_job(what: str) -> None:
     """Called before planning starts a Spark job that reads the data; in a request, the check is deferred."""
     if _IN_REQUEST.get():

@@ -19,7 +19,7 @@ from app.schemas.train import TrainingOptions, TrainRequest
 from app.services import checkpoints
 from app.services.datasets import schema as data
 from app.services.datasets.deferred import before_spark_job
-from app.services.planning.categories import read_categories
+from app.services.planning.categories import kept_categories, read_categories, spark_reads_them
 from app.services.planning.labels import class_count, resolve_classes
 from workers import cluster, storage
 from workers.data.spec import ResolvedDataset
@@ -109,6 +109,32 @@ def _init(options: TrainingOptions, network: dict[str, Any], db: sessionmaker[Se
     except ValueError as exc:
         raise ValidationFailed.at(where, f"{init.name} version {number}: {exc}") from exc
     return InitPoint(name=init.name, version=number, uri=uri, fresh=fresh, copied=len(wanted) - len(fresh))
+
+
+def _trained_categories(options: TrainingOptions, db: sessionmaker[Session] | None) -> tuple[Any, str, str] | None:
+    """(the card's ``categorical``, the field, its words) of the checkpoint or model version a categorical request
+    continues or starts from; None when it starts afresh. What is missing or unreadable is left to
+    :func:`_resume` and :func:`_init` to say."""
+    if db is None or (options.resume_from is None and options.init_from is None):
+        return None
+    from app.core.errors import AppError
+    from app.services import models
+
+    with db() as session:
+        try:
+            if options.resume_from is not None:
+                uri = checkpoints.get(session=session, checkpoint_id=options.resume_from).uri
+                card = read_meta(storage.fetch_dir(uri)).get("model_card") or {}
+                where, what = "training.resume_from", f"checkpoint {options.resume_from}"
+            else:
+                init = options.init_from
+                assert init is not None
+                version = models.resolve_version(session=session, name=init.name, version=init.version,
+                                                 alias=init.alias)  # fmt: skip
+                card, where, what = version.params or {}, "training.init_from", f"{init.name} version {version.version}"
+        except (AppError, OSError, ValueError, LookupError):
+            return None
+    return card.get("categorical"), where, what
 
 
 def pin_init_from(body: dict[str, Any], db: sessionmaker[Session] | None) -> dict[str, Any]:
@@ -232,6 +258,9 @@ def plan_torch(
         shape, array_column = _data_shape(request, train, schema, spark)
         if train.categorical:  # the network's input: a column per category (read now: the width is planned)
             categories = read_categories(train, spark)
+            trained = _trained_categories(options, db)
+            if trained is not None:
+                categories = kept_categories(categories, *trained)
             shape = (len(categories.names),)
         _check_rows_for_batches(request.training or TrainingOptions(), train, held_out=validation is None)
     try:
@@ -251,6 +280,10 @@ def plan_torch(
     warnings = ignored_settings(options, sharing, parameters)
     if validation is not None and "validation_fraction" in options.model_fields_set:
         warnings = (*warnings, "training.validation_fraction is not used: validation names the validation data")
+    resume = _resume(options, network, db)
+    init = _init(options, network, db) if options.resume_from is None else None  # a checkpoint has the weights
+    if categories is not None and not (resume or init):  # checked with the driver's reading: the job uses Spark's
+        spark_reads_them(train)
     return TorchPlan(
         train=train,
         validation=replace(validation, num_classes=train.num_classes) if validation else None,
@@ -266,8 +299,8 @@ def plan_torch(
         device=request.device,
         input_shape=tuple(spec.input_shape),
         array_column=array_column,
-        resume=_resume(options, network, db),
-        init=_init(options, network, db) if options.resume_from is None else None,  # a checkpoint has the weights
+        resume=resume,
+        init=init,
         validation_fraction=options.validation_fraction,
         class_labels=class_labels,
         data_path=options.data_path or settings.data_path,

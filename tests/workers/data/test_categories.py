@@ -13,6 +13,11 @@ def test_names_replace_the_characters_spark_and_xgboost_read_and_stay_distinct()
     cats = Categories(inputs=("x", "zone", "y"), levels={"zone": ("a.b", "a_b", "[c]", "<d")})
     assert cats.names == ("x", "zone=a_b", "zone=a_b_", "zone=_c_", "zone=_d", "y")
     assert Categories.from_dict(cats.to_dict()).to_dict() == cats.to_dict()
+    # Spark resolves names in any case: "sex=Male" and "sex=male" were one column to it (AMBIGUOUS_REFERENCE)
+    cased = Categories(inputs=("Sex", "age"), levels={"Sex": ("Male", "male", "x")})
+    assert cased.names == ("Sex=Male", "Sex=male_", "Sex=x", "age")
+    beside = Categories(inputs=("Sex", "sex=MALE"), levels={"Sex": ("Male", "male")})  # an input of that name
+    assert beside.names[-1] == "sex=MALE" and len({n.lower() for n in beside.names}) == 3, beside.names
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,19 @@ def test_a_failure_with_a_held_out_fraction_shows_the_datas_columns_only(spark: 
     message = str(failed.value)
     assert message.count("not a number: 'n/a' (distance)") == 3
     assert '"passengers"' in message and "_split" not in message, "the held-out mark is the job's, not the data's"
+
+
+def test_a_category_its_columns_type_cannot_hold_is_a_bad_row(spark: Any, tmp_path: Path) -> None:
+    """The planned type of a whole-number category came from the file's first rows; a later ``A1`` made Spark read
+    the column as text, and its one-hot columns were nulls (a torch job ended NAN_LOSS, asking for a lower learning
+    rate)."""
+    path = write(tmp_path / "tiers.csv", ["distance,tier,fare", "1.0,1,3.0", "2.0,A1,4.0", "3.0,2,5.0", "4.0,,6.0"])
+    ds = dataset(path, bad_rows="skip", features=("distance", "tier"), categorical=("tier",),
+                 column_types={"distance": "double", "tier": "int"})  # fmt: skip
+    _frame, rows, dropped, warnings = cleaned(spark, ds)
+    assert (rows, dropped) == (2, 2), warnings
+    assert "a category its column's type cannot hold" in warnings[0], warnings
+    with pytest.raises(JobFailure, match=r"not a whole number: 'A1' \(tier\)"):
+        cleaned(spark, replace(ds, bad_rows="fail"))
+    text = replace(ds, column_types={"distance": "double", "tier": "string"})  # any text is a category of a text column
+    assert cleaned(spark, text)[1:3] == (3, 1)
