@@ -249,7 +249,7 @@ def test_online_rows_are_encoded_as_in_training(svc: Service, framework: str, fa
         ({"distance": 3.0, "city": None, "tier": 2}, "city is null; a categorical feature needs a category"),
         ({"distance": 3.0, "city": [1], "tier": 2}, "is not a category"),
         ({"distance": 3.0, "city": "east", "tier": "two"}, "tier: 'two' is not a whole number"),
-        ({"distance": 3.0, "city": "east", "tier": True}, "tier: True is a boolean"),
+        ({"distance": 3.0, "city": "east", "tier": True}, "tier: true is a boolean"),
         ({"distance": "far", "city": "east", "tier": 2}, "'distance'"),
         ({"distance": 3.0, "town": "east", "tier": 2}, "missing features ['city']"),
     ]:
@@ -285,3 +285,25 @@ def test_batch_prediction_and_evaluation_encode_the_raw_rows(
     out = pd.read_parquet(done["result"]["output_uri"]).sort_values("trip")
     expected = _expected(keyed.to_dict("records")[1:])
     assert np.abs(out["prediction"].to_numpy()[1:] - expected).max() < 1.5
+    # a tier the model's whole-number column cannot hold: a bad row with its reason (batch prediction scored it as
+    # an unseen category; evaluation named no reason)
+    keyed.astype({"tier": str}).assign(tier=lambda f: ["x", *f["tier"][1:]]).to_csv(data / "fares-x.csv", index=False)
+    failed = svc.wait(svc.client.post("/evaluate", json={"model": {"name": name}, "dataset": {
+        "uri": "fares-x.csv"}, "metrics": ["regression"]}).json()["id"], {"SUCCEEDED", "FAILED"})  # fmt: skip
+    assert failed["status"] == "FAILED" and failed["error"]["reason"] == "BAD_ROWS", failed
+    if framework != "spark_ml":  # (its bad rows are counted by Spark ML's own pass)
+        assert "not a whole number: 'x' (tier)" in failed["error"]["message"], failed["error"]
+    body = {"model": {"name": name}, "dataset": {"uri": "fares-x.csv", "key": "trip"}, "output_uri": f"x-{framework}"}
+    batch = svc.wait(svc.client.post("/predict", json=body).json()["id"], {"SUCCEEDED", "FAILED"})
+    assert batch["status"] == "FAILED" and "not a whole number: 'x' (tier)" in batch["error"]["message"], batch
+    # the model's columns are said to be the data's problem: the request named no features and no categorical
+    keyed.astype({"tier": float}).to_csv(data / "fares-double.csv", index=False)
+    keyed.drop(columns="city").to_csv(data / "fares-no-city.csv", index=False)
+    for uri, words in [
+        ("fares-double.csv", "the model's input columns: 'tier' is double; a categorical column holds"),
+        ("fares-no-city.csv", "the model's input columns: no column 'city' in fares-no-city.csv"),
+    ]:
+        refused = svc.client.post("/evaluate", json={"model": {"name": name}, "dataset": {"uri": uri}})
+        assert refused.status_code == 422, refused.text
+        assert [e["loc"] for e in refused.json()["errors"]] == ["dataset.uri"], refused.text
+        assert words in refused.json()["detail"], refused.text

@@ -126,7 +126,8 @@ class Categories:
                 try:
                     level = level_of(value, self.kind(column))
                 except ValueError as exc:
-                    problems.append(f"row {i}: {column}: {value!r} {exc}")
+                    shown = ("true" if value else "false") if isinstance(value, bool | np.bool_) else repr(value)
+                    problems.append(f"row {i}: {column}: {shown} {exc}")  # (true: as the request wrote it)
                     continue
                 if level is None:
                     problems.append(f"row {i}: {column} is null; a categorical feature needs a category")

@@ -209,7 +209,7 @@ def _clean(
             raise JobFailure(
                 "BAD_ROWS",
                 f"every row of {ds.path} ({total}) is bad: {reasons} in {columns}; first ones: {shown_rows}. "
-                + _every_row_hint(examples),
+                + _every_row_hint(examples, ds),
             )
         raise JobFailure(
             "BAD_ROWS",
@@ -236,14 +236,22 @@ def bad_examples(df: DataFrame, ds: ResolvedDataset) -> str:
     return json.dumps([_example(r.asDict()) for r in rows], ensure_ascii=False, default=str) if rows else ""
 
 
-def _every_row_hint(examples: list[dict[str, Any]]) -> str:
-    """What to check when no row is usable: one column that is never a number is text, else the reader options."""
+def _every_row_hint(examples: list[dict[str, Any]], ds: ResolvedDataset) -> str:
+    """What to check when no row is usable: one column that is never a number is text (said for what it is to the
+    request: a label, the weight, a feature), else the reader options."""
     parsed = [_NOT_A_NUMBER.fullmatch(str(e["reason"])) for e in examples]
     columns = {m.group(2) for m in parsed if m is not None}
     if len(columns) == 1 and all(m is not None and any(c.isalpha() for c in m.group(1)) for m in parsed):
         # words, not numbers written another way (a decimal comma: the options' business)
-        return (f"{columns.pop()!r} holds text, not numbers: leave it out of the features, or turn its values into "
-                "numbers first.")  # fmt: skip
+        column = columns.pop()
+        if column in ds.label_columns:
+            return (f"{column!r} holds text, not numbers: a regression's label is a number; for classes, set "
+                    "dataset.task to classification.")  # fmt: skip
+        if column == ds.weight:
+            return f"{column!r} holds text, not numbers: a weight is a number of 0 or more."
+        category = "name it in dataset.categorical (one 0/1 column per value), " if ds.sequence is None else ""
+        return (f"{column!r} holds text, not numbers: {category}leave it out of the features, or turn its values "
+                "into numbers first.")  # fmt: skip
     return ("Check the separator (options.sep) and the header option (options.header): a file read with the wrong "
             "ones has no usable row.")  # fmt: skip
 

@@ -79,7 +79,11 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     unscored = sum(int(r["bad"]) for r in collected)  # rows the tasks found bad (spark_ml: after `dropped`)
     bad = unscored + dropped
     if bad and ds.bad_rows == "fail":
-        shown = bad_examples(source, ds) if ds.sequence is None and model.framework != "spark_ml" else ""
+        shown = (
+            bad_examples(source, _as_trained(ds, model))
+            if ds.sequence is None and model.framework != "spark_ml"
+            else ""
+        )
         raise JobFailure(
             "BAD_ROWS",
             f"{bad} of {seen} rows of {ds.path} have {'a value that is not a number, ' if parsed else ''}a null, NaN "
@@ -95,6 +99,18 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     result["bad_rows"] = bad
     ctx.progress(1.0, "done")
     return JobOutcome(result=result)
+
+
+def _as_trained(ds: Any, model: ModelRef) -> Any:
+    """The dataset checked as the model reads it: its categorical columns read as their trained types (a text ``x``
+    in a whole-number column is a bad row with that reason)."""
+    from dataclasses import replace
+
+    categories = model.categories
+    if categories is None:
+        return ds
+    return replace(ds, features=model.inputs, categorical=tuple(categories.levels),
+                   column_types={**ds.column_types, **categories.types})  # fmt: skip
 
 
 def _spark_ml_predictions(ctx: JobContext, model: ModelRef, source: DataFrame, ds: Any) -> tuple[DataFrame, int]:

@@ -90,6 +90,10 @@ def _features(
         if column == ref.weight:
             raise ValidationFailed.at(where, f"{column!r} is the weight column; it cannot be a feature")
         dtype = schema[column]
+        if column in (ref.categorical or ()) and dtype not in CATEGORY_TYPES:
+            at = f"{loc}.categorical[{list(ref.categorical or ()).index(column)}]"
+            raise ValidationFailed.at(at, f"{column!r} is {dtype}; a categorical column holds text, whole numbers or "
+                                      "booleans")  # fmt: skip
         if is_numeric_array(dtype):
             if not allow_array:
                 raise ValidationFailed.at(where, f"{column!r} is {dtype}; this framework needs numeric columns")
@@ -98,10 +102,7 @@ def _features(
                     f"{loc}.features", "an array column must be the only feature (with dataset.input_shape)"
                 )
         elif column in (ref.categorical or ()):
-            at = f"{loc}.categorical[{list(ref.categorical or ()).index(column)}]"
-            if dtype not in CATEGORY_TYPES:
-                raise ValidationFailed.at(at, f"{column!r} is {dtype}; a categorical column holds text, whole "
-                                          "numbers or booleans")  # fmt: skip
+            continue
         elif not _numeric(dtype, parsed):
             hint = _TEXT_FEATURE if dtype == "string" else ""
             raise ValidationFailed.at(where, f"{column!r} is {dtype}; features must be numeric{hint}")

@@ -143,13 +143,31 @@ def _evaluation_model(request: EvaluateRequest, db: sessionmaker[Session]) -> tu
     return model, groups
 
 
-def _resolve(model: ModelRef, ref: DatasetRef, **kwargs: Any) -> tuple[ResolvedDataset, dict[str, str]]:
-    """The dataset read the way the model was trained on it (CSV / JSON columns it takes as numbers parsed)."""
-    dataset, schema = resolve_dataset(ref, allow_array=model.framework == "torch", parse_numbers=True, **kwargs)
+def _resolve(
+    model: ModelRef, ref: DatasetRef, given: DatasetRef, **kwargs: Any
+) -> tuple[ResolvedDataset, dict[str, str]]:
+    """The dataset read the way the model was trained on it (CSV / JSON columns it takes as numbers parsed);
+    ``given``: the request's own dataset, before the model's columns filled it in."""
+    try:
+        dataset, schema = resolve_dataset(ref, allow_array=model.framework == "torch", parse_numbers=True, **kwargs)
+    except ValidationFailed as exc:
+        raise _the_models_columns(exc, given) from exc
     if dataset.sequence is not None:
         dataset = replace(dataset, sequence={**dataset.sequence, "num_classes": model.card.get("num_classes")})
     _check_features(model, dataset, schema)
     return dataset, schema
+
+
+def _the_models_columns(exc: ValidationFailed, ref: DatasetRef) -> ValidationFailed:
+    """A problem with a column the request did not name (the model's features and categorical columns fill them in,
+    :func:`_dataset_for`) said of the data, not of a field the request does not have."""
+    if not exc.errors:
+        return exc
+    loc, words = str(exc.errors[0]["loc"]), str(exc.errors[0]["msg"])
+    filled = loc.startswith("dataset.categorical") or (loc.startswith("dataset.features") and ref.features is None)
+    if not filled:
+        return exc
+    return ValidationFailed.at("dataset.uri", f"the model's input columns: {words}")
 
 
 def _locate(ref: DatasetRef, settings: Settings, db: sessionmaker[Session]) -> None:
@@ -164,7 +182,7 @@ def plan_evaluation(
 ) -> EvaluationPlan:
     model, groups = _evaluation_model(request, db)
     ref = _dataset_for(model, request.dataset, need_labels=True)
-    dataset, _schema = _resolve(model, ref, settings=settings, spark=spark, db=db)
+    dataset, _schema = _resolve(model, ref, request.dataset, settings=settings, spark=spark, db=db)
     return EvaluationPlan(
         model=model,
         dataset=dataset,
@@ -275,7 +293,8 @@ def plan_prediction(
     *, request: PredictRequest, settings: Settings, spark: SparkSession, db: sessionmaker[Session]
 ) -> PredictionPlan:
     model, ref, key = _prediction_target(request, db)
-    dataset, schema = _resolve(model, ref, settings=settings, spark=spark, db=db, labelled=False)
+    given = request.dataset or ref
+    dataset, schema = _resolve(model, ref, given, settings=settings, spark=spark, db=db, labelled=False)
     if key not in schema:
         raise ValidationFailed.at("dataset.key", f"no column {key!r} in {ref.uri}")
     readable_name(key, "dataset.key")

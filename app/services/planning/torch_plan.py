@@ -95,8 +95,9 @@ def _init(options: TrainingOptions, network: dict[str, Any], db: sessionmaker[Se
             raise ValidationFailed.at(where, exc.detail) from exc
         framework, uri, number = version.framework, version.artifact_uri, version.version
     if framework != "torch":
-        raise ValidationFailed.at(where, f"{init.name} version {number} is a {framework} model; a torch network starts "
-                                  "only from a torch model's weights")  # fmt: skip
+        article = "an" if framework == "xgboost" else "a"
+        raise ValidationFailed.at(where, f"{init.name} version {number} is {article} {framework} model; a torch "
+                                  "network starts only from a torch model's weights")  # fmt: skip
     from workers.training.torch import warm_start
 
     try:
@@ -278,7 +279,7 @@ def plan_torch(
         raise ValidationFailed.at(exc.path, exc.message) from exc
     network = spec_to_dict(spec)
     warnings = ignored_settings(options, sharing, parameters)
-    if validation is not None and "validation_fraction" in options.model_fields_set:
+    if validation is not None and _given(options, "validation_fraction"):
         warnings = (*warnings, "training.validation_fraction is not used: validation names the validation data")
     resume = _resume(options, network, db)
     init = _init(options, network, db) if options.resume_from is None else None  # a checkpoint has the weights
@@ -337,13 +338,20 @@ def _check_rows_for_batches(options: TrainingOptions, train: ResolvedDataset, *,
     )
 
 
+def _given(options: TrainingOptions, name: str) -> bool:
+    """Whether the request set a training option to other than its default. A stored request (the one a job whose
+    checks were left to it plans again) holds every default, so being set is not enough."""
+    default = TrainingOptions.model_fields[name].default
+    return name in options.model_fields_set and getattr(options, name) != default
+
+
 def ignored_settings(options: TrainingOptions, sharing: SharingConfig, parameters: int) -> tuple[str, ...]:
     """Warnings for settings the request gave that this job will not use (its log and ``warnings`` say so)."""
     out = []
     if options.gradient_sharing is not None and options.mode != "gradient_sharing":
         out.append(f"training.gradient_sharing is ignored: it applies to mode gradient_sharing, and this job runs "
                    f"{options.mode}")  # fmt: skip
-    if "averaging_frequency" in options.model_fields_set and options.mode != "parameter_averaging":
+    if _given(options, "averaging_frequency") and options.mode != "parameter_averaging":
         out.append(f"training.averaging_frequency is ignored: it applies to mode parameter_averaging, and this job "
                    f"runs {options.mode}")  # fmt: skip
     given = set(options.gradient_sharing or {})

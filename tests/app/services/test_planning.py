@@ -93,6 +93,17 @@ def test_a_validation_fraction_beside_a_validation_set_is_warned_about(spark: An
     assert warnings == ("training.validation_fraction is not used: validation names the validation data",)
 
 
+def test_a_stored_request_planned_again_is_not_warned_about_its_defaults(spark: Any) -> None:
+    """A job whose checks were left to it plans the request as stored, every default spelled out: each torch job
+    with categorical features or remote data was warned about an averaging_frequency and a validation_fraction
+    it never gave (torch walkthrough)."""
+    body = json.loads((REPO / "examples/taxi-mlp.json").read_text())
+    body["validation"] = {"uri": "datasets/taxi/eval.parquet"}
+    stored = TrainRequest.model_validate(body).model_dump(mode="json", exclude_none=True)  # as app/services/jobs.py
+    assert "averaging_frequency" in stored["training"] and "validation_fraction" in stored["training"]
+    assert _plan_without_spark_jobs(spark, stored, [REPO / "datasets"]).warnings == ()
+
+
 def test_a_validation_file_may_hold_numbers_of_another_width(spark: Any, tmp_path: Path) -> None:
     """int in one file and bigint in the other (a CSV's inference and a JSON file's differ): both are numbers to
     every family. A string against a number is still a 422."""
