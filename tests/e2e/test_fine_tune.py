@@ -99,3 +99,13 @@ def test_a_model_it_cannot_start_from_is_a_422(
     assert refused.status_code == 422, refused.text
     assert words in refused.json()["detail"] and "init_from" in refused.json()["detail"], refused.json()
     assert len(service.client.get("/jobs", params={"limit": 500}).json()["items"]) == before
+
+
+def test_resuming_a_checkpoint_says_that_init_from_is_not_used(service: Service, source: dict[str, Any]) -> None:
+    """Both given: the checkpoint's weights win, as before, but the request is told (it was dropped without a word)."""
+    checkpoints = service.client.get(f"/jobs/{source['id']}/checkpoints").json()["checkpoints"]
+    body = _still("tune-resumed")
+    body["training"] = {**body["training"], "epochs": 4, "resume_from": checkpoints[-1]["id"]}
+    job = _done(service, body)
+    assert "training.init_from is not used: the checkpoint of resume_from holds the weights" in job["warnings"], job
+    assert "initialized_from" not in job["result"], job["result"]

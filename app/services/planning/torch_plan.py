@@ -281,6 +281,8 @@ def plan_torch(
     warnings = ignored_settings(options, sharing, parameters)
     if validation is not None and _given(options, "validation_fraction"):
         warnings = (*warnings, "training.validation_fraction is not used: validation names the validation data")
+    if options.resume_from is not None and options.init_from is not None:
+        warnings = (*warnings, "training.init_from is not used: the checkpoint of resume_from holds the weights")
     resume = _resume(options, network, db)
     init = _init(options, network, db) if options.resume_from is None else None  # a checkpoint has the weights
     if categories is not None and not (resume or init):  # checked with the driver's reading: the job uses Spark's
