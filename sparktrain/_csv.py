@@ -3,60 +3,113 @@ and only the columns the model takes."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import itertools
+import math
 import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 _END = "\x00the end of the file\x00"
 _BREAK = re.compile(r"\r\n|\r|\n")  # a line break, as a file read with newline="" has them
 _LAST_BREAK = re.compile(r"(?:\r\n|\r|\n)\Z")
+_ROW = re.compile(r"dataframe_split\.data\[(\d+)\]")  # how the service names a row of an inline request
 
 
 def cell(text: str) -> Any:
-    """Empty is null, True/true a boolean, then an int, a float, or the text itself."""
+    """Empty is null, True/true a boolean, then an int, a finite float, or the text itself (``NaN``, ``inf``: JSON has
+    no such numbers, and the service names the column that got the text)."""
     if not text:
         return None
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     for kind in (int, float):
         try:
-            return kind(text)
+            number = kind(text)
         except ValueError:
             continue
+        return number if math.isfinite(number) else text
     return text
 
 
+def source_name(path: Path) -> str:
+    """How messages name a file of rows: ``-`` is stdin."""
+    return "stdin" if str(path) == "-" else str(path)
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[IO[str]]:
+    """The file, or stdin for ``-``, as the csv module reads one: newline="", and Excel's "CSV UTF-8" BOM dropped."""
+    if str(path) != "-":
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            yield handle
+        return
+    handle = io.TextIOWrapper(sys.stdin.buffer, newline="", encoding="utf-8-sig")
+    try:
+        yield handle
+    finally:
+        handle.detach()  # stdin stays open
+
+
 def read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
-    """The header and the rows as text (blank lines skipped; :func:`typed_rows` reads the values); ValueError when
-    the file cannot be read, has no header or has a quoted field that is never closed (it would take in the rest of
-    the file as one cell, and the rows counted and sent would not be the file's)."""
+    """The header and the rows as text (:func:`read_records` without the line numbers)."""
+    columns, rows, _lines = read_records(path)
+    return columns, rows
+
+
+def read_records(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """The header, the rows as text (blank lines skipped; :func:`typed_rows` reads the values) and the line each row
+    starts on (``-``: stdin). ValueError when the file cannot be read, has no header or has a quoted field that is
+    never closed (it would take in the rest of the file as one cell, and the rows counted and sent would not be the
+    file's)."""
+    name = source_name(path)
     start = last = 1  # the line the record being read starts on; the last record's
     try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:  # Excel's "CSV UTF-8" starts with a BOM
+        with _opened(path) as handle:
             # A line after the file's own: a record of its own, unless a quote left open takes it in.
             reader = csv.reader(itertools.chain(handle, [_END]))
             records: list[list[str]] = []
+            lines: list[int] = []
             for record in reader:
                 last, start = start, reader.line_num + 1
                 if record:
                     records.append(record)
+                    lines.append(last)
     except OSError as exc:
-        raise ValueError(f"{path}: {exc.strerror or exc}") from exc
+        raise ValueError(f"{name}: {exc.strerror or exc}") from exc
     except csv.Error as exc:
         # Past csv.field_size_limit(), most often a quote left open near the top of a long file.
         hint = '; is a quote opened there and never closed (a " missing)?' if "field limit" in str(exc) else ""
-        raise ValueError(f"{path}: line {start}: {exc}{hint}") from exc
+        raise ValueError(f"{name}: line {start}: {exc}{hint}") from exc
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not a CSV file with a header ({exc})") from exc
+        raise ValueError(f"{name}: not a CSV file with a header ({exc})") from exc
     if last != reader.line_num:
         opened = _quote_line(records[-1][-1].removesuffix(_END), reader.line_num - 1)
-        raise ValueError(f'{path}: line {opened}: a quoted field opens there and is never closed (a " is missing)')
+        raise ValueError(f'{name}: line {opened}: a quoted field opens there and is never closed (a " is missing)')
     records.pop()
     if not records:
-        raise ValueError(f"{path}: empty; a CSV file with a header line is needed")
-    return records[0], records[1:]
+        raise ValueError(f"{name}: empty; a CSV file with a header line is needed")
+    return records[0], records[1:], lines[1:-1]
+
+
+def at_lines(problem: dict[str, Any], name: str, lines: list[int]) -> dict[str, Any]:
+    """A problem of the service about the rows it was sent, with each row it names (``dataframe_split.data[1]``) as
+    the line of the file it came from (``rows.csv line 3``)."""
+
+    def line(match: re.Match[str]) -> str:
+        i = int(match[1])
+        return f"{name} line {lines[i]}" if i < len(lines) else match[0]
+
+    def named(value: Any) -> Any:
+        return _ROW.sub(line, value) if isinstance(value, str) else value
+
+    errors = [{k: named(v) for k, v in item.items()} if isinstance(item, dict) else item
+              for item in problem.get("errors") or []]  # fmt: skip
+    return {**{k: named(v) for k, v in problem.items()}, **({"errors": errors} if "errors" in problem else {})}
 
 
 def typed_rows(columns: list[str], rows: list[list[str]], types: dict[str, str]) -> list[list[Any]]:

@@ -1,6 +1,7 @@
-"""How ``sparktrain --help`` names things: a flag shows no value (``--json``, not ``--json <bool>``) and a positional
-argument reads as its upper-case name in the usage line (``download [OPTIONS] MODEL``, not ``{model}``), as
-docs/cli.md writes them."""
+"""The command group and its commands. How ``sparktrain --help`` names things: a flag shows no value (``--json``, not
+``--json <bool>``) and a positional argument reads as its upper-case name in the usage line (``download [OPTIONS]
+MODEL``, not ``{model}``), as docs/cli.md writes them. A closed stdout ends a command as :mod:`sparktrain._pipe`
+says."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
+
+from sparktrain._pipe import PipeClosed
 
 
 def _flags_without_values(params: list[Any]) -> list[Any]:
@@ -42,6 +45,12 @@ class Command(TyperCommand):
 class Group(TyperGroup):
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_values(super().get_params(ctx))
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:  # a print to a pipe whose reader went away: not click's exit 1
+            raise PipeClosed from exc
 
 
 def print_version(value: bool) -> None:

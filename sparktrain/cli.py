@@ -2,7 +2,7 @@
 
 Exit codes: 0 the job succeeded (or the command did what it was asked), 1 the job failed, 2 a usage error (a local
 file that cannot be read or written too) or a request the service refused (4xx), 3 the job was cancelled, 4 the
-service is unreachable (no answer, 502/503/504).
+service is unreachable (no answer, 502/503/504), 141 stdout's reader went away (``| head``).
 The service's address and key come from ``--url``/``--api-key`` or ``SPARKTRAIN_URL``/``SPARKTRAIN_API_KEY``.
 """
 
@@ -18,24 +18,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sparktrain._csv import model_columns, read_rows, typed_rows
+from sparktrain._csv import at_lines, model_columns, read_records, source_name, typed_rows
+from sparktrain._exits import FAILED, OK, OUTCOME, reported
 from sparktrain._help import Command, Group, print_version
+from sparktrain._pipe import CLOSED, Output, PipeClosed, silence
 from sparktrain._progress import Live
 from sparktrain._table import jobs_table
-from sparktrain.client import (
-    AmbiguousJobId,
-    ApiError,
-    Client,
-    LocalFileError,
-    ModelRef,
-    NotTheService,
-    SparktrainError,
-    Unreachable,
-    UsageError,
-)
+from sparktrain.client import ApiError, Client, LocalFileError, ModelRef, SparktrainError, UsageError
 
-OK, FAILED, USAGE, CANCELLED, UNREACHABLE = 0, 1, 2, 3, 4
-OUTCOME = {"SUCCEEDED": OK, "FAILED": FAILED, "CANCELLED": CANCELLED}
 JOB_HELP = "A job id, or the first 6 or more characters of one."
 INLINE_ROWS = 10_000
 """Rows ``predict --csv`` sends inline; more become a batch job (the service's SPARKTRAIN_MAX_PREDICT_ROWS default)."""
@@ -50,8 +40,8 @@ app = typer.Typer(
 )
 # No console markup: job names, log lines and messages come from users and the server, and a "[/x]" in one must
 # print as written, not fail (rich parses markup in every printed string and table cell unless told not to).
-out = Console(soft_wrap=True, markup=False, width=None if sys.stdout.isatty() else 100_000)  # piped: values whole
-err = Console(stderr=True, soft_wrap=True, markup=False)
+out = Output(soft_wrap=True, markup=False, width=None if sys.stdout.isatty() else 100_000)  # piped: values whole
+err = Output(stderr=True, soft_wrap=True, markup=False)
 
 
 @dataclass
@@ -59,9 +49,10 @@ class Options:
     url: str | None
     api_key: str | None
     json: bool
+    url_from: str = "--url"
 
     def client(self) -> Client:
-        return Client(self.url, self.api_key)
+        return Client(self.url, self.api_key, url_from=self.url_from)
 
 
 def _options(ctx: typer.Context) -> Options:
@@ -92,7 +83,9 @@ def _main(
         bool, typer.Option("--version", callback=print_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    ctx.obj = Options(url=url, api_key=api_key, json=json_output)
+    source = getattr(ctx.get_parameter_source("url"), "name", "")  # typer's own click's ParameterSource
+    url_from = {"COMMANDLINE": "--url", "ENVIRONMENT": "SPARKTRAIN_URL"}.get(source, "the default URL")
+    ctx.obj = Options(url=url, api_key=api_key, json=json_output, url_from=url_from)
 
 
 def _print_json(value: Any) -> None:
@@ -111,8 +104,9 @@ def _read_body(path: Path) -> dict[str, Any]:
     return body
 
 
-def _follow(opts: Options, api: Client, job: dict[str, Any]) -> int:
-    """Wait for the job with a live progress bar (none with --json); report how it ended; its exit code."""
+def _follow(opts: Options, api: Client, job: dict[str, Any], to: Console) -> int:
+    """Wait for the job with a live progress bar (none with --json); report how it ended (on ``to``); its exit
+    code."""
     if opts.json:
         final = api.wait(job["id"])
         _print_json(final)
@@ -120,32 +114,33 @@ def _follow(opts: Options, api: Client, job: dict[str, Any]) -> int:
             error = final.get("error") or {}
             err.print(f"{final['status']} job {final['id']}: {error.get('reason')}: {error.get('message')}")
         return OUTCOME.get(final["status"], FAILED)
-    return _report(Live(err).follow(api, job))
+    return _report(Live(err).follow(api, job), to)
 
 
-def _report(job: dict[str, Any]) -> int:
+def _report(job: dict[str, Any], to: Console) -> int:
     status = job["status"]
     if status == "SUCCEEDED":
-        out.print(f"SUCCEEDED job {job['id']}", highlight=False)
+        to.print(f"SUCCEEDED job {job['id']}", highlight=False)
         if job.get("model"):
-            out.print(f"model {job['model']['name']} version {job['model']['version']}", highlight=False)
+            to.print(f"model {job['model']['name']} version {job['model']['version']}", highlight=False)
         result = job.get("result") or {}
         validation = result.get("validation")
         if isinstance(validation, dict):
             shown = ", ".join(f"{k} {v:.4g}" for k, v in validation.items() if isinstance(v, int | float))
-            out.print(f"validation: {shown}", highlight=False)
+            to.print(f"validation: {shown}", highlight=False)
         if result.get("output_uri"):  # a batch prediction's parquet output
             counts = [f"{result['rows']} rows"] if isinstance(result.get("rows"), int) else []
             if result.get("bad_rows"):
                 counts.append(f"{result['bad_rows']} bad rows dropped")
-            out.print(f"output {result['output_uri']}" + (f" ({', '.join(counts)})" if counts else ""), highlight=False)
+            to.print(f"output {result['output_uri']}" + (f" ({', '.join(counts)})" if counts else ""), highlight=False)
         return OK
     error = job.get("error") or {}
     err.print(f"{status} job {job['id']}: {error.get('reason', '?')}: {error.get('message', '')}", highlight=False)
     return OUTCOME.get(status, FAILED)
 
 
-def _submitted(opts: Options, api: Client, job: dict[str, Any], wait: bool) -> int:
+def _submitted(opts: Options, api: Client, job: dict[str, Any], wait: bool, to: Console = out) -> int:
+    """Say what was queued; with ``wait``, follow it (its end reported on ``to``); the exit code."""
     if not wait:
         if opts.json:
             _print_json(job)
@@ -154,21 +149,27 @@ def _submitted(opts: Options, api: Client, job: dict[str, Any], wait: bool) -> i
         return OK
     if not opts.json:
         err.print(f"job {job['id']} queued; following it (Ctrl-C stops following, not the job)", highlight=False)
-    return _follow(opts, api, job)
+    return _follow(opts, api, job, to)
 
 
 @app.command(cls=Command)
 def submit(
     ctx: typer.Context,
     body: Annotated[
-        Path, typer.Argument(metavar="BODY", help="A POST /train body (JSON), e.g. examples/xgboost-taxi.json.")
+        Path,
+        typer.Argument(
+            metavar="BODY",
+            help="A POST /train body (JSON), e.g. examples/xgboost-taxi.json; one with base and space goes to /tune.",
+        ),
     ],
     wait: Annotated[bool, typer.Option("--wait", help="Follow the job to its end with a progress bar.")] = False,
 ) -> int:
-    """Queue a training job."""
+    """Queue a training job (or a hyperparameter search: a POST /tune body)."""
     opts = _options(ctx)
+    request = _read_body(body)
     with opts.client() as api:
-        return _submitted(opts, api, api.train(_read_body(body)), wait)
+        job = api.tune(request) if "base" in request and "space" in request else api.train(request)
+        return _submitted(opts, api, job, wait)
 
 
 @app.command(cls=Command)
@@ -177,10 +178,10 @@ def evaluate(
     body: Annotated[Path, typer.Argument(metavar="BODY", help="A POST /evaluate body (JSON).")],
     wait: Annotated[bool, typer.Option("--wait", help="Follow the job to its end.")] = False,
 ) -> int:
-    """Queue an evaluation of a model version on a dataset."""
+    """Queue an evaluation of a model version on a dataset; with --wait, its metrics as JSON on stdout."""
     opts = _options(ctx)
     with opts.client() as api:
-        code = _submitted(opts, api, job := api.evaluate(_read_body(body)), wait)
+        code = _submitted(opts, api, job := api.evaluate(_read_body(body)), wait, to=err)
         if wait and code == OK and not opts.json:
             _print_json(api.job(job["id"])["result"])
         return code
@@ -260,7 +261,8 @@ def logs(
 
 @app.command(cls=Command)
 def cancel(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB", help=JOB_HELP)]) -> int:
-    """Cancel a job (a finished one is refused: exit 2)."""
+    """Cancel a job: a queued one ends CANCELLED, a running one goes CANCELLING; one that SUCCEEDED or FAILED is
+    refused (exit 2), and a cancelled one stays so (exit 0)."""
     opts = _options(ctx)
     with opts.client() as api:
         job = api.cancel(api.job_id(job_id))
@@ -301,7 +303,8 @@ def download(
             "--output",
             "-o",
             metavar="PATH",
-            help="A file (its folder must exist), or a folder (created when it ends with /) for NAME-vN.tar.gz.",
+            help="A file (its folder must exist), or a folder (created when it ends with /) for NAME-vN.tar.gz; "
+            "not - (stdout).",
         ),
     ] = None,
 ) -> int:
@@ -325,7 +328,9 @@ def _model_ref(text: str) -> ModelRef:
 def predict(
     ctx: typer.Context,
     model: Annotated[str, typer.Argument(metavar="MODEL", help="NAME, NAME:VERSION or NAME@ALIAS.")],
-    csv_file: Annotated[Path, typer.Option("--csv", metavar="FILE", help="Rows to predict, with a header line.")],
+    csv_file: Annotated[
+        Path, typer.Option("--csv", metavar="FILE", help="Rows to predict, with a header line; - reads stdin.")
+    ],
     key: Annotated[
         str | None, typer.Option(metavar="COLUMN", help="Batch: the id column kept next to each prediction.")
     ] = None,
@@ -339,23 +344,32 @@ def predict(
     executors (the file must then be inside the service's data roots, and --key names its id column)."""
     opts = _options(ctx)
     ref = _model_ref(model)
+    name = source_name(csv_file)
+    try:
+        columns, rows, lines = read_records(csv_file)
+    except ValueError as exc:
+        raise LocalFileError(str(exc)) from exc
+    if len(rows) > max_inline and str(csv_file) == "-":
+        raise UsageError(
+            f"{len(rows)} rows from stdin are more than --max-inline {max_inline}: a batch job reads a file the "
+            "service can read, not stdin; give --csv FILE (inside the service's data roots), or a larger --max-inline"
+        )
     with opts.client() as api:
-        try:
-            columns, rows = read_rows(csv_file)
-        except ValueError as exc:
-            raise LocalFileError(str(exc)) from exc
         if len(rows) <= max_inline:
             specs = [spec for spec in api.signature(ref)["inputs"] if spec.get("name")]
             columns, text, dropped = model_columns(columns, rows, [spec["name"] for spec in specs])
             values = typed_rows(columns, text, {spec["name"]: spec.get("type", "") for spec in specs})
             if dropped:
                 err.print(f"not sent (the model does not take them): {', '.join(dropped)}", highlight=False)
-            answer = api.predict({"model": ref.selector(), "dataframe_split": {"columns": columns, "data": values}})
+            try:
+                answer = api.predict({"model": ref.selector(), "dataframe_split": {"columns": columns, "data": values}})
+            except ApiError as exc:  # the rows it names, as the file's lines
+                raise ApiError(exc.status, at_lines(exc.problem, name, lines)) from exc
             if opts.json:
                 _print_json(answer)
             else:
                 for prediction in answer["predictions"]:
-                    out.print(json.dumps(prediction), highlight=False)
+                    out.print(_plain(prediction), highlight=False)
             return OK
         if key is None:
             raise typer.BadParameter(f"{len(rows)} rows go to a batch job, which needs --key (the file's id column)")
@@ -368,47 +382,25 @@ def predict(
         return _submitted(opts, api, api.predict(body), wait)
 
 
-_GLOBAL = ("--json", "--url", "--api-key")
+def _plain(prediction: Any) -> str:
+    """A prediction on one line: a class label as written (cheap), anything else as JSON (numbers, lists)."""
+    if isinstance(prediction, str) and prediction and prediction.isprintable():
+        return prediction
+    return json.dumps(prediction)
 
 
 def main(argv: list[str] | None = None) -> int:
     """The console script: runs a command and turns what went wrong into an exit code."""
     try:
-        code = app(args=argv, prog_name="sparktrain", standalone_mode=False)
-    except typer.Exit as exc:
-        code = exc.exit_code
-    except typer.Abort:
-        err.print("interrupted")
-        code = 130
-    except typer.TyperException as exc:  # usage errors (typer's own click)
-        show = getattr(exc, "show", None)
-        show() if callable(show) else err.print(str(exc))
-        option = getattr(exc, "option_name", None)
-        if option in _GLOBAL:  # kubectl and mlflow users put them after the command
-            err.print(f"{option} is a global option: it comes before the command (sparktrain {option} jobs ...)")
-        code = int(getattr(exc, "exit_code", USAGE))
-    except AmbiguousJobId as exc:
-        err.print(str(exc) + ":", highlight=False)
-        for job in exc.candidates:
-            err.print(f"  {job['id']}  {job['status']:<10} {job.get('name') or ''}", highlight=False)
-        code = USAGE
-    except (LocalFileError, UsageError, NotTheService) as exc:
-        err.print(str(exc), highlight=False)
-        code = USAGE
-    except Unreachable as exc:
-        err.print(f"unreachable: {exc}", highlight=False)
-        code = UNREACHABLE
-    except ApiError as exc:
-        request_id = exc.problem.get("request_id")
-        hint = "; give a key with --api-key or SPARKTRAIN_API_KEY" if exc.status == 401 else ""
-        err.print(f"refused: {exc}{hint}" + (f" (request id {request_id})" if request_id else ""), highlight=False)
-        fields = exc.problem.get("errors") or []
-        for item in fields if len(fields) > 1 else []:  # one field is the detail already
-            err.print(f"  {item.get('loc')}: {item.get('msg')}", highlight=False)
-        code = USAGE if exc.status < 500 else FAILED
-    except SparktrainError as exc:
-        err.print(str(exc), highlight=False)
-        code = FAILED
+        try:
+            code = app(args=argv, prog_name="sparktrain", standalone_mode=False)
+        except typer.Exit as exc:
+            code = exc.exit_code
+        except (typer.Abort, typer.TyperException, SparktrainError) as exc:
+            code = reported(exc, err)
+    except PipeClosed:  # nothing more to say, and no one to say it to
+        silence()
+        code = CLOSED
     return int(code or 0)
 
 

@@ -10,19 +10,43 @@ The service's address and key come from the arguments or from ``SPARKTRAIN_URL``
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from email.message import Message
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
+from sparktrain._files import attachment_name, check_folder, make_folder, save
+from sparktrain._urls import no_answer, url_problem
+from sparktrain.errors import (
+    AmbiguousJobId,
+    ApiError,
+    LocalFileError,
+    NotTheService,
+    SparktrainError,
+    Unreachable,
+    UsageError,
+)
+
+__all__ = [  # the errors are sparktrain.errors', named here too: callers catch them from the client
+    "AmbiguousJobId",
+    "ApiError",
+    "Client",
+    "Event",
+    "LocalFileError",
+    "ModelRef",
+    "NotTheService",
+    "SparktrainError",
+    "Unreachable",
+    "UsageError",
+    "parse_events",
+]
 DEFAULT_URL = "http://127.0.0.1:8000"
 ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _MODEL_REF = re.compile(r"^(?P<name>[^:@]+)(?::(?P<version>\d+)|@(?P<alias>[^:@]+))?$")
@@ -31,47 +55,8 @@ _JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 _JOB_PREFIX = re.compile(r"^[0-9a-f]{6,31}$")
 """6 to 31 hex digits: never a whole job id, only the start of one (typed short by hand)."""
 _SHORT_PREFIX = re.compile(r"^[0-9a-f]{1,5}$")  # the start of an id, too short to look up
-_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)  # a URL's scheme, as RFC 3986 spells one
 PREFIX_SCAN = 10_000
 """How many of the newest jobs a job id prefix is looked for among."""
-
-
-class SparktrainError(Exception):
-    """Anything that went wrong talking to the service."""
-
-
-class Unreachable(SparktrainError):
-    """No answer from the service (connection refused, timeout), or a 502/503/504."""
-
-
-class LocalFileError(SparktrainError):
-    """A local file or folder that cannot be read or written (the service is not involved)."""
-
-
-class UsageError(SparktrainError):
-    """A setting or argument of the client itself that cannot work (a URL without http:// or https://, a job id
-    prefix shorter than 6 characters)."""
-
-
-class NotTheService(SparktrainError):
-    """Something answered at the URL, but not as a sparktrain service does (no JSON)."""
-
-
-class AmbiguousJobId(SparktrainError):
-    """A job id prefix that starts more than one job's id: ``candidates`` are those jobs."""
-
-    def __init__(self, prefix: str, candidates: list[dict[str, Any]]) -> None:
-        self.prefix, self.candidates = prefix, candidates
-        super().__init__(f"{prefix!r} starts {len(candidates)} job ids; give more of the id")
-
-
-class ApiError(SparktrainError):
-    """The service refused the request: its RFC 9457 problem (``status``, ``detail``, ``errors``, ...)."""
-
-    def __init__(self, status: int, problem: dict[str, Any]) -> None:
-        self.status, self.problem = status, problem
-        detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
-        super().__init__(f"{status} {problem.get('title', '')}: {detail}".replace("  ", " "))
 
 
 @dataclass(frozen=True)
@@ -122,20 +107,28 @@ class Client:
         url: str | None = None,
         api_key: str | None = None,
         *,
+        url_from: str | None = None,
         timeout: float = 60.0,
         retry_s: float = 1.0,
         give_up_s: float = 60.0,
     ) -> None:
-        """``retry_s``: the pause before an event stream reconnects; ``give_up_s``: how long it keeps trying."""
-        self.url = (url or os.environ.get("SPARKTRAIN_URL") or DEFAULT_URL).rstrip("/")
-        if not self.url.lower().startswith(("http://", "https://")):
-            if scheme := _SCHEME.match(self.url):
-                only = "only http:// and https:// URLs are accepted"
-                raise UsageError(f"the service's URL {self.url!r} starts with {scheme[1]}://: {only}")
-            raise UsageError(f"the service's URL {self.url!r} needs http:// or https:// (e.g. http://{self.url})")
+        """``url_from``: where the URL comes from, for the messages of one that cannot work or does not answer
+        (``--url``); ``retry_s``: the pause before an event stream reconnects; ``give_up_s``: how long it keeps
+        trying."""
+        given = url or os.environ.get("SPARKTRAIN_URL") or DEFAULT_URL
+        if url_from is None:
+            url_from = "the url argument" if url else "SPARKTRAIN_URL" if given != DEFAULT_URL else "the default URL"
+        self.url_from = url_from
+        problem = url_problem(given)
+        if problem is not None:
+            raise UsageError(f"the service's URL {given!r} (from {self.url_from}) {problem}")
+        self.url = given.rstrip("/")
         key = api_key if api_key is not None else os.environ.get("SPARKTRAIN_API_KEY", "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        try:
+            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        except httpx.InvalidURL as exc:  # what url_problem does not catch
+            raise UsageError(f"the service's URL {given!r} (from {self.url_from}) is not a URL: {exc}") from exc
         self.retry_s, self.give_up_s = retry_s, give_up_s
 
     def __enter__(self) -> Client:
@@ -156,12 +149,15 @@ class Client:
             try:
                 response = self._http.request(method, path, **kwargs)
             except httpx.TransportError as exc:
-                raise Unreachable(f"no answer from {self.url}: {exc or type(exc).__name__}") from exc
+                raise Unreachable(self._no_answer(exc)) from exc
             if response.status_code != 429 or method != "GET" or tries == 3:
                 break
             time.sleep(_retry_after_s(response))
         _raise_for(response)
         return response
+
+    def _no_answer(self, exc: Exception) -> str:
+        return no_answer(self.url, str(exc) or type(exc).__name__, self.url_from)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.request(method, path, **kwargs)
@@ -173,12 +169,16 @@ class Client:
     # --- jobs -------------------------------------------------------------------------------------------------
 
     def submit(self, path: str, body: dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
-        """POST a job body to ``/train``, ``/evaluate`` or ``/predict`` (a batch one): the queued job."""
+        """POST a job body to ``/train``, ``/tune``, ``/evaluate`` or ``/predict`` (a batch one): the queued job."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return dict(self._json("POST", path, json=body, headers=headers))
 
     def train(self, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         return self.submit("/train", body, **kwargs)
+
+    def tune(self, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """A hyperparameter search: ``name``, ``base`` (a POST /train body) and ``space`` (docs/tuning.md)."""
+        return self.submit("/tune", body, **kwargs)
 
     def evaluate(self, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         return self.submit("/evaluate", body, **kwargs)
@@ -277,7 +277,7 @@ class Client:
                             return
             except (httpx.TransportError, Unreachable) as exc:
                 if not last_id and failing_since is None and isinstance(exc, httpx.ConnectError):
-                    raise Unreachable(f"no answer from {self.url}: {exc}") from exc  # never reached: no waiting
+                    raise Unreachable(self._no_answer(exc)) from exc  # never reached: no waiting
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > self.give_up_s:
                     raise Unreachable(f"lost {self.url} for {self.give_up_s:.0f} s: {exc}") from exc
@@ -303,20 +303,29 @@ class Client:
         return list(self._json("GET", "/models", params={"limit": 1000})["items"])
 
     def resolve(self, ref: ModelRef) -> int:
-        """The version number a reference names: itself, an alias's target, or the newest version."""
+        """The version number a reference names: itself, an alias's target, or the newest version. A name without
+        a version is refused as the service refuses it for a prediction (a 409 while its first training job runs, a
+        404 that suggests the name meant)."""
         if ref.version is not None:
             return ref.version
-        for model in self.models():
-            if model["name"] != ref.name:
-                continue
-            if ref.alias is None:
-                if model["latest_version"] is None:
-                    break
-                return int(model["latest_version"])
+        name = quote(ref.name, safe="")
+        try:
+            model: dict[str, Any] | None = self._json("GET", f"/models/{name}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            model = None
+        if model is not None and ref.alias is not None:
             if ref.alias in model["aliases"]:
                 return int(model["aliases"][ref.alias])
-            raise ApiError(404, {"title": "Not found", "detail": f"model {ref.name} has no alias {ref.alias!r}"})
-        raise ApiError(404, {"title": "Not found", "detail": f"no model named {ref.name!r} (or it has no version)"})
+            known = ", ".join(model["aliases"]) or "none"
+            detail = f"Model {ref.name!r} has no alias {ref.alias!r} (aliases: {known})."
+            raise ApiError(404, {"title": "Not Found", "status": 404, "detail": detail})
+        if model is not None and model["latest_version"] is not None:
+            return int(model["latest_version"])
+        self.request("GET", f"/v2/models/{name}/ready")  # the service's own why: resolved as a prediction's model
+        detail = f"Model {ref.name!r} has no version yet; ask again (one was registered just now)."
+        raise ApiError(404, {"title": "Not Found", "status": 404, "detail": detail})
 
     def signature(self, ref: ModelRef) -> dict[str, Any]:
         """What a model version takes and answers: ``{"inputs": [...], "outputs": [...], ...}`` (empty lists for a
@@ -330,11 +339,15 @@ class Client:
         ``dest`` is a file, or a folder when it ends with a slash or is one already: a folder ending with a slash
         is created (with its parents), a file's folder must be there already (:class:`LocalFileError` before any
         request, nothing created), and a file in a folder is named as the service names it
-        (``Content-Disposition``, ``NAME-vN.tar.gz``). None is the current folder."""
+        (``Content-Disposition``, ``NAME-vN.tar.gz``). None is the current folder; ``-`` is refused (not stdout)."""
         text = os.fspath(dest) if dest is not None else ""
+        if text == "-":
+            raise LocalFileError(
+                "-o -: the archive is not written to stdout; give a file or a folder (a file named -: ./-)"
+            )
         into = not text or text.endswith(("/", os.sep)) or Path(text).is_dir()
         if not into:
-            _check_folder(Path(text).parent)
+            check_folder(Path(text).parent)
         version = self.resolve(ref)
         path = f"/models/{ref.name}/versions/{version}/artifact"
         try:
@@ -343,60 +356,15 @@ class Client:
                     response.read()
                     _raise_for(response)
                 if into:
-                    name = _attachment_name(response) or f"{ref.name}-v{version}.tar.gz"
+                    name = attachment_name(response) or f"{ref.name}-v{version}.tar.gz"
                     target = Path(text or ".") / name
                 else:
                     target = Path(text)
-                _make_folder(target.parent)
-                _save(response, target)
+                make_folder(target.parent)
+                save(response, target)
         except httpx.TransportError as exc:
-            raise Unreachable(f"no answer from {self.url}: {exc}") from exc
+            raise Unreachable(self._no_answer(exc)) from exc
         return target
-
-
-def _attachment_name(response: httpx.Response) -> str | None:
-    """The file name a response's ``Content-Disposition`` gives, without any folder part."""
-    header = response.headers.get("content-disposition")
-    if not header:
-        return None
-    message = Message()
-    message["content-disposition"] = header
-    name = Path(message.get_filename() or "").name
-    return name if name not in ("", ".", "..") else None
-
-
-def _check_folder(folder: Path) -> None:
-    """A file's folder, which ``download`` does not create (a typo in a path makes no folders)."""
-    if folder.is_dir():
-        return
-    if folder.exists():
-        raise LocalFileError(f"cannot write into {folder}: a file has that name, not a folder")
-    raise LocalFileError(f"the folder {folder} does not exist (a PATH ending in / is a folder, made when missing)")
-
-
-def _make_folder(folder: Path) -> None:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except FileExistsError as exc:
-        raise LocalFileError(f"cannot create the folder {folder}: a file has that name") from exc
-    except OSError as exc:
-        raise LocalFileError(f"cannot create the folder {folder}: {exc.strerror or exc}") from exc
-
-
-def _save(response: httpx.Response, target: Path) -> None:
-    """Write the body next to ``target`` and move it there once complete (no half file under the name)."""
-    partial = target.with_name(target.name + ".part")
-    try:
-        with partial.open("wb") as out:
-            for chunk in response.iter_bytes():
-                out.write(chunk)
-        partial.replace(target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise LocalFileError(f"cannot write {target}: {exc.strerror or exc}") from exc
-        raise
 
 
 def parse_events(lines: Iterator[str]) -> Iterator[Event]:

@@ -3,12 +3,15 @@ before any request, so nothing here needs a service (the URL is one where nothin
 
 from __future__ import annotations
 
+import http.server
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
-from sparktrain._csv import read_rows
+from sparktrain._csv import at_lines, cell, read_records, read_rows
+from tests.sparktrain.test_cli import REPO
 from tests.sparktrain.test_cli import cli as run_cli
 
 NOBODY = "http://127.0.0.1:9"  # nothing listens there: a request would be exit 4, unreachable
@@ -93,3 +96,62 @@ def test_a_url_of_another_scheme_is_refused_without_a_suggestion() -> None:
     assert "only http:// and https:// URLs are accepted" in stderr and "http://ftp" not in stderr, stderr
     schemeless = _one_line_usage_error(cli("jobs", url="127.0.0.1:9"))  # no scheme at all: the suggestion stays
     assert "needs http:// or https:// (e.g. http://127.0.0.1:9)" in schemeless, schemeless
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://127.0.0.1:abc", "has the port 'abc', which is not a number from 1 to 65535"),
+        ("http://127.0.0.1:99999", "has the port '99999', which is not a number from 1 to 65535"),
+        ("http://[::1", "is not a URL: an IPv6 host is written in brackets, e.g. http://[::1]:8000"),
+        ("http://", "has no host (e.g. http://127.0.0.1:8000)"),
+        ("http:127.0.0.1", "is not a URL: write it as http://HOST:PORT"),
+    ],
+)
+def test_a_malformed_url_is_one_line_and_exit_2(url: str, says: str) -> None:
+    """Each was a traceback (httpx.InvalidURL), "e.g. http://http:", or "connection refused" (exit 4)."""
+    stderr = _one_line_usage_error(cli("--url", url, "jobs"))
+    assert f"the service's URL {url!r} (from --url) {says}" in stderr, stderr
+
+
+def test_an_unreachable_service_says_where_the_url_comes_from_and_https_to_plain_http_says_so() -> None:
+    down = cli("jobs")
+    assert down.returncode == 4 and len(down.stderr.strip().splitlines()) == 1, down.stderr
+    assert "Connection refused. Is the service running there? The URL comes from SPARKTRAIN_URL" in down.stderr
+    assert "give another with --url URL (before the command) or SPARKTRAIN_URL" in down.stderr, down.stderr
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        tls = cli("--url", f"https://127.0.0.1:{port}", "jobs")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert tls.returncode == 4 and f"may speak plain HTTP: try http://127.0.0.1:{port}." in tls.stderr, tls.stderr
+    assert "The URL comes from --url" in tls.stderr and "Is the service running" not in tls.stderr, tls.stderr
+
+
+def test_a_global_option_after_the_command_is_shown_with_its_value_before_that_command() -> None:
+    """It printed `(sparktrain --url jobs ...)`, which takes jobs as the URL."""
+    late = cli("show", "abcdef", "--url", "http://x")
+    assert late.returncode == 2 and "(sparktrain --url URL show ...)" in late.stderr, late.stderr
+    assert "(sparktrain --json logs ...)" in cli("logs", "abcdef", "--json").stderr
+
+
+def test_download_to_dash_is_refused_and_writes_no_file_named_dash() -> None:
+    stderr = _one_line_usage_error(cli("download", "m:1", "-o", "-"))
+    assert "the archive is not written to stdout" in stderr and not (REPO / "-").exists(), stderr
+
+
+def test_non_finite_numbers_stay_text_and_rows_keep_their_lines(tmp_path: Path) -> None:
+    """NaN and inf became floats that JSON cannot carry (a traceback); the service's dataframe_split.data[i] is the
+    file's line of row i (the header and blank lines counted)."""
+    assert [cell(t) for t in ("NaN", "Nan", "inf", "-Infinity", "1e999", "1", "-2.5")] == [
+        "NaN", "Nan", "inf", "-Infinity", "1e999", 1, -2.5
+    ]  # fmt: skip
+    (tmp_path / "rows.csv").write_text('\na,b\n1,"x\ny"\n\n"3",4\n')
+    assert read_records(tmp_path / "rows.csv") == (["a", "b"], [["1", "x\ny"], ["3", "4"]], [3, 6])
+    problem = {"detail": "dataframe_split.data[1]: no", "errors": [{"loc": "dataframe_split.data[1]", "msg": "no"}]}
+    assert at_lines(problem, "rows.csv", [3, 6]) == {
+        "detail": "rows.csv line 6: no", "errors": [{"loc": "rows.csv line 6", "msg": "no"}]
+    }  # fmt: skip

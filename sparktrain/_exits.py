@@ -1,0 +1,61 @@
+"""What went wrong, as the CLI says it on stderr, and its exit code (docs/cli.md lists them)."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+
+from sparktrain.errors import (
+    AmbiguousJobId,
+    ApiError,
+    LocalFileError,
+    NotTheService,
+    SparktrainError,
+    Unreachable,
+    UsageError,
+)
+
+OK, FAILED, USAGE, CANCELLED, UNREACHABLE = 0, 1, 2, 3, 4
+OUTCOME = {"SUCCEEDED": OK, "FAILED": FAILED, "CANCELLED": CANCELLED}
+_GLOBAL = {"--json": "", "--url": " URL", "--api-key": " KEY"}
+"""The options that come before the command, with what each takes."""
+
+
+def reported(exc: Exception, err: Console) -> int:
+    """Say what went wrong on ``err``; the exit code. Anything else is raised again."""
+    if isinstance(exc, typer.Abort):
+        err.print("interrupted")
+        return 130
+    if isinstance(exc, typer.TyperException):  # usage errors (typer's own click)
+        show = getattr(exc, "show", None)
+        show() if callable(show) else err.print(str(exc))
+        option = getattr(exc, "option_name", None)
+        if option in _GLOBAL:  # kubectl and mlflow users put them after the command
+            ctx = getattr(exc, "ctx", None)
+            command = ctx.info_name if ctx is not None and ctx.parent is not None else "COMMAND"
+            usage = f"sparktrain {option}{_GLOBAL[option]} {command} ..."
+            err.print(f"{option} is a global option: it comes before the command ({usage})", highlight=False)
+        return int(getattr(exc, "exit_code", USAGE))
+    if isinstance(exc, AmbiguousJobId):
+        err.print(str(exc) + ":", highlight=False)
+        for job in exc.candidates:
+            err.print(f"  {job['id']}  {job['status']:<10} {job.get('name') or ''}", highlight=False)
+        return USAGE
+    if isinstance(exc, LocalFileError | UsageError | NotTheService):
+        err.print(str(exc), highlight=False)
+        return USAGE
+    if isinstance(exc, Unreachable):
+        err.print(f"unreachable: {exc}", highlight=False)
+        return UNREACHABLE
+    if isinstance(exc, ApiError):
+        request_id = exc.problem.get("request_id")
+        hint = "; give a key with --api-key or SPARKTRAIN_API_KEY" if exc.status == 401 else ""
+        err.print(f"refused: {exc}{hint}" + (f" (request id {request_id})" if request_id else ""), highlight=False)
+        fields = exc.problem.get("errors") or []
+        for item in fields if len(fields) > 1 else []:  # one field is the detail already
+            err.print(f"  {item.get('loc')}: {item.get('msg')}", highlight=False)
+        return USAGE if exc.status < 500 else FAILED
+    if isinstance(exc, SparktrainError):
+        err.print(str(exc), highlight=False)
+        return FAILED
+    raise exc
