@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.schemas.body import Body
 from app.schemas.models import ALIAS_PATTERN, VERSION_MAX
@@ -48,13 +48,24 @@ class EvaluateRequest(Body):
     )
     roc_steps: int = Field(32, ge=2, le=100_000, description="Thresholds of the ROC curve (DL4J's default 32).")
     exact_auc: bool = Field(False, description="Exact ROC/PR AUC from every distinct score (more memory).")
-    top_k: list[int] = Field(default_factory=lambda: [1, 5], min_length=1, max_length=10)
+    top_k: list[Annotated[int, Field(ge=1, le=100_000)]] = Field(
+        default_factory=lambda: [1, 5], min_length=1, max_length=10,
+        description="Top-k accuracies (classification): each k at least 1; a k above the model's classes is left out.",
+    )  # fmt: skip
 
 
 class DataframeSplit(Body):
     columns: list[str]
     data: list[list[Any]]
     index: list[Any] | None = None
+
+    @field_validator("columns")
+    @classmethod
+    def _each_once(cls, columns: list[str]) -> list[str]:
+        twice = sorted({c for c in columns if columns.count(c) > 1})
+        if twice:  # (the last one's value was taken without a word)
+            raise ValueError(f"{', '.join(map(repr, twice))} named more than once: name each column once")
+        return columns
 
 
 class PredictRequest(Body):

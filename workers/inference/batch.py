@@ -42,15 +42,22 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
     if ds.sequence is not None:
         return _predict_sequences(ctx, plan)
     source = read_dataframe(ctx.spark, ds)
-    missing_keys = source.where(F.col(plan.key).isNull()).limit(1).count()
-    if missing_keys:
-        raise JobFailure("BAD_ROWS", f"the key column {plan.key!r} of {ds.path} has nulls: every row needs a key")
+    keyless = 0
+    if ds.bad_rows == "skip":  # a row without a key is a bad row: left out, counted
+        keyless = source.where(F.col(plan.key).isNull()).count()
+        source = source.where(F.col(plan.key).isNotNull())
+    elif source.where(F.col(plan.key).isNull()).limit(1).count():
+        raise JobFailure("BAD_ROWS", f"the key column {plan.key!r} of {ds.path} has nulls: every row needs a key; "
+                         'fill them in, or set dataset.bad_rows to "skip" to leave those rows out')  # fmt: skip
     categories = model.categories
     checked = replace(ds, features=model.inputs, label=None, extra_labels=(), weight=None,
                       categorical=tuple(categories.levels) if categories else (),
                       column_types={**ds.column_types, **(categories.types if categories else {})})  # fmt: skip
     width = model.width if model.card.get("array_column") else None
     rows, _usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
+    if keyless:
+        ctx.warn(f"{keyless} rows of {ds.path} have no key ({plan.key} is null) and were left out (bad_rows=skip)")
+        dropped += keyless
     if categories is not None:  # the one-hot columns the model takes, from the cleaned rows
         rows = expand(categories, rows)
     if model.framework in ("torch", "xgboost"):

@@ -234,6 +234,6 @@ def _sequence(
 
 
 _TEXT_FEATURE = (
-    "; write numbers as numbers, and turn a text category into numbers first (one 0/1 column per value), or leave "
-    "it out: sparktrain does not encode categories yet"
+    "; write numbers as numbers, name a text category in dataset.categorical when training (one 0/1 column per "
+    "value), or leave it out"
 )

@@ -266,6 +266,12 @@ def _local_output(given: str) -> str:
     return given
 
 
+OUTPUT_COLUMNS = ("prediction", "label", "probabilities")
+"""The columns batch prediction writes beside the key (workers/inference/remote.py, batch.py)."""
+SPARK_ML_COLUMNS = ("features", "_features_raw", "rawPrediction", "probability")
+"""The columns a Spark ML pipeline adds on its way (workers/training/spark_ml/driver.py)."""
+
+
 def _prediction_target(request: PredictRequest, db: sessionmaker[Session]) -> tuple[ModelRef, DatasetRef, str]:
     """(the model, the dataset as the model reads it, the key column) of a batch prediction; nothing of the data."""
     assert request.dataset is not None
@@ -286,6 +292,10 @@ def _prediction_target(request: PredictRequest, db: sessionmaker[Session]) -> tu
         key = ref.sequence.sequence_id
     if not key:
         raise ValidationFailed.at("dataset.key", "batch prediction needs a key column: partitions are unordered")
+    written = (*OUTPUT_COLUMNS, *(SPARK_ML_COLUMNS if model.framework == "spark_ml" else ()))
+    if key.lower() in {c.lower() for c in written}:  # Spark's names are case-insensitive
+        raise ValidationFailed.at("dataset.key", f"{key!r} is a column the predictions are made in "
+                                  f"({', '.join(written)}); key the rows by another column")  # fmt: skip
     return model, ref, key
 
 

@@ -183,3 +183,38 @@ def test_v2_metadata_advertises_the_single_tensor_the_docs_describe(svc: Service
     tensor = {"name": "input", "datatype": "FP32", "shape": metadata["inputs"][0]["shape"], "data": data}
     problem = _problem(_infer(svc, json.dumps({"inputs": [tensor]}).encode()), 422)
     assert f"give the data's own shape (here [2, {len(TAXI_FEATURES)}])" in problem["detail"], problem
+
+
+def test_a_column_named_twice_a_key_the_predictions_take_and_a_top_k_of_0_are_422s(
+    svc: Service, models: list[str], rows: list[dict[str, Any]]
+) -> None:
+    """Each was taken: the last value of a column named twice won without a word; a key named ``prediction`` or
+    ``features`` and a ``top_k`` of 0 failed the job with Spark's or Python's own error (inference walkthrough)."""
+    split = _split(rows)
+    twice = {"columns": [*split["columns"], "hour"], "data": [[*row, 3] for row in split["data"]]}
+    problem = _problem(_predict(svc, XGBOOST, dataframe_split=twice), 422)
+    assert problem["errors"][0]["loc"] == "dataframe_split.columns" and "'hour' named more than once" in problem[
+        "detail"], problem  # fmt: skip
+    for model, key in ((XGBOOST, "prediction"), (SPARK_ML, "Features"), (XGBOOST, "label")):
+        body = {"model": {"name": model}, "dataset": {"uri": "datasets/taxi/eval.parquet", "key": key}}
+        problem = _problem(svc.client.post("/predict", json=body), 422)
+        assert problem["errors"][0]["loc"] == "dataset.key" and "key the rows by another column" in problem["detail"]
+    body = {"model": {"name": XGBOOST}, "dataset": {"uri": "datasets/taxi/eval.parquet"}, "top_k": [0]}
+    assert _problem(svc.client.post("/evaluate", json=body), 422)["errors"][0]["loc"] == "top_k[0]", body
+
+
+def test_rows_without_a_key_are_bad_rows(svc: Service, models: list[str]) -> None:
+    """They failed the job even with bad_rows skip, and the failure did not say how to go on."""
+    frame = pd.read_parquet(REPO / "datasets/taxi/eval.parquet").head(20).assign(trip=range(20)).astype({"trip": float})
+    frame.loc[[3, 7], "trip"] = None
+    root = svc.app.state.runtime.settings.data_roots[-1]
+    root.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(root / "keyless.parquet")
+    body = {"model": {"name": XGBOOST}, "dataset": {"uri": "keyless.parquet", "key": "trip"}}
+    response = svc.client.post("/predict", json=body)
+    failed = svc.wait(response.json()["id"], {"SUCCEEDED", "FAILED"}, timeout=600)
+    assert failed["status"] == "FAILED" and 'set dataset.bad_rows to "skip"' in failed["error"]["message"], failed[
+        "error"
+    ]
+    skipped = svc.done("/predict", {**body, "dataset": {**body["dataset"], "bad_rows": "skip"}})
+    assert skipped["result"]["rows"] == 18 and skipped["result"]["bad_rows"] == 2, skipped["result"]
