@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.core.settings import Settings
 from app.db.loop_reads import LoopReads
 from app.jobs.runtime import JobRuntime
-from app.services.online import ResolvedModels
 from app.services.quotas import RequestLimiter
+from app.services.resolved_models import ResolvedModels
 from workers.inference.cache import ModelCache
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import Field
 
-from app.api.deps import CallerDep, SessionDep, SettingsDep
+from app.api.deps import CallerDep, RuntimeDep, SessionDep, SettingsDep
 from app.schemas.body import Body
 from app.schemas.models import (
     FAMILY_FORMATS,
@@ -90,16 +90,20 @@ class AliasBody(Body):
 
 
 @router.put("/models/{name}/aliases/{alias}", summary="Point an alias (champion, production, ...) at a version")
-def put_alias(name: str, alias: str, body: AliasBody, session: SessionDep, caller: CallerDep) -> dict[str, Any]:
+def put_alias(
+    name: str, alias: str, body: AliasBody, session: SessionDep, caller: CallerDep, rt: RuntimeDep
+) -> dict[str, Any]:
     row = models.set_alias(session=session, name=name, alias=alias, version=body.version, owner=caller.scope)
     session.commit()
+    rt.resolved_models.forget(name)  # this driver's next prediction by the alias takes the new version
     return {"name": name, "alias": alias, "version": row.version.version}
 
 
 @router.delete("/models/{name}/aliases/{alias}", status_code=204, summary="Remove an alias")
-def delete_alias(name: str, alias: str, session: SessionDep, caller: CallerDep) -> Response:
+def delete_alias(name: str, alias: str, session: SessionDep, caller: CallerDep, rt: RuntimeDep) -> Response:
     models.delete_alias(session=session, name=name, alias=alias, owner=caller.scope)
     session.commit()
+    rt.resolved_models.forget(name)
     return Response(status_code=204)
 
 

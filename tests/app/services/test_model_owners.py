@@ -122,7 +122,7 @@ def test_datasets_by_owner(db: Any, tmp_path: Any) -> None:
 
 def test_the_online_resolution_cache_serves_only_the_owner(db: Any) -> None:
     from app.schemas.inference import ModelSelector
-    from app.services.online import ResolvedModels
+    from app.services.resolved_models import ResolvedModels
 
     _register(db, "m", _job(db, "alice"), "alice")
     cache = ResolvedModels()
@@ -134,3 +134,23 @@ def test_the_online_resolution_cache_serves_only_the_owner(db: Any) -> None:
     with pytest.raises(NotFound, match="No model named 'm'"):
         cache.get(db, selector, owner="bob")
     assert cache.get(db, selector).version == 1  # an admin
+
+
+def test_an_alias_moved_on_this_driver_is_resolved_again_at_once(db: Any) -> None:
+    """The next prediction by the alias took the old version for up to the cache's two seconds (walkthrough)."""
+    from app.schemas.inference import ModelSelector
+    from app.services.resolved_models import ResolvedModels
+
+    for _ in range(2):
+        _register(db, "moved", _job(db, "alice", "moved"), "alice")
+    with transaction(db) as s:
+        models.set_alias(session=s, name="moved", alias="champion", version=1, owner="alice")
+    cache, champion = ResolvedModels(ttl_s=3600), ModelSelector(name="moved", alias="champion")
+    assert cache.get(db, champion).version == 1
+    assert cache.get(db, ModelSelector(name="moved", version=1)).version == 1
+    with transaction(db) as s:
+        models.set_alias(session=s, name="moved", alias="champion", version=2, owner="alice")
+    assert cache.get(db, champion).version == 1  # what another driver sees until its entry is older than ttl_s
+    cache.forget("moved")
+    assert cache.get(db, champion).version == 2
+    assert ("moved", 1, None, None) in cache._items  # a fixed version stays: it never changes
