@@ -148,7 +148,8 @@ def _careful_matrix(rows: list[Any], model: ModelRef, loc: str) -> Any:
             values = [row] if array_column or not isinstance(row, list | tuple) else row
         wrong = f"values; the model needs {width} ({list(features)})"
         if isinstance(values, list | tuple) and not array_column and len(values) != width:
-            raise ValidationFailed.at(where, f"{len(values)} {wrong}")  # before the types: a shifted row misleads
+            hint = "; a row is a list of values: wrap it, [[...]]" if not isinstance(row, list | tuple) else ""
+            raise ValidationFailed.at(where, f"{len(values)} {wrong}{hint}")  # before the types: a shifted row misleads
         _check_types(values, specs, where)
         flat = _flatten(values, model, where, bools=bool(specs))
         if len(flat) != width:

@@ -265,6 +265,8 @@ def _check_values(tensor: InferTensor, allowed: frozenset[type], model: ModelRef
         if type(value) not in allowed:
             kind = "boolean (true or false) in a BOOL tensor" if tensor.datatype == "BOOL" else "number"
             wanted = f"; the model expects {online.expected_types(model)}" if model is not None else ""
+        if tensor.datatype.upper() in _DTYPES:
+            wanted = f" (datatypes are upper case: {tensor.datatype.upper()}){wanted}"
             raise ValidationFailed.at(
                 f"inputs.{tensor.name}.data",
                 f"{_position(tensor, len(flat), model, feature)}: {online.shown(value)} is not a {kind}{wanted}",
@@ -309,6 +311,8 @@ def _position(tensor: InferTensor, index: int, model: ModelRef | None, feature: 
 def _check_type(tensor: InferTensor, model: ModelRef | None = None) -> None:
     if tensor.datatype not in _DTYPES:
         wanted = f"; the model expects {online.expected_types(model)}" if model is not None else ""
+        if tensor.datatype.upper() in _DTYPES:
+            wanted = f" (datatypes are upper case: {tensor.datatype.upper()}){wanted}"
         raise ValidationFailed.at(
             f"inputs.{tensor.name}.datatype", f"{tensor.datatype} is not a numeric tensor{wanted}"
         )

@@ -127,7 +127,7 @@ def test_a_categorical_feature_is_one_hot_encoded(svc: Service, framework: str, 
         with zipfile.ZipFile(io.BytesIO(onnx.content)) as archive:
             graph = archive.read(f"fares-{framework}-v1-onnx/model.onnx")
             sidecar = json.loads(archive.read(f"fares-{framework}-v1-onnx/sparktrain_onnx.json"))
-        assert sidecar["features"] == card["features"], sidecar
+        assert sidecar["features"] == card["features"] and sidecar["categorical"] == card["categorical"], sidecar
         session = ort.InferenceSession(graph)
         out = session.run(None, {"input": np.array(example["data"], dtype=np.float32)})[0]
         assert np.allclose(out[:, 0], ours.json()["predictions"], atol=1e-4), (out, ours.json())

@@ -213,6 +213,8 @@ def sidecar(model: standalone.Model, inputs: list[str], outputs: list[str]) -> d
         "class_labels": card.get("class_labels"),
         "normalizer": {**card["normalizer"], "in_graph": True} if card.get("normalizer") else None,
         "network": card.get("network"),
+        # a model trained with categorical features: its inputs and how they became the one-hot features above
+        "categorical": card.get("categorical"),
     }
 
 

@@ -109,7 +109,10 @@ async def _request_body(request: Request) -> InferRequest:
     raw = await request.body()
     header_length = request.headers.get("inference-header-content-length")
     if header_length is None:
-        return _parsed(raw)
+        try:
+            return _parsed(raw)
+        except RequestValidationError as exc:  # JSON and then bytes: binary tensors without their header
+            raise RequestValidationError([_binary_hint(e) for e in exc.errors()]) from exc
     try:
         head = int(header_length)
     except ValueError:
@@ -120,6 +123,15 @@ async def _request_body(request: Request) -> InferRequest:
     body = _parsed(raw[:head])
     v2_infer.read_binary_data(body=body, raw=raw, offset=head)
     return body
+
+
+def _binary_hint(error: Any) -> Any:
+    """A JSON error of trailing bytes, with what a binary tensor body needs to be read."""
+    if error.get("type") != "json_invalid" or "trailing" not in str(error.get("ctx", {}).get("error", "")):
+        return error
+    why = f"{error['ctx']['error']} (binary tensor data after the JSON needs the Inference-Header-Content-Length " \
+        "header: the JSON's length in bytes)"  # fmt: skip
+    return {**error, "ctx": {**error["ctx"], "error": why}}
 
 
 def _parsed(raw: bytes) -> InferRequest:

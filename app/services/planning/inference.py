@@ -220,6 +220,9 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     target = output_target(given, writable)
     check_literal(str(target), given, "output_uri")
     parent = Path(os.path.realpath(target.parent))
+    if Path(os.path.realpath(target)) in writable:  # the root itself: its parent is outside
+        raise ValidationFailed.at("output_uri", f"{given!r} is a data root; name a new path inside it (for "
+                                  f"example {str(target).rstrip('/')}/predictions-1)")  # fmt: skip
     inside = [r for r in writable if parent == r or r in parent.parents]
     if not inside and writable != settings.data_roots:
         raise ValidationFailed.at("output_uri", f"{given!r} lies outside your data space ({writable[0]}): this "

@@ -218,3 +218,18 @@ def test_rows_without_a_key_are_bad_rows(svc: Service, models: list[str]) -> Non
     ]
     skipped = svc.done("/predict", {**body, "dataset": {**body["dataset"], "bad_rows": "skip"}})
     assert skipped["result"]["rows"] == 18 and skipped["result"]["bad_rows"] == 2, skipped["result"]
+
+
+def test_near_misses_say_what_was_meant(svc: Service, models: list[str], rows: list[dict[str, Any]]) -> None:
+    """One row not wrapped in a list, a lower-case V2 datatype, binary tensors sent without their header: each said
+    what was wrong but not what to write (inference walkthrough)."""
+    flat = [rows[0][f] for f in TAXI_FEATURES]
+    problem = _problem(_predict(svc, XGBOOST, instances=flat), 422)
+    assert "a row is a list of values: wrap it, [[...]]" in problem["detail"], problem
+    tensor = {"name": "input", "shape": [1, len(flat)], "datatype": "fp32", "data": flat}
+    problem = _problem(_infer(svc, json.dumps({"inputs": [tensor]}).encode()), 422)
+    assert "fp32 is not a numeric tensor (datatypes are upper case: FP32)" in problem["detail"], problem
+    head = json.dumps({"inputs": [{**tensor, "datatype": "FP32", "data": None,
+                                   "parameters": {"binary_data_size": 4 * len(flat)}}]}).encode()  # fmt: skip
+    problem = _problem(_infer(svc, head + b"\x00" * 4 * len(flat)), 400)
+    assert "needs the Inference-Header-Content-Length header" in problem["detail"], problem
