@@ -36,36 +36,44 @@ def cell(text: str) -> Any:
     return text
 
 
-def source_name(path: Path) -> str:
-    """How messages name a file of rows: ``-`` is stdin."""
-    return "stdin" if str(path) == "-" else str(path)
+def is_stdin(source: str | Path) -> bool:
+    """The text ``-`` as given is stdin; a Path never is (``Path("./-")`` prints as ``-``: a file named ``-``)."""
+    return isinstance(source, str) and source == "-"
+
+
+def source_name(source: str | Path) -> str:
+    """How messages name a file of rows: ``-`` is stdin, a file as it was given (``./-``)."""
+    return "stdin" if is_stdin(source) else str(source)
 
 
 @contextlib.contextmanager
-def _opened(path: Path) -> Iterator[IO[str]]:
+def _opened(source: str | Path) -> Iterator[IO[str]]:
     """The file, or stdin for ``-``, as the csv module reads one: newline="", and Excel's "CSV UTF-8" BOM dropped."""
-    if str(path) != "-":
-        with path.open(newline="", encoding="utf-8-sig") as handle:
+    if not is_stdin(source):
+        with Path(source).open(newline="", encoding="utf-8-sig") as handle:
             yield handle
         return
-    handle = io.TextIOWrapper(sys.stdin.buffer, newline="", encoding="utf-8-sig")
+    stdin = getattr(sys.stdin, "buffer", None)
+    if stdin is None:  # started with stdin closed (<&-): Python has no sys.stdin
+        raise ValueError("--csv -: stdin is closed; give the rows on stdin, or a file with --csv FILE")
+    handle = io.TextIOWrapper(stdin, newline="", encoding="utf-8-sig")
     try:
         yield handle
     finally:
         handle.detach()  # stdin stays open
 
 
-def read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
+def read_rows(path: str | Path) -> tuple[list[str], list[list[str]]]:
     """The header and the rows as text (:func:`read_records` without the line numbers)."""
     columns, rows, _lines = read_records(path)
     return columns, rows
 
 
-def read_records(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+def read_records(path: str | Path) -> tuple[list[str], list[list[str]], list[int]]:
     """The header, the rows as text (blank lines skipped; :func:`typed_rows` reads the values) and the line each row
-    starts on (``-``: stdin). ValueError when the file cannot be read, has no header or has a quoted field that is
-    never closed (it would take in the rest of the file as one cell, and the rows counted and sent would not be the
-    file's)."""
+    starts on (the text ``-``: stdin, :func:`is_stdin`). ValueError when the file cannot be read, has no header or
+    has a quoted field that is never closed (it would take in the rest of the file as one cell, and the rows counted
+    and sent would not be the file's)."""
     name = source_name(path)
     start = last = 1  # the line the record being read starts on; the last record's
     try:

@@ -28,13 +28,13 @@ def reported(exc: Exception, err: Console) -> int:
         return 130
     if isinstance(exc, typer.TyperException):  # usage errors (typer's own click)
         show = getattr(exc, "show", None)
-        show() if callable(show) else err.print(str(exc))
+        try:
+            show() if callable(show) else err.print(str(exc))
+        except BrokenPipeError:  # click writes to stderr itself: its reader went away
+            err.on_broken_pipe()
         option = getattr(exc, "option_name", None)
-        if option in _GLOBAL:  # kubectl and mlflow users put them after the command
-            ctx = getattr(exc, "ctx", None)
-            command = ctx.info_name if ctx is not None and ctx.parent is not None else "COMMAND"
-            usage = f"sparktrain {option}{_GLOBAL[option]} {command} ..."
-            err.print(f"{option} is a global option: it comes before the command ({usage})", highlight=False)
+        if option in _GLOBAL and (hint := _global_hint(exc, option)):
+            err.print(hint, highlight=False)
         return int(getattr(exc, "exit_code", USAGE))
     if isinstance(exc, AmbiguousJobId):
         err.print(str(exc) + ":", highlight=False)
@@ -59,3 +59,14 @@ def reported(exc: Exception, err: Console) -> int:
         err.print(str(exc), highlight=False)
         return FAILED
     raise exc
+
+
+def _global_hint(exc: Exception, option: str) -> str | None:
+    """A global option given after the command (kubectl and mlflow users put them there): where it goes. One before
+    the command without its value (``sparktrain --url``): that it needs one. Nothing for ``--json=x``."""
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.info_name if ctx is not None and ctx.parent is not None else "COMMAND"
+    usage = f"sparktrain {option}{_GLOBAL[option]} {command} ..."
+    if type(exc).__name__ == "NoSuchOption":  # typer's own click's
+        return f"{option} is a global option: it comes before the command ({usage})"
+    return f"{option} needs a value: {usage}" if "requires an argument" in str(exc) else None

@@ -11,7 +11,7 @@ from typing import Any
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from sparktrain._pipe import PipeClosed
+from sparktrain._pipe import PipeClosed, pipe_closed
 
 
 def _flags_without_values(params: list[Any]) -> list[Any]:
@@ -51,6 +51,14 @@ class Group(TyperGroup):
             return super().invoke(ctx)
         except BrokenPipeError as exc:  # a print to a pipe whose reader went away: not click's exit 1
             raise PipeClosed from exc
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as exc:  # --help or --version into a closed pipe: click's (or rich's) exit 1
+            if pipe_closed(exc):
+                raise PipeClosed from exc
+            raise
 
 
 def print_version(value: bool) -> None:

@@ -13,7 +13,11 @@ _PLAIN_HTTP = ("WRONG_VERSION_NUMBER", "record layer failure", "http request")
 
 
 def url_problem(url: str) -> str | None:
-    """What makes ``url`` unusable as the service's address, as the end of a sentence about it; None: nothing."""
+    """What makes ``url`` unusable as the service's address, as the end of a sentence about it; None: nothing.
+    Spaces around it are not part of it (a .env file's trailing space; httpx drops them too): one inside it is."""
+    url = url.strip()
+    if not url:
+        return f"is empty (e.g. {EXAMPLE})"
     if any(c.isspace() for c in url):
         return f"has a space in it (e.g. {EXAMPLE})"
     scheme = _SCHEME.match(url)

@@ -18,10 +18,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sparktrain._csv import at_lines, model_columns, read_records, source_name, typed_rows
+from sparktrain._csv import at_lines, is_stdin, model_columns, read_records, source_name, typed_rows
 from sparktrain._exits import FAILED, OK, OUTCOME, reported
 from sparktrain._help import Command, Group, print_version
-from sparktrain._pipe import CLOSED, Output, PipeClosed, silence
+from sparktrain._pipe import CLOSED, Output, PipeClosed, flush_stdout, silence
 from sparktrain._progress import Live
 from sparktrain._table import jobs_table
 from sparktrain.client import ApiError, Client, LocalFileError, ModelRef, SparktrainError, UsageError
@@ -89,7 +89,9 @@ def _main(
 
 
 def _print_json(value: Any) -> None:
+    """Written now, not at exit: a reader gone is found here, where it ends the command with 141 (see _pipe)."""
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    sys.stdout.flush()
 
 
 def _read_body(path: Path) -> dict[str, Any]:
@@ -328,8 +330,9 @@ def _model_ref(text: str) -> ModelRef:
 def predict(
     ctx: typer.Context,
     model: Annotated[str, typer.Argument(metavar="MODEL", help="NAME, NAME:VERSION or NAME@ALIAS.")],
-    csv_file: Annotated[
-        Path, typer.Option("--csv", metavar="FILE", help="Rows to predict, with a header line; - reads stdin.")
+    csv_file: Annotated[  # the text as given: a Path would make ./- (a file named -) into -, stdin
+        str,
+        typer.Option("--csv", metavar="FILE", help="Rows to predict, with a header line; - reads stdin (./-: a file)."),
     ],
     key: Annotated[
         str | None, typer.Option(metavar="COLUMN", help="Batch: the id column kept next to each prediction.")
@@ -349,7 +352,7 @@ def predict(
         columns, rows, lines = read_records(csv_file)
     except ValueError as exc:
         raise LocalFileError(str(exc)) from exc
-    if len(rows) > max_inline and str(csv_file) == "-":
+    if len(rows) > max_inline and is_stdin(csv_file):
         raise UsageError(
             f"{len(rows)} rows from stdin are more than --max-inline {max_inline}: a batch job reads a file the "
             "service can read, not stdin; give --csv FILE (inside the service's data roots), or a larger --max-inline"
@@ -375,7 +378,7 @@ def predict(
             raise typer.BadParameter(f"{len(rows)} rows go to a batch job, which needs --key (the file's id column)")
         body: dict[str, Any] = {
             "model": ref.selector(),
-            "dataset": {"uri": str(csv_file.resolve()), "format": "csv", "key": key},
+            "dataset": {"uri": str(Path(csv_file).resolve()), "format": "csv", "key": key},
         }
         if output_uri:
             body["output_uri"] = output_uri
@@ -398,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
             code = exc.exit_code
         except (typer.Abort, typer.TyperException, SparktrainError) as exc:
             code = reported(exc, err)
+        flush_stdout()  # what is still buffered, while a closed pipe is still exit 141
     except PipeClosed:  # nothing more to say, and no one to say it to
         silence()
         code = CLOSED

@@ -50,6 +50,9 @@ __all__ = [  # the errors are sparktrain.errors', named here too: callers catch 
 DEFAULT_URL = "http://127.0.0.1:8000"
 ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _MODEL_REF = re.compile(r"^(?P<name>[^:@]+)(?::(?P<version>\d+)|@(?P<alias>[^:@]+))?$")
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}\Z")
+"""A model name as the service takes one (NAME_PATTERN, app/schemas/train.py: nothing of the service is imported)."""
+NAME_RULE = "a model name is 1 to 200 letters, digits, '.', '_' or '-', the first a letter or a digit"
 _JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 """A job id as the service makes them (``uuid4().hex``): 32 lower-case hex digits."""
 _JOB_PREFIX = re.compile(r"^[0-9a-f]{6,31}$")
@@ -119,10 +122,10 @@ class Client:
         if url_from is None:
             url_from = "the url argument" if url else "SPARKTRAIN_URL" if given != DEFAULT_URL else "the default URL"
         self.url_from = url_from
-        problem = url_problem(given)
+        problem = url_problem(given)  # spaces around the URL are not part of it
         if problem is not None:
             raise UsageError(f"the service's URL {given!r} (from {self.url_from}) {problem}")
-        self.url = given.rstrip("/")
+        self.url = given.strip().rstrip("/")
         key = api_key if api_key is not None else os.environ.get("SPARKTRAIN_API_KEY", "")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         try:
@@ -302,10 +305,14 @@ class Client:
     def models(self) -> list[dict[str, Any]]:
         return list(self._json("GET", "/models", params={"limit": 1000})["items"])
 
-    def resolve(self, ref: ModelRef) -> int:
+    def resolve(self, ref: ModelRef, *, again: bool = True) -> int:
         """The version number a reference names: itself, an alias's target, or the newest version. A name without
         a version is refused as the service refuses it for a prediction (a 409 while its first training job runs, a
-        404 that suggests the name meant)."""
+        404 that suggests the name meant); one registered in between is asked for again (``again``: once). A name
+        no model can have (``foo/bar``) is a :class:`UsageError` that gives the service's rule, before any
+        request."""
+        if not _MODEL_NAME.match(ref.name):
+            raise UsageError(f"no model is named {ref.name!r}: {NAME_RULE}")
         if ref.version is not None:
             return ref.version
         name = quote(ref.name, safe="")
@@ -324,6 +331,8 @@ class Client:
         if model is not None and model["latest_version"] is not None:
             return int(model["latest_version"])
         self.request("GET", f"/v2/models/{name}/ready")  # the service's own why: resolved as a prediction's model
+        if again:  # ready after all: a version was registered since /models/{name} was asked
+            return self.resolve(ref, again=False)
         detail = f"Model {ref.name!r} has no version yet; ask again (one was registered just now)."
         raise ApiError(404, {"title": "Not Found", "status": 404, "detail": detail})
 
