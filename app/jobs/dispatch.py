@@ -65,7 +65,8 @@ def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
 
 
 def _tune(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
-    from app.services.tuning.runner import TuneDriver, run_tune
+    from app.services.tuning.runner import run_tune
+    from app.services.tuning.trials import TuneDriver
 
     def enqueue(task: str, job_id: str) -> None:
         if rt.send is None:

@@ -228,6 +228,15 @@ def set_alias(*, session: Session, name: str, alias: str, version: int, owner: s
     return row
 
 
+def alias_version(*, session: Session, name: str, alias: str) -> int | None:
+    """The version an alias names now; None when the model or the alias does not exist."""
+    model = session.scalar(_model_named(name, None))
+    if model is None:
+        return None
+    row = session.scalar(select(ModelAlias).where(ModelAlias.model_id == model.id, ModelAlias.alias == alias))
+    return int(row.version.version) if row is not None else None
+
+
 def delete_alias(*, session: Session, name: str, alias: str, owner: str | None = None) -> None:
     model = session.scalar(_model_named(name, owner))
     row = None

@@ -263,6 +263,10 @@ def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -
         ({"space": {"name": {"type": "choice", "values": ["n1", "n2"]}}}, "space.name"),
         ({"space": {"framework": {"type": "choice", "values": ["torch"]}}}, "space.framework"),
         ({"space": {"training.epochs": {"type": "int", "low": 1, "high": 20_001}}, "sampler": "grid"}, "space"),
+        # walkthrough: the inner path changed the outer choice's value in place; its trials failed
+        ({"space": {"network.layers": {"type": "choice", "values": [[{"type": "output", "units": 10,
+          "activation": "softmax", "loss": "cross_entropy"}]]},
+          "network.layers.0.units": {"type": "choice", "values": [16, 32]}}}, "space.network.layers.0.units"),
     ]  # fmt: skip
     for search, loc in cases:
         response = svc.client.post("/tune", json=_tune("tune-bad", **search))
@@ -299,7 +303,11 @@ def test_cancel_stops_the_running_trial_and_keeps_the_finished_one(svc: Service)
     assert done["status"] == "CANCELLED", done
     # the leaderboard so far stays: it was the result while the search ran (a cancelled search had none)
     board = done["result"]["leaderboard"]
-    assert done["result"]["partial"] and [(r["trial"], r["state"]) for r in board] == [(0, "COMPLETE")], done
+    # and the running trial, once its cancel ended it (within the 10 s the tune waits), is there as CANCELLED
+    assert done["result"]["partial"] and [(r["trial"], r["state"]) for r in board] == [
+        (0, "COMPLETE"),
+        (1, "CANCELLED"),
+    ], done
     stopped = wait_final(svc.client, running["id"], timeout=120)
     assert stopped["status"] == "CANCELLED" and stopped["model"] is None
     kept = svc.client.get(f"/jobs/{children[0]['id']}").json()

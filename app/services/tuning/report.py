@@ -31,15 +31,20 @@ class TrialRecord:
     metric: float | None = None
     epochs: int | None = None
     """torch: epochs trained; xgboost: boosting rounds (kept, or reached when pruned)."""
+    pruned_at: int | None = None
+    """The epoch (round) whose metric the pruner stopped it at; it may train on a little before it stops."""
     duration_s: float | None = None
     finished: float | None = None
     model: dict[str, Any] | None = None
 
     def row(self, framework: str) -> dict[str, Any]:
         unit = "rounds" if framework == "xgboost" else "epochs"
-        return {"trial": self.number, "params": self.params, "metric": self.metric, "state": self.state,
-                unit: self.epochs, "duration_s": self.duration_s, "job_id": self.job_id,
-                "model": self.model}  # fmt: skip
+        row = {"trial": self.number, "params": self.params, "metric": self.metric, "state": self.state,
+               unit: self.epochs, "duration_s": self.duration_s, "job_id": self.job_id,
+               "model": self.model}  # fmt: skip
+        if self.pruned_at is not None:
+            row["pruned_at"] = self.pruned_at
+        return row
 
 
 def leaderboard(records: list[TrialRecord], mode: str) -> list[TrialRecord]:
@@ -55,9 +60,17 @@ def importances(study: optuna.Study) -> dict[str, float] | None:
     they cannot be computed."""
     import optuna
 
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    # a choice among lists or objects (layer stacks) has no importance: Optuna's evaluators need hashable values
+    params = sorted({name for t in done for name, dist in t.distributions.items()
+                     if not isinstance(dist, optuna.distributions.CategoricalDistribution)
+                     or all(isinstance(c, None | bool | int | float | str) for c in dist.choices)})  # fmt: skip
+    if not params:
+        return None
     try:
         evaluator = optuna.importance.PedAnovaImportanceEvaluator()
-        return {k: float(v) for k, v in optuna.importance.get_param_importances(study, evaluator=evaluator).items()}
+        found = optuna.importance.get_param_importances(study, evaluator=evaluator, params=params)
+        return {k: float(v) for k, v in found.items()}
     except Exception as exc:  # too few trials, a single parameter, a constant metric, ...
         log.info("no parameter importances: %s: %s", type(exc).__name__, exc)
         return None
@@ -109,12 +122,20 @@ def outcome(
     if best.model is not None:
         version = int(best.model["version"])
 
+        ours = {int(r.model["version"]) for r in records if r.model is not None}
+        before: list[int | None] = [None]
+
         def mark(s: Session) -> None:  # both idempotent: safe to run again
+            before[0] = models.alias_version(session=s, name=name, alias=BEST_ALIAS)
             models.set_alias(session=s, name=name, alias=BEST_ALIAS, version=version)
             # the tune job's own `model` is its best trial's version: a script reading only .model saw null
             jobs.set_model(session=s, job_id=ctx.job_id, name=name, version=version)
 
         retrying(db, mark, budget_s=budget_s, what=f"tune job {ctx.job_id} marking its best trial")
+        if before[0] is not None and before[0] not in ours:  # another search's (or a person's) choice
+            ctx.warn(f"alias {BEST_ALIAS!r} of {name} moved from version {before[0]}, which this search did not "
+                     f"train, to version {version} ({metric} {best.metric}); compare the two before serving it, "
+                     f"or give each search a model name of its own")  # fmt: skip
         ctx.log(f"best trial {best.number}: {metric} {best.metric}; alias {BEST_ALIAS!r} -> {name} "
                 f"version {best.model['version']}")  # fmt: skip
     return JobOutcome(result=result)

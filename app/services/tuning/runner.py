@@ -13,7 +13,7 @@ metrics and reports it to the study; a trial the pruner stops is cancelled throu
 recorded PRUNED (a warning on its job says so and at which epoch). Spark ML trials run to the end.
 
 The search outlives short outages: its reads and writes wait out a database restart as the job runner's do, and a
-trial whose message the broker refused waits and is sent again under its number, as one over a quota does.
+trial the broker refused is sent again under its number, as one over a quota is. A cancel keeps finished trials.
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from app.core.errors import AppError, ServiceUnavailable, TooManyRequests
 from app.core.jobstates import TERMINAL, JobStatus, JobType
-from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.models import Job, JobMetric
 from app.db.session import retrying, unavailable
@@ -47,35 +46,22 @@ from workers.context import JobCancelled, JobFailure, JobOutcome
 
 if TYPE_CHECKING:
     import optuna
-    from pyspark.sql import SparkSession
+
+    from app.services.tuning.trials import TuneDriver
 
 log = logging.getLogger("sparktrain.jobs")
 T = TypeVar("T")
+SETTLE_S = 10.0
+"""How long a cancelled search waits for its trials to end, to keep one that finished as the cancel arrived."""
 POLL_S = 0.1
-"""How often the search reads its running trials' metrics: a pruned trial is cancelled within this of the epoch
-that condemned it, and the next trial starts within this of the last one's end. A torch epoch of the digits CNN
-takes about 0.1 s here: polling every 0.5 s (and the monitor's half-second cancel check), a trial pruned at epoch 1
-went on to epoch 8 in the case measured, and trials started up to a second apart (bench/README.md, bench.tune)."""
+"""How often the search reads its running trials' metrics: a pruned trial is cancelled, and the next trial starts,
+within this (a digits CNN epoch takes ~0.1 s: polling every 0.5 s, a trial pruned at epoch 1 went on to epoch 8)."""
 QUOTA_RETRY_S = 1.0
 """How often a trial that an owner's quota refused is submitted again."""
 BROKER_RETRY_S = 5.0
 """How often a trial whose message the job broker refused is sent again: a broker restart takes seconds, and each try
 holds the search (its polls of the running trials too) for up to a second of send_job's own retries."""
 PRUNED_NOTE = "pruned by tune job"
-
-
-@dataclass(frozen=True)
-class TuneDriver:
-    """What the search needs of the process that runs it (app/jobs/dispatch.py wires the job runtime)."""
-
-    db: sessionmaker[Session]
-    settings: Settings
-    spark: SparkSession
-    enqueue: Callable[[str, str], None]
-    cancel_local: Callable[[str], bool]
-    stopping: Callable[[], bool]
-    owner: dict[str, Any]
-    """The tune job's runner (``worker_id``, ``attempt``): a cancel of the tune job is its own only while it holds."""
 
 
 @dataclass
@@ -86,6 +72,8 @@ class _Active:
     pruning: bool = False
     seen: int = 0
     """The id of the last metric row read: each poll reads only the rows written since."""
+    last: float | None = None
+    """The last metric reported: a pruned trial's on the leaderboard, as Optuna keeps its last intermediate value."""
 
 
 class _Search:
@@ -245,6 +233,8 @@ class _Search:
                 continue
             self._settle(active.record, child, None)
             record = active.record
+            if record.state == "PRUNED":
+                record.metric = active.last
             if record.state == "COMPLETE":
                 self.study.tell(active.trial, record.metric)
             else:
@@ -283,6 +273,7 @@ class _Search:
             active.trial.report(curve[step], step)
             active.reported.add(step)
             active.record.epochs = max(active.record.epochs or 0, step)
+            active.last = curve[step]
             # should_prune also records the trial's rung (ASHA): call it for every step, act only while it runs
             if self.tune.pruner != "none" and not active.pruning and active.trial.should_prune() and running:
                 self._prune(active, step)
@@ -302,7 +293,7 @@ class _Search:
             stopping = self.driver_write(cancel)
         except AppError:  # it finished meanwhile (a 409): it is recorded as it ended
             return
-        active.pruning = True
+        active.pruning, active.record.pruned_at = True, step
         if stopping:
             self.driver.cancel_local(job_id)
         self.ctx.log(f"trial {active.record.number}: {note}")
@@ -345,8 +336,12 @@ class _Search:
             record.state = "FAIL"
             self.ctx.warn(f"trial {record.number}: its result has no validation {self.metric!r}")
             return
-        pruned = any(str(w).startswith(PRUNED_NOTE) for w in child.warnings or [])
+        pruned = next((str(w) for w in child.warnings or [] if str(w).startswith(PRUNED_NOTE)), None)
         record.state = "PRUNED" if pruned else ("CANCELLED" if child.status == JobStatus.CANCELLED else "FAIL")
+        if pruned is not None and pruned.rsplit(" ", 1)[-1].isdigit():  # "... at epoch 4": a study rebuilt
+            record.pruned_at = int(pruned.rsplit(" ", 1)[-1])
+        if pruned is not None and curve:
+            record.metric = curve[max(curve)]
 
     # --- cancel ------------------------------------------------------------------------------------------------
     def cancel_trials(self, why: str) -> None:
@@ -359,7 +354,7 @@ class _Search:
             try:
                 if self.driver_write(cancel):
                     self.driver.cancel_local(job_id)
-                self.ctx.log(f"trial {active.record.number} (job {job_id}) cancelled: {why}")
+                self.ctx.log(f"trial {active.record.number} (job {job_id}): cancel requested, {why}")
             except AppError:  # it finished meanwhile (a 409)
                 continue
             except Exception:  # the database is still away: this one runs to its end
@@ -381,8 +376,21 @@ class _Search:
         failed = isinstance(error, Exception) and not isinstance(error, JobCancelled)
         if status == JobStatus.CANCELLING:
             self.cancel_trials("the tune job was cancelled")
+            self.settle_ending()
         elif status == JobStatus.RUNNING and failed and not unavailable(error) and self._spark_alive():
             self.cancel_trials(f"the tune job failed ({type(error).__name__})")
+
+    def settle_ending(self) -> None:
+        """After a cancel: the trials that end within :data:`SETTLE_S` are recorded as they ended (one whose work
+        finished as the cancel arrived SUCCEEDED, and is kept) and the leaderboard published with them."""
+        try:
+            deadline = time.monotonic() + SETTLE_S
+            while self.active and time.monotonic() < deadline:
+                self.poll()
+                time.sleep(POLL_S if self.active else 0)
+            self.publish()
+        except Exception:  # the cancel goes on with the leaderboard published last
+            log.exception("tune job %s: could not record its last trials", self.ctx.job_id)
 
     def _spark_alive(self) -> bool:
         return self.driver.spark is None or spark_alive(self.driver.spark)
@@ -434,6 +442,9 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
         search.end_trials(exc)
         raise
     if not any(r.state == "COMPLETE" for r in search.finished):
-        raise JobFailure("NO_TRIAL_COMPLETED", f"none of the {len(search.finished)} trials completed")
+        ran, asked = len(search.finished), search.tune.trials
+        why = f" before timeout_minutes ({search.tune.timeout_minutes}) passed" if search.timed_out() else ""
+        raise JobFailure("NO_TRIAL_COMPLETED", f"none of the {ran} trials that ran (of {asked}) completed{why}; "
+                         "their jobs and the tune job's warnings say why")  # fmt: skip
     return outcome(ctx, search.study, search.finished, metric=search.metric, db=driver.db, name=search.base["name"],
                    framework=search.framework, budget_s=driver.settings.db_retry_s)  # fmt: skip

@@ -90,6 +90,10 @@ def check_space(request: TuneRequest, base: dict[str, Any]) -> None:
     its field takes (a uniform over an integer field passed at its whole ends, then every trial failed)."""
     for path, dist in request.space.items():
         loc = f"space.{path}"
+        outer = next((other for other in request.space if path.startswith(other + ".")), None)
+        if outer is not None:  # the outer value replaces it, or it changes the outer choice in place
+            raise ValidationFailed.at(loc, f"lies inside space.{outer}, whose values replace it: search one of "
+                                      "the two (or put the inner values into the outer choice)")  # fmt: skip
         if path in _FIXED:
             raise ValidationFailed.at(loc, f"{path} cannot be searched: {_FIXED[path]}")
         if not spaces.exists(base, path):

@@ -5,7 +5,8 @@ per trial, and pruner) and told how it ended; and the sending again of a trial's
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
@@ -23,6 +24,11 @@ from workers.errors import SpecError
 from workers.families import task_name
 from workers.training.torch.config import ADAM_FAMILY, default_initial_threshold
 from workers.training.torch.spec import parse_optimizer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from app.core.settings import Settings
 
 
 def trial_body(base: dict[str, Any], params: dict[str, Any], *, pruned: bool = False) -> dict[str, Any]:
@@ -177,3 +183,17 @@ def resend(
         raise ServiceUnavailable(
             f"The job broker is unreachable ({type(exc).__name__}); nothing was queued, try again later."
         ) from exc
+
+
+@dataclass(frozen=True)
+class TuneDriver:
+    """What the search needs of the process that runs it (app/jobs/dispatch.py wires the job runtime)."""
+
+    db: sessionmaker[Session]
+    settings: Settings
+    spark: SparkSession
+    enqueue: Callable[[str, str], None]
+    cancel_local: Callable[[str], bool]
+    stopping: Callable[[], bool]
+    owner: dict[str, Any]
+    """The tune job's runner (``worker_id``, ``attempt``): a cancel of the tune job is its own only while it holds."""

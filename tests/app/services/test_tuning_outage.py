@@ -19,7 +19,8 @@ from app.core.settings import Settings
 from app.db.models import Job
 from app.db.session import transaction
 from app.services import jobs
-from app.services.tuning.runner import TuneDriver, _Search, run_tune
+from app.services.tuning.runner import _Search, run_tune
+from app.services.tuning.trials import TuneDriver
 from tests.app.services.test_tuning_resume import Recorded, _child, _curve, _tune_request
 
 CLOSED = "postgresql+psycopg://postgres@127.0.0.1:1/x"

@@ -15,8 +15,9 @@ from app.db.session import transaction
 from app.schemas.train import TrainRequest
 from app.schemas.tune import TuneRequest
 from app.services import jobs
-from app.services.tuning.runner import QUOTA_RETRY_S, TuneDriver, _Search
+from app.services.tuning.runner import QUOTA_RETRY_S, _Search
 from app.services.tuning.submit import resolved
+from app.services.tuning.trials import TuneDriver
 from bench.chaos import digits_job
 from tests.app.services.test_tuning_resume import Recorded
 

@@ -20,8 +20,9 @@ from app.schemas.train import TrainRequest
 from app.schemas.tune import TuneRequest
 from app.services import jobs
 from app.services.tuning import space as spaces
-from app.services.tuning.runner import PRUNED_NOTE, TuneDriver, _Search
+from app.services.tuning.runner import PRUNED_NOTE, _Search
 from app.services.tuning.submit import resolved
+from app.services.tuning.trials import TuneDriver
 from bench.chaos import digits_job
 
 SPACE = {"training.optimizer.learning_rate": {"type": "loguniform", "low": 1e-4, "high": 1e-1}}
@@ -88,7 +89,8 @@ def test_a_resumed_study_keeps_finished_trials_and_attaches_to_running_ones(db: 
     search.rebuild()
 
     states = {r.number: (r.state, r.metric, r.epochs) for r in search.finished}
-    assert states == {0: ("COMPLETE", 0.9, 3), 1: ("PRUNED", None, 1)}
+    assert states == {0: ("COMPLETE", 0.9, 3), 1: ("PRUNED", 0.1, 1)}  # a pruned trial: its last value, as Optuna
+    assert search.finished[1].row("torch")["pruned_at"] == 1
     assert list(search.active) == [2] and search.next_number == 3
     attached = search.active[2]
     assert attached.record.job_id == running and attached.record.params == {"training.optimizer.learning_rate": 0.01}
@@ -116,6 +118,32 @@ def test_a_resumed_study_keeps_finished_trials_and_attaches_to_running_ones(db: 
         jobs.create_job(session=s, job_type="train", request={}, parent_id=tune_id, trial=2)
 
 
+def test_a_cancelled_search_keeps_a_trial_that_finished_as_the_cancel_arrived(db: Any, tmp_path: Any) -> None:
+    """It ended SUCCEEDED (its work was done when the cancel came) and the tune's leaderboard did not have it:
+    result null, "0 of 4 trials finished" (tuning walkthrough)."""
+    request = _tune_request()
+    with transaction(db) as s:
+        tune, _ = jobs.create_job(session=s, job_type="tune", request=request, framework="torch", name="resumed")
+        tune_id = tune.id
+        s.get(Job, tune_id).status = JobStatus.CANCELLING.value
+    running = _child(db, tune_id, 0, 0.01, JobStatus.RUNNING)
+    driver = TuneDriver(db=db, settings=Settings(var_dir=tmp_path), spark=None, enqueue=lambda t, j: None,
+                        cancel_local=lambda j: False, stopping=lambda: False,
+                        owner={"worker_id": "w", "attempt": 1})  # fmt: skip
+    search = _Search(Recorded(tune_id), request, driver, "anonymous")
+    search.rebuild()
+    assert list(search.active) == [0]
+    with transaction(db) as s:  # the trial's runner records it as it ends, after the cancel request
+        row = s.get(Job, running)
+        row.status, row.result = JobStatus.SUCCEEDED.value, {"validation": {"accuracy": 0.9}}
+        row.model_name, row.model_version = "resumed", 1
+    search.settle_ending()
+    assert not search.active and [(r.state, r.metric) for r in search.finished] == [("COMPLETE", 0.9)]
+    with transaction(db) as s:
+        result = s.get(Job, tune_id).result
+    assert result["partial"] and [r["trial"] for r in result["leaderboard"]] == [0], result
+
+
 @pytest.mark.parametrize("sampler", ["random", "tpe"])
 def test_a_seeded_search_resumed_draws_what_it_would_have_drawn(sampler: str) -> None:
     """A resumed search built its sampler again, and its one generator started over: trials 4 and 5 of a random
@@ -137,3 +165,31 @@ def test_a_seeded_search_resumed_draws_what_it_would_have_drawn(sampler: str) ->
     for params in drawn[:3]:
         resumed.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=0.5))
     assert [trials.ask(resumed, tune, n, dists).params for n in range(3, 6)] == drawn[3:]
+
+
+def test_a_search_that_moves_best_off_another_searchs_version_says_so(db: Any) -> None:
+    """A second search under the same name moved ``best`` to a worse model without a word (tuning walkthrough)."""
+    import optuna
+
+    from app.services import models
+    from app.services.tuning.report import TrialRecord, outcome
+
+    def register() -> int:
+        with transaction(db) as s:
+            job, _ = jobs.create_job(session=s, job_type="train", request={}, name="moved-best")
+            return models.register_version(session=s, name="moved-best", framework="torch", artifact_uri="file:///x",
+                                           metrics={}, params={}, job_id=job.id).version  # fmt: skip
+
+    earlier, ours = register(), register()
+    with transaction(db) as s:
+        models.set_alias(session=s, name="moved-best", alias="best", version=earlier)
+        tune, _ = jobs.create_job(session=s, job_type="tune", request={}, name="moved-best")
+    study = optuna.create_study(direction="maximize")
+    record = TrialRecord(0, {}, state="COMPLETE", metric=0.1, model={"name": "moved-best", "version": ours})
+    ctx = Recorded(tune.id)
+    outcome(ctx, study, [record], metric="accuracy", db=db, name="moved-best", framework="torch")
+    assert any(f"moved from version {earlier}, which this search did not train, to version {ours}" in line
+               for line in ctx.lines), ctx.lines  # fmt: skip
+    again = Recorded(tune.id)  # its own version already named: nothing to say
+    outcome(again, study, [record], metric="accuracy", db=db, name="moved-best", framework="torch")
+    assert not any("moved from" in line for line in again.lines), again.lines

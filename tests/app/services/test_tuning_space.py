@@ -82,6 +82,25 @@ def test_leaderboard_puts_completed_trials_best_first() -> None:
     assert [r.number for r in leaderboard(records, "min")] == [0, 2, 1, 3]
 
 
+@pytest.mark.filterwarnings("ignore:Choices for a categorical distribution")  # (Optuna's, for its storage)
+def test_importances_leave_out_a_choice_among_lists_and_keep_the_rest() -> None:
+    """A choice of layer stacks made Optuna's evaluator fail (unhashable list): importances were null for all."""
+    import optuna
+
+    from app.services.tuning.report import importances
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    stacks = [[{"units": 16}], [{"units": 32}, {"units": 8}]]
+    for _ in range(12):
+        trial = study.ask()
+        lr = trial.suggest_float("lr", 1e-4, 1e-1, log=True)
+        layers = trial.suggest_categorical("layers", stacks)  # type: ignore[arg-type]
+        study.tell(trial, lr * 10 + (0.1 if len(layers) == 1 else 0.0))
+    found = importances(study)
+    assert found is not None and set(found) == {"lr"}, found
+
+
 def test_torch_trials_take_the_export_path_unless_the_base_chooses() -> None:
     from app.services.tuning.trials import trial_body
 
