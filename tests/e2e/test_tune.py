@@ -40,8 +40,9 @@ def _post(svc: Service, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _children(svc: Service, tune_id: str) -> dict[int, dict[str, Any]]:
-    items = svc.client.get("/jobs", params={"type": "train", "limit": 500}).json()["items"]
-    return {j["trial"]: j for j in items if j["parent_id"] == tune_id}
+    items = svc.client.get("/jobs", params={"parent_id": tune_id, "limit": 500}).json()["items"]
+    assert all(j["parent_id"] == tune_id for j in items), items  # only the tune's trials, among other tunes' jobs
+    return {j["trial"]: j for j in items}
 
 
 def test_random_search_ends_with_a_leaderboard_and_the_best_alias(svc: Service) -> None:

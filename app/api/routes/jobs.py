@@ -64,10 +64,14 @@ def list_jobs(
     type_: Annotated[JobType | None, Query(alias="type")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
+    parent_id: Annotated[
+        str | None, Query(max_length=64, description="Only the children of this job: a tune job's trials.")
+    ] = None,
 ) -> JobPage:
     page, next_cursor = jobs.list_jobs(
-        session=session, status=status_, job_type=type_, limit=limit, cursor=cursor, owner=caller.scope
-    )
+        session=session, status=status_, job_type=type_, limit=limit, cursor=cursor, owner=caller.scope,
+        parent_id=parent_id,
+    )  # fmt: skip
     return JobPage(items=[to_job_read(j) for j in page], next_cursor=next_cursor)
 
 
