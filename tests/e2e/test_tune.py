@@ -144,7 +144,7 @@ def test_asha_prunes_the_hopeless_learning_rate(svc: Service) -> None:
         training = svc.client.get(f"/jobs/{row['job_id']}").json()["request"]["training"]
         first = training["gradient_sharing"]["threshold_algorithm"]["initial_threshold"]
         assert first == training["optimizer"]["learning_rate"], training
-    assert any("starts it at one optimizer step" in line for line in log_lines(svc.client, done["id"]))
+    assert any("first threshold starts at one optimizer step" in line for line in log_lines(svc.client, done["id"]))
 
 
 def test_median_prunes_a_hopeless_xgboost_trial_mid_fit(svc: Service) -> None:

@@ -38,6 +38,7 @@ from app.services import jobs, quotas
 from app.services.planning.training import plan_training
 from app.services.spaces import for_owner
 from app.services.tuning import space as spaces
+from app.services.tuning import trials as helpers
 from app.services.tuning.report import TrialRecord, outcome, partial
 from app.services.tuning.submit import train_request
 from app.services.tuning.trials import ask, pruner, resend, sampler, threshold_warnings, trial_body, trial_state, unsent
@@ -142,11 +143,9 @@ class _Search:
             return
         for warning in threshold_warnings(self.base, self.tune.space):
             self.ctx.warn(warning)
-        if self.tune.pruner != "none" and self.framework == "torch":
-            self.ctx.log(
-                f"pruner {self.tune.pruner}: a gradient-sharing trial that leaves its first threshold to "
-                "the trainer starts it at one optimizer step, so that its first epochs show what it learns"
-            )
+        note = helpers.one_step_note(self.base, self.tune.pruner)
+        if note is not None:
+            self.ctx.log(note)
 
     # --- one pass ----------------------------------------------------------------------------------------------
     def timed_out(self) -> bool:
@@ -205,12 +204,14 @@ class _Search:
             if written is not None:
                 resend(db=self.driver.db, enqueue=self.driver.enqueue, job_id=written, owner=self.owner, limits=limits)
                 return written
-            train = train_request(trial_body(self.base, params, pruned=self.tune.pruner != "none"), "base")
-            settings, spark, db = for_owner(self.driver.settings, self.owner), self.driver.spark, self.driver.db
+            body = trial_body(self.base, params, pruned=self.tune.pruner != "none")
+            train, db = train_request(body, "base"), self.driver.db
+            settings = for_owner(self.driver.settings, self.owner)
+            plan = helpers.quiet_injected(plan_training(request=train, settings=settings, spark=self.driver.spark,
+                                                        db=db), body, self.base)  # fmt: skip
             job, _ = jobs.submit(
-                db=db, enqueue=self.driver.enqueue, job_type=JobType.TRAIN,
+                db=db, enqueue=self.driver.enqueue, job_type=JobType.TRAIN, plan=plan,
                 request=train.model_dump(mode="json", exclude_none=True), framework=train.framework,
-                plan=plan_training(request=train, settings=settings, spark=spark, db=db),
                 name=train.name, owner=self.owner, limits=limits, parent_id=self.ctx.job_id, trial=number,
             )  # fmt: skip
             return job.id
@@ -381,8 +382,7 @@ class _Search:
             self.cancel_trials(f"the tune job failed ({type(error).__name__})")
 
     def settle_ending(self) -> None:
-        """After a cancel: the trials that end within :data:`SETTLE_S` are recorded as they ended (one whose work
-        finished as the cancel arrived SUCCEEDED, and is kept) and the leaderboard published with them."""
+        """After a cancel: trials that end within :data:`SETTLE_S` are recorded (one whose work was done SUCCEEDED)."""
         try:
             deadline = time.monotonic() + SETTLE_S
             while self.active and time.monotonic() < deadline:

@@ -5,7 +5,7 @@ per trial, and pruner) and told how it ended; and the sending again of a trial's
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -102,6 +102,31 @@ def one_step_threshold(training: dict[str, Any]) -> dict[str, Any]:
         return training
     algorithm["initial_threshold"] = default_initial_threshold(optimizer)
     return {**training, "gradient_sharing": {**sharing, "threshold_algorithm": algorithm}}
+
+
+def one_step_note(base: dict[str, Any], pruner: str) -> str | None:
+    """What the search logs when :func:`one_step_threshold` changes its trials (None when it changes none: no pruner,
+    another mode, SGD, a first threshold the base chooses)."""
+    if pruner == "none" or base.get("framework") != "torch":
+        return None
+    training = dict(base.get("training") or {})
+    if one_step_threshold(training) == training:
+        return None
+    return (
+        f"pruner {pruner}: gradient sharing's first threshold starts at one optimizer step in each trial (the "
+        "base leaves it to the trainer), so that its first epochs show what it learns"
+    )
+
+
+def quiet_injected(plan: Any, trial: dict[str, Any], base: dict[str, Any]) -> Any:
+    """A trial's plan without the warning that a threshold does not apply, when the threshold is the one
+    :func:`one_step_threshold` wrote in (a small network is exchanged exactly): the user set none."""
+    given = ((base.get("training") or {}).get("gradient_sharing") or {}).get("threshold_algorithm")
+    written = ((trial.get("training") or {}).get("gradient_sharing") or {}).get("threshold_algorithm")
+    if given == written or not getattr(plan, "warnings", ()):
+        return plan
+    kept = tuple(w for w in plan.warnings if not w.startswith("training.gradient_sharing.threshold_algorithm does"))
+    return replace(plan, warnings=kept)
 
 
 def trial_state(name: str) -> Any:

@@ -145,6 +145,30 @@ def test_a_pruned_search_starts_gradient_sharing_at_one_optimizer_step() -> None
     }
 
 
+def test_the_one_step_threshold_is_said_only_where_it_is_written_and_its_own_warning_is_dropped() -> None:
+    """Every torch search with a pruner logged it (SGD and allreduce too), and every trial of a small network
+    warned that a threshold nobody set does not apply (tuning walkthrough)."""
+    from dataclasses import dataclass
+
+    from app.services.tuning.trials import one_step_note, quiet_injected, trial_body
+
+    torch_base = {**BODY, "framework": "torch"}
+    assert one_step_note(torch_base, "asha") is not None and one_step_note(torch_base, "none") is None
+    sgd = {**torch_base, "training": {**BODY["training"], "optimizer": {"type": "sgd", "learning_rate": 0.1}}}  # type: ignore[dict-item]
+    allreduce = {**torch_base, "training": {**BODY["training"], "mode": "allreduce"}}  # type: ignore[dict-item]
+    assert one_step_note(sgd, "asha") is None and one_step_note(allreduce, "median") is None
+
+    @dataclass(frozen=True)
+    class Plan:
+        warnings: tuple[str, ...]
+
+    exact = "training.gradient_sharing.threshold_algorithm does not apply: the network's 650 parameters ..."
+    plan, other = Plan((exact, "training.averaging_frequency is ignored: ...")), "training.averaging_frequency"
+    written = trial_body(torch_base, {}, pruned=True)
+    assert [w.split(" ")[0] for w in quiet_injected(plan, written, torch_base).warnings] == [other]
+    assert quiet_injected(plan, torch_base, torch_base) == plan  # the user's own threshold: still warned
+
+
 @pytest.mark.parametrize(
     "training",
     [
