@@ -23,6 +23,8 @@ OTHER_VARIABLES = frozenset(
         "SPARKTRAIN_WORKER_MEMORY",
         "SPARKTRAIN_GPU_WORKER_CORES",
         "SPARKTRAIN_GPU_WORKER_MEMORY",
+        "SPARKTRAIN_GPU_WORKER_1_DEVICE",
+        "SPARKTRAIN_GPU_WORKER_2_DEVICE",
     }
 )
 """Variables of the same prefix read by other parts (the CLI, executors, tests, the compose file)."""

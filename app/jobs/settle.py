@@ -97,13 +97,16 @@ def _commit_success(s: Any, ctx: DbJobContext, outcome: JobOutcome) -> None:
         raise _NoLongerOurs(ctx.job_id)
     if outcome.model is not None:
         assert name is not None
+        params = outcome.model.params
+        if job.parent_id is not None:  # a tune job's trial: its version says which (as MLflow's run tags would)
+            params = {**params, "tune": _trial_tag(s, job)}
         version = models.register_version(
             session=s,
             name=name,
             framework=outcome.model.framework,
             artifact_uri=outcome.model.uri,
             metrics=outcome.model.metrics,
-            params=outcome.model.params,
+            params=params,
             job_id=ctx.job_id,
             owner=owner,
         )
@@ -113,6 +116,17 @@ def _commit_success(s: Any, ctx: DbJobContext, outcome: JobOutcome) -> None:
     if "model_version" in values:
         summary = f"succeeded: registered {values['model_name']} version {values['model_version']}"
     jobs.add_log(session=s, job_id=ctx.job_id, message=summary)
+
+
+def _trial_tag(s: Any, job: Job) -> dict[str, Any]:
+    """The tune job, the trial's number and the values it sampled (the tune's space read back from its body)."""
+    from app.services.tuning.space import exists, lookup
+
+    parent = s.get(Job, job.parent_id)
+    space = ((parent.request or {}).get("space") or {}) if parent is not None else {}
+    body = job.request or {}
+    sampled = {path: lookup(body, path) for path in space if exists(body, path)}
+    return {"job_id": job.parent_id, "trial": job.trial, "params": sampled}
 
 
 def _finish_cancelled(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -62,7 +63,7 @@ class DataframeSplit(Body):
     @field_validator("columns")
     @classmethod
     def _each_once(cls, columns: list[str]) -> list[str]:
-        twice = sorted({c for c in columns if columns.count(c) > 1})
+        twice = sorted(c for c, n in Counter(columns).items() if n > 1)  # (linear: this runs on the event loop)
         if twice:  # (the last one's value was taken without a word)
             raise ValueError(f"{', '.join(map(repr, twice))} named more than once: name each column once")
         return columns

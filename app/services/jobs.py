@@ -257,11 +257,8 @@ def list_jobs(
     owner: str | None = None,
     parent_id: str | None = None,
 ) -> tuple[Sequence[Job], str | None]:
-    """Newest first; returns a page and the cursor of the next page (None at the end). ``parent_id``: a tune job's
-    trials."""
-    stmt = select(Job)
-    if parent_id is not None:
-        stmt = stmt.where(Job.parent_id == parent_id)
+    """Newest first; returns a page and the cursor of the next page (None at the end)."""
+    stmt = select(Job) if parent_id is None else select(Job).where(Job.parent_id == parent_id)  # a tune's trials
     if status is not None:
         stmt = stmt.where(Job.status == status)
     if job_type is not None:

@@ -47,5 +47,5 @@ class ResolvedModels:
 
     def forget(self, name: str) -> None:
         """Drop what a model's alias or newest version resolved to (an alias moved or removed here)."""
-        for key in [k for k in self._items if k[0] == name and k[1] is None and k[3] is None]:
+        for key in [k for k in list(self._items) if k[0] == name and k[1] is None and k[3] is None]:
             self._items.pop(key, None)

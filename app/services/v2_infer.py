@@ -265,8 +265,6 @@ def _check_values(tensor: InferTensor, allowed: frozenset[type], model: ModelRef
         if type(value) not in allowed:
             kind = "boolean (true or false) in a BOOL tensor" if tensor.datatype == "BOOL" else "number"
             wanted = f"; the model expects {online.expected_types(model)}" if model is not None else ""
-        if tensor.datatype.upper() in _DTYPES:
-            wanted = f" (datatypes are upper case: {tensor.datatype.upper()}){wanted}"
             raise ValidationFailed.at(
                 f"inputs.{tensor.name}.data",
                 f"{_position(tensor, len(flat), model, feature)}: {online.shown(value)} is not a {kind}{wanted}",

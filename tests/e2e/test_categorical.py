@@ -146,6 +146,10 @@ def test_a_categorical_column_must_be_a_feature_of_a_family_that_takes_it(svc: S
         ({"categorical": ["city"], "input_shape": [2]}, {"framework": "torch", "params": None, "network": {
             "layers": [{"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]}},
          "dataset.categorical: one-hot columns are features of a row: they do not combine with dataset.input_shape"),
+        # data the driver cannot read (a reader option): still a 422 at once, not a job that fails
+        ({"categorical": ["city"], "input_shape": [2], "options": {"lineSep": "\n"}}, {"framework": "torch",
+          "params": None, "network": {"layers": [{"type": "output", "units": 1, "activation": "identity",
+                                                   "loss": "mse"}]}}, "do not combine with dataset.input_shape"),
     ]  # fmt: skip
     for dataset, top, words in cases:
         body = {**base, **top, "dataset": {k: v for k, v in {**base["dataset"], **dataset}.items() if v is not None}}

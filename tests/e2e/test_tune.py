@@ -90,6 +90,8 @@ def test_random_search_ends_with_a_leaderboard_and_the_best_alias(svc: Service) 
     assert done["model"] == best["model"]  # the tune job's own model (it was null)
     version = svc.client.get(f"/models/tune-random/versions/{best['model']['version']}").json()
     assert version["job_id"] == best["job_id"]
+    # the trial's tag (the "model versions ... with a trial tag"; the versions said only their job)
+    assert version["params"]["tune"] == {"job_id": done["id"], "trial": best["trial"], "params": best["params"]}
 
 
 def test_parallel_trials_run_at_once_and_other_jobs_still_start(svc: Service) -> None:

@@ -245,11 +245,13 @@ def _every_row_hint(examples: list[dict[str, Any]], ds: ResolvedDataset) -> str:
         # words, not numbers written another way (a decimal comma: the options' business)
         column = columns.pop()
         if column in ds.label_columns:
-            return (f"{column!r} holds text, not numbers: a regression's label is a number; for classes, set "
-                    "dataset.task to classification.")  # fmt: skip
+            return (f"{column!r} holds text, not numbers: a regression's label is a number (when training on "
+                    "classes, set dataset.task to classification).")  # fmt: skip
         if column == ds.weight:
             return f"{column!r} holds text, not numbers: a weight is a number of 0 or more."
-        category = "name it in dataset.categorical (one 0/1 column per value), " if ds.sequence is None else ""
+        category = (
+            "when training, name it in dataset.categorical (one 0/1 column per value); " if ds.sequence is None else ""
+        )
         return (f"{column!r} holds text, not numbers: {category}leave it out of the features, or turn its values "
                 "into numbers first.")  # fmt: skip
     return ("Check the separator (options.sep) and the header option (options.header): a file read with the wrong "

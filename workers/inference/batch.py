@@ -54,7 +54,10 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
                       categorical=tuple(categories.levels) if categories else (),
                       column_types={**ds.column_types, **(categories.types if categories else {})})  # fmt: skip
     width = model.width if model.card.get("array_column") else None
-    rows, _usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
+    rows, usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
+    if keyless and not usable:  # (every row is bad whatever the policy; clean saw none of these)
+        raise JobFailure("BAD_ROWS", f"every row of {ds.path} is bad: {keyless} have no key ({plan.key} is null)"
+                         + (f" and {dropped} more are bad rows" if dropped else ""))  # fmt: skip
     if keyless:
         ctx.warn(f"{keyless} rows of {ds.path} have no key ({plan.key} is null) and were left out (bad_rows=skip)")
         dropped += keyless

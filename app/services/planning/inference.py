@@ -165,7 +165,7 @@ def _the_models_columns(exc: ValidationFailed, ref: DatasetRef) -> ValidationFai
         return exc
     loc, words = str(exc.errors[0]["loc"]), str(exc.errors[0]["msg"])
     filled = loc.startswith("dataset.categorical") or (loc.startswith("dataset.features") and ref.features is None)
-    if not filled:
+    if not filled or "is the label" in words or "is the weight column" in words:  # those, the request's fields
         return exc
     return ValidationFailed.at("dataset.uri", f"the model's input columns: {words}")
 
@@ -295,7 +295,8 @@ def _prediction_target(request: PredictRequest, db: sessionmaker[Session]) -> tu
         key = ref.sequence.sequence_id
     if not key:
         raise ValidationFailed.at("dataset.key", "batch prediction needs a key column: partitions are unordered")
-    written = (*OUTPUT_COLUMNS, *(SPARK_ML_COLUMNS if model.framework == "spark_ml" else ()))
+    written = (*(OUTPUT_COLUMNS if model.task == "classification" else OUTPUT_COLUMNS[:1]),
+               *(SPARK_ML_COLUMNS if model.framework == "spark_ml" else ()))  # fmt: skip
     if key.lower() in {c.lower() for c in written}:  # Spark's names are case-insensitive
         raise ValidationFailed.at("dataset.key", f"{key!r} is a column the predictions are made in "
                                   f"({', '.join(written)}); key the rows by another column")  # fmt: skip

@@ -247,10 +247,6 @@ def plan_torch(
     ds = request.dataset
     class_labels: tuple[str, ...] | None = None
     categories = None
-    if train.categorical and (train.sequence is not None or ds.input_shape is not None):
-        what = "sequences" if train.sequence is not None else "dataset.input_shape"
-        raise ValidationFailed.at("dataset.categorical", f"one-hot columns are features of a row: they do not "
-                                  f"combine with {what}; encode the categories in the data")  # fmt: skip
     if train.sequence is not None:
         train, shape, array_column = _sequence_plan(request, train, spark)
     else:

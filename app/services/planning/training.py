@@ -36,6 +36,11 @@ def _check_basics(request: TrainRequest) -> None:
         raise ValidationFailed.at("dataset.label", "required for training: the column to learn")
     if request.dataset.task is None:
         raise ValidationFailed.at("dataset.task", "required for training: classification or regression")
+    ds = request.dataset  # (before the data: a plan left to the job too)
+    if ds.categorical and request.framework == "torch" and (ds.sequence is not None or ds.input_shape is not None):
+        what = "sequences" if ds.sequence is not None else "dataset.input_shape"
+        raise ValidationFailed.at("dataset.categorical", f"one-hot columns are features of a row: they do not "
+                                  f"combine with {what}; encode the categories in the data")  # fmt: skip
 
 
 def _validation_ref(train: DatasetRef, val: ValidationRef) -> DatasetRef:

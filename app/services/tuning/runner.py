@@ -35,8 +35,8 @@ from app.db.models import Job, JobMetric
 from app.db.session import retrying, unavailable
 from app.schemas.tune import TuneRequest
 from app.services import jobs, quotas
-from app.services.planning.training import plan_training
 from app.services.spaces import for_owner
+from app.services.training import plan_in_request
 from app.services.tuning import space as spaces
 from app.services.tuning import trials as helpers
 from app.services.tuning.report import TrialRecord, outcome, partial
@@ -52,8 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sparktrain.jobs")
 T = TypeVar("T")
-SETTLE_S = 10.0
-"""How long a cancelled search waits for its trials to end, to keep one that finished as the cancel arrived."""
+SETTLE_S = 10.0  # how long a cancelled search waits for its trials to end (one may have finished: it is kept)
 POLL_S = 0.1
 """How often the search reads its running trials' metrics: a pruned trial is cancelled, and the next trial starts,
 within this (a digits CNN epoch takes ~0.1 s: polling every 0.5 s, a trial pruned at epoch 1 went on to epoch 8)."""
@@ -207,7 +206,7 @@ class _Search:
             body = trial_body(self.base, params, pruned=self.tune.pruner != "none")
             train, db = train_request(body, "base"), self.driver.db
             settings = for_owner(self.driver.settings, self.owner)
-            plan = helpers.quiet_injected(plan_training(request=train, settings=settings, spark=self.driver.spark,
+            plan = helpers.quiet_injected(plan_in_request(request=train, settings=settings, spark=self.driver.spark,
                                                         db=db), body, self.base)  # fmt: skip
             job, _ = jobs.submit(
                 db=db, enqueue=self.driver.enqueue, job_type=JobType.TRAIN, plan=plan,

@@ -140,14 +140,14 @@ def test_a_text_column_named_as_a_feature_is_said_to_be_text(spark: Any, tmp_pat
     with pytest.raises(JobFailure) as failed:
         cleaned(spark, dataset(path, features=("distance", "city")))
     message = str(failed.value)
-    assert "every row" in message and "'city' holds text, not numbers: name it in dataset.categorical" in message
+    assert "every row" in message and "'city' holds text, not numbers: when training, name it in dataset." in message
     assert "options.sep" not in message
     # a regression whose label is text: classes (the hint was to leave the label out of the features)
     with pytest.raises(JobFailure) as failed:
         cleaned(spark, replace(dataset(path, features=("distance",)), label="city"))
     assert (
-        "'city' holds text, not numbers: a regression's label is a number; for classes, set dataset.task to "
-        "classification" in str(failed.value)
+        "'city' holds text, not numbers: a regression's label is a number (when training on classes, set "
+        "dataset.task to classification)" in str(failed.value)
     ), str(failed.value)
 
 
