@@ -163,14 +163,15 @@ def metadata(*, db: sessionmaker[Session], name: str, version: str | None, owner
         latest = models.resolve_version(session=session, name=name, owner=owner)
         versions = [str(v.version) for v in latest.model.versions]
     input_shape = [-1, -1, len(model.features)] if model.card.get("sequence") else [-1, model.width]
-    return {
-        "name": name,
-        "versions": versions,
-        "platform": f"sparktrain_{model.framework}",
-        "inputs": [{"name": "input", "datatype": "FP32", "shape": input_shape,
-                    "parameters": {"features": list(model.features)}}],
-        "outputs": _output_specs(model),
-    }  # fmt: skip
+    inputs = [
+        {"name": "input", "datatype": "FP32", "shape": input_shape, "parameters": {"features": list(model.features)}}
+    ]
+    out: dict[str, Any] = {"name": name, "versions": versions, "platform": f"sparktrain_{model.framework}",
+                           "inputs": inputs, "outputs": _output_specs(model)}  # fmt: skip
+    if model.categories is not None:  # infer refuses it: advertising the one-hot tensor misled V2 clients
+        out["inputs"] = []
+        out["parameters"] = {"v2_infer": "refused: the model takes categorical columns; POST /predict takes them"}
+    return out
 
 
 def _output_specs(model: ModelRef) -> list[dict[str, Any]]:

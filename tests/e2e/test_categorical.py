@@ -263,6 +263,8 @@ def test_online_rows_are_encoded_as_in_training(svc: Service, framework: str, fa
     v2 = svc.client.post(f"/v2/models/{name}/infer", json={"inputs": [
         {"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [3.0, 1.0, 2.0]}]})  # fmt: skip
     assert v2.status_code == 422 and "POST /predict with dataframe_records" in v2.json()["detail"], v2.text
+    meta = svc.client.get(f"/v2/models/{name}").json()  # it advertised the one-hot tensor that infer refuses
+    assert meta["inputs"] == [] and "POST /predict" in meta["parameters"]["v2_infer"], meta
 
 
 @pytest.mark.parametrize(("framework", "family"), FAMILIES)
