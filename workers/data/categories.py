@@ -28,6 +28,12 @@ MAX_LEVELS = 1000
 _UNSAFE = re.compile(r"[.`\[\]<]")
 
 
+def too_many(column: str) -> str:
+    """Why a column with more than :data:`MAX_LEVELS` categories is refused (the job's failure, a request's 422)."""
+    return (f"{column!r} has more than {MAX_LEVELS} distinct values in the training data, the most a categorical "
+            "column holds (an identifier is not a feature: leave it out, or bucket it)")  # fmt: skip
+
+
 WHOLE = frozenset({"tinyint", "smallint", "int", "bigint"})
 """Spark types of whole-number categorical columns."""
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from workers.data.categories import MAX_LEVELS, Categories
+from workers.data.categories import MAX_LEVELS, Categories, too_many
 from workers.data.spec import ResolvedDataset
 
 if TYPE_CHECKING:
@@ -55,10 +55,7 @@ def fit(df: DataFrame, inputs: Iterable[str], columns: Iterable[str], types: Map
         text = text_of(typed, column).alias("level")
         values = sorted(r["level"] for r in df.select(text).distinct().limit(MAX_LEVELS + 1).collect())
         if len(values) > MAX_LEVELS:
-            raise ValueError(
-                f"{column!r} has more than {MAX_LEVELS} distinct values in the training data, the most a categorical "
-                "column holds (an identifier is not a feature: leave it out, or bucket it)"
-            )
+            raise ValueError(too_many(column))
         if not values:
             raise ValueError(f"{column!r} has no value in the training data")
         levels[column] = tuple(values)

@@ -79,11 +79,7 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     unscored = sum(int(r["bad"]) for r in collected)  # rows the tasks found bad (spark_ml: after `dropped`)
     bad = unscored + dropped
     if bad and ds.bad_rows == "fail":
-        shown = (
-            bad_examples(source, _as_trained(ds, model))
-            if ds.sequence is None and model.framework != "spark_ml"
-            else ""
-        )
+        shown = bad_examples(source, model.reading(ds)) if ds.sequence is None and model.framework != "spark_ml" else ""
         raise JobFailure(
             "BAD_ROWS",
             f"{bad} of {seen} rows of {ds.path} have {'a value that is not a number, ' if parsed else ''}a null, NaN "
@@ -101,29 +97,14 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     return JobOutcome(result=result)
 
 
-def _as_trained(ds: Any, model: ModelRef) -> Any:
-    """The dataset checked as the model reads it: its categorical columns read as their trained types (a text ``x``
-    in a whole-number column is a bad row with that reason)."""
-    from dataclasses import replace
-
-    categories = model.categories
-    if categories is None:
-        return ds
-    return replace(ds, features=model.inputs, categorical=tuple(categories.levels),
-                   column_types={**ds.column_types, **categories.types})  # fmt: skip
-
-
 def _spark_ml_predictions(ctx: JobContext, model: ModelRef, source: DataFrame, ds: Any) -> tuple[DataFrame, int]:
-    from dataclasses import replace
 
     from pyspark.ml import PipelineModel
     from pyspark.ml.functions import vector_to_array
     from pyspark.sql import functions as F
 
     categories = model.categories
-    checked = replace(ds, features=model.inputs, label=model.labels[0], task=model.task, num_classes=None,
-                      categorical=tuple(categories.levels) if categories else (),
-                      column_types={**ds.column_types, **(categories.types if categories else {})})  # fmt: skip
+    checked = model.reading(ds, label=model.labels[0], task=model.task, num_classes=None)
     cleaned, _rows, dropped = clean(ctx, source, checked)
     if categories is not None:
         cleaned = expand(categories, cleaned)

@@ -14,7 +14,6 @@ died after the rename) replaces it; any other directory there fails the job.
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +49,7 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
         raise JobFailure("BAD_ROWS", f"the key column {plan.key!r} of {ds.path} has nulls: every row needs a key; "
                          'fill them in, or set dataset.bad_rows to "skip" to leave those rows out')  # fmt: skip
     categories = model.categories
-    checked = replace(ds, features=model.inputs, label=None, extra_labels=(), weight=None,
-                      categorical=tuple(categories.levels) if categories else (),
-                      column_types={**ds.column_types, **(categories.types if categories else {})})  # fmt: skip
+    checked = model.reading(ds, label=None, extra_labels=(), weight=None)
     width = model.width if model.card.get("array_column") else None
     rows, usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
     if keyless and not usable:  # (every row is bad whatever the policy; clean saw none of these)

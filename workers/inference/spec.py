@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -41,6 +41,14 @@ class ModelRef:
     def inputs(self) -> tuple[str, ...]:
         """The columns the model is fed from: its features, or the columns its one-hot features are made from."""
         return self.categories.inputs if self.categories is not None else self.features
+
+    def reading(self, ds: ResolvedDataset, **changes: Any) -> ResolvedDataset:
+        """``ds`` read as this model was trained: its input columns, its categorical ones as their trained types
+        (a text ``x`` in a whole-number column is a bad row), and ``changes``."""
+        categories = self.categories
+        kinds = categories.types if categories is not None else {}
+        return replace(ds, features=self.inputs, categorical=tuple(categories.levels) if categories else (),
+                       column_types={**ds.column_types, **kinds}, **changes)  # fmt: skip
 
     @property
     def labels(self) -> tuple[str, ...]:

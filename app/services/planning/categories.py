@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.errors import ValidationFailed
 from app.services.datasets import schema as data
 from app.services.datasets.deferred import before_spark_job, in_request
-from workers.data.categories import MAX_LEVELS, Categories, level_of
+from workers.data.categories import MAX_LEVELS, Categories, level_of, too_many
 from workers.data.spec import ResolvedDataset
 
 if TYPE_CHECKING:
@@ -82,10 +82,7 @@ def _level(value: Any, kind: str) -> str | None:
 
 def _checked(where: str, column: str, seen: int, texts: set[str]) -> tuple[str, ...]:
     if seen > MAX_LEVELS or len(texts) > MAX_LEVELS:
-        raise ValidationFailed.at(
-            where, f"{column!r} has more than {MAX_LEVELS} distinct values in the training data, the most a "
-            "categorical column holds (an identifier is not a feature: leave it out, or bucket it)"
-        )  # fmt: skip
+        raise ValidationFailed.at(where, too_many(column))
     if not texts:
         raise ValidationFailed.at(where, f"{column!r} has no value in the training data")
     return tuple(sorted(texts))
