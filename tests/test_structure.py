@@ -12,14 +12,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_LINES = 450
+SINGLE_FILES = {"workers/inference/standalone.py": 600}
+"""Modules that must stay one file, with their own limit: the model archive's loader ships alone
+(``sparktrain_model.py``), importing nothing of sparktrain."""
 
 
 def test_every_module_of_the_service_is_small() -> None:
     long = {
-        str(path.relative_to(REPO)): n
+        name: n
         for package in ("app", "workers")
         for path in sorted((REPO / package).rglob("*.py"))
-        if (n := len(path.read_text().splitlines())) >= MAX_LINES
+        if (n := len(path.read_text().splitlines())) >= SINGLE_FILES.get(name := str(path.relative_to(REPO)), MAX_LINES)
     }
     assert long == {}, f"split these along their reasons to change (at most {MAX_LINES - 1} lines): {long}"
 

@@ -109,11 +109,12 @@ def test_a_categorical_feature_is_one_hot_encoded(svc: Service, framework: str, 
         assert rows and set(rows[0]) == {"distance", "city", "tier"}, rows
         ours = svc.client.post("/predict", json={"model": {"name": f"fares-{framework}"}, "dataframe_records": rows})
         assert np.allclose(plain, ours.json()["predictions"], atol=1e-4), (plain, ours.json())
-    if framework == "torch":  # the archive's loader (no sparktrain) takes the one-hot columns, as MLflow's do
-        from workers.inference import standalone
+    if framework == "torch":  # the archive's loader (no sparktrain) takes the one-hot columns, as MLflow's do,
+        from workers.inference import standalone  # and the training rows' own columns, which it encodes
 
         loaded = standalone.load(Path(urlparse(version["artifact_uri"]).path))
         plain = loaded.predict(np.array(example["data"], dtype=np.float32))["prediction"]
+        assert loaded.predict(card["input_example"])["prediction"] == plain
         ours = svc.client.post("/predict", json={"model": {"name": f"fares-{framework}"},
                                                  "dataframe_records": card["input_example"]})  # fmt: skip
         assert np.allclose(plain, ours.json()["predictions"], atol=1e-4), (plain, ours.json())

@@ -16,9 +16,11 @@ or ``python sparktrain_model.py . '[[5.1, 3.5, 1.4, 0.2]]'``. From Python (Pytho
     model.module          # the torch.nn.Module in eval mode: fine-tune it, torch.onnx.export it, ...
 
 ``predict(rows, lengths=None)`` takes a numpy array, tensor or nested lists: rows ``(n, features)`` or
-``(n, *input_shape)`` (a single flat row is fine too) or, for a network that starts with lstm/gru, sequences
-``(n, time, features)`` of any length with the valid steps first and ``lengths`` (n,) giving each one's valid
-steps (a list of sequences of different lengths is padded for you). It applies the card's normalizer, runs the
+``(n, *input_shape)`` (a single flat row is fine too), or rows of named columns (a dict per row, a list of them or
+a pandas DataFrame: the card's ``features``, or for a model trained with categorical features its ``categorical``
+inputs with their categories as values, encoded here as in training) or, for a network that starts with lstm/gru,
+sequences ``(n, time, features)`` of any length with the valid steps first and ``lengths`` (n,) giving each one's
+valid steps (a list of sequences of different lengths is padded for you). It applies the card's normalizer, runs the
 network under ``torch.no_grad()`` and returns a dict of plain lists, one entry per row:
 
 * ``cross_entropy``: ``class_index``, ``label`` (``class_labels[class_index]``, or the index itself when the
@@ -42,6 +44,10 @@ The card, ``spec.json`` (``model.card``):
   were numbers, the class index then is the label)
 * ``normalizer``: null, or ``{"kind", "shift", "scale", "count"}``: the network was trained on
   ``(x - shift) / scale`` per feature position (one shift and scale for every value with kind ``image``)
+* ``categorical`` (only when some inputs were categories): ``inputs`` (the request's columns), ``levels`` (each
+  categorical column's categories, sorted: one 0/1 feature per category, in the order of ``features``) and
+  ``types`` (how a value is read: whole numbers ``3``, ``true``/``false``, or text); a category training did not
+  see encodes as all zeros
 
 The archive is also an MLflow model directory (``MLmodel``; this file is its ``loader_module`` in ``code/``):
 ``mlflow.pyfunc.load_model(dir).predict(df)`` takes a DataFrame of the feature columns (a sequence model: an array
@@ -61,7 +67,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -340,9 +346,47 @@ class Model:
         flat /= self.scale
         return flat.reshape(x.shape)
 
+    def records(self, rows: Any) -> np.ndarray:
+        """Rows of named columns (dicts, or a DataFrame) as the features the network takes, before normalizing:
+        the card's ``features`` in order, or its ``categorical`` inputs with each category one-hot encoded."""
+        if hasattr(rows, "to_dict") and hasattr(rows, "columns"):  # a pandas DataFrame
+            rows = rows.to_dict("records")
+        rows = [rows] if isinstance(rows, Mapping) else list(rows)
+        if self.module.any_length:
+            raise ValueError("a sequence model takes arrays (n, time, features), not rows of named columns")
+        card, spec = self.card, self.card.get("categorical") or {}
+        columns = [str(c) for c in (card.get("features") or [])]
+        levels: dict[str, dict[str, int]] = {}
+        if spec and not (rows and all(c in rows[0] for c in columns)):  # the request's columns, not the one-hot ones
+            columns = [str(c) for c in spec["inputs"]]
+            levels = {c: {str(v): k for k, v in enumerate(values)} for c, values in spec["levels"].items()}
+        array = bool(card.get("array_column"))  # one column holding every value of a row
+        width = math.prod(self.module.input_shape) if array else sum(len(levels.get(c, ())) or 1 for c in columns)
+        out = np.zeros((len(rows), width), np.float32)
+        for i, row in enumerate(rows):
+            if missing := [c for c in columns if c not in row]:
+                raise ValueError(f"row {i} has no {', '.join(map(repr, missing))}; the model's columns are {columns}")
+            if array:
+                out[i] = _floats(row[columns[0]], f"row {i}: {columns[0]}", width)
+                continue
+            at = 0
+            for column in columns:
+                where, value = f"row {i}: {column}", row[column]
+                if column not in levels:
+                    out[i, at], at = _floats(value, where, 1)[0], at + 1
+                    continue
+                found = levels[column].get(_category(value, (spec.get("types") or {}).get(column, "string"), where))
+                if found is not None:  # an unseen category: all zeros, as in training's encoding
+                    out[i, at + found] = 1.0
+                at += len(levels[column])
+        return out
+
     def _rows(self, rows: Any, lengths: Any) -> tuple[np.ndarray, np.ndarray | None]:
         if isinstance(rows, torch.Tensor):
             rows = rows.detach().cpu().numpy()
+        named = isinstance(rows, Mapping) or (hasattr(rows, "to_dict") and hasattr(rows, "columns"))
+        if named or (isinstance(rows, list | tuple) and rows and isinstance(rows[0], Mapping)):
+            rows = self.records(rows)
         try:
             x = np.asarray(rows, dtype=np.float32)
         except ValueError:  # rows of different lengths: sequences to pad
@@ -385,6 +429,45 @@ class Model:
         return {"class_index": index.tolist(), "label": labels, "probabilities": probabilities.tolist()}
 
 
+def _floats(value: Any, where: str, size: int) -> np.ndarray:
+    """A numeric input's value(s): numbers (booleans as 1 and 0, text that is a number), ``size`` of them."""
+    try:
+        out = np.asarray(value, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {value!r} is not a number") from None
+    if out.size != size:
+        raise ValueError(f"{where}: {out.size} values, the model takes {size}")
+    return out
+
+
+def _category(value: Any, kind: str, where: str) -> str:
+    """A categorical value as the text of its category, read as a column of Spark type ``kind`` was in training
+    (the twin of sparktrain's ``workers.data.categories.level_of``; a test holds the two to the same answers)."""
+    if value is None or (isinstance(value, float | np.floating) and math.isnan(value)):
+        raise ValueError(f"{where} is null; a categorical feature needs a category")
+    boolean = isinstance(value, bool | np.bool_)
+    if kind in ("tinyint", "smallint", "int", "bigint"):
+        try:
+            number = float(value.strip()) if isinstance(value, str) else float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if boolean or not number.is_integer():
+            raise ValueError(f"{where}: {value!r} is not a whole number; the column's categories are whole numbers")
+        return str(int(number))
+    if kind == "boolean":
+        text = ("true" if value else "false") if boolean else str(value).strip().lower()
+        if text in ("1", "0") and not isinstance(value, float | np.floating):
+            text = "true" if text == "1" else "false"
+        if text not in ("true", "false"):
+            raise ValueError(f"{where}: {value!r} is not a boolean; the column's categories are true and false")
+        return text
+    if boolean:
+        return "true" if value else "false"
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    return repr(float(value)) if isinstance(value, float | np.floating) else str(value)
+
+
 def load(directory: str | Path = ".") -> Model:
     """The model in ``directory`` (``spec.json`` + ``weights.safetensors``), ready to ``predict``."""
     base = Path(directory)
@@ -423,6 +506,8 @@ class _PyFunc:
             if module.any_length:  # one sequence per row: each feature column holds the per-step values
                 rows = [[list(step) for step in zip(*(r[f] for f in features), strict=True)]
                         for r in model_input.to_dict("records")]  # fmt: skip
+            elif not set(features) <= set(model_input.columns):  # the request's columns: encoded by the loader
+                rows = model_input
             elif card.get("array_column"):
                 rows = np.stack([np.asarray(v, np.float32).reshape(-1) for v in model_input[features[0]]])
             else:
@@ -443,6 +528,9 @@ def _load_pyfunc(path: str) -> _PyFunc:
     return _PyFunc(load(base.parent if base.is_file() else base))
 
 
-if __name__ == "__main__":  # python sparktrain_model.py [DIR] ['[[...rows as JSON...]]']
-    _model = load(sys.argv[1] if len(sys.argv) > 1 else ".")
-    print(json.dumps(_model.predict(json.loads(sys.argv[2]))) if len(sys.argv) > 2 else _model)
+if __name__ == "__main__":  # python sparktrain_model.py [DIR] ['[[...rows as JSON...]]' or '[{"column": ...}]']
+    try:
+        _model = load(sys.argv[1] if len(sys.argv) > 1 else ".")
+        print(json.dumps(_model.predict(json.loads(sys.argv[2]))) if len(sys.argv) > 2 else _model)
+    except (OSError, ValueError) as _exc:  # json's JSONDecodeError is a ValueError
+        sys.exit(f"sparktrain_model.py: {_exc}")

@@ -554,3 +554,94 @@ print(json.dumps(model.predict({rows!r})))
         )
         assert run.returncode == 0, run.stderr
         assert json.loads(run.stdout) == expected
+
+
+# --- rows of named columns, and categorical inputs encoded as in training ---------------------------------------
+
+
+def test_rows_of_named_columns_are_the_cards_features_in_order(tmp_path: Path) -> None:
+    save_with_card(tmp_path, SPECS["mlp"], class_labels=["a", "b", "c"])
+    model = standalone.load(tmp_path)
+    x = np.random.default_rng(3).normal(size=(6, 4)).round(3)
+    records = [{f"f{j}": float(v) for j, v in reversed(list(enumerate(row)))} for row in x]  # any column order
+    expected = model.predict(x)
+    assert model.predict(records) == expected
+    assert model.predict(records[0]) == model.predict(x[:1])  # one row as a dict
+    import pandas as pd
+
+    assert model.predict(pd.DataFrame(records)) == expected
+    assert model.predict([{**r, "f1": str(r["f1"]), "extra": "ignored"} for r in records]) == expected
+    with pytest.raises(ValueError, match=r"row 1 has no 'f2'; the model's columns are \['f0', 'f1', 'f2', 'f3'\]"):
+        model.predict([records[0], {k: v for k, v in records[1].items() if k != "f2"}])
+    with pytest.raises(ValueError, match="row 0: f3: 'high' is not a number"):
+        model.predict([{**records[0], "f3": "high"}])
+
+
+CATEGORICAL = {"inputs": ["d", "city", "tier", "flag"], "levels": {"city": ["east", "north"], "tier": ["1", "2"],
+               "flag": ["false", "true"]}, "types": {"city": "string", "tier": "int", "flag": "boolean"}}  # fmt: skip
+
+
+def test_categorical_inputs_encode_as_sparktrains_encoding(tmp_path: Path) -> None:
+    from workers.data.categories import Categories
+
+    cats = Categories.from_dict(CATEGORICAL)
+    net = {"input_shape": [len(cats.names)], "layers": [dense(5, "tanh"), output(2, "identity", "cross_entropy")]}
+    module = save_with_card(tmp_path, net, features=list(cats.names), categorical=CATEGORICAL)
+    model = standalone.load(tmp_path)
+    rows = [{"d": 2.5, "city": "north", "tier": "02", "flag": True}, {"d": 1, "city": "west", "tier": 1.0, "flag": 0},
+            {"d": -3, "city": "east", "tier": 2, "flag": "TRUE"}]  # fmt: skip
+    encoded, problems = cats.encode(rows)
+    assert problems == [] and model.records(rows).tolist() == encoded.astype(np.float32).tolist()
+    assert encoded[1, 1:3].tolist() == [0, 0]  # an unseen city: all zeros, as online and in Spark
+    got = model.predict(rows)
+    assert got["probabilities"] == expected_predictions(module, encoded.astype(np.float32)).tolist()
+    assert model.predict(encoded) == got  # the one-hot columns, as MLflow's flavors take them, still work
+    one_hot = [dict(zip(cats.names, map(float, r), strict=True)) for r in encoded]
+    assert model.predict(one_hot) == got
+    import pandas as pd
+
+    pyfunc = standalone._PyFunc(model)
+    assert pyfunc.predict(pd.DataFrame(rows))["probabilities"].tolist() == got["probabilities"]
+    assert pyfunc.predict(pd.DataFrame(one_hot))["probabilities"].tolist() == got["probabilities"]
+    with pytest.raises(ValueError, match="row 0: city is null; a categorical feature needs a category"):
+        model.predict([{**rows[0], "city": None}])
+    with pytest.raises(ValueError, match="row 0: tier: 'A1' is not a whole number"):
+        model.predict([{**rows[0], "tier": "A1"}])
+    with pytest.raises(ValueError, match=r"row 0 has no 'city'; the model's columns are \['d', 'city', 'tier', 'fl"):
+        model.predict([{"d": 1.0, "tier": 1, "flag": True}])
+
+
+@pytest.mark.parametrize("kind", ["string", "int", "bigint", "boolean"])
+@pytest.mark.parametrize(
+    "value",
+    [True, False, 3, np.int64(3), 1.5, 2134.0, 2.0, 0.0, 1, 0, "north", "02134", " 7", "True", "yes", "1", "0", "x",
+     "", None, float("nan"), -0.0],
+)  # fmt: skip
+def test_the_loaders_category_reading_is_sparktrains(value: object, kind: str) -> None:
+    """The archive's loader cannot import sparktrain, so it has its own copy of ``level_of``: the same answers."""
+    from workers.data.categories import level_of
+
+    try:
+        expected: str | None = level_of(value, kind)
+    except ValueError:
+        expected = "refused"
+    try:
+        got: str | None = standalone._category(value, kind, "c")
+    except ValueError as exc:
+        got = None if "is null" in str(exc) else "refused"
+    assert got == expected
+
+
+def test_the_copied_files_command_line_says_what_is_wrong_in_one_line(tmp_path: Path) -> None:
+    save_with_card(tmp_path, SPECS["mlp"])
+    shutil.copy(SOURCE, tmp_path / "sparktrain_model.py")
+    for rows, words in [("[[1, 2]]", "expected input of shape (batch, 4), got (1, 2)"), ("[[1, 2", "Expecting"),
+                        ('[{"f0": 1}]', "row 0 has no 'f1', 'f2', 'f3'")]:  # fmt: skip
+        run = subprocess.run([sys.executable, "sparktrain_model.py", ".", rows], check=False, cwd=tmp_path,
+                             capture_output=True, text=True)  # fmt: skip
+        assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+        assert run.stderr.startswith("sparktrain_model.py: ") and words in run.stderr, run.stderr
+    records = json.dumps([{"f0": 1, "f1": 2, "f2": 3, "f3": 4}])
+    run = subprocess.run([sys.executable, "sparktrain_model.py", ".", records], check=False, cwd=tmp_path,
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0 and json.loads(run.stdout) == standalone.load(tmp_path).predict([[1, 2, 3, 4]])
