@@ -14,9 +14,9 @@ class Distribution(Body):
     """Where one value of the base body is sampled from."""
 
     type: Literal["uniform", "loguniform", "int", "choice"]
-    low: float | None = Field(None, description="uniform, loguniform, int: the smallest value.")
-    high: float | None = Field(None, description="uniform, loguniform, int: the largest value.")
-    step: float | None = Field(None, gt=0, description="int (and uniform): sample on this grid from low.")
+    low: int | float | None = Field(None, description="uniform, loguniform, int: the smallest value.")
+    high: int | float | None = Field(None, description="uniform, loguniform, int: the largest value.")
+    step: int | float | None = Field(None, gt=0, description="int (and uniform): sample on this grid from low.")
     values: list[Any] | None = Field(None, min_length=1, max_length=1000, description="choice: the candidates.")
 
     @model_validator(mode="after")

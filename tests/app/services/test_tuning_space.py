@@ -69,6 +69,10 @@ def test_distributions_are_checked_and_map_to_optuna() -> None:
     log = space.to_optuna(Distribution(type="loguniform", low=1e-4, high=1e-1))
     assert isinstance(log, FloatDistribution) and log.log
     assert Distribution(type="int", low=8, high=64).extremes() == [8, 64]
+    # the stored request says what was sent: whole bounds stay whole (they echoed as 8.0 and 64.0)
+    echoed = Distribution.model_validate({"type": "int", "low": 8, "high": 64, "step": 8}).model_dump(mode="json")
+    assert [type(echoed[k]) for k in ("low", "high", "step")] == [int, int, int]
+    assert Distribution.model_validate({"type": "uniform", "low": 0, "high": 0.5}).model_dump()["high"] == 0.5
 
 
 def test_leaderboard_puts_completed_trials_best_first() -> None:
