@@ -36,32 +36,42 @@ def too_many(column: str) -> str:
 
 WHOLE = frozenset({"tinyint", "smallint", "int", "bigint"})
 """Spark types of whole-number categorical columns."""
+TRUE_TEXT = frozenset({"t", "true", "y", "yes", "1"})
+FALSE_TEXT = frozenset({"f", "false", "n", "no", "0"})
+"""The text Spark reads as a boolean (any case, spaces around it ignored)."""
+_WHOLE_TEXT = re.compile(r"[ \t\r\n]*[+-]?[0-9]+[ \t\r\n]*")
 
 
 def level_of(value: Any, kind: str = "string") -> str | None:
-    """A value as the category text of a column of Spark type ``kind`` (Spark casts the column's values to string,
-    after casting them to ``kind`` when another reader gave another type): a whole number ``3`` (``"03"``, ``3.0``
-    and ``"3"`` too), ``true``/``false`` (any case; 1 and 0 too), text as it is. None for a null. Raises ValueError
-    for a value the column's type cannot hold (``"x"`` for a whole-number column, ``true`` for one)."""
+    """A value as the category text of a column of Spark type ``kind``, as Spark reads it when it casts the value to
+    ``kind`` and then to string (:func:`workers.data.one_hot.text_of`): a whole number ``3`` (from ``3``, ``3.0``,
+    ``"03"`` or ``" +3"``), ``true``/``false`` (from a boolean, ``0``/``1``, or the text Spark reads as one: ``t``,
+    ``yes``, ``N``, ...), text as it is. None for a null. Raises ValueError for a value the column's type cannot hold
+    (``"x"`` or ``2.5`` for a whole-number column, ``2`` for a boolean one): where Spark would read it anyway
+    (truncating 2.5 to 2, reading 2 as true) the job's bad-row check refuses it too (``workers.data.clean``)."""
     if value is None or (isinstance(value, float | np.floating) and np.isnan(value)):
         return None
     boolean = isinstance(value, bool | np.bool_)
     if kind in WHOLE:
         if boolean:
             raise ValueError("is a boolean; the column's categories are whole numbers")
+        if isinstance(value, str):
+            if not _WHOLE_TEXT.fullmatch(value):
+                raise ValueError("is not a whole number; the column's categories are whole numbers")
+            return str(int(value))
         try:
-            number = float(value.strip()) if isinstance(value, str) else float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ValueError("is not a whole number; the column's categories are whole numbers") from None
         if not number.is_integer():
             raise ValueError("is not a whole number; the column's categories are whole numbers")
         return str(int(number))
     if kind == "boolean":
-        text = str(value).strip().lower() if not boolean else ("true" if value else "false")
-        if text in ("true", "false"):
-            return text
-        if text in ("1", "0") and not isinstance(value, float):
-            return "true" if text == "1" else "false"
+        text = ("true" if value else "false") if boolean else str(value).strip().lower()
+        if isinstance(value, int | float | np.integer | np.floating) and not boolean and value in (0, 1):
+            text = "true" if value == 1 else "false"
+        if text in TRUE_TEXT or text in FALSE_TEXT:
+            return "true" if text in TRUE_TEXT else "false"
         raise ValueError("is not a boolean; the column's categories are true and false")
     if boolean:
         return "true" if value else "false"

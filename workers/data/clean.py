@@ -58,9 +58,12 @@ def read_as_numbers(df: DataFrame, ds: ResolvedDataset, columns: Sequence[str]) 
     return [value.alias(column) for column, value, _dtype, _checks in read], any(checks for *_, checks in read)
 
 
-def _category_checks(column: str, value: Column, kind: str) -> list[tuple[Column, Column]]:
+def _category_checks(column: str, value: Column, kind: str, dtype: str) -> list[tuple[Column, Column]]:
     """A categorical value its column's type cannot hold (``A1`` in a whole-number column, which a file's first
-    rows made one): a bad row, not a row one-hot encoded as nulls (:func:`workers.data.one_hot.text_of`)."""
+    rows made one): a bad row, not a row one-hot encoded as nulls (:func:`workers.data.one_hot.text_of`). Values
+    Spark would read lossily are bad rows too, as the online encoding refuses them
+    (:func:`workers.data.categories.level_of`): a fraction for whole numbers (Spark truncates 2.5 to 2), a number
+    other than 0 and 1 for a boolean (Spark reads 2 as true), a boolean for whole numbers (Spark reads it as 1)."""
     from pyspark.sql import functions as F
 
     from workers.data.categories import Categories
@@ -70,7 +73,15 @@ def _category_checks(column: str, value: Column, kind: str) -> list[tuple[Column
         return []
     words = "a boolean" if cast == "boolean" else "a whole number"
     reason = F.concat(F.lit(f"not {words}: '"), F.substring(value.cast("string"), 1, _SHOWN), F.lit(f"' ({column})"))
-    return [(value.isNotNull() & value.try_cast(cast).isNull(), reason)]
+    bad = value.isNotNull() & value.try_cast(cast).isNull()
+    numeric = dtype in (*_FLOATS, "tinyint", "smallint", "int", "bigint") or dtype.startswith("decimal")
+    if numeric and cast == "boolean":
+        bad = bad | ~value.isin(0, 1)
+    elif (dtype in _FLOATS or dtype.startswith("decimal")) and cast != "boolean":
+        bad = bad | (value != F.floor(value))
+    elif dtype == "boolean" and cast != "boolean":
+        bad = bad | value.isNotNull()
+    return [(bad, reason)]
 
 
 def _value_checks(column: str, value: Column, dtype: str, array_length: int | None) -> list[tuple[Column, Column]]:
@@ -109,7 +120,7 @@ def _checks(
         value, dtype, parse_checks = _value(dtypes, column, column in numeric)
         parsed |= bool(parse_checks)
         if column in ds.categorical:
-            parse_checks = _category_checks(column, value, ds.column_types.get(column, "string"))
+            parse_checks = _category_checks(column, value, ds.column_types.get(column, "string"), dtype)
         values[column] = value
         checks += parse_checks + _value_checks(column, value, dtype, array_length)
     if ds.weight:

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -445,22 +446,20 @@ def _category(value: Any, kind: str, where: str) -> str:
     (the twin of sparktrain's ``workers.data.categories.level_of``; a test holds the two to the same answers)."""
     if value is None or (isinstance(value, float | np.floating) and math.isnan(value)):
         raise ValueError(f"{where} is null; a categorical feature needs a category")
-    boolean = isinstance(value, bool | np.bool_)
+    boolean, number = isinstance(value, bool | np.bool_), isinstance(value, int | float | np.integer | np.floating)
     if kind in ("tinyint", "smallint", "int", "bigint"):
-        try:
-            number = float(value.strip()) if isinstance(value, str) else float(value)
-        except (TypeError, ValueError):
-            number = math.nan
-        if boolean or not number.is_integer():
+        text = value if isinstance(value, str) else ""
+        whole = bool(re.fullmatch(r"[ \t\r\n]*[+-]?[0-9]+[ \t\r\n]*", text)) or (number and float(value).is_integer())
+        if boolean or not whole:
             raise ValueError(f"{where}: {value!r} is not a whole number; the column's categories are whole numbers")
-        return str(int(number))
+        return str(int(text or float(value)))
     if kind == "boolean":
         text = ("true" if value else "false") if boolean else str(value).strip().lower()
-        if text in ("1", "0") and not isinstance(value, float | np.floating):
-            text = "true" if text == "1" else "false"
-        if text not in ("true", "false"):
+        if number and not boolean and value in (0, 1):
+            text = "true" if value == 1 else "false"
+        if text not in ("t", "true", "y", "yes", "1", "f", "false", "n", "no", "0"):
             raise ValueError(f"{where}: {value!r} is not a boolean; the column's categories are true and false")
-        return text
+        return "true" if text in ("t", "true", "y", "yes", "1") else "false"
     if boolean:
         return "true" if value else "false"
     if isinstance(value, int | np.integer):

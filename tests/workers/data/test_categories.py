@@ -25,8 +25,10 @@ def test_names_replace_the_characters_spark_and_xgboost_read_and_stay_distinct()
     [(True, "string", "true"), (3, "string", "3"), (np.int64(3), "string", "3"), (1.5, "string", "1.5"),
      ("north", "string", "north"), (None, "string", None), (float("nan"), "int", None),
      # through the column's trained type, as Spark casts a column another reader typed otherwise
-     ("02134", "int", "2134"), (2134.0, "bigint", "2134"), (" 7", "int", "7"),
-     ("True", "boolean", "true"), (1, "boolean", "true"), (False, "boolean", "false")],
+     ("02134", "int", "2134"), (2134.0, "bigint", "2134"), (" 7", "int", "7"), ("+4", "int", "4"),
+     ("True", "boolean", "true"), (1, "boolean", "true"), (False, "boolean", "false"), (0.0, "boolean", "false"),
+     # the text Spark casts to a boolean
+     ("yes", "boolean", "true"), (" N ", "boolean", "false"), ("t", "boolean", "true"), ("0", "boolean", "false")],
 )  # fmt: skip
 def test_a_value_is_the_text_of_its_column_type(value: object, kind: str, text: str | None) -> None:
     assert level_of(value, kind) == text
@@ -35,7 +37,9 @@ def test_a_value_is_the_text_of_its_column_type(value: object, kind: str, text: 
 @pytest.mark.parametrize(
     ("value", "kind", "words"),
     [("two", "int", "not a whole number"), (2.5, "int", "not a whole number"), (True, "int", "is a boolean"),
-     ("yes", "boolean", "not a boolean"), (0.0, "boolean", "not a boolean")],
+     ("3.0", "int", "not a whole number"), ("1e3", "int", "not a whole number"), ("٣", "int", "not a whole number"),
+     ("maybe", "boolean", "not a boolean"), (2, "boolean", "not a boolean"), ("2", "boolean", "not a boolean"),
+     (0.5, "boolean", "not a boolean")],
 )  # fmt: skip
 def test_a_value_its_column_type_cannot_hold_is_refused(value: object, kind: str, words: str) -> None:
     with pytest.raises(ValueError, match=words):

@@ -191,3 +191,36 @@ def test_a_category_its_columns_type_cannot_hold_is_a_bad_row(spark: Any, tmp_pa
         cleaned(spark, replace(ds, bad_rows="fail"))
     text = replace(ds, column_types={"distance": "double", "tier": "string"})  # any text is a category of a text column
     assert cleaned(spark, text)[1:3] == (3, 1)
+
+
+SPARK_VALUES = {  # a column's values, by the Spark type a file or a request's rows gave it
+    "string": ["3", " 7", "+4", "02134", "3.0", "1e3", "x", "yes", " N ", "t", "f", "TRUE", "0", "1", "2", "maybe", ""],
+    "double": [3.0, 2.5, 0.0, 1.0, -1.0, 2134.0],
+    "bigint": [3, 0, 1, 2, -1],
+    "boolean": [True, False],
+}
+
+
+@pytest.mark.parametrize("kind", ["int", "bigint", "boolean"])
+@pytest.mark.parametrize("dtype", list(SPARK_VALUES))
+def test_spark_reads_a_category_as_the_online_encoding_does(spark: Any, kind: str, dtype: str) -> None:
+    """Batch prediction and evaluation (Spark: the bad-row check, then the one-hot text) and online prediction
+    (``level_of``) agree on every value of a whole-number or boolean categorical column: the same category, or a
+    bad row where ``level_of`` refuses it. Spark alone truncated 2.5 to 2, read ``yes`` as true and 2 as true."""
+    from pyspark.sql import functions as F
+
+    from workers.data.categories import Categories, level_of
+    from workers.data.clean import _category_checks
+    from workers.data.one_hot import text_of
+
+    values = SPARK_VALUES[dtype]
+    df = spark.createDataFrame([(v,) for v in values], f"c {dtype}")
+    [(bad, _reason)] = _category_checks("c", F.col("c"), kind, dtype)
+    text = text_of(Categories(inputs=("c",), levels={}, types={"c": kind}), "c")
+    rows = df.select(bad.alias("bad"), text.alias("text")).collect()
+    for value, row in zip(values, rows, strict=True):
+        try:
+            online: str | None = level_of(value, kind)
+        except ValueError:
+            online = None
+        assert (None if row["bad"] else row["text"]) == online, (value, dtype, kind, row)
