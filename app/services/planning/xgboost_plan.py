@@ -42,6 +42,7 @@ def plan_xgboost(
     check_tabular(
         request, train, family="xgboost", normalize_hint="trees do not need scaled features; leave normalize out"
     )
+    _check_feature_names(request, train)
     class_labels = None
     if train.task == "classification":
         train, class_labels = resolve_classes(train, schema[train.label or ""], spark)
@@ -112,3 +113,18 @@ def plan_xgboost(
         class_labels=class_labels,
         warnings=tuple(warnings),
     )
+
+
+def _check_feature_names(request: TrainRequest, train: ResolvedDataset) -> None:
+    """A 422 for a feature xgboost cannot name: it refuses ``[``, ``]`` and ``<`` in feature names, and the job failed
+    in its workers with a traceback (a categorical column's one-hot names have them replaced already)."""
+    listed = request.dataset.features is not None
+    for i, column in enumerate(train.features):
+        if column in train.categorical or not set(column) & set("[]<"):
+            continue
+        renamed = column.translate(str.maketrans("[]<", "___"))
+        raise ValidationFailed.at(
+            f"dataset.features[{i}]" if listed else "dataset.features",
+            f"{column!r}: xgboost refuses '[', ']' and '<' in a feature's name; rename the column in the data (e.g. "
+            f"{renamed!r}){'' if listed else ', or list dataset.features without it'}",
+        )

@@ -353,3 +353,25 @@ def test_a_column_name_spark_reads_as_a_path_is_a_422_naming_it(service: Service
     assert _job_count(service) == before
     listed = service.client.post("/train", json={**body, "dataset": {**dataset, "features": ["width"]}})
     assert listed.status_code == 202, listed.text  # the other columns are never named
+
+
+def test_a_feature_name_xgboost_refuses_is_a_422_naming_it(service: Service) -> None:
+    """xgboost refuses '[', ']' and '<' in feature names: the job failed in its workers with a 40-line traceback."""
+    root = service.app.state.runtime.settings.data_roots[-1]
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "bracketed.csv").write_text("size[cm],weight,y\n5.1,3.5,1\n7.0,3.2,2\n6.0,3.0,3\n")
+    dataset = {"uri": "bracketed.csv", "label": "y", "task": "regression"}
+    body = {"name": "bracketed", "framework": "xgboost", "params": {"num_round": 2}, "dataset": dataset}
+    before = _job_count(service)
+    for given, loc, words in [
+        ({}, "dataset.features", "'size[cm]': xgboost refuses '[', ']' and '<' in a feature's name; rename the "
+         "column in the data (e.g. 'size_cm_'), or list dataset.features without it"),
+        ({"features": ["weight", "size[cm]"]}, "dataset.features[1]", "(e.g. 'size_cm_')"),
+    ]:  # fmt: skip
+        problem = _problem(service.client.post("/train", json={**body, "dataset": {**dataset, **given}}), 422)
+        assert [e["loc"] for e in problem["errors"]] == [loc] and words in problem["detail"], problem
+    assert _job_count(service) == before
+    spark_ml = {**body, "framework": "spark_ml", "params": {"algorithm": "linear_regression"}}
+    accepted = service.client.post("/train", json=spark_ml)  # another family takes the name
+    assert accepted.status_code == 202, accepted.text
+    service.client.post(f"/jobs/{accepted.json()['id']}/cancel")
