@@ -63,7 +63,9 @@ def build_spark_session(settings: Settings) -> SparkSession:
         .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
     )
     conf = merge_conf(profile.conf, settings.spark_conf) | recorded_keys(profile)
-    conf[DRIVER_JAVA_OPTIONS] = driver_java_options(settings.spark_conf_dir, scratch, conf)
+    conf[DRIVER_JAVA_OPTIONS] = driver_java_options(
+        settings.spark_conf_dir, scratch, conf, json_logs=settings.log_format == "json"
+    )
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = _start(builder, settings.spark_local_nice if settings.spark_master.startswith("local") else 0)
@@ -114,14 +116,21 @@ def _start(builder: SparkSession.Builder, nice: int) -> SparkSession:
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
-def driver_java_options(conf_dir: Path, scratch: Path, conf: Mapping[str, str]) -> str:
+JSON_LOG4J = "log4j2-json.properties"
+"""With ``SPARKTRAIN_LOG_FORMAT=json``, read after ``log4j2.properties``: Spark's own log lines as JSON objects."""
+
+
+def driver_java_options(conf_dir: Path, scratch: Path, conf: Mapping[str, str], *, json_logs: bool = False) -> str:
     """The driver JVM's options: ``spark-defaults.conf``'s, then Derby's home in the scratch directory (its log and
-    metastore stay out of the working directory), then the profile's or the operator's. The builder's value would
-    replace the file's rather than add to it (spark-submit reads a defaults key only when not given), so the three
-    are joined here; a later option wins where two set the same JVM flag."""
+    metastore stay out of the working directory), then, for JSON logs, log4j's configuration (``log4j2.properties``
+    and :data:`JSON_LOG4J` over it, when the directory has it), then the profile's or the operator's. The builder's
+    value would replace the file's rather than add to it (spark-submit reads a defaults key only when not given), so
+    they are joined here; a later option wins where two set the same JVM flag."""
     defaults = conf_dir / "spark-defaults.conf"
     from_file = read_conf_file(defaults).get(DRIVER_JAVA_OPTIONS, "") if defaults.is_file() else ""
-    parts = (from_file, f"-Dderby.system.home={scratch}", conf.get(DRIVER_JAVA_OPTIONS, ""))
+    logs = [conf_dir / name for name in ("log4j2.properties", JSON_LOG4J) if (conf_dir / name).is_file()]
+    log4j = f"-Dlog4j2.configurationFile={','.join(map(str, logs))}" if json_logs and JSON_LOG4J in str(logs) else ""
+    parts = (from_file, f"-Dderby.system.home={scratch}", log4j, conf.get(DRIVER_JAVA_OPTIONS, ""))
     return " ".join(part.strip() for part in parts if part.strip())
 
 

@@ -3,8 +3,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from app.core.settings import REPO_ROOT
 from app.spark.profile import read_conf_file
@@ -74,6 +80,36 @@ def test_driver_java_options_join_the_file_derby_and_the_operator(tmp_path: Path
     joined = driver_java_options(tmp_path, scratch, {DRIVER_JAVA_OPTIONS: "-XX:NativeMemoryTracking=summary"})
     assert joined == f"-XX:+ExitOnOutOfMemoryError -Dderby.system.home={scratch} -XX:NativeMemoryTracking=summary"
     assert driver_java_options(tmp_path / "none", scratch, {}) == f"-Dderby.system.home={scratch}"
+    assert driver_java_options(tmp_path / "none", scratch, {}, json_logs=True) == f"-Dderby.system.home={scratch}"
+
+
+@pytest.mark.slow
+def test_json_logs_make_sparks_own_lines_json_too(tmp_path: Path) -> None:
+    """SPARKTRAIN_LOG_FORMAT=json: Spark's JVM lines (a failed task's ``ERROR Executor`` and its Java stack trace,
+    a cancel's warnings) were plain text among the JSON objects. A driver process with that setting logs through
+    log4j: every line is one object, the stack trace one string in it, and log4j2.properties' levels still hold."""
+    code = f"""
+from app.core.settings import Settings
+from app.spark.session import build_spark_session
+spark = build_spark_session(Settings(var_dir={str(tmp_path)!r}, spark_master="local[1]", log_format="json",
+                                     spark_conf={{"spark.ui.enabled": "false"}}))
+manager = spark._jvm.org.apache.logging.log4j.LogManager
+failure = spark._jvm.java.lang.IllegalStateException("x")
+manager.getLogger("org.apache.spark.executor.Executor").error("task failed", failure)
+manager.getLogger("org.apache.spark.util.Utils").warn("quieted by log4j2.properties")
+spark.stop()
+"""
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                         timeout=300, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    # the one line the JVM itself writes before any logging starts (Spark's launcher adds an incubator module)
+    lines = [line for line in run.stderr.splitlines() if line and not line.startswith("WARNING: Using incubator")]
+    records = [json.loads(line) for line in lines]  # each line is one object
+    [error] = [r for r in records if r["logger"] == "org.apache.spark.executor.Executor"]
+    assert error["level"] == "ERROR" and error["message"] == "task failed" and error["time"].endswith("+00:00")
+    assert error["exception"].startswith("java.lang.IllegalStateException: x\n\tat ")
+    assert not [r for r in records if "quieted" in r["message"]]
 
 
 def test_the_driver_jvm_runs_with_the_options_of_spark_defaults_and_derbys_home(spark: Any) -> None:
