@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from app.core.errors import message
 from app.core.logging import configure_logging
-from app.core.settings import load_settings
+from app.core.settings import Settings, load_settings
 from app.core.variables import unknown_variables
 from app.spark.session import SPARK_LOST_EXIT, SPARK_LOST_LOG, SPARK_PROBE_S, spark_alive
 
@@ -136,27 +136,53 @@ def cannot_listen(host: str, port: int, exc: OSError) -> str:
             "SPARKTRAIN_HOST or --host and SPARKTRAIN_PORT or --port")  # fmt: skip
 
 
-def unreachable_database(url: str, timeout_s: int = 10) -> str | None:
-    """Why the database server at ``url`` cannot be reached (its URL without the password, and the driver's first
-    line), or None. SQLite files are created on demand and never unreachable."""
+def database_problem(settings: Settings, timeout_s: int = 10) -> str | None:
+    """Why the database at ``settings.database_url`` cannot be used (its URL shown without any password, and what
+    to do), or None. SQLite files are created on demand and never unreachable."""
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import DBAPIError
 
-    parsed = make_url(url)
+    parsed = make_url(settings.database_url)
     if parsed.get_backend_name() == "sqlite":
         return None
-    engine = create_engine(parsed, connect_args={"connect_timeout": timeout_s})
+    shown = settings.redacted_url(settings.database_url)
+    try:
+        engine = create_engine(parsed, connect_args={"connect_timeout": timeout_s})
+    except ImportError as exc:  # a dialect SQLAlchemy knows whose driver package is not installed (mysql://)
+        return (f"the database driver for {shown} is not installed ({exc}); install it into the service's "
+                "environment, or point SPARKTRAIN_DATABASE_URL at PostgreSQL (postgresql+psycopg://...) or "
+                "SQLite")  # fmt: skip
     try:
         with engine.connect():
             return None
     except DBAPIError as exc:
         reason = str(exc.orig or exc).strip().splitlines()[0]
-        return f"{parsed.render_as_string(hide_password=True)}: {reason}"
+        return (f"the database is unreachable: {shown}: {reason}\nStart it, check its address and credentials, or "
+                "point SPARKTRAIN_DATABASE_URL at one that runs.")  # fmt: skip
     except Exception:  # a driver this probe does not know how to ask (connect_timeout): the start-up will say
         return None
     finally:
         engine.dispose()
+
+
+def broker_problem(settings: Settings, timeout_s: int = 10) -> str | None:
+    """Why the broker at ``settings.broker_url`` cannot be reached (shown without its password), or None. The
+    embedded broker is a file, created on demand. Asked before uvicorn starts: a consumer that could not connect
+    ended the start-up after 60 s with a traceback."""
+    if settings.embedded_broker:
+        return None
+    from kombu import Connection
+
+    shown = settings.redacted_url(settings.broker_url)
+    try:
+        with Connection(settings.broker_url, connect_timeout=timeout_s) as connection:
+            connection.ensure_connection(max_retries=1, timeout=timeout_s)
+    except Exception as exc:  # redis's ConnectionError, AuthenticationError, ...: whatever kombu raises
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return (f"the job broker is unreachable: {shown}: {reason}\nStart it, check its address and password, or "
+                "point SPARKTRAIN_BROKER_URL at one that runs (empty: the embedded one).")  # fmt: skip
+    return None
 
 
 def _line(loc: tuple[int | str, ...], words: str) -> str:
@@ -178,10 +204,9 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:
         lines = [f"  {_line(e['loc'], message(e))}" for e in exc.errors()] + [f"  {line}" for line in unknown]
         sys.exit("sparktrain cannot start, a setting is wrong:\n" + "\n".join(lines))
-    away = unreachable_database(settings.database_url)
-    if away is not None:  # before uvicorn, whose failed start-up prints a page of traceback
-        print(f"sparktrain cannot start: the database is unreachable: {away}\nStart it, check its address and "
-              "credentials, or point SPARKTRAIN_DATABASE_URL at one that runs.", file=sys.stderr)  # fmt: skip
+    problem = database_problem(settings) or broker_problem(settings)
+    if problem is not None:  # before uvicorn, whose failed start-up prints a page of traceback
+        print(f"sparktrain cannot start: {problem}", file=sys.stderr)
         sys.exit(DATABASE_AWAY_EXIT)
     try:  # before Spark, the consumer and the broker's restore: a second driver on a taken port touches nothing
         sockets = listen(settings.host, settings.port)

@@ -200,13 +200,16 @@ def start_runtime(
         rt.reconciler.start()
         _read_pending_datasets(rt)
     log.info(
-        "driver %s ready: database %s, broker %s, Spark %s (%s), in-process consumer %s",
+        "driver %s ready: database %s, broker %s, Spark %s (%s), in-process consumer %s, %s",
         job_runtime.worker_id,
         settings.redacted_url(settings.database_url),
         settings.redacted_url(settings.broker_url),
         spark.sparkContext.master,
         spark.sparkContext.applicationId,
         "on" if rt.consumer else "off",
+        f"{len(settings.api_keys)} API key(s)"
+        if settings.api_keys
+        else "no API keys (SPARKTRAIN_API_KEYS): every request is allowed, as one owner",
     )
     return rt
 

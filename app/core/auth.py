@@ -78,13 +78,13 @@ def parse_api_keys(entries: Iterable[Any]) -> list[ApiKey]:
                 f"{where}: the key has {len(key)} characters; use at least {MIN_KEY_LENGTH} random ones "
                 f"(e.g. {_GENERATE})"
             )
-        if not _OWNER.match(owner):
+        if not _OWNER.match(owner):  # not shown: an entry written owner:key has the key here
             raise ValueError(
-                f"{where}: owner {owner!r} must be 1 to 200 letters, digits, '.', '_', '@' or '-', starting with "
-                "a letter or digit"
+                f"{where}: the owner (its second part) must be 1 to 200 letters, digits, '.', '_', '@' or '-', "
+                "starting with a letter or digit; the entry is key:owner, the key first"
             )
-        if len(parts) == 3 and parts[2] != "admin":
-            raise ValueError(f"{where}: the third part may only be 'admin' (got {parts[2]!r})")
+        if len(parts) == 3 and parts[2] != "admin":  # not shown either: it may be a second key
+            raise ValueError(f"{where}: the third part may only be 'admin' (it is something else)")
         keys.append(ApiKey(key=key, owner=owner, admin=len(parts) == 3))
     seen: set[str] = set()
     for position, api_key in enumerate(keys, start=1):

@@ -97,6 +97,11 @@ def _check_database_url(url: str) -> None:
         raise ValueError(f"{what}; it does not parse") from None
 
 
+def _overlap(a: Path, b: Path) -> bool:
+    """Whether one of two resolved directories is, or holds, the other."""
+    return a == b or a in b.parents or b in a.parents
+
+
 def _check_broker_url(url: str) -> None:
     from kombu.transport import TRANSPORT_ALIASES
     from kombu.utils.url import url_to_parts
@@ -108,6 +113,15 @@ def _check_broker_url(url: str) -> None:
         raise ValueError(f"{what}; it does not parse") from None
     if scheme.split("+")[0] not in TRANSPORT_ALIASES:
         raise ValueError(f"{what}; kombu has no transport {scheme!r}" if scheme else f"{what}; it has no scheme://")
+    from kombu.utils.url import parse_url
+
+    try:  # kombu reads the query's parameters beside the URL's parts: ?password= beside the user part's
+        parse_url(url)
+    except TypeError:  # dict() got multiple values for keyword argument 'password' (not shown: it may be one)
+        raise ValueError(
+            f"{what}; a query parameter repeats a part of the URL (password, userid, hostname, port, virtual_host or "
+            "transport): kombu takes those from the URL itself, e.g. redis://:PASSWORD@host:6379/0"
+        ) from None
 
 
 class Settings(BaseSettings):
@@ -370,15 +384,26 @@ class Settings(BaseSettings):
             updates["broker_url"] = f"sqla+sqlite:///{var / 'broker.db'}"
         roots = self.data_roots or [REPO_ROOT / "datasets", var / "data"]
         updates["data_roots"] = [Path(r).resolve() for r in roots]
-        if self.owner_root is not None:
-            spaces = updates["owner_root"] = self.owner_root.resolve()
-            for root in updates["data_roots"]:
-                if spaces == root or root in spaces.parents or spaces in root.parents:
-                    raise ValueError(
-                        f"owner_root {spaces} and the data root {root} overlap: every key could read the spaces "
-                        "through the data root; put them side by side"
-                    )
-        updates["artifact_root"] = self.artifact_root.resolve()
+        updates["artifact_root"] = artifacts = self.artifact_root.resolve()
+        spaces = updates["owner_root"] = self.owner_root.resolve() if self.owner_root is not None else None
+        for root in updates["data_roots"]:
+            if spaces is not None and _overlap(spaces, root):
+                raise ValueError(
+                    f"SPARKTRAIN_OWNER_ROOT {spaces} and the data root {root} overlap: every key could read the "
+                    "spaces through the data root; put them side by side"
+                )
+            if _overlap(root, artifacts) or root == var or root in var.parents:
+                what = f"the artifact root {artifacts}" if _overlap(root, artifacts) else f"the var dir {var}"
+                raise ValueError(
+                    f"SPARKTRAIN_DATA_ROOTS: {root} and {what} overlap: every key could read other owners' models "
+                    "and the service's own files as datasets (and write batch predictions among them); put the "
+                    "data roots beside them"
+                )
+        if spaces is not None and (_overlap(spaces, artifacts) or spaces == var or spaces in var.parents):
+            raise ValueError(
+                f"SPARKTRAIN_OWNER_ROOT {spaces} overlaps the artifact root {artifacts} or holds the var dir {var}: "
+                "an owner's space would hold other owners' models; put it beside them"
+            )
         updates["spark_conf_dir"] = self.spark_conf_dir.resolve()
         if not updates["spark_conf_dir"].is_dir():  # Spark would start without spark-defaults.conf, silently
             raise ValueError(f"SPARKTRAIN_SPARK_CONF_DIR {updates['spark_conf_dir']} is not a directory")

@@ -43,4 +43,9 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
         close = difflib.get_close_matches(upper, settings, n=1, cutoff=0.75)
         hint = f" (did you mean {close[0]}?)" if close else " (docs/configuration.md lists the settings)"
         out.append(f"{name} is not a setting, and is ignored{hint}")
+    given = {name.upper(): value for name, value in environ.items()}
+    if given.get("SPARKTRAIN_API_KEY", "").strip() and not given.get("SPARKTRAIN_API_KEYS", "").strip():
+        out.append("SPARKTRAIN_API_KEY is the CLI's key and configures nothing here: the driver's keys are "
+                   "SPARKTRAIN_API_KEYS (key:owner or key:owner:admin, comma-separated); without them every "
+                   "request is allowed")  # fmt: skip
     return out

@@ -144,3 +144,23 @@ def test_spaces_may_not_overlap_a_data_root(tmp_path: Path, inside: bool) -> Non
     owner_root, roots = (shared / "spaces", [shared]) if inside else (tmp_path, [shared])
     with pytest.raises(ValueError, match="overlap"):
         Settings(var_dir=tmp_path / "var", data_roots=roots, owner_root=owner_root)
+
+
+@pytest.mark.parametrize(
+    ("layout", "words"),
+    [  # a data root holding the artifact root let any key read another owner's model files as a dataset
+        ({"data_roots": ["."], "artifact_root": "artifacts"}, "and the artifact root"),
+        ({"data_roots": ["artifacts/jobs"], "artifact_root": "artifacts"}, "and the artifact root"),
+        ({"data_roots": ["."], "artifact_root": "../elsewhere"}, "and the var dir"),  # its databases too
+        ({"data_roots": ["../shared"], "owner_root": "artifacts"}, "SPARKTRAIN_OWNER_ROOT"),  # an owner named jobs
+    ],
+)
+def test_data_roots_and_spaces_may_not_overlap_the_services_files(
+    tmp_path: Path, layout: dict[str, Any], words: str
+) -> None:
+    var = tmp_path / "var"
+    given = {k: [var / p for p in v] if isinstance(v, list) else var / v for k, v in layout.items()}
+    with pytest.raises(ValueError, match="overlap") as info:
+        Settings(**{"var_dir": var, "artifact_root": var / "artifacts", **given})
+    assert words in str(info.value), info.value
+    Settings(var_dir=var, artifact_root=var / "artifacts", data_roots=[var / "data"], owner_root=var / "spaces")

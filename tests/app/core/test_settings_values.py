@@ -41,6 +41,8 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         ("BROKER_URL", "redis//redis:6379/0", "SPARKTRAIN_BROKER_URL must be a Celery broker URL"),
         ("BROKER_URL", "rabbit://broker/", "kombu has no transport 'rabbit'"),
         ("BROKER_URL", "redis://redis:port/0", "it does not parse"),
+        # kombu's parse_url raised TypeError at start-up (a traceback): the password belongs in the user part
+        ("BROKER_URL", "redis://127.0.0.1:6379/9?password=x", "e.g. redis://:PASSWORD@host:6379/0"),
         ("ARTIFACT_STORE", "my-bucket/models", "SPARKTRAIN_ARTIFACT_STORE must be a URI"),
         ("ARTIFACT_STORE", "s3:/bucket/models", "SPARKTRAIN_ARTIFACT_STORE must be a URI"),
         ("REMOTE_URI_PREFIXES", "hdfs", "SPARKTRAIN_REMOTE_URI_PREFIXES item 1 is not a remote URI prefix"),
@@ -168,3 +170,15 @@ def test_a_variable_that_is_not_a_setting_is_named_with_the_setting_it_resembles
         "SPARKTRAIN_DATABSE_URL is not a setting, and is ignored (did you mean SPARKTRAIN_DATABASE_URL?)",
         "SPARKTRAIN_FROBNICATE is not a setting, and is ignored (docs/configuration.md lists the settings)",
     ]
+
+
+def test_the_clis_key_set_on_the_driver_without_its_keys_is_named() -> None:
+    """SPARKTRAIN_API_KEY (the CLI's, one letter short of the driver's SPARKTRAIN_API_KEYS) left the service open
+    without a word: it is a known variable, so no did-you-mean either."""
+    from app.core.variables import unknown_variables
+
+    [line] = unknown_variables({"SPARKTRAIN_API_KEY": "alice-key-0123456789abcdef:alice:admin"})
+    assert line.startswith("SPARKTRAIN_API_KEY is the CLI's key and configures nothing here: the driver's keys are "
+                           "SPARKTRAIN_API_KEYS") and "alice-key" not in line  # fmt: skip
+    assert unknown_variables({"SPARKTRAIN_API_KEY": "k", "SPARKTRAIN_API_KEYS": "k1:alice"}) == []
+    assert unknown_variables({"SPARKTRAIN_API_KEY": " "}) == []

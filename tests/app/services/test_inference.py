@@ -63,26 +63,26 @@ def test_features_at_the_float32_limit() -> None:
 
 @pytest.mark.parametrize("given", ["out\x00.parquet", "o" * 300, "sub/" + "d" * 300 + "/out.parquet"])
 def test_unusable_output_paths(tmp_path: Path, given: str) -> None:
-    settings = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path])
+    settings = Settings(var_dir=tmp_path.parent / f"{tmp_path.name}-var", data_roots=[tmp_path])
     with pytest.raises(ValidationFailed, match=r"NUL byte|not a usable path"):
         output_path(settings, MODEL, given)
 
 
 def test_a_new_output_path_inside_the_roots(tmp_path: Path) -> None:
-    settings = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path])
+    settings = Settings(var_dir=tmp_path.parent / f"{tmp_path.name}-var", data_roots=[tmp_path])
     assert output_path(settings, MODEL, "preds/out.parquet") == str(tmp_path / "preds" / "out.parquet")
 
 
 def test_a_data_root_itself_is_named_as_one(tmp_path: Path) -> None:
     """It was said to lie outside the data roots, whose list held it (walkthrough)."""
-    settings = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path])
+    settings = Settings(var_dir=tmp_path.parent / f"{tmp_path.name}-var", data_roots=[tmp_path])
     with pytest.raises(ValidationFailed, match=r"is a data root; name a new path inside it \(for example "):
         output_path(settings, MODEL, str(tmp_path))
 
 
 def test_planning_an_output_path_creates_nothing(tmp_path: Path) -> None:
     """A request refused after its output path was planned leaves no directory behind: the job's write makes them."""
-    settings = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path])
+    settings = Settings(var_dir=tmp_path.parent / f"{tmp_path.name}-var", data_roots=[tmp_path])
     assert output_path(settings, MODEL, "new/deeper/out") == str(tmp_path / "new" / "deeper" / "out")
     assert not (tmp_path / "new").exists()
     (tmp_path / "rows.csv").write_text("x\n1\n")

@@ -83,6 +83,27 @@ def test_python_m_app_with_its_database_away_exits_in_two_lines(tmp_path: Any) -
     assert len(run.stderr.strip().splitlines()) <= 4, run.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [  # a password as a query parameter (psycopg takes one) was printed as given
+        ("postgresql+psycopg://sparktrain@127.0.0.1:1/nothing?password=s3cret", "?password=***"),
+        ("postgresql+psycopg://sparktrain@127.0.0.1:1/nothing?sslpassword=s3cret", "?sslpassword=***"),
+        # a dialect SQLAlchemy knows whose driver is not installed: a page of traceback (ModuleNotFoundError)
+        ("mysql://u:s3cret@127.0.0.1:1/db", "the database driver for mysql://u:***@127.0.0.1:1/db is not installed"),
+        # a broker away: the consumer gave up after 60 s with a traceback
+        ("redis://:s3cret@127.0.0.1:1/9", "the job broker is unreachable: redis://:***@127.0.0.1:1/9: Error 111"),
+    ],
+)
+def test_python_m_app_never_shows_the_databases_password(tmp_path: Any, url: str, words: str) -> None:
+    setting = "SPARKTRAIN_BROKER_URL" if url.startswith("redis") else "SPARKTRAIN_DATABASE_URL"
+    env = {**os.environ, "SPARKTRAIN_VAR_DIR": str(tmp_path), setting: url}
+    run = subprocess.run([sys.executable, "-m", "app"], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=120, check=False)  # fmt: skip
+    assert run.returncode == 3, run.stderr
+    assert words in run.stderr and "s3cret" not in run.stderr + run.stdout, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+
+
 def test_a_submit_over_the_queued_quota_is_a_429_naming_it(db: Any) -> None:
     limits = quotas.Limits(queued_jobs=2, task_slots=4)
     for _ in range(2):
