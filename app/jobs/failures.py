@@ -110,6 +110,15 @@ def _java_message(java: Any) -> str:
         text = str(java)
     # Spark puts the executor's stack into the message: keep the words, drop the JVM frames
     text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("at ") and line.strip())
+    found = _XGBOOST_ERROR.search(text)
+    if found is not None:  # its words, without the Python traceback and the C++ backtrace (~2,000 characters)
+        return f"xgboost refused to train: {found.group(1).strip()}"[:MAX_MESSAGE]
     if "Traceback (most recent call last)" in text:
         return text[-MAX_MESSAGE:]
     return text[:MAX_MESSAGE]
+
+
+_XGBOOST_ERROR = re.compile(r"XGBoostError: (?:\[[\d:]+\] )?(?:\S+:\d+: )?(.+?)(?:\nStack trace:|\n\s*\[bt\]|$)", re.S)
+"""xgboost's C++ check, as its Python error ends an executor's traceback:
+``XGBoostError: [00:13:40] /workspace/src/objective/regression_obj.cu:119: label must be positive ...`` and a
+backtrace."""

@@ -132,6 +132,20 @@ def test_early_stopping_keeps_the_best_rounds(svc: Service, workers: int) -> Non
     assert rounds["kept"] == result["best_iteration"] + 1 == rounds["trained"] - 5
     metrics = svc.client.get(f"/jobs/{job['id']}/metrics", params={"key": "validation_rmse"}).json()["metrics"]
     assert [m["step"] for m in metrics] == list(range(1, rounds["trained"] + 1))  # the final rmse not added at kept
+    # the history is the kept round's, beside the kept model's validation (it was the last round trained)
+    assert result["history"]["validation_rmse"] == metrics[rounds["kept"] - 1]["value"]
+    assert result["history"]["validation_rmse"] < metrics[-1]["value"]
+
+
+def test_labels_the_objective_cannot_take_fail_the_job_saying_so(svc: Service) -> None:
+    """reg:gamma on a 0/1 label: xgboost failed the fit with its Python traceback and a C++ backtrace (~2,000
+    characters); the job reads the labels' range first."""
+    body = xgb_request("taxi-xgb-gamma", {"objective": "reg:gamma", "num_round": 5}, label="long_trip")
+    job = svc.wait(svc.train(body)["id"], {"SUCCEEDED", "FAILED"})
+    assert job["status"] == "FAILED" and job["error"]["reason"] == "INVALID_REQUEST", job
+    assert job["error"]["message"] == ("params.objective reg:gamma needs labels positive; the training labels run from "
+                                       "0 to 1: choose another objective (reg:squarederror takes any) or transform the "
+                                       "label"), job["error"]  # fmt: skip
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["one-task", "xgboost-spark"])
@@ -351,3 +365,8 @@ def test_a_torch_job_cannot_resume_from_an_xgboost_checkpoint(svc: Service) -> N
     assert response.status_code == 422, response.text
     assert response.json()["errors"][0]["loc"] == "training.resume_from", response.text
     assert f"checkpoint {checkpoint!r} belongs to a 'xgboost' job" in response.json()["detail"], response.text
+    # nor serve predictions, and the 422 says what does (it said xgboost jobs write no checkpoints)
+    row = dict.fromkeys(TAXI_FEATURES, 1.0)
+    served = svc.client.post("/predict", json={"model": {"checkpoint": checkpoint}, "dataframe_records": [row]})
+    assert served.status_code == 422, served.text
+    assert "this is a xgboost job's, which its job resumes from; use the model version" in served.json()["detail"]

@@ -55,7 +55,9 @@ def resolve_model_and_owner(session: Session, selector: ModelSelector, owner: st
         if job is not None and owner is not None and job.owner != owner:
             raise NotFound(f"No checkpoint with id {selector.checkpoint!r}.")
         if job is None or job.framework != "torch":
-            raise ValidationFailed.at("model.checkpoint", "only torch training jobs write checkpoints")
+            raise ValidationFailed.at("model.checkpoint", f"only a torch training job's checkpoint serves "
+                                      f"predictions: this is a {job.framework if job else 'deleted'} job's, which its "
+                                      "job resumes from; use the model version it registered (model.name)")  # fmt: skip
         meta = read_meta(storage.fetch_dir(row.uri))
         card = {"network": meta["network"], **meta.get("model_card", {})}
         return ModelRef(framework="torch", uri=row.uri, card=card, checkpoint_id=row.id, name=job.name), job.owner

@@ -60,3 +60,34 @@ def test_a_cancel_kills_the_spark_job_group_at_once_or_after_the_jobs_grace() ->
     assert not graceful.group_cancel_due()  # asked again within the grace: still not
     time.sleep(0.35)
     assert graceful.group_cancel_due()
+
+
+def test_an_xgboost_refusal_is_its_words_without_the_tracebacks() -> None:
+    """xgboost's C++ checks reached the job's error as ~2,000 characters: the executor's Python traceback, then a
+    C++ backtrace. The message is xgboost's own words. The error is a real one, raised by xgboost here, in the text
+    Spark gives an executor's Python failure (py4j's Java exception, read by its cause's toString)."""
+    import traceback
+
+    import numpy as np
+    import xgboost
+
+    try:
+        xgboost.train({"objective": "reg:gamma"}, xgboost.DMatrix(np.ones((4, 1)), label=-np.ones(4)), 1)
+    except xgboost.core.XGBoostError:
+        executor = "org.apache.spark.api.python.PythonException: " + traceback.format_exc()
+    else:
+        raise AssertionError("xgboost trained on negative gamma labels")
+
+    class Java:  # what pyspark hands over: a py4j Java exception whose innermost cause holds the text
+        def getCause(self) -> None:  # noqa: N802 - the Java method's name
+            return None
+
+        def toString(self) -> str:  # noqa: N802
+            return executor
+
+    error = RuntimeError("py4j")
+    error.java_exception = Java()  # type: ignore[attr-defined]
+    reason, message = describe_failure(error)
+    assert reason == "SPARK_ERROR" and message.startswith("xgboost refused to train: "), message
+    assert "gamma" in message and "[bt]" not in message and "Traceback" not in message, message
+    assert len(message) < 200, message

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from app.core.jobstates import JobStatus
 from app.db.base import utcnow
-from app.db.models import Checkpoint, Job
+from app.db.models import Checkpoint, Job, JobMetric
 from app.db.session import transaction
 from app.services import attempts, jobs
 from app.services.reconcile import end_and_retry, hand_back
@@ -76,6 +76,8 @@ def test_a_lost_job_of_any_kind_without_a_checkpoint_starts_again_from_scratch(
     a kind added later (``tune``) too, with its stored plan unchanged."""
     job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework=framework or "", queue="q",
                          job_type=job_type, plan={"kept": "as it was"})  # fmt: skip
+    with transaction(db) as session:
+        jobs.add_metrics(session=session, job_id=job_id, points=[{"key": "loss", "value": 0.5, "step": 3}])
     sent: list[tuple[str, str, str]] = []
     actions = reconcile(db=db, send=lambda *m: sent.append(m), stale_after_s=30)
     assert actions == [{"job_id": job_id, "action": "retried", "attempt": 2, "how": "starts from scratch",
@@ -87,6 +89,9 @@ def test_a_lost_job_of_any_kind_without_a_checkpoint_starts_again_from_scratch(
         first = job.attempts[0]
         assert (first["status"], first["error_reason"]) == ("FAILED", "DRIVER_LOST")
         assert "host:1:dead" in first["error_message"]
+        kept = session.scalars(select(JobMetric.step).where(JobMetric.job_id == job_id)).all()
+    # a training job trains every step again: its points go (another kind's, a tune's best-so-far, stay)
+    assert kept == ([] if job_type == "train" else [3])
     assert reconcile(db=db, send=never, stale_after_s=30) == [], "a second pass finds nothing to do"
 
 
@@ -305,9 +310,15 @@ def test_an_xgboost_retry_continues_from_its_newest_checkpoint_of_rounds(db: Any
     job_id = running_job(db, status=JobStatus.RUNNING, beat_age_s=60, framework="xgboost", plan=plans.dump(planned))
     with transaction(db) as session:  # rounds 10..100: the one at the last round leaves nothing to train
         for rounds in (10, 20, 100):
-            session.add(Checkpoint(id=f"{rounds:032d}", job_id=job_id, epoch=rounds, uri=f"file:///r{rounds}"))
+            session.add(Checkpoint(id=f"{rounds:032d}", job_id=job_id, epoch=rounds, step=rounds,
+                                   uri=f"file:///r{rounds}"))  # fmt: skip
+        points = [{"key": "validation_rmse", "value": 1.0 / r, "step": r} for r in range(1, 26)]
+        jobs.add_metrics(session=session, job_id=job_id, points=points)
     (action,) = reconcile(db=db, send=lambda *m: None, stale_after_s=30)
     assert action["how"] == f"resumes from checkpoint {20:032d} (round 20)"
+    with db() as session:  # rounds 21-25 are trained again: each is stored once (they were there twice)
+        steps = session.scalars(select(JobMetric.step).where(JobMetric.job_id == job_id)).all()
+    assert sorted(steps) == list(range(1, 21))
     with db() as session:
         resumed = plans.load(XGBoostPlan, session.get(Job, job_id).plan)
     assert resumed.resume == XGBoostResume(checkpoint_id=f"{20:032d}", uri="file:///r20", rounds=20, job_id=job_id)

@@ -28,7 +28,7 @@ from workers.training.validation import validation_metrics
 from workers.training.xgboost.checkpoints import CheckpointTarget, RoundCheckpoints, resumed_rounds
 from workers.training.xgboost.remote import ReportTarget, accuracy_key
 from workers.training.xgboost.rounds import RoundReports
-from workers.training.xgboost.spec import XGBoostPlan
+from workers.training.xgboost.spec import LABEL_DOMAINS, XGBoostPlan, label_problem
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,6 +70,13 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
     label_col = ds.label
     assert label_col is not None
+    if spec.objective in LABEL_DOMAINS:  # xgboost would fail the fit on the first label out of range
+        from pyspark.sql import functions as F
+
+        bounds = train_df.agg(F.min(label_col), F.max(label_col)).first()
+        problem = label_problem(spec.objective, float(bounds[0]), float(bounds[1])) if bounds and rows else None
+        if problem is not None:
+            raise JobFailure("INVALID_REQUEST", problem)
     if plan.class_labels:
         if plan.validation is not None:  # held-out rows come from the file the classes were read from
             val_df = drop_or_refuse_unknown(ctx, val_df, label_col, plan.class_labels, where=plan.validation.path,
@@ -150,7 +157,8 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         "best_iteration": best,
         "validation": val_metrics,
         "feature_importance": importance,
-        "history": {key: values[-1] for key, values in histories.items()},
+        # each metric at the kept round (after early stopping, not the last one trained)
+        "history": {k: v[max(0, min(kept - 1 - done, len(v) - 1))] for k, v in histories.items() if v},
     }
     if dropped or ds.bad_rows == "skip":
         result["bad_rows"] = dropped

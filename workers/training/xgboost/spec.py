@@ -184,12 +184,56 @@ def _int(path: str, value: Any, low: int, high: int) -> int:
 
 def _canonical(params: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
     for name, value in params.items():
         canon = ALIASES.get(name, name)
         if canon in out:
-            raise SpecError(f"params.{name}", f"{name} and {canon} are the same parameter; give one")
-        out[canon] = value
+            raise SpecError(f"params.{name}", f"{given_as[canon]} and {name} are the same parameter; give one")
+        out[canon], given_as[canon] = value, name
     return out
+
+
+UNKNOWN_HINTS = {
+    "nthread": "sparktrain sets xgboost's threads: use params.threads_per_worker",
+    "n_jobs": "sparktrain sets xgboost's threads: use params.threads_per_worker",
+    "missing": "sparktrain trains on complete rows: a null or NaN feature is a bad row (dataset.on_bad_rows: "
+    "fail or skip)",
+    "num_class": "the number of classes comes from the label column",
+    "device": "device is a field of the request beside params (auto, cpu or cuda)",
+}
+"""What to do instead, for the xgboost parameters users of its other APIs reach for that sparktrain sets itself."""
+
+APPLIES_TO: dict[str, tuple[str, Any]] = {
+    "rate_drop": ("booster", "dart"),
+    "skip_drop": ("booster", "dart"),
+    "huber_slope": ("objective", "reg:pseudohubererror"),
+    "quantile_alpha": ("objective", "reg:quantileerror"),
+    "tweedie_variance_power": ("objective", "reg:tweedie"),
+    "scale_pos_weight": ("objective", "binary:logistic"),
+}
+"""Parameters xgboost reads only with one booster or objective (it ignores them otherwise, without a word)."""
+
+LABEL_DOMAINS: dict[str, tuple[float, float, bool, str]] = {
+    "reg:gamma": (0.0, math.inf, False, "positive"),
+    "reg:tweedie": (0.0, math.inf, True, ">= 0"),
+    "count:poisson": (0.0, math.inf, True, ">= 0"),
+    "reg:logistic": (0.0, 1.0, True, "in [0, 1]"),
+    "reg:squaredlogerror": (-1.0, math.inf, False, "> -1"),
+}
+"""The labels a regression objective takes: (low, high, whether low itself is allowed, in words). xgboost fails the
+fit on any other label with a C++ backtrace; the job checks the labels first (driver.py)."""
+
+
+def label_problem(objective: str, low: float, high: float) -> str | None:
+    """Why labels between ``low`` and ``high`` do not suit ``objective``, or None."""
+    domain = LABEL_DOMAINS.get(objective)
+    if domain is None:
+        return None
+    floor, ceiling, closed, words = domain
+    if low < floor or (low == floor and not closed) or high > ceiling:
+        return (f"params.objective {objective} needs labels {words}; the training labels run from {low:g} to "
+                f"{high:g}: choose another objective (reg:squarederror takes any) or transform the label")  # fmt: skip
+    return None
 
 
 def _objective(task: Task, num_classes: int | None, given: Any) -> str:
@@ -215,6 +259,25 @@ def _objective(task: Task, num_classes: int | None, given: Any) -> str:
             f"{num_classes or 'these'} classes; leave objective out or set it to {default}, not {given!r}",
         )
     return given
+
+
+def _objective_checks(objective: str, booster: Mapping[str, Scalar]) -> list[str]:
+    """422s for what xgboost refuses only when the fit starts, and a warning for each parameter it would ignore."""
+    if objective == "reg:quantileerror" and "quantile_alpha" not in booster:
+        raise SpecError("params.quantile_alpha", "reg:quantileerror needs quantile_alpha: the quantile to learn, "
+                        "in (0, 1) (0.5 is the median)")  # fmt: skip
+    base = booster.get("base_score")
+    if isinstance(base, int | float) and objective in ("binary:logistic", "reg:logistic") and not 0 < base < 1:
+        raise SpecError("params.base_score", f"{objective} takes a base_score in (0, 1) (a probability), got {base!r}")
+    if isinstance(base, int | float) and objective in ("reg:gamma", "reg:tweedie", "count:poisson") and base <= 0:
+        raise SpecError("params.base_score", f"{objective} takes a base_score > 0, got {base!r}")
+    warnings = []
+    chosen = {"objective": objective, "booster": booster.get("booster", "gbtree")}
+    for name, (setting, value) in APPLIES_TO.items():
+        if name in booster and chosen[setting] != value:
+            warnings.append(f"params.{name} is not used: xgboost reads it only with {setting} {value} "
+                            f"(this job's {setting} is {chosen[setting]})")  # fmt: skip
+    return warnings
 
 
 def _classifier_objective(num_classes: int | None) -> str:
@@ -252,6 +315,9 @@ def parse_xgboost_params(
         known = ", ".join(sorted((*BOOSTER_PARAMS, *CONTROL_KEYS)))
         names = ", ".join(repr(n) for n in unknown)
         plural = "s" if len(unknown) > 1 else ""
+        hint = UNKNOWN_HINTS.get(unknown[0])
+        if hint is not None:
+            raise SpecError(f"params.{unknown[0]}", f"{unknown[0]!r} is not a parameter here: {hint}")
         raise SpecError(f"params.{unknown[0]}", f"unknown xgboost parameter{plural} {names}; known: {known}")
     warnings: list[str] = []
     booster: dict[str, Scalar] = {}
@@ -284,9 +350,11 @@ def parse_xgboost_params(
     for name, value in booster.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"params.{name}", f"must be finite, got {value!r}")
+    objective = _objective(task, num_classes, raw.get("objective"))
+    warnings += _objective_checks(objective, booster)
     return XGBoostSpec(
         task=task,
-        objective=_objective(task, num_classes, raw.get("objective")),
+        objective=objective,
         num_round=num_round,
         params=booster,
         eval_metric=_eval_metrics(task, num_classes, raw.get("eval_metric")),

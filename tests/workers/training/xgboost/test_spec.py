@@ -70,15 +70,23 @@ def test_the_articles_parameters() -> None:
 def test_native_aliases_are_stored_under_one_name() -> None:
     spec = parse_xgboost_params({"eta": 0.1, "lambda": 2, "n_estimators": 7}, task="regression")
     assert spec.params == {"learning_rate": 0.1, "reg_lambda": 2.0} and spec.num_round == 7
-    with pytest.raises(SpecError, match="same parameter"):
+    with pytest.raises(SpecError, match="eta and learning_rate are the same parameter"):
         parse_xgboost_params({"eta": 0.1, "learning_rate": 0.2}, task="regression")
+    with pytest.raises(SpecError, match="lambda and reg_lambda are the same parameter"):  # said reg_lambda twice
+        parse_xgboost_params({"lambda": 1, "reg_lambda": 2}, task="regression")
 
 
 @pytest.mark.parametrize(
     ("params", "task", "classes", "path", "words"),
     [
         ({"max_dept": 3}, "regression", None, "params.max_dept", "unknown xgboost parameter 'max_dept'"),
-        ({"n_jobs": 3}, "regression", None, "params.n_jobs", "unknown"),
+        ({"n_jobs": 3}, "regression", None, "params.n_jobs", "use params.threads_per_worker"),
+        ({"nthread": 3}, "regression", None, "params.nthread", "use params.threads_per_worker"),
+        ({"missing": 0}, "regression", None, "params.missing", "a null or NaN feature is a bad row"),
+        # xgboost refused these only when the fit started, with a traceback and a C++ backtrace
+        ({"objective": "reg:quantileerror"}, "regression", None, "params.quantile_alpha", "needs quantile_alpha"),
+        ({"base_score": 5}, "classification", 2, "params.base_score", "binary:logistic takes a base_score in (0, 1)"),
+        ({"objective": "reg:gamma", "base_score": 0}, "regression", None, "params.base_score", "> 0"),
         ({"subsample": 0}, "regression", None, "params.subsample", "in (0, 1]"),
         ({"learning_rate": "fast"}, "regression", None, "params.learning_rate", "must be a finite number"),
         ({"tree_method": "exact"}, "regression", None, "params.tree_method", "one of hist, approx"),
@@ -103,3 +111,29 @@ def test_bad_params(params: dict[str, Any], task: Any, classes: int | None, path
 def test_metric_thresholds_and_lists() -> None:
     spec = parse_xgboost_params({"eval_metric": ["error@0.7", "auc"]}, task="classification", num_classes=2)
     assert spec.eval_metric == ("error@0.7", "auc")
+
+
+@pytest.mark.parametrize(
+    ("params", "words"),
+    [  # the job succeeded exactly as without them, and nothing said so
+        ({"rate_drop": 0.5}, "params.rate_drop is not used: xgboost reads it only with booster dart (this job's "
+         "booster is gbtree)"),
+        ({"huber_slope": 2}, "only with objective reg:pseudohubererror"),
+        ({"quantile_alpha": 0.3}, "only with objective reg:quantileerror"),
+    ],
+)  # fmt: skip
+def test_a_parameter_xgboost_would_ignore_is_warned_about(params: dict[str, Any], words: str) -> None:
+    assert any(words in w for w in parse_xgboost_params(params, task="regression").warnings)
+    used = {**params, "booster": "dart", "objective": "reg:pseudohubererror"} if "huber_slope" in params else None
+    if used is not None:
+        assert not parse_xgboost_params(used, task="regression").warnings
+
+
+def test_labels_an_objective_cannot_take() -> None:
+    from workers.training.xgboost.spec import label_problem
+
+    assert "reg:gamma needs labels positive; the training labels run from -3 to 8" in (
+        label_problem("reg:gamma", -3.0, 8.0) or ""
+    )
+    assert label_problem("reg:gamma", 0.0, 1.0) is not None and label_problem("reg:tweedie", 0.0, 1.0) is None
+    assert label_problem("reg:logistic", 0.0, 1.5) is not None and label_problem("reg:squarederror", -9, 9) is None
