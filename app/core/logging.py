@@ -65,7 +65,18 @@ def configure_logging(*, level: str, fmt: Literal["text", "json"], stream: Any =
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    debug = level.upper() == "DEBUG"
+    for name, quiet in LIBRARIES.items():  # at DEBUG they write their internals (Celery's generated source, ...)
+        logging.getLogger(name).setLevel(quiet if debug else logging.NOTSET)
     return handler
+
+
+LIBRARIES = {
+    **dict.fromkeys(("celery", "kombu", "redis", "amqp", "asyncio", "urllib3", "botocore", "s3transfer", "httpx",
+                     "httpcore", "multipart", "python_multipart", "alembic", "optuna"), logging.INFO),
+    "sqlalchemy": logging.WARNING,  # at INFO it echoes every statement, at DEBUG every row
+}  # fmt: skip
+"""Third-party loggers' levels when sparktrain's level is DEBUG (at any other level they follow the root)."""
 
 
 @contextmanager

@@ -311,8 +311,8 @@ class Settings(BaseSettings):
     def _spark_master(cls, value: str) -> str:
         if not SPARK_MASTER.match(value):
             raise ValueError(
-                "SPARKTRAIN_SPARK_MASTER must be local, local[N], local[*], local-cluster[N,C,M], spark://host:port, "
-                "k8s://https://host:port or yarn"
+                "SPARKTRAIN_SPARK_MASTER must be local, local[N], local[N,F], local[*], local-cluster[N,C,M], "
+                "spark://host:port (or host1:port1,host2:port2), k8s://https://host:port or yarn"
             )
         return value
 
@@ -371,8 +371,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> Settings:
+        problems: list[str] = []  # every one at once: an operator fixing them one start at a time was not helped
         if self.heartbeat_stale_s <= 2 * self.heartbeat_interval_s:  # else running jobs are taken for lost
-            raise ValueError(
+            problems.append(
                 "SPARKTRAIN_HEARTBEAT_STALE_S must be more than twice SPARKTRAIN_HEARTBEAT_INTERVAL_S "
                 f"({self.heartbeat_stale_s:g} <= 2 x {self.heartbeat_interval_s:g})"
             )
@@ -388,30 +389,32 @@ class Settings(BaseSettings):
         spaces = updates["owner_root"] = self.owner_root.resolve() if self.owner_root is not None else None
         for root in updates["data_roots"]:
             if spaces is not None and _overlap(spaces, root):
-                raise ValueError(
+                problems.append(
                     f"SPARKTRAIN_OWNER_ROOT {spaces} and the data root {root} overlap: every key could read the "
                     "spaces through the data root; put them side by side"
                 )
             if _overlap(root, artifacts) or root == var or root in var.parents:
                 what = f"the artifact root {artifacts}" if _overlap(root, artifacts) else f"the var dir {var}"
-                raise ValueError(
+                problems.append(
                     f"SPARKTRAIN_DATA_ROOTS: {root} and {what} overlap: every key could read other owners' models "
                     "and the service's own files as datasets (and write batch predictions among them); put the "
                     "data roots beside them"
                 )
         if spaces is not None and (_overlap(spaces, artifacts) or spaces == var or spaces in var.parents):
-            raise ValueError(
+            problems.append(
                 f"SPARKTRAIN_OWNER_ROOT {spaces} overlaps the artifact root {artifacts} or holds the var dir {var}: "
                 "an owner's space would hold other owners' models; put it beside them"
             )
         updates["spark_conf_dir"] = self.spark_conf_dir.resolve()
         if not updates["spark_conf_dir"].is_dir():  # Spark would start without spark-defaults.conf, silently
-            raise ValueError(f"SPARKTRAIN_SPARK_CONF_DIR {updates['spark_conf_dir']} is not a directory")
-        if self.spark_profile and not (updates["spark_conf_dir"] / f"{self.spark_profile}.conf").is_file():
-            raise ValueError(
-                f"spark_profile {self.spark_profile!r}: there is no {updates['spark_conf_dir']}/"
+            problems.append(f"SPARKTRAIN_SPARK_CONF_DIR {updates['spark_conf_dir']} is not a directory")
+        elif self.spark_profile and not (updates["spark_conf_dir"] / f"{self.spark_profile}.conf").is_file():
+            problems.append(
+                f"SPARKTRAIN_SPARK_PROFILE {self.spark_profile!r}: there is no {updates['spark_conf_dir']}/"
                 f"{self.spark_profile}.conf (profiles are files in the Spark conf directory)"
             )
+        if problems:  # one error, one line each (python -m app prints them as they are)
+            raise ValueError("\n  ".join(problems))
         for key, value in updates.items():
             object.__setattr__(self, key, value)
         return self

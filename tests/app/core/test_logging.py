@@ -49,3 +49,18 @@ def test_requests_log_their_request_id(lines: io.StringIO, make_service: Any) ->
     assert answer.status_code == 401 and answer.json()["request_id"] == "abc-123"
     refused = [r for r in _records(lines) if r["logger"] == "sparktrain.api.auth"]
     assert [r["request_id"] for r in refused] == ["abc-123", made]
+
+
+def test_debug_is_sparktrains_and_leaves_libraries_at_info() -> None:
+    """SPARKTRAIN_LOG_LEVEL=debug printed Celery's generated source and redis's probes, and SQLAlchemy every row."""
+    handler = configure_logging(level="DEBUG", fmt="text", stream=io.StringIO())
+    try:
+        assert logging.getLogger().level == logging.DEBUG
+        assert not logging.getLogger("celery.utils.functional").isEnabledFor(logging.DEBUG)
+        assert logging.getLogger("celery.worker").isEnabledFor(logging.INFO)
+        assert not logging.getLogger("sqlalchemy.engine.Engine").isEnabledFor(logging.INFO)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        configure_logging(level="INFO", fmt="text", stream=io.StringIO())
+        logging.getLogger().removeHandler(logging.getLogger().handlers[-1])
+    assert logging.getLogger("celery.utils.functional").level == logging.NOTSET

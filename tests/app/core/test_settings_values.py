@@ -182,3 +182,16 @@ def test_the_clis_key_set_on_the_driver_without_its_keys_is_named() -> None:
                            "SPARKTRAIN_API_KEYS") and "alice-key" not in line  # fmt: skip
     assert unknown_variables({"SPARKTRAIN_API_KEY": "k", "SPARKTRAIN_API_KEYS": "k1:alice"}) == []
     assert unknown_variables({"SPARKTRAIN_API_KEY": " "}) == []
+
+
+def test_every_cross_setting_problem_is_said_at_once(tmp_path: Path) -> None:
+    """The first stopped the start, and the next showed only once it was fixed (README walkthrough)."""
+    (tmp_path / "data").mkdir()
+    with pytest.raises(ValidationError) as info:
+        Settings(var_dir=tmp_path / "var", spark_profile="nosuch", owner_root=tmp_path / "data",
+                 data_roots=[tmp_path / "data"], heartbeat_stale_s=1, heartbeat_interval_s=1)  # fmt: skip
+    [error] = info.value.errors()
+    lines = str(error["msg"]).removeprefix("Value error, ").split("\n  ")
+    assert [line.split(" ")[0] for line in lines] == [
+        "SPARKTRAIN_HEARTBEAT_STALE_S", "SPARKTRAIN_OWNER_ROOT", "SPARKTRAIN_SPARK_PROFILE"
+    ], lines  # fmt: skip
