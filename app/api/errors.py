@@ -28,7 +28,7 @@ _HTTP_TITLES = {
 
 
 def problem_response(body: dict[str, Any], request: Request, headers: dict[str, str] | None = None) -> JSONResponse:
-    if request.url.path.startswith("/v2/"):
+    if request.url.path == "/v2" or request.url.path.startswith("/v2/"):
         body.setdefault("error", body.get("detail"))  # the V2 inference protocol's error member
     request_id = getattr(request.state, "request_id", None)
     if request_id:

@@ -205,7 +205,7 @@ async def _problem(send: Send, scope: Scope, error: AppError) -> None:
         "instance": scope.get("path", ""),
         "request_id": scope.get("state", {}).get("request_id"),
     }
-    if scope.get("path", "").startswith("/v2/"):
+    if scope.get("path", "") == "/v2" or scope.get("path", "").startswith("/v2/"):
         body["error"] = detail  # the V2 inference protocol's error member, as app/api/errors.py adds it
     payload = json.dumps(body).encode()
     await send(

@@ -61,7 +61,7 @@ def checkpoint_of(*, session: Session, checkpoint_id: str, caller: Caller) -> Ch
 def _dataset_uris(ref: DatasetRef, loc: str) -> list[tuple[str, str]]:
     uris = [(ref.uri, f"{loc}.uri")]
     if ref.sequence is not None and ref.sequence.labels_uri is not None:
-        uris.append((ref.sequence.labels_uri, f"{loc}.sequence"))
+        uris.append((ref.sequence.labels_uri, f"{loc}.sequence.labels_uri"))
     return uris
 
 

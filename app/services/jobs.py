@@ -163,7 +163,7 @@ def submit(
     with quotas.owner_lock(db, owner, needed=bool(limits and limits.queued_jobs)) as session:
         repeated = idempotency_key is not None and _job_by_key(session, owner, idempotency_key) is not None
         if limits is not None and not repeated:
-            quotas.check_submit(session=session, owner=owner, limits=limits, slots=slots)
+            quotas.check_submit(session=session, owner=owner, limits=limits, slots=slots, request=request)
         job, created = create_job(
             session=session,
             job_type=job_type,

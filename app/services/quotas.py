@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -72,12 +72,15 @@ def job_slots(plan: Any) -> int:
     return int(workers) if isinstance(workers, int) and workers > 0 else 1
 
 
-def check_submit(*, session: Session, owner: str, limits: Limits, slots: int) -> None:
-    """Before a job is written: 422 when it could never start under the slot quota, 429 when the owner already
-    has ``queued_jobs`` jobs waiting."""
+def check_submit(
+    *, session: Session, owner: str, limits: Limits, slots: int, request: Mapping[str, Any] | None = None
+) -> None:
+    """Before a job is written: 422 when it could never start under the slot quota (at the request's field of
+    workers), 429 when the owner already has ``queued_jobs`` jobs waiting."""
     if limits.task_slots and slots > limits.task_slots:
+        framework = (request or {}).get("framework")
         raise ValidationFailed.at(
-            "num_workers",
+            {"torch": "training.num_workers", "xgboost": "params.num_workers"}.get(str(framework), "num_workers"),
             f"the job needs {slots} task slots and the owner {owner!r} may hold at most {limits.task_slots} (quota "
             "task_slots): ask for fewer workers",
             quota="task_slots",

@@ -62,6 +62,7 @@ def test_a_job_over_the_concurrent_quota_waits_and_submits_over_the_queued_quota
     assert (problem["quota"], problem["limit"], problem["used"]) == ("queued_jobs", 1, 1)
     too_big = alice.post("/train", json=digits_job("alice-4", epochs=1, workers=2))  # the cluster has 2 slots
     assert too_big.status_code == 422 and too_big.json()["quota"] == "task_slots"
+    assert [e["loc"] for e in too_big.json()["errors"]] == ["training.num_workers"], too_big.json()  # not num_workers
 
     usage = alice.get("/owners/me/usage").json()
     assert usage["owner"] == "alice" and usage["waiting"] == {"concurrent_jobs": 1}

@@ -212,7 +212,9 @@ def _sequence(
             raise ValidationFailed.at(f"{loc}.sequence", f"no column {column!r} in {ref.uri}; name it in sequence")
     labels_path = None
     if seq.labels_uri is not None:
-        labels_path, fmt, options = locate(seq.labels_uri, None, {}, settings=settings, db=db, loc=f"{loc}.sequence")
+        labels_path, fmt, options = locate(
+            seq.labels_uri, None, {}, settings=settings, db=db, loc=f"{loc}.sequence.labels_uri"
+        )
         label_schema = read_schema(spark, labels_path, fmt, options, loc=f"{loc}.sequence.labels_uri")
         for column in [*keys, labels[0]]:
             if column not in label_schema:

@@ -176,7 +176,7 @@ def _locate(ref: DatasetRef, settings: Settings, db: sessionmaker[Session]) -> N
     """Where a deferred request's data is (inside the data roots, or a registered dataset): checked in the request."""
     locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc="dataset.uri")
     if ref.sequence is not None and ref.sequence.labels_uri is not None:
-        locate(ref.sequence.labels_uri, None, {}, settings=settings, db=db, loc="dataset.sequence")
+        locate(ref.sequence.labels_uri, None, {}, settings=settings, db=db, loc="dataset.sequence.labels_uri")
 
 
 def plan_evaluation(

@@ -212,7 +212,10 @@ def submit_tune(
     base_train = train_request(base, "base")
     check_space(request, base)  # first: the access checks substitute into the space's paths
     if caller is not None:
-        check_train(db=db, request=base_train, caller=caller, settings=settings)
+        try:
+            check_train(db=db, request=base_train, caller=caller, settings=settings)
+        except ValidationFailed as exc:  # at the field inside the base (it said training.resume_from)
+            raise _located(exc, "base") from None
         check_trials(db=db, request=request, caller=caller, settings=settings)
     train, _, task = check(request=request, settings=settings, spark=spark, db=db)
     return jobs.submit(

@@ -274,6 +274,12 @@ def test_a_body_naming_another_owners_dataset_gets_the_unknown_answer(world: dic
         a, b = _problem(mine, 422), _problem(nothing, 422)
         assert a["errors"][0]["loc"] == b["errors"][0]["loc"]
         assert a["detail"].replace(known, "?") == b["detail"].replace(unknown, "?"), (a, b)
+    layers = [{"type": "lstm", "units": 4}, {"type": "output", "units": 1, "loss": "mse"}]
+    sequence = {"name": "bob-seq", "framework": "torch", "network": {"layers": layers},
+                "dataset": {"uri": "rows.csv", "features": ["x1"], "label": "y", "task": "regression",
+                            "sequence": {"labels_uri": known}}}  # fmt: skip
+    problem = _problem(bob.post("/train", json=sequence), 422)
+    assert [e["loc"] for e in problem["errors"]] == ["dataset.sequence.labels_uri"], problem  # dataset.sequence
     assert bob.get("/jobs").json()["items"] == []
 
 
@@ -327,6 +333,11 @@ def test_a_tune_space_cannot_reach_another_owners_model_dataset_or_checkpoint(wo
         problem = _problem(bob.post("/tune", json=body), status)
         assert f"space.{path}" in problem["detail"], problem
         assert world["dataset_id"] in problem["detail"] or path != "dataset.uri", problem
+    # in the base itself: named at the field inside the base (it said training.resume_from)
+    base = {**torch_base, "training": {**torch_base["training"], "resume_from": world["checkpoint_id"]}}
+    space = {"training.epochs": {"type": "choice", "values": [1, 2]}}
+    problem = _problem(bob.post("/tune", json={"name": "bob-tune", "base": base, "space": space, "trials": 2}), 422)
+    assert [e["loc"] for e in problem["errors"]] == ["base.training.resume_from"], problem
     assert bob.get("/jobs").json()["items"] == []
 
 

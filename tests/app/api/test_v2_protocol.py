@@ -150,3 +150,5 @@ def test_a_model_version_answers_readiness(svc: Service) -> None:
         missing = problem(svc.client.get(path), 404)
         assert missing["error"] == missing["detail"]
     assert problem(svc.client.get(f"/v2/models/{MODEL}/versions/one/ready"), 422)["errors"][0]["loc"] == "version"
+    wrong = problem(svc.client.post("/v2", json={}), 405)  # the server's own path too (it lacked the member)
+    assert wrong["error"] == wrong["detail"]
