@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.core.settings import Settings
 from app.db.loop_reads import LoopReads
 from app.jobs.runtime import JobRuntime
-from app.services.quotas import RequestLimiter
+from app.services.quotas import RequestLimiter, unknown_owners
 from app.services.resolved_models import ResolvedModels
 from workers.inference.cache import ModelCache
 
@@ -199,6 +199,8 @@ def start_runtime(
         rt.reconciler = Reconciler(settings=settings, db=db, send=rt.send)
         rt.reconciler.start()
         _read_pending_datasets(rt)
+    for line in unknown_owners(settings):  # a misspelt owner: its quota holds nobody
+        log.warning(line)
     log.info(
         "driver %s ready: database %s, broker %s, Spark %s (%s), in-process consumer %s, %s",
         job_runtime.worker_id,

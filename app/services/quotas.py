@@ -18,6 +18,7 @@ limit) and ``SPARKTRAIN_OWNER_QUOTAS`` overrides it per owner.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +31,7 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.auth import Caller
+from app.core.auth import OWNER_PATTERN, Caller
 from app.core.errors import NotFound, TooManyRequests, ValidationFailed
 from app.core.jobstates import ACTIVE, JobStatus, JobType
 from app.core.settings import QUOTAS, Settings
@@ -140,12 +141,22 @@ def owner_lock(db: sessionmaker[Session], owner: str, *, needed: bool) -> Iterat
         yield session
 
 
+def unknown_owners(settings: Settings) -> list[str]:
+    """A line for each owner of ``SPARKTRAIN_OWNER_QUOTAS`` that no API key has (a misspelling: ``alcie``)."""
+    owners = sorted({k.owner for k in settings.api_keys})
+    unknown = sorted(set(settings.owner_quotas) - set(owners)) if owners else []
+    return [f"SPARKTRAIN_OWNER_QUOTAS names {o!r}, which no API key has (the owners: {', '.join(owners)})"
+            for o in unknown]  # fmt: skip
+
+
 def owner_usage(*, session: Session, settings: Settings, caller: Caller, owner: str) -> dict[str, Any]:
     """``owner``'s quotas and usage, for that owner or an admin; anyone else is answered as for an unknown owner."""
-    if not caller.sees(owner):
+    if not caller.sees(owner) or not re.match(OWNER_PATTERN, owner):  # '..' is no owner, and no space either
         raise NotFound(f"No owner {owner!r} whose usage you may see.")
     found = usage(session=session, owner=owner, limits=limits_for(settings=settings, owner=owner))
     space = spaces.space(settings, owner)
+    if space is not None:  # made now, as on its first dataset request: an operator copies files into it
+        space.mkdir(parents=True, exist_ok=True)
     return {**found, "data_space": str(space) if space is not None else None}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -53,6 +54,10 @@ def readyz(rt: RuntimeDep, request: Request) -> Readiness | JSONResponse:
     return Readiness(status="ready", checks=checks)
 
 
+HIDDEN = "***"
+"""What a key that is not an admin sees in place of an address (the fields stay, as the API's contract has them)."""
+
+
 @router.get(
     "/cluster", response_model=ClusterRead, summary="Spark master, application, executors, GPUs, RAPIDS, versions"
 )
@@ -67,17 +72,23 @@ def get_cluster(rt: RuntimeDep, caller: CallerDep) -> ClusterRead:
         "consumer_concurrency": rt.settings.consumer_concurrency,
         "running_jobs": visible_job_ids(db=rt.db, job_ids=rt.jobs.running.ids(), caller=caller),
     }
+    executors = [ExecutorInfo(**e) for e in cluster.executors(rt.spark)]
+    master = sc.master
     if caller.admin:
         driver["database"] = rt.settings.redacted_url(rt.settings.database_url)
         driver["broker"] = rt.settings.redacted_url(rt.settings.broker_url)
+    else:  # no address of the cluster's machines, nor the driver's process
+        del driver["pid"]
+        executors = [e.model_copy(update={"host_port": HIDDEN}) for e in executors]
+        master = re.sub(r"//[^/]+", "//" + HIDDEN, master)
     return ClusterRead(
-        master=sc.master,
+        master=master,
         app_id=sc.applicationId,
         app_name=sc.appName,
         spark_version=sc.version,
         default_parallelism=sc.defaultParallelism,
         task_slots=cluster.task_slots(rt.spark),
-        executors=[ExecutorInfo(**e) for e in cluster.executors(rt.spark)],
+        executors=executors,
         versions=cluster.library_versions(),
         driver=driver,
         gpu_addresses=cluster.gpu_addresses(rt.spark),

@@ -396,6 +396,11 @@ def test_cluster_shows_addresses_and_every_running_job_to_an_admin_only(world: d
     seen = bob.get("/cluster").json()["driver"]
     assert "database" not in seen and "broker" not in seen, seen
     assert {"database", "broker"} <= set(root.get("/cluster").json()["driver"])
+    # nor the executors' host:port or the driver's process id (security walkthrough)
+    theirs, admins = bob.get("/cluster").json(), root.get("/cluster").json()
+    assert "pid" not in theirs["driver"] and admins["driver"]["pid"] > 0
+    assert {e["host_port"] for e in theirs["executors"]} == {"***"}
+    assert all(e["host_port"] != "***" for e in admins["executors"]) and admins["executors"]
     db, job = world["service"].runtime.db, world["job_id"]
     assert visible_job_ids(db=db, job_ids=[job, "f" * 32], caller=Caller("bob", admin=False)) == []
     assert visible_job_ids(db=db, job_ids=[job, "f" * 32], caller=Caller("alice", admin=False)) == [job]

@@ -105,6 +105,12 @@ def test_an_admin_reads_every_space(world: dict[str, Any]) -> None:
 def test_usage_names_the_own_space(world: dict[str, Any]) -> None:
     usage = world["alice"].get("/owners/me/usage").json()
     assert usage["data_space"] == str(world["spaces"] / "alice")
+    # made when shown (it was named before it existed, and an operator's copy into it failed)
+    carol = world["root"].get("/owners/carol/usage").json()
+    assert carol["data_space"] == str(world["spaces"] / "carol") and (world["spaces"] / "carol").is_dir()
+    for impossible in ("%2E%2E", "a%20b%3Cx"):  # no owner has such a name: it answered 200 with no usage
+        assert world["root"].get(f"/owners/{impossible}/usage").status_code == 404, impossible
+    assert not (world["spaces"].parent / "usage").exists()
 
 
 def test_a_tunes_trials_read_the_owners_space(world: dict[str, Any]) -> None:

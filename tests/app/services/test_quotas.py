@@ -176,3 +176,13 @@ def test_the_bucket_is_named_by_the_key_not_by_how_the_header_spells_it() -> Non
     assert len(spellings) == 1, "one key, one bucket: a changed spelling must not buy a fresh bucket"
     assert quotas.RequestLimiter.bucket(f"Bearer {uuid.uuid4().hex}") not in spellings
     assert key not in spellings.pop(), "the bucket id never reveals the key"
+
+
+def test_a_quota_for_an_owner_no_key_has_is_named_at_start() -> None:
+    """SPARKTRAIN_OWNER_QUOTAS='{"alcie": ...}' (a typo) was taken without a word: alice kept the default."""
+    keys = "alice-0123456789abcdef:alice, root-0123456789abcdef0:root:admin"
+    settings = load_settings(api_keys=keys, owner_quotas='{"alcie": {"queued_jobs": 5}, "alice": {"queued_jobs": 2}}')
+    assert quotas.unknown_owners(settings) == [
+        "SPARKTRAIN_OWNER_QUOTAS names 'alcie', which no API key has (the owners: alice, root)"
+    ]
+    assert quotas.unknown_owners(load_settings(owner_quotas='{"anyone": {"queued_jobs": 5}}')) == []  # no keys
