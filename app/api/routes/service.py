@@ -73,7 +73,7 @@ def get_cluster(rt: RuntimeDep, caller: CallerDep) -> ClusterRead:
         "running_jobs": visible_job_ids(db=rt.db, job_ids=rt.jobs.running.ids(), caller=caller),
     }
     executors = [ExecutorInfo(**e) for e in cluster.executors(rt.spark)]
-    master = sc.master
+    master = str(sc.master)
     if caller.admin:
         driver["database"] = rt.settings.redacted_url(rt.settings.database_url)
         driver["broker"] = rt.settings.redacted_url(rt.settings.broker_url)
