@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlparse
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import NotFound, ValidationFailed
-from app.core.settings import Settings
+from app.core.settings import REPO_ROOT, Settings
 from app.db.models import Checkpoint, Job
 from app.schemas.inference import EvaluateRequest, ModelSelector, PredictRequest
 from app.schemas.train import DatasetRef, SequenceOptions
@@ -208,6 +208,10 @@ def defer_evaluation(
     return model, DeferredPlan(deferred_checks=(deferred,))
 
 
+SHIPPED = Path(os.path.realpath(REPO_ROOT / "datasets"))
+"""The sample datasets that come with sparktrain: readable (a default data root), never an output."""
+
+
 def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     """A new path inside a data root (symlinks followed for the part that exists)."""
     writable = settings.output_roots  # the caller's own data space when spaces are on (app/services/spaces.py)
@@ -232,6 +236,10 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     if not inside:
         roots = ", ".join(str(r) for r in settings.data_roots)
         raise ValidationFailed.at("output_uri", f"{given!r} lies outside the configured data roots ({roots})")
+    if parent == SHIPPED or SHIPPED in parent.parents:  # a data root by default: any key wrote into the install
+        raise ValidationFailed.at("output_uri", f"{given!r} lies in the shipped sample datasets ({SHIPPED}), which "
+                                  "no job writes into: leave output_uri out (predictions go under the var dir) or "
+                                  "name a path in another data root")  # fmt: skip
     check_output_target(given, roots=writable)  # a dangling link would send Spark elsewhere (only once inside: a
     # link in another owner's space must answer as any path outside this caller's)
     try:

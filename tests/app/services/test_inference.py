@@ -88,3 +88,13 @@ def test_planning_an_output_path_creates_nothing(tmp_path: Path) -> None:
     (tmp_path / "rows.csv").write_text("x\n1\n")
     with pytest.raises(ValidationFailed, match=r"not a usable path: 'rows.csv' is a file"):
         output_path(settings, MODEL, "rows.csv/more/out")
+
+
+def test_the_shipped_datasets_are_never_an_output(tmp_path: Path) -> None:
+    """They are a default data root, so any key wrote batch predictions into the install (security walkthrough)."""
+    from app.core.settings import REPO_ROOT
+
+    settings = Settings(var_dir=tmp_path / "var", data_roots=[REPO_ROOT / "datasets", tmp_path / "data"])
+    with pytest.raises(ValidationFailed, match=r"lies in the shipped sample datasets .* no job writes into"):
+        output_path(settings, MODEL, str(REPO_ROOT / "datasets" / "bobout"))
+    assert output_path(settings, MODEL, "preds") == str(tmp_path / "data" / "preds")  # relative: the last root
