@@ -101,7 +101,8 @@ def plan_xgboost(
         threads = max(1, slots // workers)
     if local and threads is not None and threads * workers > slots:
         raise ValidationFailed.at(
-            "params.threads_per_worker", f"{workers} workers x {threads} threads exceed this machine's {slots} cores"
+            "params.threads_per_worker",
+            f"{workers} worker{'' if workers == 1 else 's'} x {threads} threads exceed this machine's {slots} cores",
         )
     return XGBoostPlan(
         threads=threads,
