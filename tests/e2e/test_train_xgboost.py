@@ -222,6 +222,8 @@ def test_multiclass_with_string_labels(svc: Service, workers: int) -> None:
     assert evaluated["result"]["classification"]["accuracy"] == pytest.approx(
         job["result"]["validation"]["accuracy"], abs=1e-9
     )
+    # the per-class arrays are in index order: the classes are named (they were not)
+    assert evaluated["result"]["classification"]["class_labels"] == ["jfk", "negotiated", "newark", "standard"]
 
 
 def test_validation_rows_with_a_class_the_training_data_lacks(svc: Service) -> None:

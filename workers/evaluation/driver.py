@@ -93,6 +93,8 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     result: dict[str, Any] = dict(results(merged)) if merged else {}
     result["rows"] = seen if ds.sequence is not None else seen - unscored
     result["bad_rows"] = bad
+    if model.class_labels and "classification" in result:  # what each per-class position and matrix row is
+        result["classification"]["class_labels"] = [str(label) for label in model.class_labels]
     ctx.progress(1.0, "done")
     return JobOutcome(result=result)
 
