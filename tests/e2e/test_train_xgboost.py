@@ -372,3 +372,15 @@ def test_a_torch_job_cannot_resume_from_an_xgboost_checkpoint(svc: Service) -> N
     served = svc.client.post("/predict", json={"model": {"checkpoint": checkpoint}, "dataframe_records": [row]})
     assert served.status_code == 422, served.text
     assert "this is a xgboost job's, which its job resumes from; use the model version" in served.json()["detail"]
+
+
+def test_two_validation_fractions_say_which_holds(svc: Service) -> None:
+    """dataset.split's fraction beat params.validation_fraction without a word (xgboost walkthrough)."""
+    params = {"num_round": 2, "validation_fraction": 0.1}
+    body = xgb_request("xgb-two-fractions", params, split={"validation_fraction": 0.5})
+    del body["validation"]
+    job = finished(svc, body)
+    said = "params.validation_fraction is not used: dataset.split.validation_fraction holds out 0.5 of the rows"
+    assert said in job["warnings"], job["warnings"]
+    rows = job["result"]["rows"]
+    assert rows["validation"] == pytest.approx(rows["train"], rel=0.1)  # half held out, as the warning says

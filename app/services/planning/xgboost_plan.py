@@ -56,6 +56,9 @@ def plan_xgboost(
     warnings = list(spec.warnings)
     if validation is not None and "validation_fraction" in (request.params or {}):
         warnings.append("params.validation_fraction is not used: validation names the validation data")
+    elif request.dataset.split is not None and "validation_fraction" in (request.params or {}):
+        warnings.append("params.validation_fraction is not used: dataset.split.validation_fraction holds out "
+                        f"{request.dataset.split.validation_fraction:g} of the rows")  # fmt: skip
     device: Literal["cpu", "cuda"]
     gpus = cluster.has_gpus(spark)
     addresses = [a for holder, found in cluster.gpu_addresses(spark).items() if holder != "driver" for a in found]
