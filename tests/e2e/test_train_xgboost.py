@@ -384,3 +384,14 @@ def test_two_validation_fractions_say_which_holds(svc: Service) -> None:
     assert said in job["warnings"], job["warnings"]
     rows = job["result"]["rows"]
     assert rows["validation"] == pytest.approx(rows["train"], rel=0.1)  # half held out, as the warning says
+
+
+def test_integer_classes_with_no_rows_are_warned_about(svc: Service) -> None:
+    """rate_code is 1, 2, 3 or 5: the model learns classes 0..5 and never sees 0 or 4 (it said nothing; scikit-learn's
+    XGBClassifier refuses such labels)."""
+    features = [f for f in TAXI_FEATURES if f != "rate_code"]
+    job = finished(svc, xgb_request("rate-ints", {"num_round": 2}, features=features, label="rate_code",
+                                    task="classification"))  # fmt: skip
+    said = ("dataset.label 'rate_code' has no rows of class 0, 4 of 0..5 (integer labels are class indices): the "
+            "model learns 6 classes, 2 never seen; number the classes from 0, or give them as text")  # fmt: skip
+    assert said in job["warnings"], job["warnings"]

@@ -78,3 +78,23 @@ def _distinct(ds: ResolvedDataset, label: str, spark: SparkSession) -> list[Any]
 
     rows = read_dataframe(spark, ds).select(label).where(F.col(label).isNotNull()).distinct()
     return [r[label] for r in rows.limit(MAX_STRING_CLASSES + 1).collect()]
+
+
+def unused_classes(train: ResolvedDataset, dtype: str) -> str | None:
+    """A warning when integer labels leave some of 0..k-1 without a row (labels 1..3 make 4 classes, class 0 never
+    seen: scikit-learn's XGBClassifier refuses them), read from local data only (no Spark job for a warning)."""
+    if dtype not in INTEGER_TYPES or train.num_classes is None or train.num_classes > MAX_STRING_CLASSES:
+        return None
+    found = data.distinct_values(train.path, train.format, train.options, train.label or "", limit=train.num_classes)
+    if found is None:
+        return None
+    try:
+        missing = sorted(set(range(train.num_classes)) - {int(v) for v in found})
+    except (TypeError, ValueError):  # not whole numbers after all: the job's label check says so
+        return None
+    if not missing:
+        return None
+    shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+    return (f"dataset.label {train.label!r} has no rows of class {shown} of 0..{train.num_classes - 1} (integer "
+            f"labels are class indices): the model learns {train.num_classes} classes, {len(missing)} never seen; "
+            "number the classes from 0, or give them as text")  # fmt: skip

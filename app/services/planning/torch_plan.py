@@ -20,7 +20,7 @@ from app.services import checkpoints
 from app.services.datasets import schema as data
 from app.services.datasets.deferred import before_spark_job
 from app.services.planning.categories import kept_categories, read_categories, spark_reads_them
-from app.services.planning.labels import class_count, resolve_classes
+from app.services.planning.labels import class_count, resolve_classes, unused_classes
 from workers import cluster, storage
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
@@ -275,6 +275,9 @@ def plan_torch(
         raise ValidationFailed.at(exc.path, exc.message) from exc
     network = spec_to_dict(spec)
     warnings = ignored_settings(options, sharing, parameters)
+    if class_labels is None and ds.task == "classification" and train.sequence is None:
+        unused = unused_classes(train, schema[train.label or ""])
+        warnings = (*warnings, unused) if unused else warnings
     if validation is not None and _given(options, "validation_fraction"):
         warnings = (*warnings, "training.validation_fraction is not used: validation names the validation data")
     if options.resume_from is not None and options.init_from is not None:

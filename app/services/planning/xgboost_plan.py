@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainRequest
-from app.services.planning.labels import resolve_classes
+from app.services.planning.labels import resolve_classes, unused_classes
 from app.services.planning.tabular import check_tabular
 from workers import cluster
 from workers.data.spec import ResolvedDataset
@@ -54,6 +54,8 @@ def plan_xgboost(
         raise ValidationFailed.at("params.num_round", f"at most {settings.max_epochs * 100} rounds on this service")
 
     warnings = list(spec.warnings)
+    if train.task == "classification" and (unused := unused_classes(train, schema[train.label or ""])):
+        warnings.append(unused)
     if validation is not None and "validation_fraction" in (request.params or {}):
         warnings.append("params.validation_fraction is not used: validation names the validation data")
     elif request.dataset.split is not None and "validation_fraction" in (request.params or {}):
