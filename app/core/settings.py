@@ -16,6 +16,7 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.core.auth import OWNER_PATTERN, ApiKey, parse_api_keys
+from app.core.urls import check_broker_url, check_database_url, overlap
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout (or install) root: ``spark-conf/`` and ``datasets/`` live here."""
@@ -82,46 +83,6 @@ SPARK_MASTER = re.compile(
     r"^(local(\[(\*|[1-9]\d*)(,[0-9]+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s)://\S+|yarn)$"
 )
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://\S+$")  # scheme://rest; a one-letter scheme is a Windows drive
-
-
-def _check_database_url(url: str) -> None:
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
-    what = "SPARKTRAIN_DATABASE_URL must be a SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db or sqlite:///path"
-    try:
-        make_url(url).get_dialect()
-    except NoSuchModuleError:  # before ArgumentError, its base class
-        raise ValueError(f"{what}; SQLAlchemy knows no such dialect") from None
-    except (ArgumentError, ValueError):
-        raise ValueError(f"{what}; it does not parse") from None
-
-
-def _overlap(a: Path, b: Path) -> bool:
-    """Whether one of two resolved directories is, or holds, the other."""
-    return a == b or a in b.parents or b in a.parents
-
-
-def _check_broker_url(url: str) -> None:
-    from kombu.transport import TRANSPORT_ALIASES
-    from kombu.utils.url import url_to_parts
-
-    what = "SPARKTRAIN_BROKER_URL must be a Celery broker URL, e.g. redis://host:6379/0"
-    try:
-        scheme = url_to_parts(url).scheme if "://" in url else ""
-    except ValueError:  # a port that is not a number
-        raise ValueError(f"{what}; it does not parse") from None
-    if scheme.split("+")[0] not in TRANSPORT_ALIASES:
-        raise ValueError(f"{what}; kombu has no transport {scheme!r}" if scheme else f"{what}; it has no scheme://")
-    from kombu.utils.url import parse_url
-
-    try:  # kombu reads the query's parameters beside the URL's parts: ?password= beside the user part's
-        parse_url(url)
-    except TypeError:  # dict() got multiple values for keyword argument 'password' (not shown: it may be one)
-        raise ValueError(
-            f"{what}; a query parameter repeats a part of the URL (password, userid, hostname, port, virtual_host or "
-            "transport): kombu takes those from the URL itself, e.g. redis://:PASSWORD@host:6379/0"
-        ) from None
 
 
 class Settings(BaseSettings):
@@ -320,7 +281,7 @@ class Settings(BaseSettings):
     @classmethod
     def _url(cls, value: str, info: ValidationInfo) -> str:
         if value:
-            (_check_database_url if info.field_name == "database_url" else _check_broker_url)(value)
+            (check_database_url if info.field_name == "database_url" else check_broker_url)(value)
         return value
 
     @field_validator("artifact_store")
@@ -388,19 +349,19 @@ class Settings(BaseSettings):
         updates["artifact_root"] = artifacts = self.artifact_root.resolve()
         spaces = updates["owner_root"] = self.owner_root.resolve() if self.owner_root is not None else None
         for root in updates["data_roots"]:
-            if spaces is not None and _overlap(spaces, root):
+            if spaces is not None and overlap(spaces, root):
                 problems.append(
                     f"SPARKTRAIN_OWNER_ROOT {spaces} and the data root {root} overlap: every key could read the "
                     "spaces through the data root; put them side by side"
                 )
-            if _overlap(root, artifacts) or root == var or root in var.parents:
-                what = f"the artifact root {artifacts}" if _overlap(root, artifacts) else f"the var dir {var}"
+            if overlap(root, artifacts) or root == var or root in var.parents:
+                what = f"the artifact root {artifacts}" if overlap(root, artifacts) else f"the var dir {var}"
                 problems.append(
                     f"SPARKTRAIN_DATA_ROOTS: {root} and {what} overlap: every key could read other owners' models "
                     "and the service's own files as datasets (and write batch predictions among them); put the "
                     "data roots beside them"
                 )
-        if spaces is not None and (_overlap(spaces, artifacts) or spaces == var or spaces in var.parents):
+        if spaces is not None and (overlap(spaces, artifacts) or spaces == var or spaces in var.parents):
             problems.append(
                 f"SPARKTRAIN_OWNER_ROOT {spaces} overlaps the artifact root {artifacts} or holds the var dir {var}: "
                 "an owner's space would hold other owners' models; put it beside them"
