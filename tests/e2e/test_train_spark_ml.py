@@ -13,7 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.helpers import Service, taxi_request
+from tests.helpers import TAXI_FEATURES, Service, problem, taxi_request
+
+REPO = Path(__file__).resolve().parents[2]
+RATE_NAMES = {1: "standard", 2: "jfk", 3: "newark", 5: "negotiated"}
 
 
 @pytest.fixture
@@ -61,6 +64,8 @@ def test_random_forest_end_to_end(svc: Service) -> None:
     metrics = svc.client.get(f"/jobs/{job['id']}/metrics").json()["metrics"]
     assert [m["step"] for m in metrics if m["key"] == "cv_rmse"] == [1, 2, 3, 4]
     assert any(m["key"] == "validation_rmse" for m in metrics)
+    # after the 2 x 2 cross-validation fits (not mid-curve at step 2): the model fitted on all rows is the fifth
+    assert {m["step"] for m in metrics if m["key"].startswith("validation_")} == {5}
     assert (
         svc.client.get(f"/jobs/{job['id']}/metrics", params={"key": "cv_rmse", "since_step": 2}).json()["metrics"][0][
             "step"
@@ -158,6 +163,59 @@ def test_idempotency_key(service: Service) -> None:
     other = service.client.post("/train", json=taxi_request("idem-2"), headers={"Idempotency-Key": "abc"})
     assert other.status_code == 409
     service.wait(first["id"], {"SUCCEEDED"})
+
+
+def test_string_class_labels_are_sorted_as_every_familys(make_service: Callable[..., Any], tmp_path: Path) -> None:
+    """Spark ML indexes string labels in sorted order, as xgboost does for the same data (its e2e test): by frequency
+    (StringIndexer's default) "standard", the most common rate, was class 0. The classes are read from every row of
+    the training data, so a held-out share does not lose a rare one either."""
+    data = tmp_path / "data"
+    data.mkdir()
+    taxi = pd.read_parquet(REPO / "datasets" / "taxi" / "train.parquet")
+    taxi.assign(rate_name=taxi["rate_code"].map(RATE_NAMES)).to_parquet(data / "rates.parquet")
+    features = [f for f in TAXI_FEATURES if f != "rate_code"]
+    body = {"name": "rate-rf", "framework": "spark_ml",
+            "dataset": {"uri": "rates.parquet", "features": features, "label": "rate_name", "task": "classification"},
+            "params": {"algorithm": "random_forest", "numTrees": 20, "maxDepth": 8}}  # fmt: skip
+    with make_service(data_roots=[data]) as svc:
+        job = svc.done("/train", body)
+        assert job["result"]["validation"]["accuracy"] > 0.95
+        version = svc.client.get("/models/rate-rf/versions/1").json()
+        assert version["params"]["class_labels"] == ["jfk", "negotiated", "newark", "standard"]
+        # the rare rates: none is "standard", and a name off the index's order would get few of them right (the
+        # forest gets about 70%)
+        rows = taxi[taxi["rate_code"] != 1].head(40)
+        answer = svc.client.post("/predict", json={"model": {"name": "rate-rf"},
+                                                   "dataframe_records": rows[features].to_dict("records")})  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        named = [RATE_NAMES[c] for c in rows["rate_code"]]
+        assert np.mean([a == b for a, b in zip(answer.json()["predictions"], named, strict=True)]) > 0.5
+        # a binomial logistic regression of these 4 classes: a 422 at once (planning counts the classes for it)
+        binomial = {**body, "name": "rate-lr", "params": {"algorithm": "logistic_regression", "family": "binomial"}}
+        refused = problem(svc.client.post("/train", json=binomial), 422)
+        assert refused["errors"][0]["loc"] == "params.family" and "4" in refused["detail"], refused
+
+
+def test_values_spark_would_fail_on_are_422s(service: Service) -> None:
+    """Each passed validation and then failed the job inside Spark (IllegalArgumentException)."""
+    before = service.client.get("/jobs").json()["items"]
+    for params, where in [
+        ({"algorithm": "random_forest", "featureSubsetStrategy": "0"}, "params.featureSubsetStrategy"),
+        ({"algorithm": "random_forest", "featureSubsetStrategy": "nan"}, "params.featureSubsetStrategy"),
+        ({"algorithm": "random_forest", "grid": {"featureSubsetStrategy": ["sqrt", "2.5"]}},
+         "params.grid.featureSubsetStrategy"),
+        ({"algorithm": "linear_regression", "loss": "huber", "elasticNetParam": 0.5}, "params.elasticNetParam"),
+    ]:  # fmt: skip
+        body = problem(service.client.post("/train", json=taxi_request("refused", **params)), 422)
+        assert body["errors"][0]["loc"] == where, body
+    assert service.client.get("/jobs").json()["items"] == before
+
+
+def test_num_folds_without_a_grid_warns(service: Service) -> None:
+    job = service.done("/train", taxi_request("one-point", algorithm="linear_regression", num_folds=2))
+    assert "num_folds without a grid: cross-validates the one configuration (2 fits) and trains it once more on all " \
+        "rows" in job["warnings"]  # fmt: skip
+    assert job["result"]["cross_validation"]["grid"][0]["params"] == {}
 
 
 def _bad_taxi(path: Path) -> Path:

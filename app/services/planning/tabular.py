@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.errors import ValidationFailed
 from app.schemas.train import TrainRequest
+from app.services.planning.labels import INTEGER_TYPES, resolve_classes
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
 from workers.training.spark_ml.spec import SparkMLPlan, parse_spark_ml_params
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def check_tabular(request: TrainRequest, train: Any, *, family: str, normalize_hint: str) -> None:
@@ -25,12 +29,33 @@ def check_tabular(request: TrainRequest, train: Any, *, family: str, normalize_h
         raise ValidationFailed.at("dataset.sequence", "sequence datasets train lstm/gru networks (framework torch)")
 
 
-def plan_spark_ml(*, request: TrainRequest, train: ResolvedDataset, validation: ResolvedDataset | None) -> SparkMLPlan:
+def plan_spark_ml(
+    *,
+    request: TrainRequest,
+    train: ResolvedDataset,
+    validation: ResolvedDataset | None,
+    schema: dict[str, str] | None = None,
+    spark: SparkSession | None = None,
+) -> SparkMLPlan:
     check_tabular(
         request, train, family="spark_ml", normalize_hint="spark_ml scales features itself (params.standardize)"
     )
+    classes = train.num_classes
+    dtype = (schema or {}).get(train.label or "")
+    if classes is None and spark is not None and dtype in (*INTEGER_TYPES, "string") and _binomial(request.params):
+        # counted only for a binomial family (Spark refuses more than 2 classes): resolve_classes refuses labels
+        # Spark ML takes otherwise (fractional ones, a single class)
+        classes = resolve_classes(train, dtype, spark)[0].num_classes
     try:
-        spec = parse_spark_ml_params(request.params, task=request.dataset.task)
+        spec = parse_spark_ml_params(request.params, task=request.dataset.task, num_classes=classes)
     except SpecError as exc:
         raise ValidationFailed.at(exc.path, exc.message) from exc
     return SparkMLPlan(train=train, validation=validation, spec=spec)
+
+
+def _binomial(params: dict[str, Any] | None) -> bool:
+    """Whether a logistic regression's family is (or is searched over) binomial."""
+    params = params or {}
+    grid = params.get("grid")
+    searched = grid.get("family") if isinstance(grid, dict) else None
+    return params.get("family") == "binomial" or (isinstance(searched, list) and "binomial" in searched)

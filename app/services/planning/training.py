@@ -86,7 +86,7 @@ def plan_training(
             request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark, db=db
         )
     if request.framework == "spark_ml":
-        return plan_spark_ml(request=request, train=train, validation=validation)
+        return plan_spark_ml(request=request, train=train, validation=validation, schema=schema, spark=spark)
     if request.framework == "xgboost":
         return plan_xgboost(
             request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark
@@ -152,7 +152,7 @@ def plan_deferred(
         check_tabular(request, seen, family=request.framework, normalize_hint=hint)
         try:
             if request.framework == "spark_ml":
-                parse_spark_ml_params(request.params, task=ds.task)
+                parse_spark_ml_params(request.params, task=ds.task, num_classes=ds.num_classes)
             elif ds.task == "regression" or ds.num_classes is not None:
                 spec = parse_xgboost_params(request.params, task=ds.task, num_classes=ds.num_classes)
                 workers = spec.num_workers or 1

@@ -61,7 +61,7 @@ def train(ctx: JobContext, plan: SparkMLPlan) -> JobOutcome:
     train_df = train_df.cache()
     try:
         return _fit(ctx, replace(plan, train=ds), train_df, val_df, {"train": rows, "validation": val_rows}, dropped,
-                    given=encoded)  # fmt: skip
+                    given=encoded, labelled=fit_on)  # fmt: skip
     finally:
         train_df.unpersist()
 
@@ -75,9 +75,11 @@ def _fit(
     dropped: int,
     *,
     given: Encoded,
+    labelled: DataFrame,
 ) -> JobOutcome:
+    """``labelled``: the training data's rows, held-out ones too, that string class labels are read from."""
     from pyspark.ml import Pipeline
-    from pyspark.ml.feature import StandardScaler, StringIndexer, VectorAssembler
+    from pyspark.ml.feature import StandardScaler, StringIndexerModel, VectorAssembler
 
     spec, ds = plan.spec, plan.train
     assert ds.label is not None
@@ -85,15 +87,16 @@ def _fit(
     stages: list[Any] = []
     if spec.task == "classification" and dict(train_df.dtypes)[ds.label] == "string":
         # The label mapping is applied to the data, not saved in the pipeline: the saved model must predict on
-        # rows that have no label. The labels are stored with the version (params.labels).
-        indexer = StringIndexer(inputCol=ds.label, outputCol=LABEL_INDEX_COL, handleInvalid="error")
-        indexer_model = indexer.fit(train_df)
-        labels = list(indexer_model.labels)
-        where = plan.validation.path if plan.validation is not None else f"{ds.path} (its held-out rows)"
-        val_df = drop_or_refuse_unknown(ctx, val_df, ds.label, labels, where=where,
-                                        bad_rows=(plan.validation or ds).bad_rows)  # fmt: skip
-        train_df, val_df = indexer_model.transform(train_df), indexer_model.transform(val_df)
+        # rows that have no label. The labels are stored with the version (params.class_labels).
+        labels = _class_labels(labelled, ds.label)
+        indexer = StringIndexerModel.from_labels(labels, ds.label, LABEL_INDEX_COL, handleInvalid="error")
+        if plan.validation is not None:  # a held-out share's labels are classes: they were read from its rows too
+            val_df = drop_or_refuse_unknown(ctx, val_df, ds.label, labels, where=plan.validation.path,
+                                            bad_rows=plan.validation.bad_rows)  # fmt: skip
+        train_df, val_df = indexer.transform(train_df), indexer.transform(val_df)
         label_col = LABEL_INDEX_COL
+    if spec.task == "classification" and "binomial" in _families(spec):
+        _check_binomial(train_df, label_col, labels)
     raw = "_features_raw" if spec.standardize else FEATURES_COL
     stages.append(VectorAssembler(inputCols=list(ds.features), outputCol=raw, handleInvalid="error"))
     if spec.standardize:
@@ -117,8 +120,9 @@ def _fit(
         val_metrics = validation_metrics(spec.task, label_col, predictions)
     finally:
         predictions.unpersist()
-    total_steps = max(1, len(cv_table))
-    ctx.metrics(MetricPoint(f"validation_{k}", v, step=total_steps) for k, v in val_metrics.items())
+    # The step of the last fit: the model fitted on all the training rows after the cross-validation's fits.
+    final_fit = spec.cv_fits + 1
+    ctx.metrics(MetricPoint(f"validation_{k}", v, step=final_fit) for k, v in val_metrics.items())
 
     params = {
         "algorithm": spec.algorithm,
@@ -161,6 +165,34 @@ def _fit(
     )
 
 
+def _class_labels(df: DataFrame, label: str) -> list[str]:
+    """The distinct string labels of ``df`` in sorted order, as every family indexes them (docs/datasets.md; Spark's
+    StringIndexer would order them by frequency, which changes with the data)."""
+    from pyspark.sql import functions as F
+
+    rows = df.select(label).where(F.col(label).isNotNull()).distinct().collect()
+    return sorted(str(r[0]) for r in rows)
+
+
+def _families(spec: SparkMLSpec) -> tuple[Any, ...]:
+    return spec.grid.get("family") or (spec.params.get("family", "auto"),)
+
+
+def _check_binomial(df: DataFrame, label_col: str, labels: list[str] | None) -> None:
+    """A binomial logistic regression of more than 2 classes, which planning could not count: refused before Spark
+    fails the fit with "Binomial family only supports 1 or 2 outcome classes"."""
+    from pyspark.sql import functions as F
+
+    if labels is not None:
+        classes = len(labels)
+    else:  # Spark counts integer labels 0..k-1 as the largest + 1
+        top = df.agg(F.max(label_col)).first()
+        classes = 0 if top is None or top[0] is None else int(top[0]) + 1
+    if classes > 2:
+        raise JobFailure("INVALID_REQUEST", f"params.family: binomial supports 1 or 2 classes and the label has "
+                         f"{classes}: use auto or multinomial")  # fmt: skip
+
+
 def _estimator(spec: SparkMLSpec, label_col: str, weight: str | None) -> Estimator[Any]:
     module, _, cls = spec.estimator_class.rpartition(".")
     estimator = getattr(importlib.import_module(module), cls)(featuresCol=FEATURES_COL, labelCol=label_col)
@@ -200,6 +232,9 @@ def _cross_validate(
     done = sum(m is not None for row in metrics for m in row)
     resumed = f"; {done} done before, continuing from checkpoint {plan.resume.checkpoint_id}" if plan.resume else ""
     ctx.log(f"cross-validating {len(param_maps)} parameter combinations x {folds} folds = {total} fits{resumed}")
+    if not names and plan.resume is None:  # a retry's first attempt said so already
+        ctx.warn(f"num_folds without a grid: cross-validates the one configuration ({total} fits) and trains it once "
+                 "more on all rows")  # fmt: skip
     splits = CrossValidator(
         estimator=pipeline, estimatorParamMaps=param_maps, evaluator=evaluator, numFolds=folds, seed=spec.seed
     )._kFold(train_df)

@@ -8,6 +8,7 @@ table cannot drift from Spark.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -44,6 +45,22 @@ def _fraction(v: Any) -> bool:
     return bool(0 < v <= 1)
 
 
+_STRATEGIES = ("auto", "all", "onethird", "sqrt", "log2")
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _feature_subset(v: str) -> bool:
+    """Spark's rule (``TreeEnsembleParams.featureSubsetStrategy``): a named strategy in any case, a whole number
+    ``n >= 1`` that a Java ``int`` holds, or a fraction in (0, 1]. Numbers are matched as text first: Python's
+    ``float`` also reads ``nan``, ``inf`` and ``1_0``, which Spark refuses."""
+    if v.lower() in _STRATEGIES:
+        return True
+    if _WHOLE.fullmatch(v):
+        return len(v.lstrip("+-").lstrip("0")) <= 10 and 1 <= int(v) <= INT32_MAX
+    return bool(_DECIMAL.fullmatch(v)) and 0 < float(v) <= 1
+
+
 MAX_BINS = 65_536
 """Bins per continuous feature (Spark's maxBins, xgboost's max_bin): each costs memory per node on every executor;
 xgboost failed on 2**31 with a C++ backtrace, and Spark on 10**12 with a ClassCastException."""
@@ -60,8 +77,8 @@ _TREE = {
     "bootstrap": ParamRule(bool),
     "featureSubsetStrategy": ParamRule(
         str,
-        lambda v: v in {"auto", "all", "onethird", "sqrt", "log2"} or _is_number(v),
-        "auto, all, onethird, sqrt, log2, a fraction in (0, 1] or a count",
+        _feature_subset,
+        "auto, all, onethird, sqrt, log2, a whole number n >= 1 or a fraction in (0, 1], as text",
     ),
 }
 _LINEAR = {
@@ -176,14 +193,6 @@ class SparkMLPlan:
     """Set on a retry of a cross-validation that continues from a checkpoint (app/services/resume.py)."""
 
 
-def _is_number(v: Any) -> bool:
-    try:
-        float(v)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 _KINDS = {bool: "true or false", int: "a whole number", float: "a finite number", str: "text"}
 
 
@@ -223,8 +232,47 @@ def _unknown(path: str, name: str, allowed: Mapping[str, Any], algorithm: str) -
     )
 
 
-def parse_spark_ml_params(params: Mapping[str, Any] | None, *, task: Task | None) -> SparkMLSpec:
-    """Validate ``params`` of a spark_ml training request (paths in errors start at ``params``)."""
+def _searched(
+    name: str, params: Mapping[str, Scalar], grid: Mapping[str, tuple[Scalar, ...]], default: Scalar
+) -> tuple[str, tuple[Scalar, ...]]:
+    """Where a parameter is given and the values the job fits it with (fixed, searched or Spark's default)."""
+    if name in grid:
+        return f"params.grid.{name}", grid[name]
+    return f"params.{name}", (params.get(name, default),)
+
+
+def _check_together(
+    algorithm: str,
+    params: Mapping[str, Scalar],
+    grid: Mapping[str, tuple[Scalar, ...]],
+    num_classes: int | None,
+) -> None:
+    """Values each valid alone that Spark refuses together when it fits (the ``require``s of ``LinearRegression``
+    and ``LogisticRegression``), refused here if any combination the job fits has them."""
+    if algorithm == "linear_regression":
+        where, losses = _searched("loss", params, grid, "squaredError")
+        if "huber" in losses:
+            path, nets = _searched("elasticNetParam", params, grid, 0.0)
+            bad = [v for v in nets if isinstance(v, float) and v > 0]
+            if bad:
+                raise SpecError(path, f"must be 0 with loss huber ({where}): Spark's LinearRegression with huber "
+                                f"loss supports only L2 regularization; got {shown(bad[0])}")  # fmt: skip
+            path, solvers = _searched("solver", params, grid, "auto")
+            if "normal" in solvers:
+                raise SpecError(path, f"normal does not work with loss huber ({where}) in Spark's LinearRegression: "
+                                "use auto or l-bfgs")  # fmt: skip
+    if algorithm == "logistic_regression" and num_classes is not None and num_classes > 2:
+        path, families = _searched("family", params, grid, "auto")
+        if "binomial" in families:
+            raise SpecError(path, f"binomial supports 1 or 2 classes and the label has {num_classes}: use auto or "
+                            "multinomial")  # fmt: skip
+
+
+def parse_spark_ml_params(
+    params: Mapping[str, Any] | None, *, task: Task | None, num_classes: int | None = None
+) -> SparkMLSpec:
+    """Validate ``params`` of a spark_ml training request (paths in errors start at ``params``). ``num_classes``:
+    a classification label's classes, when known, so that a binomial logistic regression of more is refused."""
     params = dict(params or {})
     algorithm = params.get("algorithm")
     if algorithm is None:
@@ -281,6 +329,7 @@ def parse_spark_ml_params(params: Mapping[str, Any] | None, *, task: Task | None
     if not isinstance(standardize, bool):
         raise SpecError("params.standardize", f"must be true or false, got {standardize!r}")
     seed = check_seed(params.get("seed", 42))
+    _check_together(algorithm, estimator_params, grid, num_classes)
     fraction = params.get("validation_fraction", 0.2)
     if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
         raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {fraction!r}")

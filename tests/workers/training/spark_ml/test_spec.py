@@ -78,3 +78,117 @@ def test_table_matches_pyspark(spark: Any) -> None:
             estimator = getattr(importlib.import_module(module), name)()
             missing = [p for p in rules if not estimator.hasParam(p)]
             assert missing == [], f"{class_path} has no {missing}"
+
+
+SPARK_ACCEPTS = ["auto", "SQRT", "Log2", "1", "+3", "2147483647", "1.0", "0.5", ".5", "1.", "1e-1", "4.9e-324"]
+SPARK_REFUSES = ["0", "-1", "nan", "NaN", "2.5", "1.5", "0.0", "-0.5", "inf", "Infinity", "1e400", "3000000000",
+                 "1_0", "0x10", "half", "", "9" * 5000]  # fmt: skip
+
+
+@pytest.mark.parametrize("value", SPARK_REFUSES)
+def test_feature_subset_strategies_spark_refuses_are_422s(value: str) -> None:
+    """Each failed the job inside Spark with an IllegalArgumentException; now the request names the field."""
+    forest = {"algorithm": "random_forest"}
+    with pytest.raises(SpecError) as info:
+        parse_spark_ml_params({**forest, "featureSubsetStrategy": value}, task="classification")
+    assert info.value.path == "params.featureSubsetStrategy" and "a whole number n >= 1" in info.value.message
+    with pytest.raises(SpecError) as info:
+        parse_spark_ml_params({**forest, "grid": {"featureSubsetStrategy": ["sqrt", value]}}, task="regression")
+    assert info.value.path == "params.grid.featureSubsetStrategy"
+
+
+def test_feature_subset_strategy_follows_sparks_own_rule(spark: Any) -> None:
+    """What the JVM's parameter validator says of each value (it runs when pyspark hands the parameter over) is what
+    the spec says. Spark also takes " 0.5" and "0.5d" (Java's number parsing), which the spec refuses."""
+    from pyspark.ml.regression import RandomForestRegressor
+
+    def spark_takes(value: str) -> bool:
+        try:
+            RandomForestRegressor(featureSubsetStrategy=value)._transfer_params_to_java()
+        except Exception as exc:  # py4j's IllegalArgumentException, converted by pyspark
+            assert "featureSubsetStrategy" in str(exc)
+            return False
+        return True
+
+    def ours(value: str) -> bool:
+        try:
+            parse_spark_ml_params({"algorithm": "random_forest", "featureSubsetStrategy": value}, task="regression")
+        except SpecError:
+            return False
+        return True
+
+    values = SPARK_ACCEPTS + SPARK_REFUSES[:-1]  # Java reads 5,000 digits too, to a number > 1
+    assert {v: ours(v) for v in values} == {v: spark_takes(v) for v in values}
+    assert {v: spark_takes(v) for v in values} == {v: v in SPARK_ACCEPTS for v in values}
+    assert spark_takes(" 0.5") and not ours(" 0.5")
+
+
+@pytest.mark.parametrize(
+    ("params", "path", "words"),
+    [
+        ({"loss": "huber", "elasticNetParam": 0.5}, "params.elasticNetParam", "must be 0 with loss huber"),
+        ({"loss": "huber", "grid": {"elasticNetParam": [0.0, 1.0]}}, "params.grid.elasticNetParam", "got 1.0"),
+        ({"elasticNetParam": 0.2, "grid": {"loss": ["squaredError", "huber"]}}, "params.elasticNetParam",
+         "huber (params.grid.loss)"),
+        ({"loss": "huber", "solver": "normal"}, "params.solver", "use auto or l-bfgs"),
+        ({"loss": "huber", "grid": {"solver": ["l-bfgs", "normal"]}}, "params.grid.solver", "use auto or l-bfgs"),
+    ],
+)  # fmt: skip
+def test_huber_with_l1_or_the_normal_solver_is_a_422(params: dict[str, Any], path: str, words: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spark_ml_params({"algorithm": "linear_regression", **params}, task="regression")
+    assert info.value.path == path and words in info.value.message, info.value
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"loss": "huber"},
+        {"loss": "huber", "elasticNetParam": 0, "solver": "l-bfgs", "regParam": 0.1},
+        {"loss": "squaredError", "elasticNetParam": 0.5, "solver": "normal"},
+        {"grid": {"loss": ["squaredError", "huber"], "regParam": [0.0, 0.1]}},
+    ],
+)
+def test_huber_with_l2_is_taken(params: dict[str, Any]) -> None:
+    parse_spark_ml_params({"algorithm": "linear_regression", **params}, task="regression")
+
+
+@pytest.mark.parametrize(
+    ("params", "path"),
+    [
+        ({"family": "binomial"}, "params.family"),
+        ({"grid": {"family": ["multinomial", "binomial"]}}, "params.grid.family"),
+    ],
+)
+def test_binomial_of_more_than_two_classes_is_a_422(params: dict[str, Any], path: str) -> None:
+    logistic = {"algorithm": "logistic_regression", **params}
+    with pytest.raises(SpecError) as info:
+        parse_spark_ml_params(logistic, task="classification", num_classes=3)
+    assert info.value.path == path and "the label has 3" in info.value.message
+    for known in (2, None):  # two classes, or a count the planner does not know (the job checks it)
+        parse_spark_ml_params(logistic, task="classification", num_classes=known)
+    parse_spark_ml_params({"algorithm": "logistic_regression", "family": "multinomial"}, task="classification",
+                          num_classes=3)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("estimator", "params", "classes"),
+    [
+        ("LinearRegression", {"loss": "huber", "elasticNetParam": 0.5}, 0),
+        ("LinearRegression", {"loss": "huber", "solver": "normal"}, 0),
+        ("LogisticRegression", {"family": "binomial"}, 3),
+    ],
+)
+def test_what_is_refused_is_what_spark_fails(spark: Any, estimator: str, params: dict[str, Any], classes: int) -> None:
+    """The combinations refused above fail Spark's own fit; the same estimator with the conflict removed fits."""
+    import pyspark.ml.classification
+    import pyspark.ml.regression
+    from pyspark.ml.linalg import Vectors
+
+    cls = getattr(pyspark.ml.regression, estimator, None) or getattr(pyspark.ml.classification, estimator)
+    rows = [(Vectors.dense([float(i), float(i % 3)]), float(i % 3 if classes else i)) for i in range(12)]
+    frame = spark.createDataFrame(rows, ["features", "label"])
+    with pytest.raises(Exception, match=r"huber loss|Binomial family only supports"):
+        cls(**params).fit(frame)
+    fixed = {**params, "elasticNetParam": 0.0, "solver": "auto"} if classes == 0 else {"family": "multinomial"}
+    cls(maxIter=5, **fixed).fit(frame)
