@@ -28,8 +28,9 @@ SCHEME = "bearerAuth"
 
 def public_paths(app: Any, *, metrics: bool = False) -> frozenset[str]:
     """The paths anyone may call: health checks, the OpenAPI document and the pages that show it (their assets,
-    under ``docs.ASSETS``, too), the console's pages, and ``/metrics`` with SPARKTRAIN_METRICS_PUBLIC."""
-    paths = HEALTH_PATHS | docs.PAGES | {CONSOLE} | ({app.openapi_url} if app.openapi_url else set())
+    under ``docs.ASSETS``, too), the console's pages and ``/`` (a redirect to them), and ``/metrics`` with
+    SPARKTRAIN_METRICS_PUBLIC."""
+    paths = HEALTH_PATHS | docs.PAGES | {CONSOLE, "/"} | ({app.openapi_url} if app.openapi_url else set())
     return paths | {METRICS} if metrics else paths
 
 

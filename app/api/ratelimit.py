@@ -43,7 +43,8 @@ class RateLimit:
                 wait = 0.0
             if wait > 0:
                 error = TooManyRequests(
-                    f"This API key may make {rate} requests a second (quota requests_per_s of {caller.owner!r}); "
+                    f"This API key may make {rate} request{'' if rate == 1 else 's'} a second (quota "
+                    f"requests_per_s of {caller.owner!r}); "
                     f"try again in {wait:.2f} s.",
                     headers={"Retry-After": str(max(1, math.ceil(wait)))},
                     quota="requests_per_s",

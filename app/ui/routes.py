@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
@@ -88,6 +88,42 @@ def models_page(request: Request) -> HTMLResponse:
 @router.get("/ui/cluster")
 def cluster_page(request: Request) -> HTMLResponse:
     return _page(request, "cluster")
+
+
+def _redirect(request: Request, path: str) -> RedirectResponse:
+    """To the console page at ``path``, keeping the query (its filters). The API answers a trailing slash with a 404
+    that names the path (app/main.py says why); these are pages a person types or bookmarks."""
+    query = request.url.query
+    return RedirectResponse(
+        f"{request.scope.get('root_path', '')}{path}{'?' + query if query else ''}", status_code=307
+    )
+
+
+@router.get("/")
+def root_page(request: Request) -> RedirectResponse:
+    return _redirect(request, "/ui")
+
+
+@router.get("/ui/")
+@router.get("/ui/jobs")
+@router.get("/ui/jobs/")
+def jobs_page_elsewhere(request: Request) -> RedirectResponse:
+    return _redirect(request, "/ui")
+
+
+@router.get("/ui/compare/")
+def compare_page_elsewhere(request: Request) -> RedirectResponse:
+    return _redirect(request, "/ui/compare")
+
+
+@router.get("/ui/models/")
+def models_page_elsewhere(request: Request) -> RedirectResponse:
+    return _redirect(request, "/ui/models")
+
+
+@router.get("/ui/cluster/")
+def cluster_page_elsewhere(request: Request) -> RedirectResponse:
+    return _redirect(request, "/ui/cluster")
 
 
 @router.get(PLOTLY)

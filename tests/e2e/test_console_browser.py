@@ -8,7 +8,8 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def _until(driver: Any, condition: Callable[[Any], Any], what: str, timeout: flo
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    # The jobs page redraws its rows every 2 s: an element found a moment ago may be gone.
+    # The jobs page refreshes every 2 s: a row found a moment ago may be gone (filtered out), a cell rebuilt.
     wait = WebDriverWait(driver, timeout, poll_frequency=0.25, ignored_exceptions=[StaleElementReferenceException])
     return wait.until(condition, message=what)
 
@@ -111,6 +112,47 @@ def _download(driver: Any, button: Any, directory: Path) -> Path:
     what = f"{button.text} downloads"
     button.click()
     return Path(_until(driver, lambda d: [p for p in directory.iterdir() if p.suffix != ".crdownload"], what, 120)[0])
+
+
+_PATHS = {
+    JobStatus.SUCCEEDED: (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.SUCCEEDED),
+    JobStatus.RUNNING: (JobStatus.STARTING, JobStatus.RUNNING),
+    JobStatus.FAILED: (JobStatus.FAILED,),
+    JobStatus.CANCELLED: (JobStatus.CANCELLED,),
+}
+
+
+def _fake_job(svc: Service, name: str, status: JobStatus, *, points: Iterable[dict[str, Any]] = (),
+              framework: str | None = "torch", request: dict[str, Any] | None = None, job_type: str = "train",
+              parent_id: str | None = None, trial: int | None = None, **values: Any) -> str:  # fmt: skip
+    """A job written as a runner would have left it (no Spark): ``status`` reached by the usual transitions, its last
+    one writing ``values`` (a RUNNING one gets a heartbeat an hour ahead, so no reconciler takes it for lost)."""
+    with transaction(svc.runtime.db) as s:
+        row, _ = jobs.create_job(session=s, job_type=job_type, request=request or {"name": name}, framework=framework,
+                                 name=name, parent_id=parent_id, trial=trial)  # fmt: skip
+        job_id = row.id
+    now = utcnow()
+    ended = {} if status == JobStatus.RUNNING else {"finished_at": now}
+    last = {"started_at": now, "heartbeat_at": now + timedelta(hours=1), **ended, **values}
+    with transaction(svc.runtime.db) as s:
+        source = JobStatus.QUEUED
+        for target in _PATHS[status]:
+            extra = last if target == status else {}
+            assert jobs.transition(session=s, job_id=job_id, sources=[source], target=target, **extra)
+            source = target
+        jobs.add_metrics(session=s, job_id=job_id, points=list(points))
+    return job_id
+
+
+def _ended(driver: Any) -> None:
+    """Wait until the job page has read every event of an ended job (and drawn its charts)."""
+    from selenium.webdriver.common.by import By
+
+    _until(driver, lambda d: "ended" in d.find_element(By.ID, "log-state").text, "every event is read", 60)
+
+
+def _js(driver: Any, script: str, *args: Any) -> Any:
+    return driver.execute_script("return " + script, *args)
 
 
 def _usable(driver: Any) -> None:
@@ -190,14 +232,22 @@ def test_jobs_page_follows_a_job_to_succeeded_and_the_job_page_charts_each_epoch
     assert _outside_requests(browser, svc.url) == []
 
 
-def test_compare_overlays_two_jobs(svc: Service, browser: Any, tmp: Path) -> None:
+def test_compare_overlays_the_metrics_the_jobs_share(svc: Service, browser: Any, tmp: Path) -> None:
+    """Two trained jobs and a third that reports fewer metrics (and one of its own) under a request of another shape:
+    the charts are the metrics all three share, each job in one colour throughout, and the table's rows come in
+    groups whichever job has them."""
     from selenium.webdriver.common.by import By
 
     first = svc.client.get("/jobs", params={"status": "SUCCEEDED", "limit": 1}).json()["items"][0]
     second = svc.wait(svc.train(digits_job("console-b", epochs=2, workers=1, seed=3))["id"], {"SUCCEEDED", "FAILED"})
     assert second["status"] == "SUCCEEDED", second["error"]
+    points = [{"key": k, "step": e, "epoch": e, "value": 1 / e, "worker": None}
+              for e in (1, 2) for k in ("loss", "validation_accuracy")]  # fmt: skip
+    points += [{"key": "only_here", "step": 1, "value": 1.0}, {"key": "wire_bytes_total", "step": 2, "value": 9.0}]
+    third = _fake_job(svc, "console-c", JobStatus.SUCCEEDED, points=points,
+                      request={"name": "console-c", "aaa": 1, "training": {"epochs": 2, "zzz": True}})  # fmt: skip
     browser.get(svc.url + "/ui")
-    for job_id in (first["id"], second["id"]):
+    for job_id in (first["id"], second["id"], third):
         box = f"#jobs tbody tr[data-id='{job_id}'] input[type=checkbox]"
         _until(browser, lambda d, box=box: d.find_elements(By.CSS_SELECTOR, box), "the rows load")
         browser.execute_script("document.querySelector(arguments[0]).click()", box)
@@ -210,9 +260,21 @@ def test_compare_overlays_two_jobs(svc: Service, browser: Any, tmp: Path) -> Non
         "the loss curves overlay",
         timeout=60,
     )
-    assert traces == [3, 2]
-    table = browser.find_element(By.ID, "compare-table").text
-    assert "request.training.epochs" in table and "final validation_accuracy" in table
+    assert traces == [3, 2, 2]
+    charts = _js(browser, "Array.from(document.querySelectorAll('#compare-charts .chart')).map(c => "
+                 "[c.id, c.data.map(t => t.line.color)])")  # fmt: skip
+    assert [c[0] for c in charts] == ["cmp-loss", "cmp-validation_accuracy"], charts
+    swatches = _js(browser, "Array.from(document.querySelectorAll('#compare-table .swatch')).map(s => s.dataset.color)")
+    assert len(set(swatches)) == 3 and all(colors == swatches for _, colors in charts), (charts, swatches)
+    note = browser.find_element(By.ID, "compare-note").text
+    assert note.startswith("Not drawn, reported by only some of these jobs: ") and "only_here" in note
+    assert "wire_bytes_total" not in note  # a total, never overlaid
+    names = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#compare-table tbody th")]
+    groups = [0 if n == "status" else 1 if n.startswith("request.") else 2 if n.startswith("result.") else 3
+              for n in names]  # fmt: skip
+    assert groups == sorted(groups) and names[1] == "request.aaa" and "request.training.zzz" in names, names
+    assert [n for n in names if n.startswith("final ")] == sorted(n for n in names if n.startswith("final "))
+    assert "request.training.epochs" in names and "final validation_accuracy" in names
     _usable(browser)
     _shot(browser, tmp, "compare")
 
@@ -284,10 +346,20 @@ def test_with_api_keys_the_console_asks_for_one_and_shows_only_its_owners_jobs(
             driver.find_element(By.CSS_SELECTOR, "#key-form button").click()
             empty = _until(driver, lambda d: d.find_element(By.ID, "models-empty").text, "an empty state", 30)
             assert empty.startswith("No models yet") and "POST /train" in empty
+            _until(driver, lambda d: d.find_element(By.ID, "who").text == "alice", "the key's owner in the header", 30)
             driver.execute_script("sessionStorage.clear()")
             driver.get(keyed.url + "/ui")
             _until(driver, lambda d: d.find_element(By.ID, "key-form").is_displayed(), "the console asks for a key", 30)
             _shot(driver, tmp, "key-form")
+            driver.find_element(By.ID, "key-input").send_keys("wrong-0123456789abcdef")
+            driver.find_element(By.CSS_SELECTOR, "#key-form button").click()
+            refused = _until(driver, lambda d: d.find_element(By.ID, "key-error").text, "the key is refused", 30)
+            assert refused.startswith("The key was refused")
+            assert driver.execute_script("return sessionStorage.getItem('sparktrain.apiKey')") is None
+            _requested(driver)
+            time.sleep(4.5)  # two of the jobs page's refreshes
+            assert [u for u in _requested(driver) if "/jobs" in u] == [], "the page polls while it asks for a key"
+            assert driver.find_element(By.ID, "who").text == ""
             driver.find_element(By.ID, "key-input").send_keys(ALICE)
             driver.find_element(By.CSS_SELECTOR, "#key-form button").click()
             _until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-id='{mine}']"), "alice's job", 30)
@@ -358,19 +430,175 @@ def test_the_gradient_sharing_panel_draws_each_worker_and_its_phases(svc: Servic
     _shot(browser, tmp, "gradient-sharing")
 
 
+CHART = "const c = document.getElementById(arguments[0]); "
+TICKS = "Array.from(document.querySelectorAll('#' + arguments[0] + ' .xtick text')).map(e => e.textContent)"
+LEGEND = "Array.from(document.querySelectorAll('#' + arguments[0] + ' .legendtext')).map(e => e.textContent)"
+
+
+def test_each_metric_is_charted_by_what_it_is(svc: Service, browser: Any, tmp: Path) -> None:
+    """A torch job of 36 epochs whose two workers report their speed at steps of their own, with the run's totals;
+    and an xgboost job whose metrics are per round (no epoch)."""
+    from selenium.webdriver.common.by import By
+
+    torch_points = [
+        {"key": k, "step": 10 * e, "epoch": e, "value": v, "worker": w}
+        for e in range(1, 37)
+        for k, v, w in (("loss", 1 / e, 0), ("validation_accuracy", 1 - 1 / e, None))
+    ]
+    # worker 0 at odd steps, worker 1 at even ones: summing only the points of a step gave 1,000 for 2,000
+    torch_points += [
+        {"key": "samples_per_s", "step": step, "epoch": 1 + step // 10, "value": 1000.0, "worker": step % 2}
+        for step in range(1, 361)
+    ]
+    torch_points += [{"key": k, "step": 360, "epoch": None, "value": v * (1 + w), "worker": w}
+                     for w in (0, 1) for k, v in (("wire_bytes_total", 300_000.0), ("codec_compression", 3.5),
+                                                  ("dense_steps", 2.0), ("step_events_dropped", 0.0))]  # fmt: skip
+    shapes = _fake_job(svc, "shapes", JobStatus.SUCCEEDED, points=torch_points)
+    browser.get(svc.url + f"/ui/jobs/{shapes}")
+    _ended(browser)
+    assert browser.execute_script(CHART + "return c.data.map(t => t.name)", "chart-validation") == ["accuracy"]
+    ticks = _js(browser, TICKS, "chart-validation")
+    assert 4 <= len(ticks) <= 11 and ticks[0] == "1" and all(t.isdigit() for t in ticks), ticks
+    assert _js(browser, LEGEND, "chart-validation") == ["accuracy"]  # one line, and still its name
+    speed = browser.execute_script(CHART + "return c.data[0].y", "chart-speed")
+    assert len(speed) == 359 and set(speed) == {2000}, sorted(set(speed))
+    assert browser.find_element(By.ID, "chart-other-empty").text.startswith("No other metrics:")
+    totals = browser.find_elements(By.CSS_SELECTOR, "#totals tbody tr")
+    assert {r.get_attribute("data-key"): r.text for r in totals} == {
+        "codec_compression": "codec_compression 3.5 7",
+        "dense_steps": "dense_steps 2 4",
+        "step_events_dropped": "step_events_dropped 0 0",
+        "wire_bytes_total": "wire_bytes_total 300,000 600,000",
+    }
+    assert browser.find_element(By.ID, "result").text == "No result: this job ended without one."
+    _usable(browser)
+    _shot(browser, tmp, "charts-torch")
+
+    rounds = [
+        {"key": k, "step": r, "epoch": None, "value": v / r, "worker": None}
+        for r in range(1, 301)
+        for k, v in (("train_rmse", 3.0), ("validation_rmse", 4.0))
+    ]
+    rounds.append({"key": "validation_mae", "step": 300, "epoch": None, "value": 0.5, "worker": None})
+    xgb = _fake_job(svc, "rounds", JobStatus.SUCCEEDED, framework="xgboost", points=rounds)
+    browser.get(svc.url + f"/ui/jobs/{xgb}")
+    _ended(browser)
+    other = browser.execute_script(CHART + "return [c.layout.xaxis.title.text, c.data.map(t => [t.name, t.x.length])]",
+                "chart-other")  # fmt: skip
+    assert other == ["round", [["train_rmse", 300], ["validation_mae", 1], ["validation_rmse", 300]]]
+    assert not browser.find_element(By.ID, "chart-validation").is_displayed()
+    elsewhere = "\u201cOther metrics by step\u201d"
+    said = browser.find_element(By.ID, "chart-validation-empty").text
+    assert said == f"No validation metrics per epoch: this job reports them by step, under {elsewhere}."
+    assert elsewhere in browser.find_element(By.ID, "chart-loss-empty").text
+    _shot(browser, tmp, "charts-xgboost")
+
+
+def test_a_failed_job_shows_its_error_once_and_ended_jobs_say_so(svc: Service, browser: Any, tmp: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    trace = "\n".join(f'  File "workers/x.py", line {i}, in step_{i}' for i in range(80))
+    error = "the worker failed: ValueError: the label column holds text\nTraceback (most recent call last):\n" + trace
+    driver = "worker-7.local:48211:3fa9c01b2d4e"
+    failed = _fake_job(svc, "failing", JobStatus.FAILED, framework="xgboost", error_reason="WORKER_FAILED",
+                       error_message=error, progress=0.05, progress_message="training: round 0 of 20",
+                       worker_id=driver, attempts=[{"attempt": 1, "queue": "q", "worker_id": driver}])  # fmt: skip
+    browser.get(svc.url + f"/ui/jobs/{failed}")
+    _ended(browser)
+    shown = _js(browser, "document.getElementById('error-message').innerText")
+    assert shown == error  # once, newlines kept
+    assert browser.find_element(By.ID, "error-box").size["height"] < 450  # scrolls within its box
+    why = browser.find_element(By.CSS_SELECTOR, "#attempts tbody td:last-child")
+    assert why.text == "WORKER_FAILED: the worker failed: ValueError: the label column holds text …"
+    assert why.find_element(By.CSS_SELECTOR, "span").get_attribute("title") == "WORKER_FAILED: " + error
+    # the driver's id breaks at its colons only: each part on one line
+    lines = _js(browser, "Array.from(document.querySelector('#attempts td.driver').querySelectorAll('span')[0]"
+                ".childNodes).filter(n => n.nodeType === 3).map(n => { const r = document.createRange(); "
+                "r.selectNodeContents(n); return r.getClientRects().length; })")  # fmt: skip
+    assert lines == [1, 1, 1], lines
+    assert browser.find_element(By.ID, "job-message").text == "Failed at 5% (last: training: round 0 of 20)"
+    assert browser.find_element(By.ID, "result").text == "No result: the job failed before it had one."
+    assert browser.find_element(By.ID, "error-title").text == "Error"
+    _usable(browser)
+    _shot(browser, tmp, "failed")
+
+    cancelled = _fake_job(svc, "stopped", JobStatus.CANCELLED, error_reason="CANCELLED",
+                          error_message="cancelled on request", progress=0.4,
+                          progress_message="epoch 2 of 5")  # fmt: skip
+    browser.get(svc.url + f"/ui/jobs/{cancelled}")
+    _ended(browser)
+    box = browser.find_element(By.ID, "error-box")
+    assert box.text == "Cancelled\ncancelled on request" and "cancelled" in box.get_attribute("class").split()
+    assert browser.find_element(By.ID, "job-message").text == "Cancelled at 40% (last: epoch 2 of 5)"
+    assert browser.find_element(By.ID, "result").text == "No result: the job was cancelled before it had one."
+
+
+def test_a_running_job_ticks_and_asks_before_a_cancel(svc: Service, browser: Any, tmp: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+
+    running = _fake_job(svc, "preparing", JobStatus.RUNNING, worker_id="worker-7.local:48211:3fa9c01b2d4e",
+                        progress=0.01, progress_message="preparing the data")  # fmt: skip
+    try:
+        browser.get(svc.url + f"/ui/jobs/{running}")
+        _until(browser, lambda d: d.find_element(By.ID, "job-status").text == "RUNNING", "the job shows", 30)
+        first = _until(browser, lambda d: d.find_element(By.ID, "duration").text, "a duration", 30)
+        _until(browser, lambda d: d.find_element(By.ID, "duration").text != first, "the duration ticks", 5)
+        phases = _until(browser, lambda d: d.find_element(By.ID, "chart-phases-empty").text, "the phases say", 30)
+        assert phases == "No phase timings yet: each worker reports them with its steps."
+        assert browser.find_element(By.ID, "job-message").text == "1% · preparing the data"
+        assert browser.find_element(By.ID, "result").text == "No result yet."
+        browser.find_element(By.ID, "cancel").click()
+        alert = _until(browser, expected_conditions.alert_is_present(), "a confirmation", 5)
+        assert alert.text == "Cancel preparing?"
+        alert.dismiss()
+        time.sleep(0.5)
+        assert svc.client.get(f"/jobs/{running}").json()["status"] == "RUNNING"
+        browser.find_element(By.ID, "cancel").click()
+        _until(browser, expected_conditions.alert_is_present(), "a confirmation", 5).accept()
+        svc.wait(running, {"CANCELLING"}, timeout=10)
+    finally:
+        with transaction(svc.runtime.db) as s:
+            jobs.transition(session=s, job_id=running, sources=[JobStatus.RUNNING], target=JobStatus.CANCELLING)
+            jobs.transition(session=s, job_id=running, sources=[JobStatus.CANCELLING], target=JobStatus.CANCELLED,
+                            finished_at=utcnow(), error_reason="CANCELLED", error_message="a fixture")  # fmt: skip
+
+
 def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None:
     import tarfile
     import zipfile
 
     from selenium.webdriver.common.by import By
 
-    browser.get(svc.url + "/ui/models")
+    trained = svc.client.get("/models/console-a/versions/1").json()
+    with transaction(svc.runtime.db) as s:  # models named to come first, so that console-a's card is further down
+        for i in range(6):
+            models.register_version(session=s, name=f"aaa-{i}", framework="torch", job_id=None,
+                                    artifact_uri=trained["artifact_uri"], metrics={}, params={})  # fmt: skip
+    _requested(browser)
+    browser.get(svc.url + "/ui/models#console-a")  # the job page's Model link
     card = _until(browser, lambda d: d.find_elements(By.ID, "console-a"), "the model is listed", 30)[0]
-    card.find_element(By.CSS_SELECTOR, ".alias-form input").send_keys("champion")
+    where = "const r = arguments[0].getBoundingClientRect(); return [window.scrollY, r.top, r.bottom, innerHeight]"
+    scrolled, top, bottom, height = _until(browser, lambda d: (w := d.execute_script(where, card))[0] > 0 and w,
+                                           "it scrolls there", 10)  # fmt: skip
+    assert top >= 0 and bottom <= height, (scrolled, top, bottom, height)
+    alias = card.find_element(By.CSS_SELECTOR, ".alias-form input")
+    card.find_element(By.CSS_SELECTOR, ".alias-form button").click()  # nothing typed: the browser asks for one
+    assert browser.execute_script("return arguments[0].validity.valueMissing", alias) is True
+    alias.send_keys("bad alias!")
+    card.find_element(By.CSS_SELECTOR, ".alias-form button").click()
+    error = _until(browser, lambda d: card.find_element(By.CSS_SELECTOR, ".alias-error").text, "the refusal", 30)
+    assert error == ("Alias \u201cbad alias!\u201d was not set: letters, digits, '.', '_' or '-', starting with a "
+                     "letter (at most 100).")  # fmt: skip
+    assert alias.get_attribute("value") == "bad alias!" and not browser.find_element(By.ID, "notice").is_displayed()
+    assert [u for u in _requested(browser) if "/aliases/" in u] == [svc.url + "/models/console-a/aliases/bad%20alias!"]
+    alias.clear()
+    alias.send_keys("champion")
     card.find_element(By.CSS_SELECTOR, ".alias-form button").click()
     _until(browser, lambda d: "champion → v1" in d.find_element(By.ID, "console-a").text, "the alias is set", 30)
-    models = {m["name"]: m for m in svc.client.get("/models").json()["items"]}
-    assert models["console-a"]["aliases"] == {"champion": 1}
+    assert not browser.find_element(By.CSS_SELECTOR, "#console-a .alias-error").is_displayed()
+    listed = {m["name"]: m for m in svc.client.get("/models").json()["items"]}
+    assert listed["console-a"]["aliases"] == {"champion": 1}
     buttons = browser.find_elements(By.CSS_SELECTOR, "#console-a tr[data-version='1'] .downloads button")
     assert [b.get_attribute("data-format") for b in buttons] == ["archive", "mlflow", "onnx"]
     for button in buttons:
@@ -384,8 +612,81 @@ def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None
     browser.get(svc.url + "/ui/cluster")
     _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#executors tbody tr"), "executors", 30)
     assert "local[2]" in browser.find_element(By.ID, "cluster-facts").text
+    overlaps = browser.execute_script(
+        "return Array.from(document.querySelectorAll('dl.facts dt')).filter(dt => dt.scrollWidth > dt.clientWidth "
+        "|| dt.getBoundingClientRect().right > dt.nextElementSibling.getBoundingClientRect().left).map(dt => "
+        "dt.textContent)"
+    )
+    assert overlaps == [], f"labels run into their values: {overlaps}"
     _usable(browser)
     _shot(browser, tmp, "cluster")
+
+
+def test_console_urls_land_on_their_pages(svc: Service, browser: Any) -> None:
+    """Other spellings of the pages' URLs redirect to them, and the pages carry their icon (no /favicon.ico, a 404)."""
+    from selenium.webdriver.common.by import By
+
+    _requested(browser)
+    for path, lands, heading in (("/", "/ui", "Jobs"), ("/ui/", "/ui", "Jobs"), ("/ui/jobs", "/ui", "Jobs"),
+                                 ("/ui/models/", "/ui/models", "Models"), ("/ui/cluster/", "/ui/cluster", "Cluster"),
+                                 ("/ui/compare/?ids=a,b", "/ui/compare?ids=a,b", "Compare jobs")):  # fmt: skip
+        browser.get(svc.url + path)
+        assert browser.current_url == svc.url + lands and browser.find_element(By.TAG_NAME, "h1").text == heading
+    time.sleep(0.5)  # a browser asks for /favicon.ico after the page has loaded
+    asked = [u for u in _requested(browser) if u.startswith(svc.url)]
+    assert not [u for u in asked if "favicon" in u], asked
+
+
+def test_the_jobs_table_keeps_focus_and_finds_older_jobs_by_url(svc: Service, browser: Any, tmp: Path) -> None:
+    """An old job behind 120 newer ones, a tune with two trials; the table is redrawn every 2 s."""
+    from selenium.webdriver.common.by import By
+
+    needle = _fake_job(svc, "needle-in-the-jobs", JobStatus.CANCELLED, error_reason="CANCELLED", error_message="old")
+    with transaction(svc.runtime.db) as s:
+        for i in range(120):
+            row, _ = jobs.create_job(session=s, job_type="train", request={}, framework="torch", name=f"filler-{i}")
+            jobs.transition(session=s, job_id=row.id, sources=[JobStatus.QUEUED], target=JobStatus.CANCELLED,
+                            finished_at=utcnow(), error_reason="CANCELLED", error_message="a fixture")  # fmt: skip
+    tune = _fake_job(svc, "tuned", JobStatus.SUCCEEDED, framework="xgboost", job_type="tune")
+    trials = [_fake_job(svc, "tuned", JobStatus.SUCCEEDED, framework="xgboost", parent_id=tune, trial=n)
+              for n in (1, 2)]  # fmt: skip
+
+    browser.get(svc.url + "/ui")
+    box = f"#jobs tbody tr[data-id='{trials[1]}'] input[type=checkbox]"
+    _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, box), "the rows load", 30)
+    browser.execute_script("window.__box = document.querySelector(arguments[0]); window.__box.focus(); "
+                           "window.__box.click()", box)  # fmt: skip
+    updated = browser.find_element(By.ID, "updated").text
+    for _ in range(2):  # two refreshes
+        _until(browser, lambda d, u=updated: d.find_element(By.ID, "updated").text not in ("", u), "a refresh", 10)
+        updated = browser.find_element(By.ID, "updated").text
+    kept = "return [document.activeElement === window.__box, window.__box.isConnected, window.__box.checked]"
+    assert browser.execute_script(kept) == [True, True, True], "the refresh took the focus or the ticked box"
+    assert browser.find_element(By.ID, "compare-selected").text == "Compare selected (1)"
+    for n, trial in enumerate(trials, start=1):
+        line = browser.find_element(By.CSS_SELECTOR, f"#jobs tbody tr[data-id='{trial}'] .trial")
+        assert line.text == f"· trial {n} of tune {tune[:8]}"
+        assert line.find_element(By.TAG_NAME, "a").get_attribute("href") == svc.url + f"/ui/jobs/{tune}"
+    assert not browser.find_elements(By.CSS_SELECTOR, f"#jobs tbody tr[data-id='{needle}']")
+    assert browser.find_element(By.ID, "window-note").text == "The newest 100 jobs."
+
+    browser.find_element(By.ID, "f-model").send_keys("needle")
+    row = f"#jobs tbody tr[data-id='{needle}']"
+    _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row), "the old job is found", 30)
+    assert browser.current_url == svc.url + "/ui?model=needle"
+    browser.get(svc.url + "/ui?status=CANCELLED&model=needle")
+    _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, row), "found again from the URL alone", 30)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr")) == 1
+    assert browser.find_element(By.ID, "f-status").get_attribute("value") == "CANCELLED"
+    assert browser.find_element(By.ID, "f-model").get_attribute("value") == "needle"
+    note = browser.find_element(By.ID, "window-note").text
+    assert note.startswith("Searched all ") and note.endswith("CANCELLED jobs: 1 match \u201cneedle\u201d."), note
+    _usable(browser)
+    _shot(browser, tmp, "jobs-filtered")
+
+    browser.get(svc.url + f"/ui/jobs/{tune}")
+    _ended(browser)
+    assert not browser.find_element(By.ID, "curves").is_displayed()  # a tune job draws its leaderboard instead
 
 
 # Every text the page's notice box shows, recorded from the first paint (a notice may be cleared a moment later).

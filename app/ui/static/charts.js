@@ -10,15 +10,41 @@ const Charts = (() => {
     return String(value).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   }
 
+  /* plotly.js's default colours, given out by the caller (a job keeps its colour in every chart of the compare page,
+   * whichever traces a chart leaves out). */
+  const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+    "#17becf"];
+
+  /* The legend is shown even for one line: it is where the metric's name is. */
   function layout(xTitle, yTitle, extra) {
     return Object.assign({
       margin: { l: 56, r: 12, t: 8, b: 40 },
       height: 260,
+      showlegend: true,
       legend: { orientation: "h", y: -0.3 },
-      xaxis: { title: { text: xTitle }, automargin: true, dtick: xTitle === "epoch" ? 1 : undefined },
+      xaxis: { title: { text: xTitle }, automargin: true },
       yaxis: { title: { text: yTitle }, automargin: true },
       hovermode: "closest",
     }, extra || {});
+  }
+
+  /* An epoch axis: whole epochs only, from the first one drawn, at most about ten ticks (1, 2, 5, 10, 20, ... apart). */
+  function epochAxis(axis, traces) {
+    let first = Infinity;
+    let last = -Infinity;
+    for (const t of traces) {
+      for (const x of t.x) {
+        first = Math.min(first, x);
+        last = Math.max(last, x);
+      }
+    }
+    if (!Number.isFinite(first)) return axis;
+    let dtick = 1;
+    for (let scale = 1; (last - first) / dtick > 10; scale *= 10) {
+      dtick = [1, 2, 5].map((m) => m * scale).find((d) => (last - first) / d <= 10) || 10 * scale;
+    }
+    const pad = last > first ? (last - first) * 0.03 : 0.5;
+    return Object.assign({}, axis, { tick0: first, dtick: dtick, range: [first - pad, last + pad], tickformat: "d" });
   }
 
   function thin(trace) {
@@ -45,7 +71,11 @@ const Charts = (() => {
     }
     node.hidden = false;
     if (empty) empty.hidden = true;
-    Plotly.react(node, shown.map(thin), chartLayout, CONFIG);
+    let drawn = chartLayout;
+    if (chartLayout.xaxis && chartLayout.xaxis.title && chartLayout.xaxis.title.text === "epoch") {
+      drawn = Object.assign({}, chartLayout, { xaxis: epochAxis(chartLayout.xaxis, shown) });
+    }
+    Plotly.react(node, shown.map(thin), drawn, CONFIG);
   }
 
   function groupMean(points, keyOf) {
@@ -62,14 +92,24 @@ const Charts = (() => {
     return { x: xs, y: xs.map((x) => sums.get(x)[0] / sums.get(x)[1]) };
   }
 
-  function groupSum(points, keyOf) {
-    const sums = new Map();
-    for (const p of points) {
-      if (p.value === null) continue;
-      sums.set(keyOf(p), (sums.get(keyOf(p)) || 0) + p.value);
-    }
-    const xs = [...sums.keys()].sort((a, b) => a - b);
-    return { x: xs, y: xs.map((x) => sums.get(x)) };
+  /* The sum over the workers at each step where one of them reported: the workers report at steps of their own,
+   * so each one counts with its latest value (carried forward), from the first step by which every worker reported.
+   * Summing only the points that share a step counted one worker at one step and all of them at the next. */
+  function sumOverWorkers(points) {
+    const ordered = points.filter((p) => p.value !== null && p.step !== null && p.step !== undefined)
+      .sort((a, b) => a.step - b.step);
+    const workers = new Set(ordered.map((p) => p.worker ?? "all"));
+    const latest = new Map();
+    const x = [];
+    const y = [];
+    ordered.forEach((p, i) => {
+      latest.set(p.worker ?? "all", p.value);
+      const stepDone = i === ordered.length - 1 || ordered[i + 1].step !== p.step;
+      if (!stepDone || latest.size < workers.size) return;
+      x.push(p.step);
+      y.push([...latest.values()].reduce((a, b) => a + b, 0));
+    });
+    return { x, y };
   }
 
   /* One trace per worker of key over steps. */
@@ -85,5 +125,5 @@ const Charts = (() => {
       .map(([w, xy]) => Object.assign({ type: "scatter", mode: "lines", name: text(name + " · worker " + w), x: xy.x, y: xy.y }, extra || {}));
   }
 
-  return { text, layout, draw, groupMean, groupSum, perWorker };
+  return { COLORS, text, layout, draw, groupMean, sumOverWorkers, perWorker };
 })();

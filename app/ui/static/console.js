@@ -8,7 +8,11 @@
 const ST = (() => {
   const root = document.body.dataset.root || "";
   const KEY = "sparktrain.apiKey";
+  const OWNER = "sparktrain.owner";
+  const NOTICE_MS = 12000;
   let starter = null;
+  let transient = false;
+  let noticeTimer = null;
 
   function key() {
     return sessionStorage.getItem(KEY) || "";
@@ -53,6 +57,7 @@ const ST = (() => {
       delete opts.json;
     }
     const method = (opts.method || "GET").toUpperCase();
+    const sent = key();
     let response = await fetch(root + path, opts);
     /* Over the key's request rate (429) a read waits as long as the service says and asks again, a few times; a
      * submit or a cancel shows the quota instead of repeating itself. */
@@ -62,10 +67,11 @@ const ST = (() => {
     }
     if (response.status === 401) {
       const problem = await problemOf(response);
-      askKey(key() ? "The key was refused: " + problem.detail : null);
+      askKey(sent ? "The key was refused: " + problem.detail : null, sent);
       throw new ApiError(401, problem);
     }
     if (!response.ok) throw new ApiError(response.status, await problemOf(response), response.headers.get("Retry-After"));
+    if (method !== "GET" && transient) notice(null);  // an action went through: the last one's refusal is stale
     const type = response.headers.get("content-type") || "";
     return type.includes("json") ? response.json() : response;
   }
@@ -74,10 +80,44 @@ const ST = (() => {
   function start(fn) {
     starter = fn;
     document.getElementById("forget-key").hidden = !key();
+    showWho();
     fn();
   }
 
-  function askKey(error) {
+  /* The owner the key belongs to, in the header (GET /owners/me/usage), asked once per key and tab. */
+  async function showWho() {
+    const who = document.getElementById("who");
+    who.textContent = "";
+    who.title = "";
+    if (!key()) return;
+    let owner = sessionStorage.getItem(OWNER);
+    if (!owner) {
+      try {
+        owner = (await api("/owners/me/usage")).owner;
+      } catch (e) {
+        return;  // the header stays empty; a refused key brings the form back (api)
+      }
+      if (!key()) return;
+      sessionStorage.setItem(OWNER, owner);
+    }
+    who.textContent = owner;
+    who.title = "the API key in use belongs to owner " + owner;
+  }
+
+  /* Whether the key form is shown: pages that poll stop until a key is given (start runs them again). */
+  function asking() {
+    return !document.getElementById("key-form").hidden;
+  }
+
+  /* Show the key form; `refused` is the key a 401 answered (none: the request had no key). A refused key is of no
+   * use to any later request of this tab, unless another one was entered meanwhile. */
+  function askKey(error, refused) {
+    if (refused && key() === refused) {
+      sessionStorage.removeItem(KEY);
+      sessionStorage.removeItem(OWNER);
+      document.getElementById("forget-key").hidden = true;
+      document.getElementById("who").textContent = "";
+    }
     document.getElementById("content").hidden = true;
     const form = document.getElementById("key-form");
     form.hidden = false;
@@ -92,14 +132,15 @@ const ST = (() => {
       event.preventDefault();
       const input = document.getElementById("key-input");
       sessionStorage.setItem(KEY, input.value.trim());
+      sessionStorage.removeItem(OWNER);
       input.value = "";
       document.getElementById("key-form").hidden = true;
       document.getElementById("content").hidden = false;
-      document.getElementById("forget-key").hidden = false;
-      if (starter) starter();
+      if (starter) start(starter);
     });
     document.getElementById("forget-key").addEventListener("click", () => {
       sessionStorage.removeItem(KEY);
+      sessionStorage.removeItem(OWNER);
       location.reload();
     });
   }
@@ -109,6 +150,7 @@ const ST = (() => {
   async function follow(path, onEvent, signal) {
     let lastId = "";
     for (;;) {
+      const sent = key();
       const h = headers({ Accept: "text/event-stream" });
       if (lastId) h["Last-Event-ID"] = lastId;
       let response;
@@ -120,7 +162,7 @@ const ST = (() => {
         continue;
       }
       if (response.status === 401) {
-        askKey(null);
+        askKey(sent ? "The key was refused: " + (await problemOf(response)).detail : null, sent);
         return;
       }
       if (response.status === 429 || response.status === 503) {  // over the rate, or the database away: later
@@ -209,11 +251,10 @@ const ST = (() => {
     return el("span", { class: "badge " + status }, status);
   }
 
-  function progress(fraction, message) {
+  function progress(job) {
     const bar = el("div", { class: "bar" });
-    bar.style.width = Math.round(100 * (fraction || 0)) + "%";
-    return el("div", {}, el("div", { class: "progress" }, bar), el("div", { class: "progress-text" },
-      Math.round(100 * (fraction || 0)) + "%" + (message ? " · " + message : "")));
+    bar.style.width = Math.round(100 * (job.progress || 0)) + "%";
+    return el("div", {}, el("div", { class: "progress" }, bar), el("div", { class: "progress-text" }, progressText(job)));
   }
 
   function time(iso) {
@@ -230,10 +271,35 @@ const ST = (() => {
     return Math.floor(seconds / 3600) + " h " + Math.round((seconds % 3600) / 60) + " min";
   }
 
-  function notice(text) {
+  /* The notice box above the page. A transient notice (an action refused: a cancel, an alias, a download, often a
+   * 429 whose wait is over in a second) goes away after NOTICE_MS, or at the next action that goes through; the
+   * others stay until the page clears them (its next read that succeeds). */
+  function notice(text, options) {
     const box = document.getElementById("notice");
+    clearTimeout(noticeTimer);
     box.hidden = !text;
     box.textContent = text || "";
+    transient = Boolean(text && options && options.transient);
+    if (transient) noticeTimer = setTimeout(() => notice(null), NOTICE_MS);
+  }
+
+  /* What the progress line says: the progress and its message while the job runs or once it succeeded; for a job
+   * that failed or was cancelled, where it stopped (its last message is no longer what it is doing). */
+  function progressText(job) {
+    const percent = Math.round(100 * (job.progress || 0)) + "%";
+    const message = job.progress_message || "";
+    const stopped = { FAILED: "Failed", CANCELLED: "Cancelled" }[job.status];
+    if (stopped) {
+      const said = message && !message.toLowerCase().startsWith(stopped.toLowerCase()) ? " (last: " + message + ")" : "";
+      return stopped + " at " + percent + said;
+    }
+    return percent + (message ? " · " + message : "");
+  }
+
+  /* An id such as a driver's host:pid:boot, with line breaks allowed after each ':' only. */
+  function breakable(text) {
+    const parts = String(text).split(":");
+    return el("span", { class: "nowrap-parts" }, parts.flatMap((part, i) => (i < parts.length - 1 ? [part + ":", el("wbr")] : [part])));
   }
 
   function facts(dl, pairs) {
@@ -258,6 +324,6 @@ const ST = (() => {
   const ACTIVE = new Set(["QUEUED", "STARTING", "RUNNING", "CANCELLING"]);
 
   setUpKeyForm();
-  return { root, api, ApiError, start, follow, el, clear, badge, progress, time, duration, notice, facts, jobUrl,
-    waitingText, ACTIVE, sleep, headers };
+  return { root, api, ApiError, start, asking, follow, el, clear, badge, progress, progressText, breakable, time,
+    duration, notice, facts, jobUrl, waitingText, ACTIVE, sleep, headers };
 })();

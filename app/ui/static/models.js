@@ -20,6 +20,7 @@
     onnx: ["ONNX", "model.onnx and its sidecar as .zip (the first download exports it)"],
   };
   const MAX_EXPORT_WAITS = 12;
+  let scrolled = false; // whether the page went to the card its URL's #name names
 
   function filenameOf(response, fallback) {
     const match = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
@@ -51,7 +52,7 @@
       setTimeout(() => URL.revokeObjectURL(url), 10000);
       ST.notice(null);
     } catch (e) {
-      ST.notice("Download of " + name + " v" + version + " (" + format + "): " + e.message);
+      ST.notice("Download of " + name + " v" + version + " (" + format + "): " + e.message, { transient: true });
     } finally {
       button.textContent = label;
       button.disabled = false;
@@ -67,21 +68,35 @@
     }));
   }
 
+  /* An alias is required (an empty one would PUT /models/x/aliases/, a 404); the service's refusal shows once, under
+   * the form, and the alias typed stays in the field to be corrected. */
   function aliasForm(model) {
-    const alias = el("input", { placeholder: "alias, e.g. champion", "aria-label": "alias" });
+    const alias = el("input", { placeholder: "alias, e.g. champion", "aria-label": "alias", required: true, maxlength: 100 });
     const version = el("select", { "aria-label": "version" }, model.versions.map((v) => el("option", { value: v.version }, "v" + v.version)).reverse());
-    const form = el("form", { class: "alias-form" }, "Point alias ", alias, " at ", version, el("button", { type: "submit" }, "Set"));
+    const error = el("p", { class: "error alias-error", role: "alert", hidden: true });
+    const form = el("form", { class: "alias-form" }, "Point alias ", alias, " at ", version, el("button", { type: "submit" }, "Set"), error);
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
+      const name = alias.value.trim();
+      if (!name) return;
       try {
-        await api(path(model.name) + "/aliases/" + encodeURIComponent(alias.value.trim()), { method: "PUT", json: { version: Number(version.value) } });
-        ST.notice(null);
+        await api(path(model.name) + "/aliases/" + encodeURIComponent(name), { method: "PUT", json: { version: Number(version.value) } });
+        error.hidden = true;
         refresh();
       } catch (e) {
-        ST.notice("Alias: " + e.message);
+        if (e.status === 401) return;
+        error.hidden = false;
+        error.textContent = "Alias \u201c" + name + "\u201d was not set: " + reason(e) + ".";
       }
     });
     return form;
+  }
+
+  /* The service's words without the field's name in front ("alias: letters, digits, ..."). */
+  function reason(e) {
+    const errors = e.problem && e.problem.errors;
+    const text = errors && errors.length === 1 && errors[0].msg ? errors[0].msg : e.message;
+    return String(text).replace(/^alias: /, "").replace(/\.$/, "");
   }
 
   function aliasList(model) {
@@ -94,7 +109,7 @@
           await api(path(model.name) + "/aliases/" + encodeURIComponent(alias), { method: "DELETE" });
           refresh();
         } catch (e) {
-          ST.notice("Alias: " + e.message);
+          if (e.status !== 401) ST.notice("Alias " + alias + " was not removed: " + e.message, { transient: true });
         }
       });
       return el("span", { class: "badge" }, alias + " → v" + version + " ", remove);
@@ -128,6 +143,14 @@
     empty.hidden = page.items.length > 0;
     empty.textContent = "No models yet: a training job that succeeds registers its model here (POST /train, or " +
       "`sparktrain submit examples/xgboost-taxi.json --wait`).";
+    if (!scrolled) scrollToHash();
+  }
+
+  /* A link to /ui/models#name names a card that did not exist when the browser looked for it: go there now. */
+  function scrollToHash() {
+    scrolled = true;
+    const target = location.hash.length > 1 ? document.getElementById(decodeURIComponent(location.hash.slice(1))) : null;
+    if (target) target.scrollIntoView({ block: "start" });
   }
 
   ST.start(refresh);

@@ -31,6 +31,8 @@ def test_a_page_loads_without_a_key_and_names_nothing_outside(keyed: str, page: 
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/html")
     assert "This service needs an API key" in answer.text  # the form the scripts show on a 401
     for reference in _REFERENCE.findall(answer.text):
+        if reference.startswith("data:"):  # the favicon, inline
+            continue
         url = urlparse(urljoin(keyed + page, reference))
         assert f"{url.scheme}://{url.netloc}" == keyed, f"{page} names {reference}, outside the service"
         if url.path.startswith("/ui/static/") or url.path.startswith("/ui/vendor/"):
@@ -52,3 +54,35 @@ def test_a_job_id_in_the_url_is_escaped_and_the_data_still_needs_a_key(keyed: st
     assert "<img src=x" not in answer.text and "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in answer.text
     assert httpx.get(keyed + "/jobs").status_code == 401
     assert httpx.get(keyed + "/ui/static/nope.js").status_code == 404
+
+
+def test_the_pages_have_an_inline_icon(keyed: str) -> None:
+    """So that a browser asks for no /favicon.ico (a 404, or a 401 with keys)."""
+    page = httpx.get(keyed + "/ui").text
+    (icon,) = re.findall(r'<link rel="icon" href="([^"]+)"', page)
+    assert icon.startswith("data:image/svg+xml,")
+
+
+@pytest.mark.parametrize(
+    ("path", "page"),
+    [
+        ("/ui/", "/ui"),
+        ("/ui/jobs", "/ui"),
+        ("/ui/jobs/", "/ui"),
+        ("/ui/?status=FAILED&model=taxi", "/ui?status=FAILED&model=taxi"),
+        ("/ui/models/", "/ui/models"),
+        ("/ui/compare/?ids=a,b", "/ui/compare?ids=a,b"),
+        ("/ui/cluster/", "/ui/cluster"),
+    ],
+)
+def test_other_spellings_of_a_page_redirect_to_it_without_a_key(keyed: str, path: str, page: str) -> None:
+    answer = httpx.get(keyed + path)
+    assert answer.status_code == 307 and answer.headers["location"] == page
+    assert httpx.get(keyed + path, follow_redirects=True).status_code == 200
+
+
+def test_the_root_redirects_to_the_console_without_a_key(keyed: str) -> None:
+    """The root is a public path (app/api/auth.py) that only leads to the console's pages, themselves public."""
+    answer = httpx.get(keyed + "/")
+    assert answer.status_code == 307 and answer.headers["location"] == "/ui"
+    assert httpx.get(keyed + "/jobs").status_code == 401  # the API behind it is not
