@@ -180,8 +180,8 @@ def broker_problem(settings: Settings, timeout_s: int = 10) -> str | None:
             connection.ensure_connection(max_retries=1, timeout=timeout_s)
     except Exception as exc:  # redis's ConnectionError, AuthenticationError, ...: whatever kombu raises
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return (f"the job broker is unreachable: {shown}: {reason}\nStart it, check its address and password, or "
-                "point SPARKTRAIN_BROKER_URL at one that runs (empty: the embedded one).")  # fmt: skip
+        return (f"the job broker cannot be used: {shown}: {reason}\nStart it, check its address, password and "
+                "options, or point SPARKTRAIN_BROKER_URL at one that runs (empty: the embedded one).")  # fmt: skip
     return None
 
 

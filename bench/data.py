@@ -270,14 +270,16 @@ def main() -> None:
     from datasets.taxi import generate
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "taxi.parquet"
+        data = Path(tmp) / "data"  # beside the var dir and the artifacts: a data root may hold neither
+        data.mkdir()
+        path = data / "taxi.parquet"
         generate(rows, seed=11).to_parquet(path, index=False)
         settings = Settings(
-            var_dir=Path(tmp) / "var", spark_master=f"local[{WORKERS}]", data_roots=[Path(tmp)],
+            var_dir=Path(tmp) / "var", spark_master=f"local[{WORKERS}]", data_roots=[data],
             artifact_root=Path(tmp) / "artifacts", spark_conf={"spark.ui.enabled": "false"},
         )  # fmt: skip
         spark = build_spark_session(settings)
-        latency = request_latency(spark, settings, Path(tmp), path)
+        latency = request_latency(spark, settings, data, path)
         sparktrain(spark, settings, path, "direct")  # warm-up: Python workers, JIT
         sparktrain(spark, settings, path, "export", Path(tmp) / "exports-warm-up")  # and the export's writer
         single_process(path)  # and the same for pyarrow (the file in the page cache for both)

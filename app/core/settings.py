@@ -11,6 +11,7 @@ import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import unquote, urlparse
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -347,6 +348,8 @@ class Settings(BaseSettings):
         roots = self.data_roots or [REPO_ROOT / "datasets", var / "data"]
         updates["data_roots"] = [Path(r).resolve() for r in roots]
         updates["artifact_root"] = artifacts = self.artifact_root.resolve()
+        store = self.artifact_store  # a local store is where the models are: the same rules as the artifact root
+        models = [artifacts, *([Path(unquote(urlparse(store).path)).resolve()] if store.startswith("file:") else [])]
         spaces = updates["owner_root"] = self.owner_root.resolve() if self.owner_root is not None else None
         for root in updates["data_roots"]:
             if spaces is not None and overlap(spaces, root):
@@ -354,14 +357,15 @@ class Settings(BaseSettings):
                     f"SPARKTRAIN_OWNER_ROOT {spaces} and the data root {root} overlap: every key could read the "
                     "spaces through the data root; put them side by side"
                 )
-            if overlap(root, artifacts) or root == var or root in var.parents:
-                what = f"the artifact root {artifacts}" if overlap(root, artifacts) else f"the var dir {var}"
+            held = [m for m in models if overlap(root, m)]
+            if held or root == var or root in var.parents:
+                what = f"the artifact root {held[0]}" if held else f"the var dir {var}"
                 problems.append(
                     f"SPARKTRAIN_DATA_ROOTS: {root} and {what} overlap: every key could read other owners' models "
                     "and the service's own files as datasets (and write batch predictions among them); put the "
                     "data roots beside them"
                 )
-        if spaces is not None and (overlap(spaces, artifacts) or spaces == var or spaces in var.parents):
+        if spaces is not None and (any(overlap(spaces, m) for m in models) or spaces == var or spaces in var.parents):
             problems.append(
                 f"SPARKTRAIN_OWNER_ROOT {spaces} overlaps the artifact root {artifacts} or holds the var dir {var}: "
                 "an owner's space would hold other owners' models; put it beside them"

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.core.jobstates import ACTIVE
@@ -64,8 +65,21 @@ class DbJobContext:
 
     def metrics(self, points: Iterable[MetricPoint]) -> None:
         rows = [{"key": p.key, "value": p.value, "step": p.step, "epoch": p.epoch, "worker": p.worker} for p in points]
+
+        def record(s: Session) -> None:
+            # an attempt handed back (a stop) or taken for lost writes nothing more: the next attempt writes its
+            # steps from where it continues, once (forget_metrics_after)
+            current = s.execute(select(Job.worker_id, Job.attempt).where(Job.id == self.job_id)).one_or_none()
+            if current is not None and tuple(current) == (self._rt.worker_id, self.attempt):
+                jobs.add_metrics(session=s, job_id=self.job_id, points=rows)
+
         if rows:
-            self._in_order(lambda s: jobs.add_metrics(session=s, job_id=self.job_id, points=rows), "recording metrics")
+            self._in_order(record, "recording metrics")
+
+    def forget_metrics_after(self, checkpoint_id: str | None) -> None:
+        """A retried attempt's start: its points past where it continues (all of them, from scratch) go."""
+        self._in_order(lambda s: checkpoints.forget_metrics_after(session=s, job_id=self.job_id,
+                                                                  checkpoint_id=checkpoint_id))  # fmt: skip
 
     def log(self, message: str, level: str = "INFO") -> None:
         log.log(logging.getLevelName(level), "[job %s] %s", self.job_id, message, extra={"job_id": self.job_id})

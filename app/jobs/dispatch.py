@@ -49,6 +49,8 @@ def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
         driver = importlib.import_module(DRIVERS[job.framework])
         plan = _plan(rt, ctx, job)
         _check_fits(rt, plan)
+        if job.attempt > 1:  # it writes its steps again from the checkpoint it continues from (or from scratch)
+            ctx.forget_metrics_after(getattr(getattr(plan, "resume", None), "checkpoint_id", None))
         trained: JobOutcome = driver.train(ctx, plan)
         return trained
     if job.type == JobType.EVALUATE:

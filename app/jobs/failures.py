@@ -112,7 +112,7 @@ def _java_message(java: Any) -> str:
     text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("at ") and line.strip())
     found = _XGBOOST_ERROR.search(text)
     if found is not None:  # its words, without the Python traceback and the C++ backtrace (~2,000 characters)
-        return f"xgboost refused to train: {found.group(1).strip()}"[:MAX_MESSAGE]
+        return f"xgboost: {found.group(1).strip()}"[:MAX_MESSAGE]
     if "Traceback (most recent call last)" in text:
         return text[-MAX_MESSAGE:]
     return text[:MAX_MESSAGE]

@@ -6,12 +6,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.core.errors import NotFound
 from app.db.base import utcnow
-from app.db.models import Checkpoint
+from app.db.models import Checkpoint, JobMetric
 
 
 def record(
@@ -65,3 +65,13 @@ def prune(*, session: Session, job_id: str, keep: int, keep_epoch: int | None = 
     for row in gone:
         session.delete(row)
     return [row.uri for row in gone]
+
+
+def forget_metrics_after(*, session: Session, job_id: str, checkpoint_id: str | None) -> int:
+    """Drop the job's metric points past the step of the checkpoint an attempt continues from (every point when it
+    starts from scratch): the attempt writes them again, and each step, round or fit is stored once (a resumed
+    xgboost job showed rounds 2001-2122 twice). Returns how many went."""
+    row = session.get(Checkpoint, checkpoint_id) if checkpoint_id is not None else None
+    stmt = delete(JobMetric).where(JobMetric.job_id == job_id)
+    result = session.execute(stmt if row is None else stmt.where(JobMetric.step > row.step))
+    return int(getattr(result, "rowcount", 0) or 0)

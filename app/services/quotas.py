@@ -151,12 +151,12 @@ def unknown_owners(settings: Settings) -> list[str]:
 
 def owner_usage(*, session: Session, settings: Settings, caller: Caller, owner: str) -> dict[str, Any]:
     """``owner``'s quotas and usage, for that owner or an admin; anyone else is answered as for an unknown owner."""
-    if not caller.sees(owner) or not re.match(OWNER_PATTERN, owner):  # '..' is no owner, and no space either
+    if not caller.sees(owner) or not re.fullmatch(OWNER_PATTERN.strip("^$"), owner):  # '..' is no owner's name
         raise NotFound(f"No owner {owner!r} whose usage you may see.")
     found = usage(session=session, owner=owner, limits=limits_for(settings=settings, owner=owner))
     space = spaces.space(settings, owner)
-    if space is not None:  # made now, as on its first dataset request: an operator copies files into it
-        space.mkdir(parents=True, exist_ok=True)
+    if space is not None and (owner == caller.owner or any(k.owner == owner for k in settings.api_keys)):
+        space.mkdir(parents=True, exist_ok=True)  # made now, as on its first dataset request: an operator fills it
     return {**found, "data_space": str(space) if space is not None else None}
 
 

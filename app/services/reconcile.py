@@ -32,13 +32,13 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import Conflict
 from app.core.jobstates import ACTIVE, JobStatus, JobType
 from app.db.base import utcnow
-from app.db.models import Job, JobMetric
+from app.db.models import Job
 from app.db.session import savepoint, transaction, unavailable
 from app.services import attempts, jobs, resume
 from workers.families import task_name
@@ -335,8 +335,6 @@ def retry(*, session: Session, job: Job, now: datetime, reason: str, delay_s: fl
     )
     if not won:
         return "it left FAILED meanwhile"
-    if job.type == JobType.TRAIN.value:  # the next attempt writes its steps again from where it continues
-        _forget_metrics_after(session, job.id, nxt.checkpoint.step if nxt.checkpoint is not None else None)
     when = f" in {delay_s:.0f} s" if delay_s > 0 else ""
     cost = ""
     if free:
@@ -345,13 +343,6 @@ def retry(*, session: Session, job: Job, now: datetime, reason: str, delay_s: fl
                  f"{nxt.how}{cost}")  # fmt: skip
     session.refresh(job)
     return nxt
-
-
-def _forget_metrics_after(session: Session, job_id: str, step: int | None) -> None:
-    """Drop the metric points past ``step`` (every point: None), which the next attempt writes again: each round,
-    step or fit of a training job is stored once (a resumed xgboost job showed rounds 2001-2122 twice)."""
-    stmt = delete(JobMetric).where(JobMetric.job_id == job_id)
-    session.execute(stmt if step is None else stmt.where(JobMetric.step > step))
 
 
 def _unreadable_after_failed(session: Session, job_id: str, what: str) -> None:

@@ -36,6 +36,7 @@ def too_many(column: str) -> str:
 
 WHOLE = frozenset({"tinyint", "smallint", "int", "bigint"})
 """Spark types of whole-number categorical columns."""
+_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
 TRUE_TEXT = frozenset({"t", "true", "y", "yes", "1"})
 FALSE_TEXT = frozenset({"f", "false", "n", "no", "0"})
 """The text Spark reads as a boolean (any case, spaces around it ignored)."""
@@ -58,14 +59,14 @@ def level_of(value: Any, kind: str = "string") -> str | None:
         if isinstance(value, str):
             if not _WHOLE_TEXT.fullmatch(value):
                 raise ValueError("is not a whole number; the column's categories are whole numbers")
-            return str(int(value))
+            return _in_range(int(value), kind)
         try:
             number = float(value)
         except (TypeError, ValueError):
             raise ValueError("is not a whole number; the column's categories are whole numbers") from None
         if not number.is_integer():
             raise ValueError("is not a whole number; the column's categories are whole numbers")
-        return str(int(number))
+        return _in_range(int(value) if isinstance(value, int | np.integer) else int(number), kind)
     if kind == "boolean":
         text = ("true" if value else "false") if boolean else str(value).strip().lower()
         if isinstance(value, int | float | np.integer | np.floating) and not boolean and value in (0, 1):
@@ -80,6 +81,14 @@ def level_of(value: Any, kind: str = "string") -> str | None:
     if isinstance(value, float | np.floating):
         return repr(float(value))
     return str(value)
+
+
+def _in_range(number: int, kind: str) -> str:
+    """The text of a whole number its Spark type holds (Spark reads a larger one as null: a bad row)."""
+    half = 2 ** (_BITS[kind] - 1)
+    if not -half <= number < half:
+        raise ValueError(f"is outside the {kind} range of the column's categories")
+    return str(number)
 
 
 @dataclass(frozen=True)

@@ -452,7 +452,11 @@ def _category(value: Any, kind: str, where: str) -> str:
         whole = bool(re.fullmatch(r"[ \t\r\n]*[+-]?[0-9]+[ \t\r\n]*", text)) or (number and float(value).is_integer())
         if boolean or not whole:
             raise ValueError(f"{where}: {value!r} is not a whole number; the column's categories are whole numbers")
-        return str(int(text or float(value)))
+        whole_number = int(text) if text else int(value) if isinstance(value, int | np.integer) else int(float(value))
+        half = 2 ** ({"tinyint": 8, "smallint": 16, "int": 32}.get(kind, 64) - 1)
+        if not -half <= whole_number < half:
+            raise ValueError(f"{where}: {value!r} is outside the {kind} range of the column's categories")
+        return str(whole_number)
     if kind == "boolean":
         text = ("true" if value else "false") if boolean else str(value).strip().lower()
         if number and not boolean and value in (0, 1):

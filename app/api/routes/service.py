@@ -77,8 +77,9 @@ def get_cluster(rt: RuntimeDep, caller: CallerDep) -> ClusterRead:
     if caller.admin:
         driver["database"] = rt.settings.redacted_url(rt.settings.database_url)
         driver["broker"] = rt.settings.redacted_url(rt.settings.broker_url)
-    else:  # no address of the cluster's machines, nor the driver's process
+    else:  # no address of the cluster's machines, nor the driver's host and process (its id is host:pid:boot)
         del driver["pid"]
+        driver["worker_id"] = ":".join([HIDDEN, HIDDEN, str(driver["worker_id"]).rpartition(":")[2]])
         executors = [e.model_copy(update={"host_port": HIDDEN}) for e in executors]
         master = re.sub(r"//[^/]+", "//" + HIDDEN, master)
     return ClusterRead(

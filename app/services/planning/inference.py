@@ -215,9 +215,10 @@ SHIPPED = Path(os.path.realpath(REPO_ROOT / "datasets"))
 def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     """A new path inside a data root (symlinks followed for the part that exists)."""
     writable = settings.output_roots  # the caller's own data space when spaces are on (app/services/spaces.py)
-    if given is None:
+    if given is None:  # the var dir's data root, else the first that is not the shipped samples
         home = settings.var_dir / "data"
-        root = (home if home in writable else writable[0]) / "predictions"
+        others = [r for r in writable if r != SHIPPED and SHIPPED not in r.parents] or [home]
+        root = (home if home in writable else others[0]) / "predictions"
         root.mkdir(parents=True, exist_ok=True)
         return str(root / f"{model.name or 'checkpoint'}-{model.version or model.checkpoint_id}-{uuid.uuid4().hex[:8]}")
     if "\x00" in given:

@@ -399,6 +399,10 @@ def test_cluster_shows_addresses_and_every_running_job_to_an_admin_only(world: d
     # nor the executors' host:port or the driver's process id (security walkthrough)
     theirs, admins = bob.get("/cluster").json(), root.get("/cluster").json()
     assert "pid" not in theirs["driver"] and admins["driver"]["pid"] > 0
+    assert (
+        theirs["driver"]["worker_id"].startswith("***:***:")
+        and str(admins["driver"]["pid"]) in admins["driver"]["worker_id"]
+    )
     assert {e["host_port"] for e in theirs["executors"]} == {"***"}
     assert all(e["host_port"] != "***" for e in admins["executors"]) and admins["executors"]
     db, job = world["service"].runtime.db, world["job_id"]

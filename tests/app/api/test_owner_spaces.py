@@ -105,10 +105,12 @@ def test_an_admin_reads_every_space(world: dict[str, Any]) -> None:
 def test_usage_names_the_own_space(world: dict[str, Any]) -> None:
     usage = world["alice"].get("/owners/me/usage").json()
     assert usage["data_space"] == str(world["spaces"] / "alice")
-    # made when shown (it was named before it existed, and an operator's copy into it failed)
-    carol = world["root"].get("/owners/carol/usage").json()
-    assert carol["data_space"] == str(world["spaces"] / "carol") and (world["spaces"] / "carol").is_dir()
-    for impossible in ("%2E%2E", "a%20b%3Cx"):  # no owner has such a name: it answered 200 with no usage
+    # made when shown to a key's owner (it was named before it existed, and an operator's copy into it failed)
+    bob = world["root"].get("/owners/bob/usage").json()
+    assert bob["data_space"] == str(world["spaces"] / "bob") and (world["spaces"] / "bob").is_dir()
+    carol = world["root"].get("/owners/carol/usage").json()  # no key is carol's: a GET makes no folder for her
+    assert carol["data_space"] == str(world["spaces"] / "carol") and not (world["spaces"] / "carol").exists()
+    for impossible in ("%2E%2E", "a%20b%3Cx", "bob%0A"):  # no owner has such a name: it answered 200 with no usage
         assert world["root"].get(f"/owners/{impossible}/usage").status_code == 404, impossible
     assert not (world["spaces"].parent / "usage").exists()
 

@@ -88,6 +88,6 @@ def test_an_xgboost_refusal_is_its_words_without_the_tracebacks() -> None:
     error = RuntimeError("py4j")
     error.java_exception = Java()  # type: ignore[attr-defined]
     reason, message = describe_failure(error)
-    assert reason == "SPARK_ERROR" and message.startswith("xgboost refused to train: "), message
+    assert reason == "SPARK_ERROR" and message.startswith("xgboost: "), message
     assert "gamma" in message and "[bt]" not in message and "Traceback" not in message, message
     assert len(message) < 200, message

@@ -91,7 +91,7 @@ def test_python_m_app_with_its_database_away_exits_in_two_lines(tmp_path: Any) -
         # a dialect SQLAlchemy knows whose driver is not installed: a page of traceback (ModuleNotFoundError)
         ("mysql://u:s3cret@127.0.0.1:1/db", "the database driver for mysql://u:***@127.0.0.1:1/db is not installed"),
         # a broker away: the consumer gave up after 60 s with a traceback
-        ("redis://:s3cret@127.0.0.1:1/9", "the job broker is unreachable: redis://:***@127.0.0.1:1/9: Error 111"),
+        ("redis://:s3cret@127.0.0.1:1/9", "the job broker cannot be used: redis://:***@127.0.0.1:1/9: Error 111"),
     ],
 )
 def test_python_m_app_never_shows_the_databases_password(tmp_path: Any, url: str, words: str) -> None:

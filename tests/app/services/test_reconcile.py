@@ -16,7 +16,7 @@ from app.core.jobstates import JobStatus
 from app.db.base import utcnow
 from app.db.models import Checkpoint, Job, JobMetric
 from app.db.session import transaction
-from app.services import attempts, jobs
+from app.services import attempts, checkpoints, jobs
 from app.services.reconcile import end_and_retry, hand_back
 from app.services.reconcile import reconcile as reconcile_pass
 
@@ -89,9 +89,8 @@ def test_a_lost_job_of_any_kind_without_a_checkpoint_starts_again_from_scratch(
         first = job.attempts[0]
         assert (first["status"], first["error_reason"]) == ("FAILED", "DRIVER_LOST")
         assert "host:1:dead" in first["error_message"]
-        kept = session.scalars(select(JobMetric.step).where(JobMetric.job_id == job_id)).all()
-    # a training job trains every step again: its points go (another kind's, a tune's best-so-far, stay)
-    assert kept == ([] if job_type == "train" else [3])
+    with transaction(db) as session:  # from scratch: the attempt's start drops every point
+        assert checkpoints.forget_metrics_after(session=session, job_id=job_id, checkpoint_id=None) == 1
     assert reconcile(db=db, send=never, stale_after_s=30) == [], "a second pass finds nothing to do"
 
 
@@ -316,7 +315,8 @@ def test_an_xgboost_retry_continues_from_its_newest_checkpoint_of_rounds(db: Any
         jobs.add_metrics(session=session, job_id=job_id, points=points)
     (action,) = reconcile(db=db, send=lambda *m: None, stale_after_s=30)
     assert action["how"] == f"resumes from checkpoint {20:032d} (round 20)"
-    with db() as session:  # rounds 21-25 are trained again: each is stored once (they were there twice)
+    with transaction(db) as session:  # the attempt's start drops rounds 21-25: it trains them again (they were twice)
+        assert checkpoints.forget_metrics_after(session=session, job_id=job_id, checkpoint_id=f"{20:032d}") == 5
         steps = session.scalars(select(JobMetric.step).where(JobMetric.job_id == job_id)).all()
     assert sorted(steps) == list(range(1, 21))
     with db() as session:

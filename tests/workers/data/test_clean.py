@@ -194,14 +194,15 @@ def test_a_category_its_columns_type_cannot_hold_is_a_bad_row(spark: Any, tmp_pa
 
 
 SPARK_VALUES = {  # a column's values, by the Spark type a file or a request's rows gave it
-    "string": ["3", " 7", "+4", "02134", "3.0", "1e3", "x", "yes", " N ", "t", "f", "TRUE", "0", "1", "2", "maybe", ""],
-    "double": [3.0, 2.5, 0.0, 1.0, -1.0, 2134.0],
-    "bigint": [3, 0, 1, 2, -1],
+    "string": ["3", " 7", "+4", "02134", "3.0", "1e3", "x", "yes", " N ", "t", "f", "TRUE", "0", "1", "2", "maybe", "",
+               "300", "99999999999", "-2147483648"],
+    "double": [3.0, 2.5, 0.0, 1.0, -1.0, 2134.0, 3e9, 1e20],
+    "bigint": [3, 0, 1, 2, -1, 300, 2**31, -(2**31)],
     "boolean": [True, False],
-}
+}  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", ["int", "bigint", "boolean"])
+@pytest.mark.parametrize("kind", ["tinyint", "int", "bigint", "boolean"])
 @pytest.mark.parametrize("dtype", list(SPARK_VALUES))
 def test_spark_reads_a_category_as_the_online_encoding_does(spark: Any, kind: str, dtype: str) -> None:
     """Batch prediction and evaluation (Spark: the bad-row check, then the one-hot text) and online prediction

@@ -611,11 +611,12 @@ def test_categorical_inputs_encode_as_sparktrains_encoding(tmp_path: Path) -> No
         model.predict([{"d": 1.0, "tier": 1, "flag": True}])
 
 
-@pytest.mark.parametrize("kind", ["string", "int", "bigint", "boolean"])
+@pytest.mark.parametrize("kind", ["string", "tinyint", "int", "bigint", "boolean"])
 @pytest.mark.parametrize(
     "value",
     [True, False, 3, np.int64(3), 1.5, 2134.0, 2.0, 0.0, 1, 0, 2, -1, "north", "02134", " 7", "+4", "-0", "3.0", "1e3",
-     "True", "yes", " N ", "t", "1", "0", "2", "x", "", "4 4", "+", "٣", None, float("nan"), float("inf"), -0.0],
+     "True", "yes", " N ", "t", "1", "0", "2", "x", "", "4 4", "+", "٣", None, float("nan"), float("inf"), -0.0,
+     2**31, -(2**31), 2**63, 3e9, 1e20, "99999999999", "-2147483648", np.int64(2**62)],
 )  # fmt: skip
 def test_the_loaders_category_reading_is_sparktrains(value: object, kind: str) -> None:
     """The archive's loader cannot import sparktrain, so it has its own copy of ``level_of``: the same answers."""

@@ -203,15 +203,14 @@ UNKNOWN_HINTS = {
 }
 """What to do instead, for the xgboost parameters users of its other APIs reach for that sparktrain sets itself."""
 
-APPLIES_TO: dict[str, tuple[str, Any]] = {
-    "rate_drop": ("booster", "dart"),
-    "skip_drop": ("booster", "dart"),
-    "huber_slope": ("objective", "reg:pseudohubererror"),
-    "quantile_alpha": ("objective", "reg:quantileerror"),
-    "tweedie_variance_power": ("objective", "reg:tweedie"),
-    "scale_pos_weight": ("objective", "binary:logistic"),
+APPLIES_TO: dict[str, tuple[str, ...]] = {
+    "rate_drop": ("booster dart",),
+    "skip_drop": ("booster dart",),
+    "huber_slope": ("objective reg:pseudohubererror", "eval_metric mphe"),
+    "quantile_alpha": ("objective reg:quantileerror", "eval_metric quantile"),
+    "tweedie_variance_power": ("objective reg:tweedie", "eval_metric tweedie-nloglik"),
 }
-"""Parameters xgboost reads only with one booster or objective (it ignores them otherwise, without a word)."""
+"""Parameters xgboost reads only with one of these settings (it ignores them otherwise, without a word)."""
 
 LABEL_DOMAINS: dict[str, tuple[float, float, bool, str]] = {
     "reg:gamma": (0.0, math.inf, False, "positive"),
@@ -261,22 +260,24 @@ def _objective(task: Task, num_classes: int | None, given: Any) -> str:
     return given
 
 
-def _objective_checks(objective: str, booster: Mapping[str, Scalar]) -> list[str]:
-    """422s for what xgboost refuses only when the fit starts, and a warning for each parameter it would ignore."""
-    if objective == "reg:quantileerror" and "quantile_alpha" not in booster:
-        raise SpecError("params.quantile_alpha", "reg:quantileerror needs quantile_alpha: the quantile to learn, "
-                        "in (0, 1) (0.5 is the median)")  # fmt: skip
+def _objective_checks(objective: str, booster: Mapping[str, Scalar], metrics: tuple[str, ...]) -> list[str]:
+    """422s for what xgboost refuses only when the fit starts (or would train into saturated predictions), and a
+    warning for each parameter it would ignore."""
+    chosen = {f"objective {objective}", f"booster {booster.get('booster', 'gbtree')}"}
+    chosen |= {f"eval_metric {m.split('@', 1)[0]}" for m in metrics}
+    if chosen & {"objective reg:quantileerror", "eval_metric quantile"} and "quantile_alpha" not in booster:
+        raise SpecError("params.quantile_alpha", "reg:quantileerror and the quantile metric need quantile_alpha: the "
+                        "quantile, in (0, 1) (0.5 is the median)")  # fmt: skip
     base = booster.get("base_score")
     if isinstance(base, int | float) and objective in ("binary:logistic", "reg:logistic") and not 0 < base < 1:
         raise SpecError("params.base_score", f"{objective} takes a base_score in (0, 1) (a probability), got {base!r}")
     if isinstance(base, int | float) and objective in ("reg:gamma", "reg:tweedie", "count:poisson") and base <= 0:
         raise SpecError("params.base_score", f"{objective} takes a base_score > 0, got {base!r}")
     warnings = []
-    chosen = {"objective": objective, "booster": booster.get("booster", "gbtree")}
-    for name, (setting, value) in APPLIES_TO.items():
-        if name in booster and chosen[setting] != value:
-            warnings.append(f"params.{name} is not used: xgboost reads it only with {setting} {value} "
-                            f"(this job's {setting} is {chosen[setting]})")  # fmt: skip
+    for name, settings in APPLIES_TO.items():
+        if name in booster and not chosen.intersection(settings):
+            warnings.append(f"params.{name} is not used: xgboost reads it only with {' or '.join(settings)} (this "
+                            f"job's objective is {objective})")  # fmt: skip
     return warnings
 
 
@@ -351,13 +352,14 @@ def parse_xgboost_params(
         if isinstance(value, float) and not math.isfinite(value):
             raise SpecError(f"params.{name}", f"must be finite, got {value!r}")
     objective = _objective(task, num_classes, raw.get("objective"))
-    warnings += _objective_checks(objective, booster)
+    metrics = _eval_metrics(task, num_classes, raw.get("eval_metric"))
+    warnings += _objective_checks(objective, booster, metrics)
     return XGBoostSpec(
         task=task,
         objective=objective,
         num_round=num_round,
         params=booster,
-        eval_metric=_eval_metrics(task, num_classes, raw.get("eval_metric")),
+        eval_metric=metrics,
         early_stopping_rounds=early,
         num_workers=workers,
         threads_per_worker=threads,

@@ -84,7 +84,8 @@ def test_native_aliases_are_stored_under_one_name() -> None:
         ({"nthread": 3}, "regression", None, "params.nthread", "use params.threads_per_worker"),
         ({"missing": 0}, "regression", None, "params.missing", "a null or NaN feature is a bad row"),
         # xgboost refused these only when the fit started, with a traceback and a C++ backtrace
-        ({"objective": "reg:quantileerror"}, "regression", None, "params.quantile_alpha", "needs quantile_alpha"),
+        ({"objective": "reg:quantileerror"}, "regression", None, "params.quantile_alpha", "need quantile_alpha"),
+        ({"eval_metric": "quantile"}, "regression", None, "params.quantile_alpha", "need quantile_alpha"),
         ({"base_score": 5}, "classification", 2, "params.base_score", "binary:logistic takes a base_score in (0, 1)"),
         ({"objective": "reg:gamma", "base_score": 0}, "regression", None, "params.base_score", "> 0"),
         ({"subsample": 0}, "regression", None, "params.subsample", "in (0, 1]"),
@@ -117,16 +118,18 @@ def test_metric_thresholds_and_lists() -> None:
     ("params", "words"),
     [  # the job succeeded exactly as without them, and nothing said so
         ({"rate_drop": 0.5}, "params.rate_drop is not used: xgboost reads it only with booster dart (this job's "
-         "booster is gbtree)"),
-        ({"huber_slope": 2}, "only with objective reg:pseudohubererror"),
-        ({"quantile_alpha": 0.3}, "only with objective reg:quantileerror"),
+         "objective is reg:squarederror)"),
+        ({"huber_slope": 2}, "only with objective reg:pseudohubererror or eval_metric mphe"),
+        ({"quantile_alpha": 0.3}, "only with objective reg:quantileerror or eval_metric quantile"),
     ],
 )  # fmt: skip
 def test_a_parameter_xgboost_would_ignore_is_warned_about(params: dict[str, Any], words: str) -> None:
     assert any(words in w for w in parse_xgboost_params(params, task="regression").warnings)
-    used = {**params, "booster": "dart", "objective": "reg:pseudohubererror"} if "huber_slope" in params else None
-    if used is not None:
-        assert not parse_xgboost_params(used, task="regression").warnings
+    for used in ({**params, "booster": "dart", "objective": "reg:pseudohubererror"}, {**params, "eval_metric": "mphe"}):
+        if "huber_slope" in params:  # read by the objective, or by the metric (its value changes with it)
+            assert not parse_xgboost_params(used, task="regression").warnings
+    # scale_pos_weight changes a regression too (reg:logistic, reg:squarederror): no warning
+    assert not parse_xgboost_params({"objective": "reg:logistic", "scale_pos_weight": 3}, task="regression").warnings
 
 
 def test_labels_an_objective_cannot_take() -> None:
