@@ -118,6 +118,10 @@ def resolve_uri(
     for candidate in candidates:
         real = Path(os.path.realpath(candidate))
         if not any(_inside(real, root) for root in roots):
+            named = Path(os.path.normpath(candidate))  # in a root as written, and there: a link on its way out
+            if os.path.lexists(named) and any(_inside(named, root) for root in roots):
+                raise ValidationFailed.at(loc, f"{uri!r} is, or lies below, a link that leads outside the configured "
+                                          "data roots")  # fmt: skip
             continue
         inside_any = True
         check_literal(str(real), uri, loc)  # whether it exists or not: a pattern is never a dataset's name

@@ -36,6 +36,17 @@ def test_a_nested_directory_link_out_is_refused(root: Path, tmp_path: Path) -> N
         resolve_uri("parts", roots=[root], loc="d")
 
 
+def test_a_link_out_as_the_path_itself_says_so(root: Path, tmp_path: Path) -> None:
+    """A link file, or a link directory on the way, answered that the path did not exist (security walkthrough)."""
+    os.symlink(tmp_path / "private" / "secret.parquet", root / "leak.parquet")
+    os.symlink(tmp_path / "private", root / "outlink")
+    for uri in ("leak.parquet", "outlink/secret.parquet", str(root / "outlink" / "secret.parquet")):
+        with pytest.raises(ValidationFailed, match="a link that leads outside the configured data roots"):
+            resolve_uri(uri, roots=[root], loc="d")
+    with pytest.raises(ValidationFailed, match=r"does not exist|outside the configured"):  # nothing there: as before
+        resolve_uri("outlink/nothing.parquet", roots=[root], loc="d")
+
+
 def test_links_inside_the_roots_and_cycles_are_fine(root: Path) -> None:
     os.symlink(root / "parts", root / "parts" / "again")  # a cycle
     os.symlink(root / "parts" / "part-0.parquet", root / "parts" / "part-2.parquet")
