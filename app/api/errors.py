@@ -27,8 +27,13 @@ _HTTP_TITLES = {
 }
 
 
+def is_v2(path: str) -> bool:
+    """Whether a path is the V2 inference protocol's (its errors carry an ``error`` member): ``/v2`` itself too."""
+    return path == "/v2" or path.startswith("/v2/")
+
+
 def problem_response(body: dict[str, Any], request: Request, headers: dict[str, str] | None = None) -> JSONResponse:
-    if request.url.path == "/v2" or request.url.path.startswith("/v2/"):
+    if is_v2(request.url.path):
         body.setdefault("error", body.get("detail"))  # the V2 inference protocol's error member
     request_id = getattr(request.state, "request_id", None)
     if request_id:

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import identify
+from app.api.errors import is_v2
 from app.core.errors import AppError, BadRequest, NestedJson, PayloadTooLarge, UnsupportedMediaType
 from app.core.logging import REQUEST_ID
 
@@ -205,7 +206,7 @@ async def _problem(send: Send, scope: Scope, error: AppError) -> None:
         "instance": scope.get("path", ""),
         "request_id": scope.get("state", {}).get("request_id"),
     }
-    if scope.get("path", "") == "/v2" or scope.get("path", "").startswith("/v2/"):
+    if is_v2(scope.get("path", "")):
         body["error"] = detail  # the V2 inference protocol's error member, as app/api/errors.py adds it
     payload = json.dumps(body).encode()
     await send(

@@ -53,6 +53,11 @@ class ApiKey:
     admin: bool = False
 
 
+def valid_owner(name: str) -> bool:
+    """Whether ``name`` can be an owner's (all of it: ``re.match`` with ``$`` let ``bob\n`` through)."""
+    return _OWNER.fullmatch(name) is not None
+
+
 def parse_api_keys(entries: Iterable[Any]) -> list[ApiKey]:
     """``key:owner`` / ``key:owner:admin`` entries (or ApiKey objects) as ApiKeys. A ValueError names the entry by
     its position and says what to fix; it never repeats a key."""
@@ -78,7 +83,7 @@ def parse_api_keys(entries: Iterable[Any]) -> list[ApiKey]:
                 f"{where}: the key has {len(key)} characters; use at least {MIN_KEY_LENGTH} random ones "
                 f"(e.g. {_GENERATE})"
             )
-        if not _OWNER.match(owner):  # not shown: an entry written owner:key has the key here
+        if not valid_owner(owner):  # not shown: an entry written owner:key has the key here
             raise ValueError(
                 f"{where}: the owner (its second part) must be 1 to 200 letters, digits, '.', '_', '@' or '-', "
                 "starting with a letter or digit; the entry is key:owner, the key first"

@@ -16,8 +16,8 @@ from urllib.parse import unquote, urlparse
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.core.auth import OWNER_PATTERN, ApiKey, parse_api_keys
-from app.core.urls import check_broker_url, check_database_url, overlap
+from app.core.auth import ApiKey, parse_api_keys, valid_owner
+from app.core.urls import check_broker_url, check_database_url, holds, overlap
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout (or install) root: ``spark-conf/`` and ``datasets/`` live here."""
@@ -52,7 +52,7 @@ def parse_owner_quotas(value: Any) -> dict[str, dict[str, int]]:
         raise ValueError(f'{setting} must be a JSON object like {{"alice": {{"concurrent_jobs": 4}}}}')
     out: dict[str, dict[str, int]] = {}
     for owner, quotas in value.items():
-        if not re.match(OWNER_PATTERN, str(owner)):  # a name no key can have: its quotas would never apply
+        if not valid_owner(str(owner)):  # a name no key can have: its quotas would never apply
             raise ValueError(f"{setting}: owner {owner!r} must be 1 to 200 letters, digits, '.', '_', '@' or '-'")
         if not isinstance(quotas, dict):
             raise ValueError(f"{setting}: the quotas of {owner!r} must be an object of {', '.join(QUOTAS)}")
@@ -358,14 +358,14 @@ class Settings(BaseSettings):
                     "spaces through the data root; put them side by side"
                 )
             held = [m for m in models if overlap(root, m)]
-            if held or root == var or root in var.parents:
+            if held or holds(root, var):
                 what = f"the artifact root {held[0]}" if held else f"the var dir {var}"
                 problems.append(
                     f"SPARKTRAIN_DATA_ROOTS: {root} and {what} overlap: every key could read other owners' models "
                     "and the service's own files as datasets (and write batch predictions among them); put the "
                     "data roots beside them"
                 )
-        if spaces is not None and (any(overlap(spaces, m) for m in models) or spaces == var or spaces in var.parents):
+        if spaces is not None and (any(overlap(spaces, m) for m in models) or holds(spaces, var)):
             problems.append(
                 f"SPARKTRAIN_OWNER_ROOT {spaces} overlaps the artifact root {artifacts} or holds the var dir {var}: "
                 "an owner's space would hold other owners' models; put it beside them"

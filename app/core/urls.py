@@ -20,9 +20,14 @@ def check_database_url(url: str) -> None:
         raise ValueError(f"{what}; it does not parse") from None
 
 
+def holds(a: Path, b: Path) -> bool:
+    """Whether resolved directory ``a`` is, or holds, ``b``."""
+    return a == b or a in b.parents
+
+
 def overlap(a: Path, b: Path) -> bool:
     """Whether one of two resolved directories is, or holds, the other."""
-    return a == b or a in b.parents or b in a.parents
+    return holds(a, b) or holds(b, a)
 
 
 def check_broker_url(url: str) -> None:

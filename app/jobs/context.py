@@ -69,8 +69,7 @@ class DbJobContext:
         def record(s: Session) -> None:
             # an attempt handed back (a stop) or taken for lost writes nothing more: the next attempt writes its
             # steps from where it continues, once (forget_metrics_after)
-            current = s.execute(select(Job.worker_id, Job.attempt).where(Job.id == self.job_id)).one_or_none()
-            if current is not None and tuple(current) == (self._rt.worker_id, self.attempt):
+            if self._owned(s, lock=False) is not False:
                 jobs.add_metrics(session=s, job_id=self.job_id, points=rows)
 
         if rows:
@@ -123,11 +122,12 @@ class DbJobContext:
             _remove_checkpoint(old)
         return checkpoint_id
 
-    def _owned(self, session: Any) -> bool | str:
-        """Whether the job still runs here (the row locked until the end of ``session``'s transaction); "finished"
-        when this very attempt already ended it."""
-        job = session.get(Job, self.job_id, with_for_update=True, populate_existing=True)
-        if job is None or job.worker_id != self._rt.worker_id or job.attempt != self.attempt:
+    def _owned(self, session: Any, *, lock: bool = True) -> bool | str:
+        """Whether the job still runs here (with ``lock``, the row locked until the end of ``session``'s
+        transaction); "finished" when this very attempt already ended it."""
+        stmt = select(Job.worker_id, Job.attempt, Job.status).where(Job.id == self.job_id)
+        job = session.execute(stmt.with_for_update() if lock else stmt).one_or_none()
+        if job is None or (job.worker_id, job.attempt) != (self._rt.worker_id, self.attempt):
             return False
         return True if job.status in ACTIVE else "finished"
 

@@ -18,7 +18,6 @@ limit) and ``SPARKTRAIN_OWNER_QUOTAS`` overrides it per owner.
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -31,7 +30,7 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.auth import OWNER_PATTERN, Caller
+from app.core.auth import Caller, valid_owner
 from app.core.errors import NotFound, TooManyRequests, ValidationFailed
 from app.core.jobstates import ACTIVE, JobStatus, JobType
 from app.core.settings import QUOTAS, Settings
@@ -151,7 +150,7 @@ def unknown_owners(settings: Settings) -> list[str]:
 
 def owner_usage(*, session: Session, settings: Settings, caller: Caller, owner: str) -> dict[str, Any]:
     """``owner``'s quotas and usage, for that owner or an admin; anyone else is answered as for an unknown owner."""
-    if not caller.sees(owner) or not re.fullmatch(OWNER_PATTERN.strip("^$"), owner):  # '..' is no owner's name
+    if not caller.sees(owner) or not valid_owner(owner):  # '..' is no owner's name
         raise NotFound(f"No owner {owner!r} whose usage you may see.")
     found = usage(session=session, owner=owner, limits=limits_for(settings=settings, owner=owner))
     space = spaces.space(settings, owner)

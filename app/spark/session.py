@@ -128,8 +128,10 @@ def driver_java_options(conf_dir: Path, scratch: Path, conf: Mapping[str, str], 
     they are joined here; a later option wins where two set the same JVM flag."""
     defaults = conf_dir / "spark-defaults.conf"
     from_file = read_conf_file(defaults).get(DRIVER_JAVA_OPTIONS, "") if defaults.is_file() else ""
-    logs = [conf_dir / name for name in ("log4j2.properties", JSON_LOG4J) if (conf_dir / name).is_file()]
-    log4j = f"-Dlog4j2.configurationFile={','.join(map(str, logs))}" if json_logs and JSON_LOG4J in str(logs) else ""
+    log4j = ""
+    if json_logs and (conf_dir / JSON_LOG4J).is_file():
+        files = [conf_dir / name for name in ("log4j2.properties", JSON_LOG4J) if (conf_dir / name).is_file()]
+        log4j = "-Dlog4j2.configurationFile=" + ",".join(map(str, files))
     parts = (from_file, f"-Dderby.system.home={scratch}", log4j, conf.get(DRIVER_JAVA_OPTIONS, ""))
     return " ".join(part.strip() for part in parts if part.strip())
 

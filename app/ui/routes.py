@@ -9,6 +9,7 @@ plotly.js, served from the installed ``plotly`` package (nothing is fetched from
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -90,40 +91,31 @@ def cluster_page(request: Request) -> HTMLResponse:
     return _page(request, "cluster")
 
 
-def _redirect(request: Request, path: str) -> RedirectResponse:
-    """To the console page at ``path``, keeping the query (its filters). The API answers a trailing slash with a 404
-    that names the path (app/main.py says why); these are pages a person types or bookmarks."""
-    query = request.url.query
-    return RedirectResponse(
-        f"{request.scope.get('root_path', '')}{path}{'?' + query if query else ''}", status_code=307
-    )
+OTHER_SPELLINGS = {
+    "/": "/ui",
+    "/ui/": "/ui",
+    "/ui/jobs": "/ui",
+    "/ui/jobs/": "/ui",
+    "/ui/compare/": "/ui/compare",
+    "/ui/models/": "/ui/models",
+    "/ui/cluster/": "/ui/cluster",
+}
+"""Paths a person types or bookmarks, and the console page each leads to. The API answers a trailing slash with a
+404 that names the path (app/main.py says why); these redirect instead."""
 
 
-@router.get("/")
-def root_page(request: Request) -> RedirectResponse:
-    return _redirect(request, "/ui")
+def _redirect_to(page: str) -> Callable[[Request], RedirectResponse]:
+    def redirect(request: Request) -> RedirectResponse:  # the query (the page's filters) comes along
+        query = request.url.query
+        return RedirectResponse(
+            f"{request.scope.get('root_path', '')}{page}{'?' + query if query else ''}", status_code=307
+        )
+
+    return redirect
 
 
-@router.get("/ui/")
-@router.get("/ui/jobs")
-@router.get("/ui/jobs/")
-def jobs_page_elsewhere(request: Request) -> RedirectResponse:
-    return _redirect(request, "/ui")
-
-
-@router.get("/ui/compare/")
-def compare_page_elsewhere(request: Request) -> RedirectResponse:
-    return _redirect(request, "/ui/compare")
-
-
-@router.get("/ui/models/")
-def models_page_elsewhere(request: Request) -> RedirectResponse:
-    return _redirect(request, "/ui/models")
-
-
-@router.get("/ui/cluster/")
-def cluster_page_elsewhere(request: Request) -> RedirectResponse:
-    return _redirect(request, "/ui/cluster")
+for _spelling, _page_path in OTHER_SPELLINGS.items():
+    router.add_api_route(_spelling, _redirect_to(_page_path), methods=["GET"], response_class=RedirectResponse)
 
 
 @router.get(PLOTLY)

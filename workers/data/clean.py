@@ -66,7 +66,7 @@ def _category_checks(column: str, value: Column, kind: str, dtype: str) -> list[
     other than 0 and 1 for a boolean (Spark reads 2 as true), a boolean for whole numbers (Spark reads it as 1)."""
     from pyspark.sql import functions as F
 
-    from workers.data.categories import Categories
+    from workers.data.categories import WHOLE, Categories
 
     cast = Categories(inputs=(column,), levels={}, types={column: kind}).kind(column)
     if cast == "string":
@@ -74,10 +74,10 @@ def _category_checks(column: str, value: Column, kind: str, dtype: str) -> list[
     words = "a boolean" if cast == "boolean" else "a whole number"
     reason = F.concat(F.lit(f"not {words}: '"), F.substring(value.cast("string"), 1, _SHOWN), F.lit(f"' ({column})"))
     bad = value.isNotNull() & value.try_cast(cast).isNull()
-    numeric = dtype in (*_FLOATS, "tinyint", "smallint", "int", "bigint") or dtype.startswith("decimal")
-    if numeric and cast == "boolean":
+    fractional = dtype in _FLOATS or dtype.startswith("decimal")
+    if (fractional or dtype in WHOLE) and cast == "boolean":
         bad = bad | ~value.isin(0, 1)
-    elif (dtype in _FLOATS or dtype.startswith("decimal")) and cast != "boolean":
+    elif fractional and cast != "boolean":
         bad = bad | (value != F.floor(value))
     elif dtype == "boolean" and cast != "boolean":
         bad = bad | value.isNotNull()

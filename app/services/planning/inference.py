@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import NotFound, ValidationFailed
 from app.core.settings import REPO_ROOT, Settings
+from app.core.urls import holds
 from app.db.models import Checkpoint, Job
 from app.schemas.inference import EvaluateRequest, ModelSelector, PredictRequest
 from app.schemas.train import DatasetRef, SequenceOptions
@@ -217,7 +218,7 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     writable = settings.output_roots  # the caller's own data space when spaces are on (app/services/spaces.py)
     if given is None:  # the var dir's data root, else the first that is not the shipped samples
         home = settings.var_dir / "data"
-        others = [r for r in writable if r != SHIPPED and SHIPPED not in r.parents] or [home]
+        others = [r for r in writable if not holds(SHIPPED, r)] or [home]
         root = (home if home in writable else others[0]) / "predictions"
         root.mkdir(parents=True, exist_ok=True)
         return str(root / f"{model.name or 'checkpoint'}-{model.version or model.checkpoint_id}-{uuid.uuid4().hex[:8]}")
@@ -237,7 +238,7 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     if not inside:
         roots = ", ".join(str(r) for r in settings.data_roots)
         raise ValidationFailed.at("output_uri", f"{given!r} lies outside the configured data roots ({roots})")
-    if parent == SHIPPED or SHIPPED in parent.parents:  # a data root by default: any key wrote into the install
+    if holds(SHIPPED, parent):  # a data root by default: any key wrote into the install
         raise ValidationFailed.at("output_uri", f"{given!r} lies in the shipped sample datasets ({SHIPPED}), which "
                                   "no job writes into: leave output_uri out (predictions go under the var dir) or "
                                   "name a path in another data root")  # fmt: skip

@@ -40,22 +40,14 @@ def plan_spark_ml(
     check_tabular(
         request, train, family="spark_ml", normalize_hint="spark_ml scales features itself (params.standardize)"
     )
-    classes = train.num_classes
     dtype = (schema or {}).get(train.label or "")
-    if classes is None and spark is not None and dtype in (*INTEGER_TYPES, "string") and _binomial(request.params):
-        # counted only for a binomial family (Spark refuses more than 2 classes): resolve_classes refuses labels
-        # Spark ML takes otherwise (fractional ones, a single class)
-        classes = resolve_classes(train, dtype, spark)[0].num_classes
     try:
-        spec = parse_spark_ml_params(request.params, task=request.dataset.task, num_classes=classes)
+        spec = parse_spark_ml_params(request.params, task=request.dataset.task, num_classes=train.num_classes)
+        binomial = "binomial" in spec.searched("family", "auto")[1]
+        if train.num_classes is None and spark is not None and dtype in (*INTEGER_TYPES, "string") and binomial:
+            # counted only for a binomial family (Spark refuses more than 2 classes): resolve_classes refuses labels
+            # Spark ML takes otherwise (fractional ones, a single class)
+            spec.check_classes(resolve_classes(train, dtype, spark)[0].num_classes or 0)
     except SpecError as exc:
         raise ValidationFailed.at(exc.path, exc.message) from exc
     return SparkMLPlan(train=train, validation=validation, spec=spec)
-
-
-def _binomial(params: dict[str, Any] | None) -> bool:
-    """Whether a logistic regression's family is (or is searched over) binomial."""
-    params = params or {}
-    grid = params.get("grid")
-    searched = grid.get("family") if isinstance(grid, dict) else None
-    return params.get("family") == "binomial" or (isinstance(searched, list) and "binomial" in searched)

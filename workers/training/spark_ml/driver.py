@@ -17,6 +17,7 @@ from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, Mod
 from workers.data.clean import clean, clean_holdout
 from workers.data.one_hot import Encoded, one_hot
 from workers.data.spec import read_dataframe
+from workers.errors import SpecError
 from workers.inference.examples import example_rows
 from workers.inference.mlflow_format import write_mlflow_files
 from workers.inference.signature import build_signature
@@ -95,8 +96,8 @@ def _fit(
                                             bad_rows=plan.validation.bad_rows)  # fmt: skip
         train_df, val_df = indexer.transform(train_df), indexer.transform(val_df)
         label_col = LABEL_INDEX_COL
-    if spec.task == "classification" and "binomial" in _families(spec):
-        _check_binomial(train_df, label_col, labels)
+    if spec.task == "classification" and "binomial" in spec.searched("family", "auto")[1]:
+        _check_binomial(spec, train_df, label_col, labels)
     raw = "_features_raw" if spec.standardize else FEATURES_COL
     stages.append(VectorAssembler(inputCols=list(ds.features), outputCol=raw, handleInvalid="error"))
     if spec.standardize:
@@ -174,11 +175,7 @@ def _class_labels(df: DataFrame, label: str) -> list[str]:
     return sorted(str(r[0]) for r in rows)
 
 
-def _families(spec: SparkMLSpec) -> tuple[Any, ...]:
-    return spec.grid.get("family") or (spec.params.get("family", "auto"),)
-
-
-def _check_binomial(df: DataFrame, label_col: str, labels: list[str] | None) -> None:
+def _check_binomial(spec: SparkMLSpec, df: DataFrame, label_col: str, labels: list[str] | None) -> None:
     """A binomial logistic regression of more than 2 classes, which planning could not count: refused before Spark
     fails the fit with "Binomial family only supports 1 or 2 outcome classes"."""
     from pyspark.sql import functions as F
@@ -188,9 +185,10 @@ def _check_binomial(df: DataFrame, label_col: str, labels: list[str] | None) -> 
     else:  # Spark counts integer labels 0..k-1 as the largest + 1
         top = df.agg(F.max(label_col)).first()
         classes = 0 if top is None or top[0] is None else int(top[0]) + 1
-    if classes > 2:
-        raise JobFailure("INVALID_REQUEST", f"params.family: binomial supports 1 or 2 classes and the label has "
-                         f"{classes}: use auto or multinomial")  # fmt: skip
+    try:
+        spec.check_classes(classes)
+    except SpecError as exc:
+        raise JobFailure("INVALID_REQUEST", f"params.family: {exc.message}") from exc
 
 
 def _estimator(spec: SparkMLSpec, label_col: str, weight: str | None) -> Estimator[Any]:

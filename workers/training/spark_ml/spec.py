@@ -152,6 +152,21 @@ class SparkMLSpec:
     def grid_size(self) -> int:
         return math.prod(len(v) for v in self.grid.values()) if self.grid else 1
 
+    def searched(self, name: str, default: Scalar) -> tuple[str, tuple[Scalar, ...]]:
+        """Where ``name`` is given and the values the job fits it with (the grid's, the fixed one, or Spark's
+        default)."""
+        if name in self.grid:
+            return f"params.grid.{name}", self.grid[name]
+        return f"params.{name}", (self.params.get(name, default),)
+
+    def check_classes(self, num_classes: int) -> None:
+        """A SpecError for a binomial logistic regression (fixed or searched) of more than 2 classes, which Spark
+        fails when it fits ("Binomial family only supports 1 or 2 outcome classes")."""
+        path, families = self.searched("family", "auto")
+        if self.algorithm == "logistic_regression" and num_classes > 2 and "binomial" in families:
+            raise SpecError(path, f"binomial supports 1 or 2 classes and the label has {num_classes}: use auto or "
+                            "multinomial")  # fmt: skip
+
     @property
     def cv_fits(self) -> int:
         """Fits of the cross-validation (folds x parameter maps; 0 without one), the units its checkpoints count."""
@@ -232,40 +247,21 @@ def _unknown(path: str, name: str, allowed: Mapping[str, Any], algorithm: str) -
     )
 
 
-def _searched(
-    name: str, params: Mapping[str, Scalar], grid: Mapping[str, tuple[Scalar, ...]], default: Scalar
-) -> tuple[str, tuple[Scalar, ...]]:
-    """Where a parameter is given and the values the job fits it with (fixed, searched or Spark's default)."""
-    if name in grid:
-        return f"params.grid.{name}", grid[name]
-    return f"params.{name}", (params.get(name, default),)
-
-
-def _check_together(
-    algorithm: str,
-    params: Mapping[str, Scalar],
-    grid: Mapping[str, tuple[Scalar, ...]],
-    num_classes: int | None,
-) -> None:
-    """Values each valid alone that Spark refuses together when it fits (the ``require``s of ``LinearRegression``
-    and ``LogisticRegression``), refused here if any combination the job fits has them."""
-    if algorithm == "linear_regression":
-        where, losses = _searched("loss", params, grid, "squaredError")
+def _check_together(spec: SparkMLSpec) -> None:
+    """Values each valid alone that Spark refuses together when it fits (the ``require``s of ``LinearRegression``),
+    refused here if any combination the job fits has them."""
+    if spec.algorithm == "linear_regression":
+        where, losses = spec.searched("loss", "squaredError")
         if "huber" in losses:
-            path, nets = _searched("elasticNetParam", params, grid, 0.0)
+            path, nets = spec.searched("elasticNetParam", 0.0)
             bad = [v for v in nets if isinstance(v, float) and v > 0]
             if bad:
                 raise SpecError(path, f"must be 0 with loss huber ({where}): Spark's LinearRegression with huber "
                                 f"loss supports only L2 regularization; got {shown(bad[0])}")  # fmt: skip
-            path, solvers = _searched("solver", params, grid, "auto")
+            path, solvers = spec.searched("solver", "auto")
             if "normal" in solvers:
                 raise SpecError(path, f"normal does not work with loss huber ({where}) in Spark's LinearRegression: "
                                 "use auto or l-bfgs")  # fmt: skip
-    if algorithm == "logistic_regression" and num_classes is not None and num_classes > 2:
-        path, families = _searched("family", params, grid, "auto")
-        if "binomial" in families:
-            raise SpecError(path, f"binomial supports 1 or 2 classes and the label has {num_classes}: use auto or "
-                            "multinomial")  # fmt: skip
 
 
 def parse_spark_ml_params(
@@ -329,11 +325,10 @@ def parse_spark_ml_params(
     if not isinstance(standardize, bool):
         raise SpecError("params.standardize", f"must be true or false, got {standardize!r}")
     seed = check_seed(params.get("seed", 42))
-    _check_together(algorithm, estimator_params, grid, num_classes)
     fraction = params.get("validation_fraction", 0.2)
     if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
         raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {fraction!r}")
-    return SparkMLSpec(
+    spec = SparkMLSpec(
         algorithm=algorithm,
         task=task,
         estimator_class=estimator_class,
@@ -345,3 +340,7 @@ def parse_spark_ml_params(
         seed=seed,
         validation_fraction=float(fraction),
     )
+    _check_together(spec)
+    if num_classes is not None:
+        spec.check_classes(num_classes)
+    return spec
