@@ -198,6 +198,9 @@ def jobs(
     type_: Annotated[
         str | None, typer.Option("--type", metavar="TYPE", help="train, evaluate, predict, recipe or tune.")
     ] = None,
+    name: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="Only jobs whose name or model name contains this (any case).")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
 ) -> int:
     """List jobs, newest first."""
@@ -205,13 +208,14 @@ def jobs(
     # The service spells states in upper case and types in lower case.
     status, type_ = (status or "").strip().upper() or None, (type_ or "").strip().lower() or None
     with opts.client() as api:
-        items = api.jobs(status=status, type=type_, limit=limit)
+        items = api.jobs(status=status, type=type_, name=name or None, limit=limit)
     if opts.json:
         _print_json(items)
         return OK
     if not items:
-        if status or type_:
-            err.print(f"No {' '.join(filter(None, (status, type_)))} jobs", highlight=False)
+        if status or type_ or name:
+            named = f" named {name!r}" if name else ""
+            err.print(f"No {' '.join(filter(None, (status, type_, 'jobs')))}{named}", highlight=False)
         else:
             err.print("No jobs yet: sparktrain submit examples/xgboost-taxi.json --wait")
         return OK

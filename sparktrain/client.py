@@ -193,14 +193,23 @@ class Client:
     def job(self, job_id: str) -> dict[str, Any]:
         return dict(self._json("GET", f"/jobs/{job_id}"))
 
-    def jobs(self, *, status: str | None = None, type: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        return self.jobs_page(status=status, type=type, limit=limit)[0]
+    def jobs(
+        self, *, status: str | None = None, type: str | None = None, name: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        return self.jobs_page(status=status, type=type, name=name, limit=limit)[0]
 
     def jobs_page(
-        self, *, status: str | None = None, type: str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: str | None = None,
+        type: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """One page of ``GET /jobs``, newest first, and the cursor of the next page (None after the last)."""
-        given = {"status": status, "type": type, "limit": limit, "cursor": cursor}
+        """One page of ``GET /jobs``, newest first, and the cursor of the next page (None after the last).
+        ``name``: the jobs whose name or model name contains it, in any case."""
+        given = {"status": status, "type": type, "name": name, "limit": limit, "cursor": cursor}
         page = self._json("GET", "/jobs", params={k: v for k, v in given.items() if v is not None})
         return list(page["items"]), page.get("next_cursor")
 

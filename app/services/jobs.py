@@ -256,15 +256,16 @@ def list_jobs(
     cursor: str | None = None,
     owner: str | None = None,
     parent_id: str | None = None,
+    name: str | None = None,
 ) -> tuple[Sequence[Job], str | None]:
-    """Newest first; returns a page and the cursor of the next page (None at the end)."""
-    stmt = select(Job) if parent_id is None else select(Job).where(Job.parent_id == parent_id)  # a tune's trials
-    if status is not None:
-        stmt = stmt.where(Job.status == status)
-    if job_type is not None:
-        stmt = stmt.where(Job.type == job_type)
-    if owner is not None:
-        stmt = stmt.where(Job.owner == owner)
+    """Newest first; returns a page and the cursor of the next page (None at the end). ``parent_id``: a tune's
+    trials; ``name``: jobs whose name or model name holds this text, in any case (``%`` and ``_`` are plain)."""
+    stmt = select(Job)
+    for column, value in ((Job.parent_id, parent_id), (Job.status, status), (Job.type, job_type), (Job.owner, owner)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    if name:
+        stmt = stmt.where(or_(*(c.icontains(name, autoescape=True) for c in (Job.name, Job.model_name))))
     if cursor:
         created, job_id = decode_cursor(cursor)
         stmt = stmt.where(or_(Job.created_at < created, and_(Job.created_at == created, Job.id < job_id)))

@@ -281,6 +281,18 @@ def test_the_jobs_table_prints_ids_whole_so_one_can_be_copied_into_another_comma
     assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == linear["id"], shown.stderr
 
 
+def test_jobs_by_name_in_any_case(svc: Service, linear: dict[str, Any]) -> None:
+    """``jobs --name`` asks the service for the jobs whose job or model name contains the text (GET /jobs?name=)."""
+    found = cli(svc, "--json", "jobs", "--name", "CLI-L", "--limit", "500")
+    assert found.returncode == 0, found.stderr
+    listed = json.loads(found.stdout)
+    assert linear["id"] in [j["id"] for j in listed]
+    assert all("cli-l" in ((j["name"] or "") + " " + ((j["model"] or {}).get("name") or "")).lower() for j in listed)
+    none = cli(svc, "jobs", "--status", "succeeded", "--name", "no-such-job")
+    assert none.returncode == 0 and none.stdout == "", none.stdout
+    assert none.stderr.strip() == "No SUCCEEDED jobs named 'no-such-job'", none.stderr
+
+
 def test_a_prefix_is_looked_up_in_the_list_and_a_whole_id_with_one_request(
     svc: Service, linear: dict[str, Any]
 ) -> None:

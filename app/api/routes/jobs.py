@@ -67,10 +67,14 @@ def list_jobs(
     parent_id: Annotated[
         str | None, Query(max_length=64, description="Only the children of this job: a tune job's trials.")
     ] = None,
+    name: Annotated[
+        str | None,
+        Query(max_length=200, description="Only jobs whose name or model name contains this text, in any case."),
+    ] = None,
 ) -> JobPage:
     page, next_cursor = jobs.list_jobs(
         session=session, status=status_, job_type=type_, limit=limit, cursor=cursor, owner=caller.scope,
-        parent_id=parent_id,
+        parent_id=parent_id, name=name,
     )  # fmt: skip
     return JobPage(items=[to_job_read(j) for j in page], next_cursor=next_cursor)
 

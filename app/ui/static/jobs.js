@@ -1,6 +1,6 @@
-/* Jobs page: newest first, filtered by state and type (by the API) and by model, refreshed every 2 s; which driver
- * runs each job, or what a queued one waits for. The filters live in the URL's query (?status=&type=&model=), so a
- * reload or a shared link keeps them. Rows are updated in place, cell by cell, so that a ticked box, the focus and a
+/* Jobs page: newest first, filtered by state, type and job or model name (all by the API), refreshed every 2 s; which
+ * driver runs each job, or what a queued one waits for. The filters live in the URL's query (?status=&type=&model=),
+ * so a reload or a shared link keeps them. Rows are updated in place, cell by cell, so that a ticked box, the focus and a
  * selection survive the refresh. */
 "use strict";
 
@@ -8,7 +8,6 @@
   const { api, el, badge, time, duration, jobUrl } = ST;
   const REFRESH_MS = 2000;
   const STEP = 100; // rows added by "Show older"
-  const SEARCH_STEP = 500; // jobs searched per step with a model filter (the API's largest page)
   const FILTERS = { status: "f-status", type: "f-type", model: "f-model" };
   const picked = new Set();
   const rows = new Map(); // job id -> { tr, cells: Map(name -> [signature, td]) }
@@ -45,11 +44,6 @@
     if (job.model) return job.model.name;
     const requested = job.request && job.request.model;
     return (requested && requested.name) || job.name || "";
-  }
-
-  function matches(job, model) {
-    const needle = model.toLowerCase();
-    return !needle || modelOf(job).toLowerCase().includes(needle) || (job.name || "").toLowerCase().includes(needle);
   }
 
   function pickBox(job) {
@@ -141,7 +135,8 @@
     button.textContent = "Compare selected (" + picked.size + ")";
   }
 
-  /* The newest `want` jobs of the chosen state and type, read a page of up to 500 at a time. */
+  /* The newest `want` jobs of the chosen state, type and name (`?name=`: the job's name or its model's, in any
+   * case), read a page of up to 500 at a time. */
   async function read(f, want) {
     const items = [];
     let cursor = null;
@@ -149,6 +144,7 @@
       const query = new URLSearchParams({ limit: String(Math.min(500, want - items.length)) });
       if (f.status) query.set("status", f.status);
       if (f.type) query.set("type", f.type);
+      if (f.model) query.set("name", f.model);
       if (cursor) query.set("cursor", cursor);
       const page = await api("/jobs?" + query.toString());
       items.push(...page.items);
@@ -157,25 +153,22 @@
     return { items, more: Boolean(cursor) };
   }
 
-  function showWindow(f, got, shown) {
+  function showWindow(f, got) {
     const note = document.getElementById("window-note");
     const older = document.getElementById("older");
-    const what = (f.status ? f.status + " " : "") + (f.type ? f.type + " " : "") + "jobs";
+    const what = (f.status ? f.status + " " : "") + (f.type ? f.type + " " : "") + "jobs" +
+      (f.model ? " named \u201c" + f.model + "\u201d" : "");
     older.hidden = !got.more;
-    older.textContent = f.model ? "Search " + SEARCH_STEP + " older" : "Show " + STEP + " older";
-    if (f.model) {
-      note.textContent = (got.more ? "Searched the newest " + got.items.length + " " + what : "Searched all " +
-        got.items.length + " " + what) + ": " + shown + " match \u201c" + f.model + "\u201d.";
-    } else {
-      note.textContent = got.more ? "The newest " + got.items.length + " " + what + "." : "";
-    }
+    older.textContent = "Show " + STEP + " older";
+    if (got.more) note.textContent = "The newest " + got.items.length + " " + what + ".";
+    else note.textContent = f.model ? what[0].toUpperCase() + what.slice(1) + ": " + got.items.length + "." : "";
   }
 
   async function refresh() {
     const mine = ++generation;
     const f = filters();
     writeUrl(f);
-    if (!depth) depth = f.model ? SEARCH_STEP : STEP;
+    if (!depth) depth = STEP;
     let got;
     try {
       got = await read(f, depth);
@@ -185,15 +178,15 @@
     }
     if (mine !== generation) return; // the filters changed meanwhile: a newer refresh shows them
     ST.notice(null);
-    const jobs = got.items.filter((j) => matches(j, f.model));
+    const jobs = got.items;
     showRows(jobs);
-    showWindow(f, got, jobs.length);
+    showWindow(f, got);
     const empty = document.getElementById("jobs-empty");
     empty.hidden = jobs.length > 0;
     document.getElementById("jobs").hidden = jobs.length === 0;
     if (!jobs.length) {
       empty.textContent = f.status || f.type || f.model
-        ? "No jobs match these filters" + (got.more ? " among the ones searched: search older ones, or clear them." : ": clear them to see every job.")
+        ? "No jobs match these filters: clear them to see every job."
         : "No jobs yet: POST /train (Swagger UI at /docs has an example), or run `sparktrain submit " +
           "examples/random-forest-cv.json --wait` with the CLI. Jobs appear here as soon as they are queued.";
     }
@@ -217,7 +210,7 @@
     });
   }
   document.getElementById("older").addEventListener("click", () => {
-    depth += filters().model ? SEARCH_STEP : STEP;
+    depth += STEP;
     schedule();
   });
   document.getElementById("filters").addEventListener("submit", (e) => e.preventDefault());

@@ -165,3 +165,43 @@ def test_datasets_cursors_this_service_did_not_issue_are_400(world: dict[str, An
     # another owner's cursor shows nothing of theirs: it is a position, the list stays the caller's
     bobs = world["bob"].get("/datasets", params={"limit": 1}).json()["next_cursor"]
     assert all(d["owner"] == "alice" for d in alice.get("/datasets", params={"cursor": bobs}).json()["items"])
+
+
+# --- GET /jobs?name= ------------------------------------------------------------------------------------------------
+
+
+def test_jobs_by_name_or_model_name_any_case_wildcards_plain(world: dict[str, Any]) -> None:
+    """``?name=`` keeps the jobs whose name or model name holds the text, in any case, within the caller's own jobs;
+    ``%`` and ``_`` are plain characters (not SQL wildcards), and the filter pages by cursor as the list does."""
+    from app.db.session import transaction
+    from app.services import jobs
+
+    made: dict[str, str] = {}
+    with transaction(world["service"].runtime.db) as session:
+        for owner, name, model in (
+            ("alice", "Taxi-Fare", None),
+            ("alice", "taxi_fare_2", None),
+            ("alice", None, "NYC-TAXI-evaluated"),  # an evaluation: no name, the model it uses
+            ("alice", "digits-100%", None),
+            ("alice", "digitsX100", None),
+            ("bob", "taxi-bob", None),
+        ):
+            job, _ = jobs.create_job(session=session, job_type="train", request={}, name=name, owner=owner)
+            job.model_name = model
+            made[name or model or ""] = job.id
+    alice, bob, root = world["alice"], world["bob"], world["root"]
+
+    def names(client: httpx.Client, text: str, limit: int = 50) -> set[str]:
+        got = _pages(client, "/jobs", "items", limit, name=text)
+        assert len(got) == len({j["id"] for j in got})  # every job once
+        return {j["id"] for j in got}
+
+    assert names(alice, "taxi", limit=1) == {made["Taxi-Fare"], made["taxi_fare_2"], made["NYC-TAXI-evaluated"]}
+    assert names(root, "TAXI") == names(alice, "taxi") | {made["taxi-bob"]}  # an admin sees every owner's
+    assert names(bob, "taxi") == {made["taxi-bob"]}
+    assert names(alice, "_") == {made["taxi_fare_2"]}  # not "any one character"
+    assert names(alice, "100%") == {made["digits-100%"]}  # not "anything"
+    assert names(alice, "nothing-has-this") == set()
+    everything = {j["id"] for j in _pages(alice, "/jobs", "items", 500)}
+    assert names(alice, "") == everything  # empty: no filter
+    assert "name" in _problem(alice.get("/jobs", params={"name": "x" * 201}), 422)["detail"]
