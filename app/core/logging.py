@@ -67,7 +67,7 @@ def configure_logging(*, level: str, fmt: Literal["text", "json"], stream: Any =
     root.setLevel(level)
     debug = level.upper() == "DEBUG"
     for name, quiet in LIBRARIES.items():  # at DEBUG they write their internals (Celery's generated source, ...)
-        logging.getLogger(name).setLevel(quiet if debug else logging.NOTSET)
+        logging.getLogger(name).setLevel(quiet if debug else QUIET_ALWAYS.get(name, logging.NOTSET))
     return handler
 
 
@@ -76,7 +76,12 @@ LIBRARIES = {
                      "httpcore", "multipart", "python_multipart", "alembic", "optuna"), logging.INFO),
     "sqlalchemy": logging.WARNING,  # at INFO it echoes every statement, at DEBUG every row
 }  # fmt: skip
-"""Third-party loggers' levels when sparktrain's level is DEBUG (at any other level they follow the root)."""
+"""Third-party loggers' levels when sparktrain's level is DEBUG (at any other level they follow the root, but for
+:data:`QUIET_ALWAYS`)."""
+
+QUIET_ALWAYS = {"sqlalchemy": logging.WARNING}
+"""Loggers kept at their library's own default at every level: SQLAlchemy sets WARNING when it is imported, and
+following the root's INFO it logged each statement with its parameters (the broker's polls: ~40 lines a second)."""
 
 
 @contextmanager

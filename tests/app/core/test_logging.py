@@ -64,3 +64,23 @@ def test_debug_is_sparktrains_and_leaves_libraries_at_info() -> None:
         configure_logging(level="INFO", fmt="text", stream=io.StringIO())
         logging.getLogger().removeHandler(logging.getLogger().handlers[-1])
     assert logging.getLogger("celery.utils.functional").level == logging.NOTSET
+
+
+def test_info_logs_no_sql_statements() -> None:
+    """At INFO (the default) a query writes no line: SQLAlchemy's logger followed the root and logged every statement
+    with its bound parameters (~40 lines a second from an idle driver's broker polls)."""
+    from sqlalchemy import create_engine, text
+
+    stream = io.StringIO()
+    configure_logging(level="DEBUG", fmt="text", stream=io.StringIO())  # and back: the levels DEBUG set are undone
+    handler = configure_logging(level="INFO", fmt="text", stream=stream)
+    try:
+        engine = create_engine("sqlite://")
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT 'a-secret-parameter' AS x")).scalar() == "a-secret-parameter"
+        engine.dispose()
+        logging.getLogger("celery.worker").info("a library's INFO line")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert "SELECT" not in stream.getvalue() and "a-secret-parameter" not in stream.getvalue()
+    assert "a library's INFO line" in stream.getvalue()  # the other libraries follow the root
