@@ -82,7 +82,15 @@ class DbJobContext:
 
     def log(self, message: str, level: str = "INFO") -> None:
         log.log(logging.getLevelName(level), "[job %s] %s", self.job_id, message, extra={"job_id": self.job_id})
-        self._in_order(lambda s: jobs.add_log(session=s, job_id=self.job_id, message=message, level=level))
+
+        def record(s: Session) -> None:
+            # a line of an attempt that no longer runs the job (handed back, or taken for lost) says so: its
+            # "epoch 33 done" read as the job's, before the next attempt's own
+            stale = self._owned(s, lock=False) is False
+            said = f"(attempt {self.attempt}, no longer running this job) {message}" if stale else message
+            jobs.add_log(session=s, job_id=self.job_id, message=said, level=level)
+
+        self._in_order(record)
 
     def _in_order(self, work: Callable[[Session], object], what: str = "") -> None:
         """One write at a time, so that ids commit in order. The database-away budget counts from the call, not

@@ -18,14 +18,14 @@ import pytest
 from app.core.jobstates import JobStatus
 from app.core.settings import Settings
 from app.db.base import utcnow
-from app.db.models import Checkpoint, Job, ModelVersion
+from app.db.models import Checkpoint, Job, JobLog, JobMetric, ModelVersion
 from app.db.session import transaction
 from app.jobs.context import DbJobContext
 from app.jobs.runtime import JobRuntime
 from app.jobs.settle import settle
 from app.services import jobs
 from app.services.reconcile import reconcile
-from workers.context import JobCancelled, JobOutcome, ModelArtifact
+from workers.context import JobCancelled, JobOutcome, MetricPoint, ModelArtifact
 
 
 def _runtime(db: Any, spark: Any, tmp_path: Path, name: str) -> JobRuntime:
@@ -99,6 +99,13 @@ def test_a_runner_whose_job_was_given_up_records_nothing(db: Any, spark: Any, tm
     assert [a["action"] for a in actions] == ["retried"] and len(sent) == 1
     new = _take(other, job_id, tmp_path)  # another driver takes attempt 2
     assert new.attempt == 2
+    old.metrics([MetricPoint(key="loss", value=1.0, step=33, epoch=3, worker=0)])  # written nowhere
+    old.log("epoch 3 done at step 33")  # kept, saying whose it is
+    new.log("epoch 3 done at step 33")
+    with db() as s:
+        assert s.query(JobMetric).filter(JobMetric.job_id == job_id).count() == 0
+        lines = [r.message for r in s.query(JobLog).filter(JobLog.job_id == job_id).order_by(JobLog.id)][-2:]
+    assert lines == ["(attempt 1, no longer running this job) epoch 3 done at step 33", "epoch 3 done at step 33"]
 
     with transaction(db) as s:
         assert jobs.heartbeat(session=s, job_id=job_id, worker_id=stalled.worker_id, attempt=1) is None
