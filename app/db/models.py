@@ -88,6 +88,9 @@ class JobMetric(Base):
     __table_args__ = (
         Index("ix_job_metrics_job_key_step", "job_id", "key", "step"),
         Index("ix_job_metrics_job_id_id", "job_id", "id"),
+        # ids are never reused, on SQLite too: the event stream follows a job's points by id, and a retried job's
+        # points past its checkpoint are dropped and written again (migration 0012)
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)

@@ -6,12 +6,13 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.core.errors import NotFound
 from app.db.base import utcnow
-from app.db.models import Checkpoint, JobMetric
+from app.db.models import Checkpoint, Job, JobMetric
+from app.services import attempts
 
 
 def record(
@@ -70,8 +71,16 @@ def prune(*, session: Session, job_id: str, keep: int, keep_epoch: int | None = 
 def forget_metrics_after(*, session: Session, job_id: str, checkpoint_id: str | None) -> int:
     """Drop the job's metric points past the step of the checkpoint an attempt continues from (every point when it
     starts from scratch): the attempt writes them again, and each step, round or fit is stored once (a resumed
-    xgboost job showed rounds 2001-2122 twice). Returns how many went."""
+    xgboost job showed rounds 2001-2122 twice). Returns how many went.
+
+    The attempt's entry in the job's ``attempts`` records how many went and the highest id among them
+    (``dropped_metric_ids_upto``): an event stream's ``Last-Event-ID`` up to that id is still one this job issued
+    (app/services/events.py), and the attempt's new points get higher ids."""
     row = session.get(Checkpoint, checkpoint_id) if checkpoint_id is not None else None
-    stmt = delete(JobMetric).where(JobMetric.job_id == job_id)
-    result = session.execute(stmt if row is None else stmt.where(JobMetric.step > row.step))
-    return int(getattr(result, "rowcount", 0) or 0)
+    where = [JobMetric.job_id == job_id, *([] if row is None else [JobMetric.step > row.step])]
+    top = session.scalar(select(func.max(JobMetric.id)).where(*where))
+    gone = int(getattr(session.execute(delete(JobMetric).where(*where)), "rowcount", 0) or 0)
+    job = session.get(Job, job_id, with_for_update=True)  # SQLite: the DELETE above holds the write lock already
+    if gone and job is not None:
+        job.attempts = attempts.update_attempt(job, job.attempt, dropped_metrics=gone, dropped_metric_ids_upto=top)
+    return gone

@@ -167,9 +167,12 @@ def start(*, db: sessionmaker[Session], job_id: str, caller: Caller, after: Curs
     job) and that ``after`` is not ahead of the job's events. Without ``metrics`` (a log follower), it starts after
     the job's current points, which it will not be sent."""
     with db() as session:
-        job_of(session=session, job_id=job_id, caller=caller)
+        job = job_of(session=session, job_id=job_id, caller=caller)
         metric, line = head(session=session, job_id=job_id)
-    if after.metric > metric or after.log > line:
+    # points a retried attempt dropped (app/services/checkpoints.py) were this job's: a cursor up to them is valid,
+    # and the attempt's own points, written again from its checkpoint, have higher ids
+    dropped = max((int(e.get("dropped_metric_ids_upto") or 0) for e in job.attempts or []), default=0)
+    if after.metric > max(metric, dropped) or after.log > line:
         raise BadRequest(
             f"Last-Event-ID {after.text()} is ahead of this job's events (newest: {metric}-{line}); reconnect "
             "without it to start from the job's beginning."

@@ -494,6 +494,27 @@ def test_each_metric_is_charted_by_what_it_is(svc: Service, browser: Any, tmp: P
     _shot(browser, tmp, "charts-xgboost")
 
 
+def test_steps_a_retried_attempt_writes_again_replace_the_followed_ones(svc: Service, browser: Any) -> None:
+    """A follower that drew rounds 1 to 10 sees attempt 2, which continues from round 5's checkpoint, draw rounds 6 to
+    10 again: once each, with the new values (the old ones stayed beside them)."""
+    from app.db.models import Checkpoint
+    from app.services import checkpoints
+
+    first = [{"key": "validation_rmse", "step": r, "epoch": None, "value": 1.0, "worker": None} for r in range(1, 11)]
+    job_id = _fake_job(svc, "retried", JobStatus.RUNNING, framework="xgboost", points=first)
+    browser.get(svc.url + f"/ui/jobs/{job_id}")
+    drawn = CHART + "return c && c.data && c.data.length ? [c.data[0].x, c.data[0].y] : null"
+    _until(browser, lambda d: (d.execute_script(drawn, "chart-other") or [[]])[0] == list(range(1, 11)), "drawn", 30)
+    with transaction(svc.runtime.db) as s:
+        s.add(Checkpoint(id="c" * 32, job_id=job_id, epoch=5, step=5, uri="file:///c"))
+    with transaction(svc.runtime.db) as s:
+        checkpoints.forget_metrics_after(session=s, job_id=job_id, checkpoint_id="c" * 32)
+    with transaction(svc.runtime.db) as s:
+        jobs.add_metrics(session=s, job_id=job_id, points=[{**p, "value": 2.0} for p in first[5:]])
+    again = [list(range(1, 11)), [1.0] * 5 + [2.0] * 5]
+    _until(browser, lambda d: d.execute_script(drawn, "chart-other") == again, "rounds 6-10 drawn once, anew", 30)
+
+
 def test_a_failed_job_shows_its_error_once_and_ended_jobs_say_so(svc: Service, browser: Any, tmp: Path) -> None:
     from selenium.webdriver.common.by import By
 

@@ -23,6 +23,7 @@
   const WHY_CHARS = 100;
   let job = null;
   let byKey = new Map(); // metric key -> its points in arrival order, grown in place as events come
+  let lastStep = new Map(); // "key|worker" -> the step of its newest point
   let drawTimer = null;
   let stream = null;
 
@@ -142,11 +143,19 @@
     }, 500);
   }
 
-  /* Each point is appended once to its key's list: following a job costs time linear in its points. */
+  /* Each point is appended once to its key's list: following a job costs time linear in its points. A point at an
+   * earlier step than its key's and worker's last is a retried attempt writing its steps again from the checkpoint
+   * it continues from (the service dropped the old ones past it): the old ones go here too. */
   function addPoints(list) {
     for (const p of list) {
       let same = byKey.get(p.key);
       if (!same) byKey.set(p.key, (same = []));
+      const last = lastStep.get(p.key + "|" + p.worker);
+      if (last !== undefined && p.step < last) {
+        same = same.filter((q) => q.worker !== p.worker || q.step < p.step);
+        byKey.set(p.key, same);
+      }
+      lastStep.set(p.key + "|" + p.worker, p.step);
       same.push(p);
     }
   }
@@ -308,6 +317,7 @@
   async function start() {
     if (stream) stream.abort();
     byKey = new Map();
+    lastStep = new Map();
     ST.clear(document.getElementById("log"));
     try {
       await refreshJob();

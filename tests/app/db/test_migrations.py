@@ -65,3 +65,37 @@ def test_revision_0011_records_the_outputs_of_earlier_predictions(db_url: str) -
     assert rows == {"a" * 32: "/data/preds/out", "b" * 32: None}
     assert keys["a" * 32] == key("/data/preds/out") and keys["b" * 32] is None
     engine.dispose()
+
+
+def test_revision_0012_keeps_the_points_and_never_reuses_their_ids(db_url: str) -> None:
+    """On SQLite the metric table is copied into one declared AUTOINCREMENT: the points and their ids stay, and a
+    point written after the newest is dropped does not take its id again."""
+    from datetime import UTC, datetime
+
+    from alembic import command
+
+    from app.db.migrate import alembic_config
+
+    engine = create_db_engine(db_url)
+    insert = text("INSERT INTO job_metrics (job_id, key, step, value, time) VALUES (:job, 'loss', :step, 1.0, :at)")
+    with engine.begin() as conn:
+        cfg = alembic_config(engine)
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0011")
+        conn.execute(
+            text(
+                "INSERT INTO jobs (id, type, status, progress, attempt, max_attempts, request, warnings, owner, "
+                "created_at, slots) VALUES (:id, 'train', 'RUNNING', 0.5, 1, 3, '{}', '[]', 'alice', :at, 1)"
+            ),
+            {"id": "a" * 32, "at": datetime.now(UTC)},
+        )
+        for step in range(3):
+            conn.execute(insert, {"job": "a" * 32, "step": step, "at": datetime.now(UTC)})
+        before = conn.execute(text("SELECT id, step FROM job_metrics ORDER BY id")).all()
+        command.upgrade(cfg, "head")
+        assert conn.execute(text("SELECT id, step FROM job_metrics ORDER BY id")).all() == before
+        conn.execute(text("DELETE FROM job_metrics WHERE id = :id"), {"id": before[-1][0]})
+        conn.execute(insert, {"job": "a" * 32, "step": 2, "at": datetime.now(UTC)})
+        newest = conn.execute(text("SELECT max(id) FROM job_metrics")).scalar_one()
+    assert newest > before[-1][0]
+    engine.dispose()
