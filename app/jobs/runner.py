@@ -95,7 +95,8 @@ def _take(rt: JobRuntime, job_id: str, queue: str) -> TakenJob | None:
             return blocked
         now = utcnow()
         won = jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING,
-                              worker_id=rt.worker_id, started_at=now, heartbeat_at=now, waiting_for=None,
+                              worker_id=rt.worker_id, started_at=job.started_at or now, heartbeat_at=now,
+                              waiting_for=None,
                               woken_at=None, spark_app_id=rt.spark.sparkContext.applicationId)  # fmt: skip
         if not won:
             return None

@@ -249,12 +249,14 @@ def deliver(
 
 
 def _ended(job: Job, now: datetime, status: str, reason: str, message: str) -> list[dict[str, Any]]:
-    """The job's ``attempts`` with its current attempt marked as ended."""
+    """The job's ``attempts`` with its current attempt marked as ended (the job's ``started_at`` is its first
+    attempt's; the runner wrote this one's start in its entry)."""
+    own = next((e for e in reversed(job.attempts or []) if e.get("attempt") == job.attempt), {})
     return attempts.update_attempt(
         job,
         job.attempt,
         worker_id=job.worker_id,
-        started_at=_iso(job.started_at),
+        started_at=own.get("started_at") or _iso(job.started_at),
         ended_at=_iso(now),
         status=status,
         error_reason=reason,
@@ -324,11 +326,10 @@ def retry(*, session: Session, job: Job, now: datetime, reason: str, delay_s: fl
         request=nxt.request,
         plan=nxt.plan,
         progress=0.0,
-        progress_message=None,
+        progress_message=f"attempt {attempt} queued: {nxt.how}",  # what `show` and the jobs page say meanwhile
         error_reason=None,
         error_message=None,
-        started_at=None,
-        finished_at=None,
+        finished_at=None,  # started_at stays the first attempt's: a job's duration counts every attempt
         worker_id=None,
         heartbeat_at=None,
         waiting_for=None,

@@ -89,6 +89,9 @@ def test_a_lost_job_of_any_kind_without_a_checkpoint_starts_again_from_scratch(
         first = job.attempts[0]
         assert (first["status"], first["error_reason"]) == ("FAILED", "DRIVER_LOST")
         assert "host:1:dead" in first["error_message"]
+        # the job's start stays the first attempt's (its duration counts every attempt), and it says what it awaits
+        assert job.started_at is not None and first["started_at"] == job.started_at.isoformat()
+        assert (job.progress, job.progress_message) == (0.0, "attempt 2 queued: starts from scratch")
     with transaction(db) as session:  # from scratch: the attempt's start drops every point
         assert checkpoints.forget_metrics_after(session=session, job_id=job_id, checkpoint_id=None) == 1
     assert reconcile(db=db, send=never, stale_after_s=30) == [], "a second pass finds nothing to do"
