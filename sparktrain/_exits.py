@@ -8,6 +8,7 @@ from rich.console import Console
 from sparktrain.errors import (
     AmbiguousJobId,
     ApiError,
+    Interrupted,
     LocalFileError,
     NotTheService,
     SparktrainError,
@@ -15,7 +16,7 @@ from sparktrain.errors import (
     UsageError,
 )
 
-OK, FAILED, USAGE, CANCELLED, UNREACHABLE = 0, 1, 2, 3, 4
+OK, FAILED, USAGE, CANCELLED, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
 OUTCOME = {"SUCCEEDED": OK, "FAILED": FAILED, "CANCELLED": CANCELLED}
 _GLOBAL = {"--json": "", "--url": " URL", "--api-key": " KEY"}
 """The options that come before the command, with what each takes."""
@@ -23,9 +24,9 @@ _GLOBAL = {"--json": "", "--url": " URL", "--api-key": " KEY"}
 
 def reported(exc: Exception, err: Console) -> int:
     """Say what went wrong on ``err``; the exit code. Anything else is raised again."""
-    if isinstance(exc, typer.Abort):
-        err.print("interrupted")
-        return 130
+    if isinstance(exc, typer.Abort | Interrupted):
+        err.print(str(exc) or "interrupted", highlight=False)
+        return INTERRUPTED
     if isinstance(exc, typer.TyperException):  # usage errors (typer's own click)
         show = getattr(exc, "show", None)
         try:
@@ -49,8 +50,8 @@ def reported(exc: Exception, err: Console) -> int:
         return UNREACHABLE
     if isinstance(exc, ApiError):
         request_id = exc.problem.get("request_id")
-        hint = "; give a key with --api-key or SPARKTRAIN_API_KEY" if exc.status == 401 else ""
-        err.print(f"refused: {exc}{hint}" + (f" (request id {request_id})" if request_id else ""), highlight=False)
+        said = f"{str(exc).rstrip('.')}; give a key with --api-key or SPARKTRAIN_API_KEY" if exc.status == 401 else exc
+        err.print(f"refused: {said}" + (f" (request id {request_id})" if request_id else ""), highlight=False)
         fields = exc.problem.get("errors") or []
         for item in fields if len(fields) > 1 else []:  # one field is the detail already
             err.print(f"  {item.get('loc')}: {item.get('msg')}", highlight=False)

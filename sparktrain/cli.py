@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,12 +21,13 @@ from rich.console import Console
 from rich.table import Table
 
 from sparktrain._csv import at_lines, is_stdin, model_columns, read_records, source_name, typed_rows
-from sparktrain._exits import FAILED, OK, OUTCOME, reported
+from sparktrain._exits import FAILED, INTERRUPTED, OK, OUTCOME, reported
 from sparktrain._help import Command, Group, print_version
 from sparktrain._pipe import CLOSED, Output, PipeClosed, flush_stdout, silence
 from sparktrain._progress import Live
 from sparktrain._table import jobs_table
 from sparktrain.client import ApiError, Client, LocalFileError, ModelRef, SparktrainError, UsageError
+from sparktrain.errors import Interrupted, Unreachable
 
 JOB_HELP = "A job id, or the first 6 or more characters of one."
 INLINE_ROWS = 10_000
@@ -106,17 +109,32 @@ def _read_body(path: Path) -> dict[str, Any]:
     return body
 
 
+@contextmanager
+def _following(job_id: str) -> Iterator[None]:
+    """Ctrl-C, or the service lost while following a job: say that the job goes on and how to follow it again."""
+    again = f"follow it again with: sparktrain logs -f {job_id}"
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: job {job_id} goes on in the service; {again}") from None
+    except Unreachable as exc:
+        raise Unreachable(f"{exc}; job {job_id} goes on where the service runs: {again}") from None
+
+
 def _follow(opts: Options, api: Client, job: dict[str, Any], to: Console) -> int:
     """Wait for the job with a live progress bar (none with --json); report how it ended (on ``to``); its exit
     code."""
     if opts.json:
-        final = api.wait(job["id"])
+        with _following(job["id"]):
+            final = api.wait(job["id"])
         _print_json(final)
         if final["status"] != "SUCCEEDED":  # the exit code's reason, on stderr as without --json
             error = final.get("error") or {}
             err.print(f"{final['status']} job {final['id']}: {error.get('reason')}: {error.get('message')}")
         return OUTCOME.get(final["status"], FAILED)
-    return _report(Live(err).follow(api, job), to)
+    with _following(job["id"]):
+        final = Live(err).follow(api, job)
+    return _report(final, to)
 
 
 def _report(job: dict[str, Any], to: Console) -> int:
@@ -233,7 +251,7 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
         _print_json(job)
         return OK
     shown = ("id", "name", "type", "framework", "status", "progress", "progress_message", "attempt", "created_at")
-    for key in (*shown, "finished_at"):
+    for key in (*shown, "started_at", "finished_at"):
         value = f"{100 * job[key]:.0f}%" if key == "progress" and job.get(key) is not None else job.get(key)
         out.print(f"{key:<17}{value}", highlight=False)
     if job.get("error"):
@@ -256,12 +274,13 @@ def logs(
     with opts.client() as api:
         job_id = api.job_id(job_id)
         lines = api.follow_logs(job_id) if follow else api.all_logs(job_id)
-        for line in lines:
-            if opts.json:
-                sys.stdout.write(json.dumps(line, default=str) + "\n")
-            else:
-                out.print(f"{line['time']} {line['level']:<7} {line['message']}", highlight=False, markup=False)
-            sys.stdout.flush()
+        with _following(job_id) if follow else nullcontext():
+            for line in lines:
+                if opts.json:
+                    sys.stdout.write(json.dumps(line, default=str) + "\n")
+                else:
+                    out.print(f"{line['time']} {line['level']:<7} {line['message']}", highlight=False, markup=False)
+                sys.stdout.flush()
         return OUTCOME.get(api.job(job_id)["status"], FAILED) if follow else OK
 
 
@@ -401,8 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             code = app(args=argv, prog_name="sparktrain", standalone_mode=False)
-        except typer.Exit as exc:
+        except typer.Exit as exc:  # typer's: Ctrl-C elsewhere is Exit(130)
             code = exc.exit_code
+            if code == INTERRUPTED:
+                err.print("interrupted", highlight=False)
         except (typer.Abort, typer.TyperException, SparktrainError) as exc:
             code = reported(exc, err)
         flush_stdout()  # what is still buffered, while a closed pipe is still exit 141

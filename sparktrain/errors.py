@@ -13,6 +13,10 @@ class Unreachable(SparktrainError):
     """No answer from the service (connection refused, timeout), or a 502/503/504."""
 
 
+class Interrupted(SparktrainError):
+    """Ctrl-C while following a job: the following stops, the job goes on (the message says how to follow it)."""
+
+
 class LocalFileError(SparktrainError):
     """A local file or folder that cannot be read or written (the service is not involved)."""
 

@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -279,6 +280,9 @@ def test_the_jobs_table_prints_ids_whole_so_one_can_be_copied_into_another_comma
     copied = cli(svc, "jobs", "--limit", "5", columns=80).stdout.splitlines()[ids.index(linear["id"]) + 1].split()[0]
     shown = cli(svc, "--json", "show", copied)
     assert shown.returncode == 0 and json.loads(shown.stdout)["id"] == linear["id"], shown.stderr
+    fields = [line.split()[0] for line in cli(svc, "show", copied).stdout.splitlines() if line[:1].isalpha()]
+    assert fields[:11] == ["id", "name", "type", "framework", "status", "progress", "progress_message", "attempt",
+                           "created_at", "started_at", "finished_at"], fields  # fmt: skip
 
 
 def test_jobs_by_name_in_any_case(svc: Service, linear: dict[str, Any]) -> None:
@@ -449,3 +453,38 @@ def test_logs_prints_every_line_and_jobs_piped_cuts_nothing(svc: Service, linear
     assert "n" * 150 in row and "train/torch" in row and "QUEUED" in row, row
     assert "…" not in "\n".join(table), table
     assert "progress         0%" in cli(svc, "show", long_id).stdout  # show had no progress (audit)
+
+
+@pytest.mark.parametrize("args", [["logs", "-f"], ["--json", "logs", "-f"]])
+def test_ctrl_c_while_following_says_the_job_goes_on_and_how_to_follow_it(svc: Service, args: list[str]) -> None:
+    """Ctrl-C (SIGINT) ends the following with status 130 and a line: typer turned it into a silent Exit(130)."""
+    from datetime import timedelta
+
+    from app.core.jobstates import JobStatus
+    from app.db.base import utcnow
+    from app.db.session import transaction
+    from app.services import jobs
+
+    with transaction(svc.runtime.db) as s:  # a job some driver runs (its heartbeat an hour ahead: never taken as lost)
+        row, _ = jobs.create_job(session=s, job_type="train", request={}, framework="torch", name="followed")
+        for source, target in ((JobStatus.QUEUED, JobStatus.STARTING), (JobStatus.STARTING, JobStatus.RUNNING)):
+            jobs.transition(session=s, job_id=row.id, sources=[source], target=target, started_at=utcnow(),
+                            heartbeat_at=utcnow() + timedelta(hours=1), worker_id="elsewhere:1:x")  # fmt: skip
+        jobs.add_log(session=s, job_id=row.id, message="epoch 1 done")
+        job_id = row.id
+    env = {"SPARKTRAIN_URL": svc.url, "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "sparktrain", *args, job_id], cwd=REPO, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert "epoch 1 done" in process.stdout.readline()  # following now
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        with transaction(svc.runtime.db) as s:
+            jobs.transition(session=s, job_id=job_id, sources=[JobStatus.RUNNING], target=JobStatus.SUCCEEDED,
+                            finished_at=utcnow())  # fmt: skip
+    assert process.returncode == 130, stderr
+    assert stderr.strip() == (f"interrupted: job {job_id} goes on in the service; follow it again with: "
+                              f"sparktrain logs -f {job_id}"), stderr  # fmt: skip
