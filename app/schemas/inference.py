@@ -85,6 +85,11 @@ class PredictRequest(Body):
         description="Batch: where the parquet output goes: a new path (or file: URI) inside the data roots.",
     )
     batch_size: int = Field(1024, ge=1, le=1_000_000)
+    params: dict[str, Any] | None = Field(
+        None,
+        description="MLflow's inference parameters, taken so that MLflow clients' bodies work; no model here has "
+        "any, so they change nothing (as MLflow's scoring server ignores them for a model without a params schema).",
+    )
 
     @model_validator(mode="after")
     def _one_input(self) -> PredictRequest:

@@ -23,6 +23,10 @@ class TensorSpec(BaseModel):
     shape: list[int] = Field(description="-1: any size (the batch, a sequence's steps)", examples=[[-1, -1, 3]])
 
 
+def _null(value: object) -> bool:
+    return value is None
+
+
 class ColumnSpec(BaseModel):
     """One input or output of a model, in MLflow's schema format: a named column, or (``type: tensor``) a tensor."""
 
@@ -33,11 +37,15 @@ class ColumnSpec(BaseModel):
         description="double, long, boolean, string, array (of ``items``) or tensor (``tensor-spec``)",
         examples=["double"],
     )
-    items: dict[str, Any] | None = Field(None, description="The element type of an array column.")
-    required: bool | None = None
-    tensor_spec: TensorSpec | None = Field(None, alias="tensor-spec")
+    # Members a column does not have are left out, as MLflow writes them (``mlflow.types.Schema.from_json`` refuses
+    # ``"items": null``, an unexpected keyword).
+    items: dict[str, Any] | None = Field(None, description="The element type of an array column.", exclude_if=_null)
+    required: bool | None = Field(None, exclude_if=_null)
+    tensor_spec: TensorSpec | None = Field(None, alias="tensor-spec", exclude_if=_null)
     categorical: bool | None = Field(
-        None, description="A categorical feature: one-hot encoded by the model's categories (dataset.categorical)."
+        None,
+        description="A categorical feature: one-hot encoded by the model's categories (dataset.categorical).",
+        exclude_if=_null,
     )
 
 

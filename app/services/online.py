@@ -217,8 +217,10 @@ def _check_types(values: Any, specs: list[dict[str, Any]], loc: str) -> None:
         raise ValidationFailed.at(exc.path, exc.message) from exc
 
 
-def check_whole_numbers(x: Any, model: ModelRef, loc: str) -> None:
-    """A whole-number column (``long`` in the signature) given a fraction is mistyped: 422 naming the column."""
+def check_whole_numbers(x: Any, model: ModelRef, loc: str, *, row_in_loc: bool = True) -> None:
+    """A whole-number column (``long`` in the signature) given a fraction is mistyped: 422 naming the column, its row
+    at ``loc[row]`` (a body's rows), or with ``row_in_loc`` False in the message (V2, where ``inputs[0]`` would be
+    the first tensor)."""
     import numpy as np
 
     positions = signature.integer_columns(model.signature)
@@ -230,8 +232,9 @@ def check_whole_numbers(x: Any, model: ModelRef, loc: str) -> None:
         row, col = int(bad[0][0]), positions[int(bad[0][1])]
         spec = signature.columns(model.signature)[col]
         raise ValidationFailed.at(
-            f"{loc}[{row}]",
-            f"column {spec['name']!r} takes whole numbers: {float(x[row, col])!r} is not one; "
+            f"{loc}[{row}]" if row_in_loc else loc,
+            ("" if row_in_loc else f"row {row}, ") + f"column {spec['name']!r} takes whole numbers: "
+            f"{float(x[row, col])!r} is not one; "
             f"the model expects {signature.describe(spec)}",
         )
 

@@ -139,7 +139,7 @@ def _infer_rows(
             f"row {row}, column {online.column_name(model, column)!r} is {float(x[row, column])!r}: a value is NaN, "
             "infinite, missing or beyond float32; the model cannot take it",
         )
-    online.check_whole_numbers(x, model, "inputs")
+    online.check_whole_numbers(x, model, "inputs", row_in_loc=False)
     x = x.astype(online.feature_dtype(model))
     out = online.predict_rows(model=model, x=x, cache=cache, spark=spark)
     n = len(x)

@@ -291,6 +291,10 @@ def test_predict_checks_the_signature_before_running(svc: Service, trained: Any)
     assert "'trip_distance'" in typed["detail"] and "trip_distance: double" in typed["detail"]
     fraction = _problem(post("/predict", json={"model": model, "dataframe_records": [{**row, "hour": 9.5}]}), 422)
     assert "'hour' takes whole numbers" in fraction["detail"]
+    plain = post("/predict", json={"model": model, "dataframe_records": [row]})
+    for params in ({}, {"temperature": 0.5}):  # MLflow clients send it; it was a 422 "Extra inputs"
+        with_params = post("/predict", json={"model": model, "dataframe_records": [row], "params": params})
+        assert with_params.status_code == 200 and with_params.json() == plain.json(), with_params.text
     split = _problem(post("/predict", json={"model": model, "dataframe_split": {"columns": [*TAXI[:-1], "tip"],
                                                                                  "data": [[1] * 5]}}), 422)  # fmt: skip
     assert "missing features ['h_distance']" in split["detail"]
@@ -303,6 +307,12 @@ def test_predict_checks_the_signature_before_running(svc: Service, trained: Any)
                                                                   "data": ["x"]}, *tensors[1:]]})  # fmt: skip
     assert "passenger_count: long" in _problem(v2, 422)["detail"]
     assert post("/v2/models/el-classifier/infer", json={"inputs": tensors}).status_code == 200
+    hour = TAXI.index("hour")
+    v2 = post("/v2/models/el-classifier/infer", json={"inputs": [*tensors[:hour], {**tensors[hour], "data": [9.5]},
+                                                                 *tensors[hour + 1 :]]})  # fmt: skip
+    fraction = _problem(v2, 422)  # it said inputs[0], which in V2 is the first tensor, not the row
+    assert fraction["detail"].startswith("inputs: row 0, column 'hour' takes whole numbers: 9.5 is not one"), fraction
+    assert fraction["errors"][0]["loc"] == "inputs", fraction
 
     jobs_before = len(svc.client.get("/jobs", params={"limit": 500}).json()["items"])
     batch = post("/predict", json={"model": model, "dataset": {"uri": "taxi-strings.parquet", "key": "trip_id"}})
@@ -314,6 +324,8 @@ def test_predict_checks_the_signature_before_running(svc: Service, trained: Any)
     version = svc.client.get("/models/el-classifier/versions/1").json()
     assert version["signature"]["recorded"] is True
     assert {c["name"]: c["type"] for c in version["signature"]["inputs"]}["passenger_count"] == "long"
+    columns = version["signature"]["inputs"] + version["signature"]["outputs"]
+    assert all(None not in c.values() for c in columns), columns  # MLflow's Schema.from_json refuses "items": null
     schema = svc.client.get("/openapi.json").json()["components"]["schemas"]
     assert "ModelSignature" in schema and "signature" in schema["ModelVersionRead"]["properties"]
 
