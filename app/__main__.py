@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from types import FrameType
 from typing import Any
 
@@ -100,6 +100,7 @@ class DriverServer(uvicorn.Server):
 
 DATABASE_AWAY_EXIT = 3  # uvicorn's status for a failed start-up, which is what this was before the probe
 PORT_TAKEN_EXIT = 5  # it cannot listen on its host and port (in use, not an address of this machine, privileged)
+SPARK_AWAY_EXIT = 6  # no Spark master answers at SPARKTRAIN_SPARK_MASTER, or the SparkSession could not be built
 
 
 def listen(host: str, port: int, backlog: int = 2048) -> list[socket.socket]:
@@ -185,6 +186,73 @@ def broker_problem(settings: Settings, timeout_s: int = 10) -> str | None:
     return None
 
 
+def spark_master_problem(settings: Settings, timeout_s: float = 3) -> str | None:
+    """Why none of the masters a ``spark://h1:p1,h2:p2`` URL names can be reached (the reason for each), or None;
+    other masters are not asked. Spark itself tried for over a minute (3 registrations of 20 s), then ended the
+    start-up with a page of tracebacks about "a stopped SparkContext"."""
+    master = settings.spark_master
+    if not master.startswith("spark://"):
+        return None
+    reasons = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():  # not host:port: Spark says what it expects
+            return None
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return None
+        except TimeoutError:
+            reason = f"no answer within {timeout_s:g} s"
+        except OSError as exc:
+            reason = (exc.strerror or str(exc) or type(exc).__name__).lower()
+        reasons.append(f"{address}: {reason}" if "," in master else reason)
+    return (f"it cannot reach the Spark master {master} ({'; '.join(reasons)})\nStart it (on this machine: "
+            "scripts/cluster.sh start), or point SPARKTRAIN_SPARK_MASTER at one that runs.")  # fmt: skip
+
+
+class SparkStart:
+    """The app as uvicorn runs it, with a start-up whose SparkSession could not be built told in one line
+    (:meth:`failed`) instead of Starlette's traceback of a py4j or pyspark error, which said only "Cannot call
+    methods on a stopped SparkContext" after ~100 lines. Any other failed start-up keeps its traceback."""
+
+    def __init__(self, app: Any, master: str) -> None:
+        self.app, self.master = app, master
+        self.failure: BaseException | None = None
+        inner = app.router.lifespan_context
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Any) -> AsyncIterator[Any]:
+            started = False
+            try:
+                async with inner(app) as state:
+                    started = True
+                    yield state
+            except Exception as exc:
+                if not started and type(exc).__module__.split(".")[0] in ("py4j", "pyspark"):
+                    self.failure = exc
+                raise
+
+        app.router.lifespan_context = lifespan
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def told(message: Any) -> None:
+            if message["type"] == "lifespan.startup.failed" and self.failure is not None:
+                message = {**message, "message": ""}  # uvicorn logs a non-empty one: the traceback
+            await send(message)
+
+        await self.app(scope, receive, told if scope["type"] == "lifespan" else send)
+
+    def failed(self) -> str:
+        """The one line ``python -m app`` exits with after :attr:`failure`."""
+        java = getattr(self.failure, "java_exception", None)
+        text = str(java.toString()) if java is not None else str(self.failure)
+        reason = (text.strip().splitlines() or [type(self.failure).__name__])[0].rstrip(".")
+        if "stopped SparkContext" in reason:  # Spark stopped it: its own log lines above say why
+            reason = "Spark stopped it while starting (no Spark master there accepted the application)"
+        return (f"sparktrain cannot start: Spark did not start with master {self.master} (SPARKTRAIN_SPARK_MASTER): "
+                f"{reason}; Spark's own lines above say more")  # fmt: skip
+
+
 def _line(loc: tuple[int | str, ...], words: str) -> str:
     """An error of Settings, led by the environment variable it is about (``SPARKTRAIN_PORT: ...``) unless its
     words already start with one."""
@@ -208,6 +276,10 @@ def main(argv: list[str] | None = None) -> None:
     if problem is not None:  # before uvicorn, whose failed start-up prints a page of traceback
         print(f"sparktrain cannot start: {problem}", file=sys.stderr)
         sys.exit(DATABASE_AWAY_EXIT)
+    problem = spark_master_problem(settings)
+    if problem is not None:
+        print(f"sparktrain cannot start: {problem}", file=sys.stderr)
+        sys.exit(SPARK_AWAY_EXIT)
     try:  # before Spark, the consumer and the broker's restore: a second driver on a taken port touches nothing
         sockets = listen(settings.host, settings.port)
     except OSError as exc:
@@ -221,8 +293,9 @@ def main(argv: list[str] | None = None) -> None:
     from app.main import create_app
 
     app = create_app(settings)
+    started = SparkStart(app, settings.spark_master)
     config = uvicorn.Config(
-        app,
+        started,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
@@ -231,7 +304,13 @@ def main(argv: list[str] | None = None) -> None:
         timeout_graceful_shutdown=30,
     )
     server = DriverServer(config, app=app)
-    server.run(sockets=sockets)
+    try:
+        server.run(sockets=sockets)
+    except SystemExit:  # uvicorn's for a failed start-up
+        if started.failure is None:
+            raise
+        print(started.failed(), file=sys.stderr)
+        sys.exit(SPARK_AWAY_EXIT)
     runtime = getattr(app.state, "runtime", None)
     if runtime is not None:  # a signal during start-up: uvicorn skips the shutdown of what already started
         runtime.begin_stop()

@@ -7,7 +7,8 @@
 # (torch==X+cu126 from PyTorch's CUDA 12.6 index), and xgboost-cpu==Y becomes plain xgboost==Y (PyPI's CUDA 12
 # build; never both). The CUDA driver (driver-cuda.Dockerfile) and the CUDA workers (spark-worker.Dockerfile) are
 # built FROM this image, so they share one environment: the driver's executor environment check compares Python,
-# pyspark, torch, xgboost, pyarrow, pandas and numpy with the executors' and fails a job on any difference.
+# pyspark, torch or xgboost, pyarrow and numpy with the executors' and fails a job on any difference (pandas and the
+# other libraries are not compared, so they too must come from this one build).
 #
 #   docker build -f docker/base-cuda.Dockerfile -t sparktrain-base-cuda .
 #

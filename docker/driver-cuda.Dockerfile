@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # The sparktrain driver (API + in-process job consumer + SparkSession) on the CUDA base (base-cuda.Dockerfile), for a
 # cluster of CUDA workers (spark-worker.Dockerfile): built FROM the same base, the driver and the executors have the
-# same Python, pyspark, torch (CUDA build), xgboost (CUDA build), pyarrow, pandas and numpy, which the driver checks
-# before every torch and xgboost job. The driver itself needs no GPU when its master is a cluster.
+# same Python, pyspark, torch (CUDA build), xgboost (CUDA build), pyarrow, pandas and numpy. Before a torch or xgboost
+# job on executors it has not checked yet the driver compares them, pandas aside, and the job's framework of torch
+# and xgboost only (docs/clusters-gpus.md). The driver itself needs no GPU when its master is a cluster.
 #
 #   docker build -f docker/base-cuda.Dockerfile -t sparktrain-base-cuda .
 #   docker build -f docker/driver-cuda.Dockerfile -t sparktrain-driver-cuda [--build-arg RAPIDS_VERSION=X.Y.Z] .

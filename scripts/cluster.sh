@@ -10,9 +10,12 @@
 #
 # Then: SPARKTRAIN_SPARK_MASTER=spark://127.0.0.1:7077 python -m app
 #
-# --fake-gpus N puts a stand-in nvidia-smi that reports N GPUs on the workers' PATH and gives each worker one GPU
-# through spark-conf/getGpusResources.sh (how the GPU scheduling path is tested on machines without GPUs; the
-# executors then get GPU addresses but no CUDA).
+# --fake-gpus N stands in for N GPUs on this machine, shared out among the workers as on a real one: each worker
+# gets N / workers of them (N must be a multiple of the workers), through a stand-in nvidia-smi of its own that
+# reports only its GPUs to spark-conf/getGpusResources.sh, so no two workers offer the same address (how the GPU
+# scheduling path is tested on machines without GPUs; the executors then get GPU addresses but no CUDA).
+#
+# status exits 1 when the master does not run; stop says what it stopped.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,6 +33,12 @@ while [ $# -gt 0 ]; do
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+
+# "1 worker", "2 workers"
+count() { if [ "$1" -eq 1 ]; then echo "$1 $2"; else echo "$1 ${2}s"; fi; }
+if [ "$fake_gpus" -gt 0 ] && [ $((fake_gpus % workers)) -ne 0 ]; then
+  echo "--fake-gpus $fake_gpus cannot be shared out evenly among $(count "$workers" worker)" >&2; exit 2
+fi
 
 spark_home() { "$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))'; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -56,17 +65,19 @@ start() {
   for _ in $(seq 1 60); do port_open "$port" && break; sleep 0.5; done
   port_open "$port" || { echo "the master did not open port $port; see $dir/logs/master.out" >&2; exit 1; }
 
-  local worker_opts="" path="$PATH"
+  local worker_opts="" path="$PATH" each=$((fake_gpus / workers))
   if [ "$fake_gpus" -gt 0 ]; then
-    mkdir -p "$dir/bin"
-    # A stand-in for nvidia-smi --query-gpu=index --format=csv,noheader: the indexes 0..N-1.
-    printf '#!/usr/bin/env bash\nseq 0 %d\n' "$((fake_gpus - 1))" >"$dir/bin/nvidia-smi"
-    chmod +x "$dir/bin/nvidia-smi"
-    path="$dir/bin:$PATH"
-    worker_opts="-Dspark.worker.resource.gpu.amount=1 -Dspark.worker.resource.gpu.discoveryScript=$REPO/spark-conf/getGpusResources.sh"
+    worker_opts="-Dspark.worker.resource.gpu.amount=$each -Dspark.worker.resource.gpu.discoveryScript=$REPO/spark-conf/getGpusResources.sh"
   fi
   for i in $(seq 1 "$workers"); do
     mkdir -p "$dir/worker-$i"
+    if [ "$fake_gpus" -gt 0 ]; then
+      # Worker i's stand-in for nvidia-smi --query-gpu=index --format=csv,noheader: its own share of the indexes.
+      mkdir -p "$dir/bin-$i"
+      printf '#!/usr/bin/env bash\nseq %d %d\n' "$(((i - 1) * each))" "$((i * each - 1))" >"$dir/bin-$i/nvidia-smi"
+      chmod +x "$dir/bin-$i/nvidia-smi"
+      path="$dir/bin-$i:$PATH"
+    fi
     PATH="$path" SPARK_WORKER_OPTS="$worker_opts" \
       nohup "$home/bin/spark-class" org.apache.spark.deploy.worker.Worker \
         --host 127.0.0.1 --cores "$cores" --memory "$memory" --work-dir "$dir/worker-$i" --webui-port 0 \
@@ -82,10 +93,13 @@ start() {
   if [ "$registered" -lt "$workers" ]; then
     echo "$registered of $workers workers registered; see $dir/logs/" >&2; stop; exit 1
   fi
-  echo "spark://127.0.0.1:$port ($workers workers x $cores cores, $memory; state in $dir)"
+  local gpus=""
+  [ "$fake_gpus" -gt 0 ] && gpus=", $(count "$each" "stand-in GPU") each"
+  echo "spark://127.0.0.1:$port ($(count "$workers" worker) x $(count "$cores" core), $memory$gpus; state in $dir)"
 }
 
 stop() {
+  local stopped=""
   for pid_file in "$dir"/worker-*.pid "$dir"/master.pid; do
     [ -f "$pid_file" ] || continue
     local pid; pid="$(cat "$pid_file")"
@@ -93,22 +107,28 @@ stop() {
       kill "$pid" 2>/dev/null || true
       for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
       kill -9 "$pid" 2>/dev/null || true
+      stopped+="${stopped:+, }$(basename "$pid_file" .pid) ($pid)"
     fi
     rm -f "$pid_file"
   done
+  if [ -z "$stopped" ]; then echo "no cluster running in $dir"; else echo "stopped $stopped in $dir"; fi
 }
 
 status() {
+  local found=0
   for pid_file in "$dir"/master.pid "$dir"/worker-*.pid; do
     [ -f "$pid_file" ] || continue
+    found=1
     if alive "$pid_file"; then echo "$(basename "$pid_file" .pid): running ($(cat "$pid_file"))"
     else echo "$(basename "$pid_file" .pid): gone"; fi
   done
+  if [ "$found" -eq 0 ]; then echo "no cluster running in $dir" >&2; exit 1; fi
+  alive "$dir/master.pid" || exit 1
 }
 
 case "$cmd" in
   start) start ;;
   stop) stop ;;
   status) status ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -32,6 +32,8 @@ _STORAGE_READ_ONLY = ("Read-only file system", "[Errno 30]")
 _STORAGE_ERRNOS = {errno.ENOSPC: "STORAGE_FULL", errno.EDQUOT: "STORAGE_FULL", errno.EROFS: "STORAGE_UNAVAILABLE"}
 # workers/storage.py's errors, as an executor's traceback ends: "StorageError: STORAGE_FULL: ..."
 _STORAGE_ERROR = re.compile(r"StorageError: (STORAGE_[A-Z]+): (.*)")
+# workers/training/torch/remote.py's: a device the task cannot use, and what to change ("... has no usable CUDA; ...")
+_DEVICE_ERROR = re.compile(r"\bDeviceError: (.+)")
 
 
 STORAGE_FIXES = {
@@ -71,16 +73,16 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     java = getattr(exc, "java_exception", None)
     if java is not None:
         message = _java_message(java)
-        storage = _storage(message)
-        if storage is not None:
-            return storage
+        known = _storage(message) or _device(message)
+        if known is not None:
+            return known
         if any(sign in str(java) or sign in message for sign in _WORKER_LOST):
             return "WORKER_LOST", message
         return "SPARK_ERROR", message
     text = f"{type(exc).__name__}: {exc}"
-    storage = _storage(text)
-    if storage is not None:
-        return storage
+    known = _storage(text) or _device(text)
+    if known is not None:
+        return known
     if type(exc).__module__.startswith("pyspark"):
         return "SPARK_ERROR", text[:MAX_MESSAGE]
     return "INTERNAL", text[:MAX_MESSAGE]
@@ -97,6 +99,13 @@ def _storage(text: str) -> tuple[str, str] | None:
             line = next((ln for ln in reversed(text.splitlines()) if any(s in ln for s in signs)), text)
             return reason, f"the artifact store is {state}: {line.strip()}"[:MAX_MESSAGE]
     return None
+
+
+def _device(text: str) -> tuple[str, str] | None:
+    """A torch task's device that cannot be used there (``device: "cuda"`` without a GPU or without CUDA), as its
+    executor's traceback ends: only its sentence, which says what to change, not Spark's ~1.5 KB around it."""
+    found = _DEVICE_ERROR.search(text)
+    return None if found is None else ("DEVICE_UNAVAILABLE", found.group(1).strip()[:MAX_MESSAGE])
 
 
 def _java_message(java: Any) -> str:

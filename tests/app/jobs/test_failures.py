@@ -78,7 +78,51 @@ def test_an_xgboost_refusal_is_its_words_without_the_tracebacks() -> None:
     else:
         raise AssertionError("xgboost trained on negative gamma labels")
 
-    class Java:  # what pyspark hands over: a py4j Java exception whose innermost cause holds the text
+    reason, message = describe_failure(_spark_error(executor))
+    assert reason == "SPARK_ERROR" and message.startswith("xgboost: "), message
+    assert "gamma" in message and "[bt]" not in message and "Traceback" not in message, message
+    assert len(message) < 200, message
+
+
+@pytest.mark.parametrize("gpus", [["0"], []])
+def test_a_device_the_task_cannot_use_is_its_sentence_with_its_own_reason(gpus: list[str]) -> None:
+    """A torch job with device "cuda" on an executor without CUDA (or without a GPU) ended SPARK_ERROR with ~1.5 KB:
+    Spark's stage failure, the executor's traceback, the JVM's frames, and the sentence that says what to change
+    last. The error is the real one, raised by workers/training/torch/remote.py here, in the words Spark wraps it
+    in."""
+    import traceback
+
+    import torch
+
+    from workers.training.torch.remote import select_device
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the device can be used")
+    try:
+        select_device("cuda", gpus)
+    except RuntimeError:
+        executor = (
+            "org.apache.spark.SparkException: Job aborted due to stage failure: Could not recover from a failed "
+            "barrier ResultStage. Most recent failure reason: Stage failed because barrier task ResultTask(3, 0) "
+            "finished unsuccessfully.\norg.apache.spark.api.python.PythonException: " + traceback.format_exc()
+            + "\n\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException("
+            "PythonRunner.scala:624)\n\tat org.apache.spark.scheduler.Task.run(Task.scala:147)\n"
+        )  # fmt: skip
+    else:
+        raise AssertionError("select_device gave a task CUDA on a machine without it")
+    reason, message = describe_failure(_spark_error(executor))
+    assert reason == "DEVICE_UNAVAILABLE", (reason, message)
+    wanted = "install a CUDA build of torch on the executors" if gpus else "or use device auto/cpu"
+    assert message.endswith(wanted) and "\n" not in message and "Traceback" not in message, message
+    if gpus:
+        assert message.startswith("Spark gave this task GPU ['0'], but torch ") and "has no usable CUDA" in message
+
+
+def _spark_error(executor: str) -> BaseException:
+    """What pyspark raises for a failed Spark job: an error with the py4j Java exception, whose innermost cause's
+    toString is the text Spark gives an executor's Python failure."""
+
+    class Java:
         def getCause(self) -> None:  # noqa: N802 - the Java method's name
             return None
 
@@ -87,7 +131,4 @@ def test_an_xgboost_refusal_is_its_words_without_the_tracebacks() -> None:
 
     error = RuntimeError("py4j")
     error.java_exception = Java()  # type: ignore[attr-defined]
-    reason, message = describe_failure(error)
-    assert reason == "SPARK_ERROR" and message.startswith("xgboost: "), message
-    assert "gamma" in message and "[bt]" not in message and "Traceback" not in message, message
-    assert len(message) < 200, message
+    return error
