@@ -168,7 +168,8 @@ def plan_profile(
     if not wants_plugin:
         off = f"the RAPIDS plugin is not configured: profile {name!r} does not list {RAPIDS_PLUGIN} in spark.plugins"
     elif jar.jar is None:
-        off = f"the RAPIDS plugin is not configured (no jar found at {jar.looked_at})"
+        elsewhere = "; SPARKTRAIN_RAPIDS_JAR or SPARK_RAPIDS_JAR names one elsewhere" if "*" in jar.looked_at else ""
+        off = f"the RAPIDS plugin is not configured (no jar found at {jar.looked_at}{elsewhere})"
     elif local and not local_gpus:
         off = (
             f"the RAPIDS plugin is left off: the master is {master} and this host shows no GPU "

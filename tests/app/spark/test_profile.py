@@ -74,7 +74,8 @@ def test_without_a_jar_the_plugin_stays_off(tmp_path: Path) -> None:
     assert not plan.plugin
     assert (
         plan.plugin_off
-        == "the RAPIDS plugin is not configured (no jar found at /opt/sparkRapidsPlugin/rapids-4-spark_*.jar)"
+        == "the RAPIDS plugin is not configured (no jar found at /opt/sparkRapidsPlugin/rapids-4-spark_*.jar; "
+        "SPARKTRAIN_RAPIDS_JAR or SPARK_RAPIDS_JAR names one elsewhere)"
     )
     assert _rapids_keys(plan.conf) == set()
     assert "spark.plugins" not in plan.conf and "spark.jars" not in plan.conf
