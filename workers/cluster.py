@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import platform
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -64,13 +68,123 @@ def executors(spark: SparkSession) -> list[dict[str, Any]]:
     return out
 
 
+def _is_local(master: str) -> bool:
+    """``local``, ``local[4]``: tasks run in the driver; not ``local-cluster[...]``, which has executors."""
+    return master == "local" or master.startswith("local[")
+
+
+def hidden_master(master: str) -> str:
+    """The master URL without its host and port (``spark://***``), for answers to callers who are not admins."""
+    return re.sub(r"//[^/]+", "//***", master)
+
+
+def _gpu_slots(addresses: int, per_task: float) -> int:
+    """Tasks that fit on ``addresses`` GPUs at ``per_task`` each: a whole amount takes that many addresses, a
+    fraction shares one address among ``int(1 / per_task)`` tasks (as Spark's scheduler places them)."""
+    return addresses * int(1 / per_task) if per_task < 1 else int(addresses // per_task)
+
+
+def _plural(n: float, word: str) -> str:
+    return f"{n:g} {word}{'' if n == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class TaskSlots:
+    """How many tasks can run at once (what a barrier stage of N tasks needs to be at least N), and what bounds it,
+    for messages that say how to get more."""
+
+    count: int
+    master: str
+    executors: int
+    """Executors counted; 0 on a local master, whose tasks run in the driver."""
+    by_cores: int
+    """What the cores alone allow: ``cores // spark.task.cpus`` per executor."""
+    gpus: int | None = None
+    """The executors' GPU addresses when each task asks for some (``spark.task.resource.gpu.amount`` > 0)."""
+    gpus_per_task: float = 0.0
+
+    @property
+    def local(self) -> bool:
+        return _is_local(self.master)
+
+    def shortfall(self, shown_master: str | None = None) -> str:
+        """Why the cluster has only ``count`` slots and what to do, for ``... at once, and <this>``.
+        ``shown_master``: the master as the reader may see it (default :func:`hidden_master`)."""
+        if self.executors == 0 and not self.local:
+            shown = hidden_master(self.master) if shown_master is None else shown_master
+            return (
+                f"no executors are registered with {shown} (the workers or the master are down, or they are still "
+                "starting): try again once GET /cluster lists executors"
+            )
+        has = f"this cluster has {_plural(self.count, 'task slot')}"
+        if self.gpus is not None and self.count < self.by_cores:
+            return (
+                f"{has} (each task needs {_plural(self.gpus_per_task, 'GPU')} and the executors have "
+                f"{_plural(self.gpus, 'GPU')} in all); lower num_workers or add executors with GPUs"
+            )
+        return f"{has}; lower num_workers or add executors"
+
+
+def workers_need(workers: int) -> str:
+    """``2 workers need 2 task slots``, ``1 worker needs 1 task slot``."""
+    return f"{_plural(workers, 'worker')} need{'s' if workers == 1 else ''} {_plural(workers, 'task slot')}"
+
+
+def count_slots(
+    infos: Sequence[Mapping[str, Any]], *, master: str, task_cpus: int, task_gpus: float = 0.0
+) -> TaskSlots:
+    """Slots of executors as :func:`executors` lists them. On a cluster master each executor gives
+    ``cores // task_cpus`` slots, and no more than its GPU addresses allow when each task asks for ``task_gpus``
+    (as Spark counts them for a barrier stage); the driver's entry gives none. On a local master the tasks run in
+    the driver, on its cores: Spark gives local tasks no GPUs (the gpu profile leaves the per-task amount out)."""
+    if _is_local(master):
+        cores = sum(e["cores"] // task_cpus for e in infos)
+        return TaskSlots(count=cores, master=master, executors=0, by_cores=cores)
+    workers = [e for e in infos if e["id"] != "driver"]
+    by_cores = [e["cores"] // task_cpus for e in workers]
+    if task_gpus <= 0:
+        return TaskSlots(count=sum(by_cores), master=master, executors=len(workers), by_cores=sum(by_cores))
+    gpus = [len(e["resources"].get("gpu") or ()) for e in workers]
+    count = sum(min(cores, _gpu_slots(n, task_gpus)) for cores, n in zip(by_cores, gpus, strict=True))
+    return TaskSlots(count=count, master=master, executors=len(workers), by_cores=sum(by_cores), gpus=sum(gpus),
+                     gpus_per_task=task_gpus)  # fmt: skip
+
+
+def once_registered(
+    count: Callable[[], TaskSlots],
+    *,
+    wait_s: float,
+    waiting: Callable[[], None] = lambda: None,
+    stop: Callable[[], bool] = lambda: False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> TaskSlots:
+    """The slots ``count`` gives once a cluster master has an executor, asked again every second for up to
+    ``wait_s`` (``waiting`` is called before each wait, ``stop`` ends it early). A driver that has just started on
+    a cluster takes queued jobs before its executors register (10-15 s after start-up): it waits for them rather
+    than fail a job for a cluster of none. A local master has no executors to wait for."""
+    slots = count()
+    deadline = time.monotonic() + wait_s
+    while not slots.local and slots.executors == 0 and time.monotonic() < deadline and not stop():
+        waiting()
+        sleep(1.0)
+        slots = count()
+    return slots
+
+
+def slot_count(spark: SparkSession) -> TaskSlots:
+    """:func:`count_slots` of this session's executors, task CPUs and task GPU amount."""
+    conf = spark.sparkContext.getConf()
+    return count_slots(
+        executors(spark),
+        master=str(spark.sparkContext.master),
+        task_cpus=int(conf.get("spark.task.cpus", "1") or 1),
+        task_gpus=float(conf.get("spark.task.resource.gpu.amount", "0") or 0),
+    )
+
+
 def task_slots(spark: SparkSession) -> int:
     """How many tasks can run at once: what a barrier stage of N tasks needs to be at least N."""
-    sc = spark.sparkContext
-    task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
-    infos = executors(spark)
-    workers = [e for e in infos if e["id"] != "driver"] or infos
-    return sum(e["cores"] // task_cpus for e in workers)
+    return slot_count(spark).count
 
 
 def has_gpus(spark: SparkSession) -> bool:

@@ -15,7 +15,7 @@ from app.jobs.context import DbJobContext
 from app.jobs.runtime import JobRuntime
 from app.services import resume
 from workers import cluster, plans
-from workers.context import JobFailure, JobOutcome
+from workers.context import JobCancelled, JobFailure, JobOutcome
 from workers.families import DRIVERS, RECIPES, plan_type
 
 log = logging.getLogger("sparktrain.jobs")
@@ -48,7 +48,7 @@ def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
             raise JobFailure("UNSUPPORTED", f"no runner for training {job.framework!r} models")
         driver = importlib.import_module(DRIVERS[job.framework])
         plan = _plan(rt, ctx, job)
-        _check_fits(rt, plan)
+        _check_fits(rt, ctx, plan)
         if job.attempt > 1:  # it writes its steps again from the checkpoint it continues from (or from scratch)
             ctx.forget_metrics_after(getattr(getattr(plan, "resume", None), "checkpoint_id", None))
         trained: JobOutcome = driver.train(ctx, plan)
@@ -80,17 +80,29 @@ def _tune(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
     return run_tune(ctx, job.request, driver, owner=job.owner)
 
 
-def _check_fits(rt: JobRuntime, plan: Any) -> None:
+EXECUTOR_WAIT_S = 120.0
+"""How long a job waits for a cluster master's first executor (a driver just started, or its workers restarting)."""
+
+
+def _check_fits(rt: JobRuntime, ctx: DbJobContext, plan: Any) -> None:
     """The plan was made against the cluster of the driver that answered the request; a driver of another shape on
-    the same queue fails the job now rather than wait for a barrier stage that cannot start."""
+    the same queue fails the job now rather than wait for a barrier stage that cannot start. A cluster without
+    executors yet (a driver that has just started) is waited for, up to :data:`EXECUTOR_WAIT_S`."""
     workers, device = getattr(plan, "num_workers", None), getattr(plan, "device", None)
     if workers is not None:
-        slots = cluster.task_slots(rt.spark)
-        if workers > slots:
+        slots = cluster.once_registered(
+            lambda: cluster.slot_count(rt.spark), wait_s=EXECUTOR_WAIT_S, stop=lambda: ctx.cancelled,
+            waiting=lambda: ctx.progress(0.0, "waiting for the cluster's executors to register"),
+        )  # fmt: skip
+        if ctx.cancelled:
+            raise JobCancelled(f"{ctx.job_id}: cancelled while waiting for executors")
+        if slots.executors == 0 and not slots.local:
+            raise JobFailure("INVALID_REQUEST", f"after {EXECUTOR_WAIT_S:.0f} s, {slots.shortfall()}")
+        if workers > slots.count:
             raise JobFailure(
                 "INVALID_REQUEST",
-                f"the job was planned for {workers} workers, and this driver's cluster has {slots} task slots (a "
-                "barrier stage starts all its tasks or none): drivers sharing a queue need clusters of one shape",
+                f"the job was planned for {workers} workers, and this driver's cluster has {slots.count} task slots "
+                "(a barrier stage starts all its tasks or none): drivers sharing a queue need clusters of one shape",
             )
     if device == "cuda" and not cluster.has_gpus(rt.spark):
         raise JobFailure("INVALID_REQUEST", "the job was planned for cuda, and this driver's executors have no GPUs")

@@ -1,4 +1,5 @@
-"""Readiness: whether the database, the broker, the SparkSession and the in-process consumer answer."""
+"""Readiness: whether the database, the broker, the SparkSession (with executors, on a cluster master) and the
+in-process consumer answer."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from sqlalchemy import Engine, exc, text
 
 from app.db.loop_reads import DATABASE_AWAY as LOOP_AWAY
 from app.spark.session import spark_alive
+from workers import cluster
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -35,7 +37,30 @@ def readiness(
         checks["broker"] = "ok"
     except Exception as exc:
         checks["broker"] = f"failed: {type(exc).__name__}"
-    checks["spark"] = "ok" if spark_alive(spark) else "failed: SparkContext stopped or JVM gone"
+    checks["spark"] = spark_state(spark)
     if expect_consumer:
         checks["consumer"] = "ok" if consumer is not None and consumer.alive() else "failed: not running"
     return checks
+
+
+def spark_state(spark: SparkSession) -> str:
+    """``ok`` while the SparkContext runs and, on a cluster master, has executors to run tasks on."""
+    if not spark_alive(spark):
+        return "failed: SparkContext stopped or JVM gone"
+    try:
+        return executors_state(cluster.slot_count(spark))
+    except Exception as error:  # the JVM went between the two questions
+        return f"failed: {type(error).__name__}"
+
+
+def executors_state(slots: cluster.TaskSlots) -> str:
+    """A cluster master's session without executors runs no job: its workers or master died (a standalone master
+    that restarts does not take the application back), or they are still registering, 10-15 s after start-up. A
+    driver is ready once one has, so whoever waits for ``/readyz`` at start waits for executors too. A local
+    master runs tasks in the driver. The master is named without its address: ``/readyz`` answers anyone."""
+    if slots.local or slots.executors:
+        return "ok"
+    return (
+        f"failed: no executors registered with {cluster.hidden_master(slots.master)}: the cluster's workers or "
+        "master are down, or they are still starting"
+    )

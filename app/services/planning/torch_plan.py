@@ -216,12 +216,12 @@ def check_options(request: TrainRequest, settings: Settings, spark: SparkSession
         raise ValidationFailed.at("training.epochs", f"at most {settings.max_epochs} on this service")
     if options.num_workers > settings.max_workers_per_job:
         raise ValidationFailed.at("training.num_workers", f"at most {settings.max_workers_per_job} on this service")
-    slots = cluster.task_slots(spark)
-    if options.num_workers > slots:
+    slots = cluster.slot_count(spark)
+    if options.num_workers > slots.count:
         raise ValidationFailed.at(
             "training.num_workers",
-            f"{options.num_workers} workers need {options.num_workers} task slots at once (a barrier stage starts all "
-            f"or none), and this cluster has {slots}; lower num_workers or add executors",
+            f"{cluster.workers_need(options.num_workers)} at once (a barrier stage starts all or none), and "
+            f"{slots.shortfall()}",
         )
     if request.device == "cuda" and not cluster.has_gpus(spark):
         raise ValidationFailed.at(

@@ -85,17 +85,19 @@ def plan_xgboost(
         if request.device == "auto" and gpus:
             warnings.append("device auto: the executors have GPUs but xgboost is xgboost-cpu; training on CPU")
 
-    slots = cluster.task_slots(spark)
+    counted = cluster.slot_count(spark)
+    slots = counted.count
     local = str(spark.sparkContext.master).startswith("local")
-    # One machine: one worker with every core (as plain xgboost); a cluster: one single-threaded worker per slot.
-    workers = spec.num_workers or (1 if local else min(slots, settings.max_workers_per_job))
+    # One machine: one worker with every core (as plain xgboost); a cluster: one single-threaded worker per slot
+    # (at least one: a cluster without executors is refused below, not planned for no workers).
+    workers = spec.num_workers or (1 if local else max(1, min(slots, settings.max_workers_per_job)))
     if workers > settings.max_workers_per_job:
         raise ValidationFailed.at("params.num_workers", f"at most {settings.max_workers_per_job} on this service")
     if workers > slots:
         raise ValidationFailed.at(
             "params.num_workers",
-            f"{workers} workers need {workers} task slots at once (xgboost trains in a barrier stage that starts all "
-            f"tasks or none), and this cluster has {slots}; lower num_workers or add executors",
+            f"{cluster.workers_need(workers)} at once (xgboost trains in a barrier stage that starts all tasks or "
+            f"none), and {counted.shortfall()}",
         )
     if device == "cuda" and addresses and workers > len(addresses):
         raise ValidationFailed.at(

@@ -191,3 +191,17 @@ def test_validation_rows_may_not_be_training_rows() -> None:
     for validation in ("/d/taxi", "/d/taxi/eval.parquet", "/d/taxi/2026/eval.parquet"):
         with pytest.raises(ValidationFailed, match="training data"):
             _check_apart("/d/taxi", validation, "taxi")
+
+
+@pytest.mark.parametrize(("example", "workers"), [("taxi-mlp", "training"), ("xgboost-taxi", "params")])
+def test_more_workers_than_slots_is_a_422_that_counts_in_words(spark: Any, example: str, workers: str) -> None:
+    from app.core.errors import ValidationFailed
+
+    body = json.loads((REPO / "examples" / f"{example}.json").read_text())
+    body[workers] = {**body[workers], "num_workers": 3}
+    with pytest.raises(ValidationFailed) as refused:
+        _plan_without_spark_jobs(spark, body, [REPO / "datasets"])
+    (error,) = refused.value.errors
+    assert error["loc"] == f"{workers}.num_workers"
+    assert error["msg"].startswith("3 workers need 3 task slots at once (")
+    assert error["msg"].endswith("and this cluster has 2 task slots; lower num_workers or add executors")
