@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from workers.context import JobContext
+
 RAPIDS_PLUGIN = "com.nvidia.spark.SQLPlugin"
 # What the driver records in its own SparkConf at start-up (app/spark/profile.py), so that whoever holds the session
 # (``/cluster``, a job) can tell why the plugin is or is not there without the settings it was built from.
@@ -102,6 +104,17 @@ class TaskSlots:
     gpus: int | None = None
     """The executors' GPU addresses when each task asks for some (``spark.task.resource.gpu.amount`` > 0)."""
     gpus_per_task: float = 0.0
+    busy: int = 0
+    """Tasks running now on what was counted (other jobs' when a job asks before it submits its own)."""
+
+    def waiting_for(self, needed: int) -> str | None:
+        """What a job that needs ``needed`` slots at once will wait for while other jobs' tasks hold them (a barrier
+        stage starts when all its tasks can; until then its job showed "reading data" with no word of why); None
+        when they are free now, or when the cluster could never hold them (the planning's 422)."""
+        if self.count - self.busy >= needed or self.count < needed:
+            return None
+        return (f"waiting for task slots: {self.busy} of {self.count} are running other jobs' tasks, and this job "
+                f"needs {needed} at once; it goes on when they are free")  # fmt: skip
 
     @property
     def local(self) -> bool:
@@ -139,15 +152,17 @@ def count_slots(
     the driver, on its cores: Spark gives local tasks no GPUs (the gpu profile leaves the per-task amount out)."""
     if _is_local(master):
         cores = sum(e["cores"] // task_cpus for e in infos)
-        return TaskSlots(count=cores, master=master, executors=0, by_cores=cores)
+        busy = sum(int(e.get("active_tasks") or 0) for e in infos)
+        return TaskSlots(count=cores, master=master, executors=0, by_cores=cores, busy=busy)
     workers = [e for e in infos if e["id"] != "driver"]
     by_cores = [e["cores"] // task_cpus for e in workers]
+    busy = sum(int(e.get("active_tasks") or 0) for e in workers)
     if task_gpus <= 0:
-        return TaskSlots(count=sum(by_cores), master=master, executors=len(workers), by_cores=sum(by_cores))
+        return TaskSlots(count=sum(by_cores), master=master, executors=len(workers), by_cores=sum(by_cores), busy=busy)
     gpus = [len(e["resources"].get("gpu") or ()) for e in workers]
     count = sum(min(cores, _gpu_slots(n, task_gpus)) for cores, n in zip(by_cores, gpus, strict=True))
     return TaskSlots(count=count, master=master, executors=len(workers), by_cores=sum(by_cores), gpus=sum(gpus),
-                     gpus_per_task=task_gpus)  # fmt: skip
+                     gpus_per_task=task_gpus, busy=busy)  # fmt: skip
 
 
 def once_registered(
@@ -180,6 +195,14 @@ def slot_count(spark: SparkSession) -> TaskSlots:
         task_cpus=int(conf.get("spark.task.cpus", "1") or 1),
         task_gpus=float(conf.get("spark.task.resource.gpu.amount", "0") or 0),
     )
+
+
+def say_if_waiting(ctx: JobContext, needed: int) -> None:
+    """Tell the job (progress message and log) when other jobs' tasks hold the slots its next stage needs at once."""
+    waiting = slot_count(ctx.spark).waiting_for(needed)
+    if waiting is not None:
+        ctx.progress(0.0, waiting)
+        ctx.log(waiting)
 
 
 def task_slots(spark: SparkSession) -> int:

@@ -107,3 +107,35 @@ def test_a_job_waits_for_a_cluster_s_first_executor_and_not_for_ever() -> None:
     local = once_registered(lambda: count_slots([DRIVER | {"cores": 2}], master="local[2]", task_cpus=1), wait_s=60,
                             stop=lambda: pytest.fail("a local master waits for nothing"))  # fmt: skip
     assert local.count == 2
+
+
+def test_a_job_says_when_other_jobs_tasks_hold_the_slots_it_needs() -> None:
+    busy = [executor(0, 1) | {"active_tasks": 1}, executor(1, 1) | {"active_tasks": 1}]
+    slots = count_slots([DRIVER, *busy], master=MASTER, task_cpus=1)
+    assert slots.waiting_for(2) == (
+        "waiting for task slots: 2 of 2 are running other jobs' tasks, and this job needs 2 at once; it goes on when "
+        "they are free"
+    )
+    assert slots.waiting_for(3) is None  # more than the cluster has: the planning's 422, not a wait
+    free = count_slots([DRIVER, executor(0, 1), executor(1, 1) | {"active_tasks": 1}], master=MASTER, task_cpus=1)
+    assert free.waiting_for(1) is None and free.waiting_for(2) is not None
+
+
+def test_the_busy_slots_of_the_real_session_are_its_running_tasks(spark: Any) -> None:
+    """local[2]: another job's two tasks hold both slots while they run, and none once they have ended."""
+    import threading
+    import time
+
+    sc = spark.sparkContext
+    release = time.monotonic() + 8
+    holder = threading.Thread(target=lambda: sc.parallelize(range(2), 2).foreach(
+        lambda _: time.sleep(max(0.0, release - time.monotonic()))))  # fmt: skip
+    holder.start()
+    try:
+        deadline = time.monotonic() + 30
+        while slot_count(spark).busy < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert slot_count(spark).waiting_for(2) is not None, slot_count(spark)
+    finally:
+        holder.join(60)
+    assert slot_count(spark).busy == 0 and slot_count(spark).waiting_for(2) is None

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from workers import storage
+from workers.cluster import say_if_waiting
 from workers.context import JobCancelled, JobContext, JobFailure, JobOutcome, ModelArtifact
 from workers.data.normalize import Normalizer
 from workers.environment.driver import check_executors
@@ -156,6 +157,7 @@ def trainer_config(
 def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
     for warning in plan.warnings:
         ctx.warn(warning)
+    say_if_waiting(ctx, plan.num_workers)
     ctx.progress(0.0, "checking the executors")
     check_executors(ctx, ("torch", "numpy", "pyarrow"), plan.num_workers, cuda=plan.device != "cpu")
     categories = plan.categories
@@ -191,6 +193,7 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         metric = plan.early_stopping["metric"]
         raise JobFailure("INVALID_REQUEST", f"early stopping on {metric} needs validation rows, and there are none")
     ctx.check_cancelled()
+    say_if_waiting(ctx, plan.num_workers)  # the data is ready; the barrier stage starts when its slots are free
     host = _monitor_host(ctx)
     with (
         Monitor(ctx, host=host, on_checkpoint=ctx.checkpoint) as monitor,

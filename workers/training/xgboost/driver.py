@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from workers import storage
+from workers.cluster import say_if_waiting
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 from workers.data.clean import clean, clean_holdout
 from workers.data.one_hot import one_hot
@@ -44,6 +45,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     spec, ds = plan.spec, plan.train
     for warning in plan.warnings:
         ctx.warn(warning)
+    say_if_waiting(ctx, plan.num_workers)
     ctx.progress(0.0, "checking the executors")
     check_executors(ctx, ("xgboost", "numpy", "pyarrow"), plan.num_workers)
     ctx.progress(0.0, "reading data")
