@@ -185,6 +185,7 @@ def submit(
             job.output_path, job.output_key = output, outputs.key(output)
         if created:  # unsent until the send returns: a driver killed in between leaves it to a reconciler's pass
             job.attempts = [{"attempt": 1, "queued_at": job.created_at.isoformat(), "sent": False}]
+            job.warnings = list(getattr(plan, "warnings", None) or [])  # in the 202, not first when it starts
     if not created:
         return job, False
     try:
@@ -258,8 +259,7 @@ def list_jobs(
     parent_id: str | None = None,
     name: str | None = None,
 ) -> tuple[Sequence[Job], str | None]:
-    """Newest first; returns a page and the cursor of the next page (None at the end). ``parent_id``: a tune's
-    trials; ``name``: jobs whose name or model name holds this text, in any case (``%`` and ``_`` are plain)."""
+    """Newest first: a page and the next one's cursor (None at the end). ``name``: in the name or model name."""
     stmt = select(Job)
     for column, value in ((Job.parent_id, parent_id), (Job.status, status), (Job.type, job_type), (Job.owner, owner)):
         if value is not None:
@@ -333,7 +333,7 @@ def heartbeat(*, session: Session, job_id: str, worker_id: str, attempt: int | N
 
 def add_warning(*, session: Session, job_id: str, message: str) -> None:
     job = session.get(Job, job_id, with_for_update=True)
-    if job is not None:
+    if job is not None and message not in job.warnings:  # the plan's, said at the 202, are said again at the start
         job.warnings = [*job.warnings, message]
 
 

@@ -379,9 +379,11 @@ def test_two_validation_fractions_say_which_holds(svc: Service) -> None:
     params = {"num_round": 2, "validation_fraction": 0.1}
     body = xgb_request("xgb-two-fractions", params, split={"validation_fraction": 0.5})
     del body["validation"]
-    job = finished(svc, body)
+    queued = svc.client.post("/train", json=body)
     said = "params.validation_fraction is not used: dataset.split.validation_fraction holds out 0.5 of the rows"
-    assert said in job["warnings"], job["warnings"]
+    assert queued.status_code == 202 and queued.json()["warnings"] == [said], queued.text  # in the 202: it was []
+    job = svc.wait(queued.json()["id"], {"SUCCEEDED", "FAILED"})
+    assert job["status"] == "SUCCEEDED" and job["warnings"].count(said) == 1, job  # said again at the start: once
     rows = job["result"]["rows"]
     assert rows["validation"] == pytest.approx(rows["train"], rel=0.1)  # half held out, as the warning says
 
