@@ -41,7 +41,15 @@ def upgrade_database(engine: Engine) -> None:
             finally:
                 conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_LOCK_KEY})
                 conn.commit()
-    else:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+    else:  # SQLite: one write transaction from the first read, so that an upgrade is all or nothing and drivers
+        # take turns (pysqlite begins one only at the first INSERT: a table copy's CREATE committed on its own, and a
+        # failure after it left a half-done revision that stopped every later start)
+        with engine.connect() as conn:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
@@ -98,4 +102,41 @@ def test_revision_0012_keeps_the_points_and_never_reuses_their_ids(db_url: str) 
         conn.execute(insert, {"job": "a" * 32, "step": 2, "at": datetime.now(UTC)})
         newest = conn.execute(text("SELECT max(id) FROM job_metrics")).scalar_one()
     assert newest > before[-1][0]
+    engine.dispose()
+
+
+def test_an_upgrade_that_fails_midway_leaves_the_database_as_it_was_and_the_next_one_succeeds(
+    db_url: str, tmp_path: Path
+) -> None:
+    """0012 copies the metric table on SQLite. A failure during the copy (a full disk, a kill) left the copy's table
+    behind at revision 0011 (its CREATE had committed on its own), and every later start failed on it."""
+    from alembic import command
+    from sqlalchemy import event
+
+    from app.db.migrate import alembic_config
+
+    if not db_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL's DDL is transactional, and 0012 changes nothing there")
+    engine = create_db_engine(f"sqlite:///{tmp_path / 'half.db'}")
+    with engine.begin() as conn:
+        cfg = alembic_config(engine)
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0011")
+
+    def fail_the_copy(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        # the copy fails, and so does Alembic's clean-up after it (as when the process is killed, or the database
+        # is locked by another driver)
+        if statement.lstrip().startswith(("INSERT INTO _alembic_tmp_job_metrics", "DROP TABLE _alembic_tmp")):
+            raise OSError(28, "No space left on device")
+
+    event.listen(engine, "before_cursor_execute", fail_the_copy)
+    with pytest.raises(Exception, match="No space left"):
+        upgrade_database(engine)
+    event.remove(engine, "before_cursor_execute", fail_the_copy)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0011"
+        assert not conn.execute(text("SELECT name FROM sqlite_master WHERE name LIKE '_alembic_tmp%'")).all()
+    upgrade_database(engine)  # the next start
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0012"
     engine.dispose()

@@ -20,6 +20,7 @@ depends_on = None
 def _recreate(autoincrement: bool) -> None:
     if op.get_bind().dialect.name != "sqlite":
         return
+    op.execute("DROP TABLE IF EXISTS _alembic_tmp_job_metrics")  # a copy an interrupted upgrade of 0.1.0 left
     with op.batch_alter_table("job_metrics", recreate="always", table_kwargs={"sqlite_autoincrement": autoincrement}):
         pass  # the table is copied into one declared with (or without) AUTOINCREMENT, its indexes with it
 
