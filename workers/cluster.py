@@ -174,13 +174,16 @@ def once_registered(
     sleep: Callable[[float], None] = time.sleep,
 ) -> TaskSlots:
     """The slots ``count`` gives once a cluster master has an executor, asked again every second for up to
-    ``wait_s`` (``waiting`` is called before each wait, ``stop`` ends it early). A driver that has just started on
+    ``wait_s`` (``waiting`` is called before the first wait, ``stop`` ends it early). A driver that has just started on
     a cluster takes queued jobs before its executors register (10-15 s after start-up): it waits for them rather
     than fail a job for a cluster of none. A local master has no executors to wait for."""
     slots = count()
     deadline = time.monotonic() + wait_s
+    told = False
     while not slots.local and slots.executors == 0 and time.monotonic() < deadline and not stop():
-        waiting()
+        if not told:
+            waiting()
+            told = True
         sleep(1.0)
         slots = count()
     return slots

@@ -96,8 +96,9 @@ def _check_fits(rt: JobRuntime, ctx: DbJobContext, plan: Any) -> None:
         )  # fmt: skip
         if ctx.cancelled:
             raise JobCancelled(f"{ctx.job_id}: cancelled while waiting for executors")
-        if slots.executors == 0 and not slots.local:
-            raise JobFailure("INVALID_REQUEST", f"after {EXECUTOR_WAIT_S:.0f} s, {slots.shortfall()}")
+        if slots.executors == 0 and not slots.local:  # this driver's state, not the job's fault: queued again (and
+            # maybe taken by a driver that has executors) after SPARKTRAIN_RETRY_DELAY_S, while attempts remain
+            raise JobFailure("NO_EXECUTORS", f"after {EXECUTOR_WAIT_S:.0f} s, {slots.shortfall()}")
         if workers > slots.count:
             raise JobFailure(
                 "INVALID_REQUEST",

@@ -38,14 +38,15 @@ from app.db.models import Checkpoint, Job
 from workers import plans
 
 RETRYABLE = frozenset(
-    {"DRIVER_LOST", "DRIVER_STOPPED", "WORKER_LOST", "STORAGE_FULL", "STORAGE_UNAVAILABLE", "DATABASE_UNAVAILABLE"}
-)
+    {"DRIVER_LOST", "DRIVER_STOPPED", "WORKER_LOST", "STORAGE_FULL", "STORAGE_UNAVAILABLE", "DATABASE_UNAVAILABLE",
+     "NO_EXECUTORS"}
+)  # fmt: skip
 """Reasons an attempt ends that are not the job's fault: the job is queued again while attempts remain."""
 FREE = frozenset({"DRIVER_STOPPED"})
 """Reasons that cost no attempt."""
 FREE_AFTER_PROGRESS = frozenset({"DRIVER_LOST", "WORKER_LOST"})
 """Reasons that cost no attempt when the attempt saved progress first (:func:`made_progress`)."""
-DELAYED = frozenset({"STORAGE_FULL", "STORAGE_UNAVAILABLE", "DATABASE_UNAVAILABLE"})
+DELAYED = frozenset({"STORAGE_FULL", "STORAGE_UNAVAILABLE", "DATABASE_UNAVAILABLE", "NO_EXECUTORS"})
 """Reasons whose retry waits ``retry_delay_s`` before its message is sent."""
 
 

@@ -25,7 +25,7 @@ from app.jobs.runtime import JobRuntime
 from app.jobs.settle import settle
 from app.services import jobs
 from app.services.reconcile import reconcile
-from workers.context import JobCancelled, JobOutcome, MetricPoint, ModelArtifact
+from workers.context import JobCancelled, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 
 
 def _runtime(db: Any, spark: Any, tmp_path: Path, name: str) -> JobRuntime:
@@ -187,3 +187,20 @@ def test_a_failure_as_the_cancel_arrived_is_reported_with_its_own_reason(
     with db() as s:
         job = s.get(Job, job_id)
         assert (job.status, job.error_reason, job.error_message) == ("FAILED", "BAD_ROWS", "3 rows have no label")
+
+
+def test_a_driver_without_executors_hands_the_job_back_for_later(rt: JobRuntime, db: Any, tmp_path: Path) -> None:
+    """A cluster whose executors never registered is this driver's state, not the job's fault: the attempt ends
+    NO_EXECUTORS and the job is queued again after the retry delay (another driver may have executors); it was
+    INVALID_REQUEST, never retried."""
+    job_id = _new_job(db)
+    ctx = _take(rt, job_id, tmp_path)
+    sent: list[Any] = []
+    _settle(rt, ctx, JobFailure("NO_EXECUTORS", "after 120 s, no executors are registered with spark://***"),
+            lambda *m: sent.append(m))  # fmt: skip
+    with db() as s:
+        job = s.get(Job, job_id)
+        assert (job.status, job.attempt) == ("QUEUED", 2), (job.status, job.error_reason)
+        first, second = job.attempts[0], job.attempts[1]
+    assert (first["error_reason"], first["status"]) == ("NO_EXECUTORS", "FAILED")
+    assert "not_before" in second and sent == [], "sent after the retry delay, by a reconciler's pass"
