@@ -76,9 +76,15 @@ class DbJobContext:
             self._in_order(record, "recording metrics")
 
     def forget_metrics_after(self, checkpoint_id: str | None) -> None:
-        """A retried attempt's start: its points past where it continues (all of them, from scratch) go."""
-        self._in_order(lambda s: checkpoints.forget_metrics_after(session=s, job_id=self.job_id,
-                                                                  checkpoint_id=checkpoint_id))  # fmt: skip
+        """A retried attempt's start: its points past where it continues (all of them, from scratch) go, unless the
+        job is no longer this attempt's (it was taken for lost meanwhile: the next attempt's points stay)."""
+
+        def forget(s: Session) -> None:
+            if self._owned(s) is True:
+                checkpoints.forget_metrics_after(session=s, job_id=self.job_id, checkpoint_id=checkpoint_id,
+                                                 attempt=self.attempt)  # fmt: skip
+
+        self._in_order(forget)
 
     def log(self, message: str, level: str = "INFO") -> None:
         log.log(logging.getLevelName(level), "[job %s] %s", self.job_id, message, extra={"job_id": self.job_id})

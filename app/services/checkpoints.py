@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.core.errors import NotFound
@@ -68,19 +68,25 @@ def prune(*, session: Session, job_id: str, keep: int, keep_epoch: int | None = 
     return [row.uri for row in gone]
 
 
-def forget_metrics_after(*, session: Session, job_id: str, checkpoint_id: str | None) -> int:
+def forget_metrics_after(
+    *, session: Session, job_id: str, checkpoint_id: str | None, attempt: int | None = None
+) -> int:
     """Drop the job's metric points past the step of the checkpoint an attempt continues from (every point when it
     starts from scratch): the attempt writes them again, and each step, round or fit is stored once (a resumed
     xgboost job showed rounds 2001-2122 twice). Returns how many went.
 
-    The attempt's entry in the job's ``attempts`` records how many went and the highest id among them
-    (``dropped_metric_ids_upto``): an event stream's ``Last-Event-ID`` up to that id is still one this job issued
-    (app/services/events.py), and the attempt's new points get higher ids."""
+    ``attempt``'s entry in the job's ``attempts`` (the current one's by default) records how many went and the
+    highest id among them (``dropped_metric_ids_upto``): an event stream's ``Last-Event-ID`` up to that id is still
+    one this job issued (app/services/events.py), and the attempt's new points get higher ids. The job row is locked
+    first, as every writer of a job locks it; the runner checks that the attempt still owns the job first."""
+    job = session.get(Job, job_id, with_for_update=True)
+    if job is None:
+        return 0
     row = session.get(Checkpoint, checkpoint_id) if checkpoint_id is not None else None
     where = [JobMetric.job_id == job_id, *([] if row is None else [JobMetric.step > row.step])]
-    top = session.scalar(select(func.max(JobMetric.id)).where(*where))
-    gone = int(getattr(session.execute(delete(JobMetric).where(*where)), "rowcount", 0) or 0)
-    job = session.get(Job, job_id, with_for_update=True)  # SQLite: the DELETE above holds the write lock already
-    if gone and job is not None:
-        job.attempts = attempts.update_attempt(job, job.attempt, dropped_metrics=gone, dropped_metric_ids_upto=top)
-    return gone
+    stmt = delete(JobMetric).where(*where).returning(JobMetric.id).execution_options(synchronize_session=False)
+    gone = list(session.scalars(stmt))  # the ids deleted, whatever was written meanwhile
+    if gone:
+        job.attempts = attempts.update_attempt(job, attempt or job.attempt, dropped_metrics=len(gone),
+                                               dropped_metric_ids_upto=max(gone))  # fmt: skip
+    return len(gone)
