@@ -67,7 +67,8 @@ def configure_logging(*, level: str, fmt: Literal["text", "json"], stream: Any =
     root.setLevel(level)
     debug = level.upper() == "DEBUG"
     for name, quiet in LIBRARIES.items():  # at DEBUG they write their internals (Celery's generated source, ...)
-        logging.getLogger(name).setLevel(quiet if debug else QUIET_ALWAYS.get(name, logging.NOTSET))
+        kept = max(QUIET_ALWAYS[name], root.level) if name in QUIET_ALWAYS else logging.NOTSET  # ERROR: not WARNING
+        logging.getLogger(name).setLevel(quiet if debug else kept)
     return handler
 
 

@@ -68,7 +68,8 @@
       const current = attempt.attempt === j.attempt;
       const a = Object.assign({}, attempt, {
         worker_id: attempt.worker_id || (current ? j.worker_id : null),
-        started_at: attempt.started_at || (current ? j.started_at : null),
+        // a job's started_at is its first attempt's; each attempt's own is in its entry (a queued retry has none yet)
+        started_at: attempt.started_at || (current && (j.attempts || []).length === 1 ? j.started_at : null),
       });
       const full = a.error_reason ? a.error_reason + (a.error_message ? ": " + a.error_message : "") : a.ended_at ? a.status : "";
       const why = full ? el("span", { class: "why", title: full }, oneLine(full)) : a.attempt === j.attempt ? "current" : "—";
@@ -144,14 +145,14 @@
   }
 
   /* Each point is appended once to its key's list: following a job costs time linear in its points. A point at an
-   * earlier step than its key's and worker's last is a retried attempt writing its steps again from the checkpoint
+   * earlier step than its key's and worker's last (or the same: each is stored once) is a retried attempt writing its steps again from the checkpoint
    * it continues from (the service dropped the old ones past it): the old ones go here too. */
   function addPoints(list) {
     for (const p of list) {
       let same = byKey.get(p.key);
       if (!same) byKey.set(p.key, (same = []));
       const last = lastStep.get(p.key + "|" + p.worker);
-      if (last !== undefined && p.step < last) {
+      if (last !== undefined && p.step <= last) {
         same = same.filter((q) => q.worker !== p.worker || q.step < p.step);
         byKey.set(p.key, same);
       }

@@ -84,3 +84,15 @@ def test_info_logs_no_sql_statements() -> None:
         logging.getLogger().removeHandler(handler)
     assert "SELECT" not in stream.getvalue() and "a-secret-parameter" not in stream.getvalue()
     assert "a library's INFO line" in stream.getvalue()  # the other libraries follow the root
+
+
+def test_a_level_above_warning_keeps_sqlalchemy_above_it_too() -> None:
+    """SPARKTRAIN_LOG_LEVEL=ERROR: SQLAlchemy's warnings printed anyway (its logger at WARNING; no handler level)."""
+    handler = configure_logging(level="ERROR", fmt="text", stream=io.StringIO())
+    try:
+        assert not logging.getLogger("sqlalchemy.pool").isEnabledFor(logging.WARNING)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        configure_logging(level="INFO", fmt="text", stream=io.StringIO())
+        logging.getLogger().removeHandler(logging.getLogger().handlers[-1])
+    assert logging.getLogger("sqlalchemy").level == logging.WARNING
