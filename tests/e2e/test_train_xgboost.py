@@ -224,6 +224,17 @@ def test_multiclass_with_string_labels(svc: Service, workers: int) -> None:
     )
     # the per-class arrays are in index order: the classes are named (they were not)
     assert evaluated["result"]["classification"]["class_labels"] == ["jfk", "negotiated", "newark", "standard"]
+    # a bad row in the evaluated data: BAD_ROWS showing it (the first-rows query compared the text classes with
+    # numbers, and the job failed SPARK_ERROR: "The value 'jfk' ... cannot be cast to BIGINT")
+    data = Path(svc.runtime.settings.data_roots[0])
+    bad = pd.read_parquet(data / "taxi-eval.parquet").head(30)[[*features, "rate_name"]].astype({features[0]: object})
+    bad.loc[bad.index[3], features[0]] = "n/a"
+    bad.to_csv(data / "named-bad.csv", index=False)
+    evaluation = svc.client.post("/evaluate", json={"model": {"name": name}, "dataset": {"uri": "named-bad.csv"},
+                                                    "metrics": ["classification"]})  # fmt: skip
+    failed = svc.wait(evaluation.json()["id"], {"SUCCEEDED", "FAILED"})
+    assert failed["status"] == "FAILED" and failed["error"]["reason"] == "BAD_ROWS", failed["error"]
+    assert f"not a number: 'n/a' ({features[0]})" in failed["error"]["message"], failed["error"]
 
 
 def test_validation_rows_with_a_class_the_training_data_lacks(svc: Service) -> None:

@@ -79,7 +79,9 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     unscored = sum(int(r["bad"]) for r in collected)  # rows the tasks found bad (spark_ml: after `dropped`)
     bad = unscored + dropped
     if bad and ds.bad_rows == "fail":
-        shown = bad_examples(source, model.reading(ds)) if ds.sequence is None and model.framework != "spark_ml" else ""
+        # text classes are not 0..k-1: the labels the model does not know are counted by the tasks, not shown here
+        reading = model.reading(ds, num_classes=None) if model.class_labels else model.reading(ds)
+        shown = bad_examples(source, reading) if ds.sequence is None and model.framework != "spark_ml" else ""
         raise JobFailure(
             "BAD_ROWS",
             f"{bad} of {seen} rows of {ds.path} have {'a value that is not a number, ' if parsed else ''}a null, NaN "
