@@ -395,6 +395,11 @@ def test_two_validation_fractions_say_which_holds(svc: Service) -> None:
     assert queued.status_code == 202 and queued.json()["warnings"] == [said], queued.text  # in the 202: it was []
     job = svc.wait(queued.json()["id"], {"SUCCEEDED", "FAILED"})
     assert job["status"] == "SUCCEEDED" and job["warnings"].count(said) == 1, job  # said again at the start: once
+    # a split beside a validation set was dropped without a word
+    both = xgb_request("xgb-split-and-validation", {"num_round": 2}, split={"validation_fraction": 0.2})
+    queued = svc.client.post("/train", json=both)
+    unused = "dataset.split is not used: validation names the validation data, and every training row trains"
+    assert queued.status_code == 202 and queued.json()["warnings"] == [unused], queued.text
     rows = job["result"]["rows"]
     assert rows["validation"] == pytest.approx(rows["train"], rel=0.1)  # half held out, as the warning says
 

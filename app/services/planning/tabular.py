@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+SPLIT_UNUSED = "dataset.split is not used: validation names the validation data, and every training row trains"
+
+
 def check_tabular(request: TrainRequest, train: Any, *, family: str, normalize_hint: str) -> None:
     """What the tabular families (spark_ml, xgboost) refuse: a network, several labels, normalizers, sequences."""
     for given in ("network", "training"):

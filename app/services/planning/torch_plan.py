@@ -21,6 +21,7 @@ from app.services.datasets import schema as data
 from app.services.datasets.deferred import before_spark_job
 from app.services.planning.categories import kept_categories, read_categories, spark_reads_them
 from app.services.planning.labels import class_count, resolve_classes, unused_classes
+from app.services.planning.tabular import SPLIT_UNUSED
 from workers import cluster, storage
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
@@ -280,6 +281,8 @@ def plan_torch(
         warnings = (*warnings, unused) if unused else warnings
     if validation is not None and _given(options, "validation_fraction"):
         warnings = (*warnings, "training.validation_fraction is not used: validation names the validation data")
+    if validation is not None and ds.split is not None:
+        warnings = (*warnings, SPLIT_UNUSED)
     if options.resume_from is not None and options.init_from is not None:
         warnings = (*warnings, "training.init_from is not used: the checkpoint of resume_from holds the weights")
     resume = _resume(options, network, db)

@@ -11,7 +11,7 @@ from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainRequest
 from app.services.planning.labels import resolve_classes, unused_classes
-from app.services.planning.tabular import check_tabular
+from app.services.planning.tabular import SPLIT_UNUSED, check_tabular
 from workers import cluster
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
@@ -58,6 +58,8 @@ def plan_xgboost(
         warnings.append(unused)
     if validation is not None and "validation_fraction" in (request.params or {}):
         warnings.append("params.validation_fraction is not used: validation names the validation data")
+    if validation is not None and request.dataset.split is not None:
+        warnings.append(SPLIT_UNUSED)
     elif request.dataset.split is not None and "validation_fraction" in (request.params or {}):
         warnings.append("params.validation_fraction is not used: dataset.split.validation_fraction holds out "
                         f"{request.dataset.split.validation_fraction:g} of the rows")  # fmt: skip
