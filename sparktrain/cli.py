@@ -188,7 +188,7 @@ def submit(
     opts = _options(ctx)
     request = _read_body(body)
     with opts.client() as api:
-        job = api.tune(request) if "base" in request and "space" in request else api.train(request)
+        job = api.tune(request) if "base" in request else api.train(request)  # a /train body has no base
         return _submitted(opts, api, job, wait)
 
 

@@ -488,3 +488,10 @@ def test_ctrl_c_while_following_says_the_job_goes_on_and_how_to_follow_it(svc: S
     assert process.returncode == 130, stderr
     assert stderr.strip() == (f"interrupted: job {job_id} goes on in the service; follow it again with: "
                               f"sparktrain logs -f {job_id}"), stderr  # fmt: skip
+
+
+def test_a_tune_body_without_a_space_goes_to_tune_which_says_what_it_lacks(svc: Service, tmp_path: Path) -> None:
+    """A body with ``base`` went to /train unless it had ``space`` too: 11 errors about /train's fields."""
+    refused = cli(svc, "submit", _body(tmp_path, {"name": "no-space", "base": taxi_request("no-space-base")}))
+    assert refused.returncode == 2, refused.stderr
+    assert "space" in refused.stderr and "framework" not in refused.stderr, refused.stderr
