@@ -108,7 +108,12 @@ class DbJobContext:
 
     def warn(self, message: str) -> None:
         self.log(message, "WARNING")
-        self._rt.write(lambda s: jobs.add_warning(session=s, job_id=self.job_id, message=message))
+
+        def record(s: Session) -> None:
+            if self._owned(s, lock=False) is not False:  # a former attempt's warning is in its log line only
+                jobs.add_warning(session=s, job_id=self.job_id, message=message)
+
+        self._rt.write(record)
 
     def checkpoint(
         self, epoch: int, step: int, uri: str, metrics: dict[str, Any], *, keep_epoch: int | None = None

@@ -101,11 +101,14 @@ def test_a_runner_whose_job_was_given_up_records_nothing(db: Any, spark: Any, tm
     assert new.attempt == 2
     old.metrics([MetricPoint(key="loss", value=1.0, step=33, epoch=3, worker=0)])  # written nowhere
     old.log("epoch 3 done at step 33")  # kept, saying whose it is
+    old.warn("a former attempt's warning")  # in its log line, not the job's warnings
     new.log("epoch 3 done at step 33")
     with db() as s:
         assert s.query(JobMetric).filter(JobMetric.job_id == job_id).count() == 0
         lines = [r.message for r in s.query(JobLog).filter(JobLog.job_id == job_id).order_by(JobLog.id)][-2:]
-    assert lines == ["(attempt 1, no longer running this job) epoch 3 done at step 33", "epoch 3 done at step 33"]
+    assert lines == ["(attempt 1, no longer running this job) a former attempt's warning", "epoch 3 done at step 33"]
+    with db() as s:
+        assert s.get(Job, job_id).warnings == []
 
     with transaction(db) as s:
         assert jobs.heartbeat(session=s, job_id=job_id, worker_id=stalled.worker_id, attempt=1) is None
