@@ -218,6 +218,12 @@ def test_bad_inference_requests(svc: Service, digits_model: dict[str, Any]) -> N
     wrong_task = post("/evaluate", json={"model": {"name": "digits-mlp"}, "dataset": regression})
     problem = _problem(wrong_task, 422)  # the model's task replaced it without a word (bad-input walkthrough)
     assert problem["errors"][0]["loc"] == "dataset.task" and "a classification model" in problem["detail"], problem
+    for field, value, says in (("normalize", "minmax", "normalizer applies"), ("split", {"validation_fraction": 0.2},
+                                                                               "a split is for training")):  # fmt: skip
+        extra = {"uri": "digits/test.parquet", field: value}  # a training job's fields, ignored without a word
+        for path, body in (("/evaluate", {}), ("/predict", {"dataset": {**extra, "key": "label"}})):
+            problem = _problem(post(path, json={"model": {"name": "digits-mlp"}, "dataset": extra, **body}), 422)
+            assert problem["errors"][0]["loc"] == f"dataset.{field}" and says in problem["detail"], problem
     both = post("/predict", json={"model": {"name": "digits-mlp"}, "instances": [[0.0] * 64],
                                   "dataset": {"uri": "digits/test.parquet", "key": "label"}})  # fmt: skip
     _problem(both, 422)

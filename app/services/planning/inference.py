@@ -85,6 +85,10 @@ def _dataset_for(model: ModelRef, ref: DatasetRef, *, need_labels: bool) -> Data
         )
     if ref.categorical is not None:
         raise ValidationFailed.at("dataset.categorical", "the model's categories apply: leave it out")
+    if ref.normalize is not None:  # they were ignored without a word
+        raise ValidationFailed.at("dataset.normalize", "the model's normalizer applies: leave it out")
+    if ref.split is not None:
+        raise ValidationFailed.at("dataset.split", "a split is for training, and every row is used here: leave it out")
     update: dict[str, Any] = {"task": model.task, "num_classes": model.card.get("num_classes")}
     if ref.features is None:
         update["features"] = list(model.inputs)
