@@ -145,9 +145,12 @@ class NextAttempt:
     request: dict[str, Any]
     checkpoint: Checkpoint | None
     unit: str = "epoch"
+    kind: str = ""
 
     @property
     def how(self) -> str:
+        if self.kind == "tune":  # its study is in the database: finished trials stay, running ones resume
+            return "resumes its search from the study in the database"
         if self.checkpoint is None:
             return "starts from scratch"
         return f"resumes from checkpoint {self.checkpoint.id} ({self.unit} {self.checkpoint.epoch})"
@@ -178,7 +181,7 @@ def next_attempt(session: Session, job: Job) -> NextAttempt:
     applies the newest checkpoint to the plan it made (:func:`continuing`), which is also the one named here."""
     rule = RULES.get(kind_of(job))
     if rule is None:
-        return NextAttempt(plan=job.plan, request=dict(job.request), checkpoint=None)
+        return NextAttempt(plan=job.plan, request=dict(job.request), checkpoint=None, kind=kind_of(job))
     deferred = job.plan is None or plans.is_deferred(job.plan)
     below = None if deferred and rule.request_key is None else rule.total(job.plan, job.request)
     checkpoint = newest_checkpoint(session, job.id, below)

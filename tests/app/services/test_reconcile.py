@@ -80,8 +80,8 @@ def test_a_lost_job_of_any_kind_without_a_checkpoint_starts_again_from_scratch(
         jobs.add_metrics(session=session, job_id=job_id, points=[{"key": "loss", "value": 0.5, "step": 3}])
     sent: list[tuple[str, str, str]] = []
     actions = reconcile(db=db, send=lambda *m: sent.append(m), stale_after_s=30)
-    assert actions == [{"job_id": job_id, "action": "retried", "attempt": 2, "how": "starts from scratch",
-                        "queue": "q", "task": task}]  # fmt: skip
+    how = "resumes its search from the study in the database" if job_type == "tune" else "starts from scratch"
+    assert actions == [{"job_id": job_id, "action": "retried", "attempt": 2, "how": how, "queue": "q", "task": task}]
     assert sent == [(task, job_id, "q")]
     with db() as session:
         job = session.get(Job, job_id)
@@ -91,7 +91,7 @@ def test_a_lost_job_of_any_kind_without_a_checkpoint_starts_again_from_scratch(
         assert "host:1:dead" in first["error_message"]
         # the job's start stays the first attempt's (its duration counts every attempt), and it says what it awaits
         assert job.started_at is not None and first["started_at"] == job.started_at.isoformat()
-        assert (job.progress, job.progress_message) == (0.0, "attempt 2 queued: starts from scratch")
+        assert (job.progress, job.progress_message) == (0.0, f"attempt 2 queued: {how}")
     with transaction(db) as session:  # from scratch: the attempt's start drops every point
         assert checkpoints.forget_metrics_after(session=session, job_id=job_id, checkpoint_id=None) == 1
     assert reconcile(db=db, send=never, stale_after_s=30) == [], "a second pass finds nothing to do"
