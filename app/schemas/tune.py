@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from app.schemas.body import Body
 from app.schemas.train import NAME_PATTERN
+
+DEFAULT_TRIALS = 10
+"""A search's trials where ``trials`` is left out and the sampler is not a grid."""
 
 
 class Distribution(Body):
@@ -44,6 +48,15 @@ class Distribution(Body):
                 raise ValueError(f"high must be low plus a whole number of steps: {below:g} or {below + self.step:g}")
         return self
 
+    def points(self) -> int | None:
+        """The values a grid takes along this axis: a choice's, an int's or a stepped uniform's (None: a range)."""
+        if self.type == "choice":
+            return len(self.values or [])
+        if self.type == "int" or (self.type == "uniform" and self.step is not None):
+            low, high, step = float(self.low or 0), float(self.high or 0), float(self.step or 1)
+            return round((high - low) / step) + 1  # not //: (0.3 - 0.1) // 0.1 is 1.0, which lost 0.3
+        return None
+
     def extremes(self) -> list[Any]:
         """The values that bound the range: every value a sample can take lies between them (or is one of them)."""
         if self.type == "choice":
@@ -64,7 +77,11 @@ class TuneRequest(Body):
     )
     sampler: Literal["random", "tpe", "grid"] = "tpe"
     pruner: Literal["none", "asha", "median"] = "none"
-    trials: int = Field(10, ge=1, description="Trials in all (at most SPARKTRAIN_MAX_TRIALS).")
+    trials: int = Field(  # type: ignore[assignment]  # None until _every_point: an int on every validated request
+        None,
+        ge=1,
+        description="Trials in all (at most SPARKTRAIN_MAX_TRIALS); default: every point of a grid, else 10.",
+    )
     parallel: int = Field(1, ge=1, le=64, description="Trials running at once.")
     metric: str | None = Field(
         None,
@@ -78,6 +95,16 @@ class TuneRequest(Body):
         None, gt=0, le=7 * 24 * 60, description="No new trial starts after this long; running ones are cancelled."
     )
     seed: int | None = Field(None, ge=0, le=2**31 - 1, description="The sampler's seed (reproducible searches).")
+
+    @model_validator(mode="after")
+    def _every_point(self) -> TuneRequest:
+        """``trials`` left out: every point of a grid, as Optuna's GridSampler and Ray's grid_search run them
+        (10 without a grid, or where a range has none: the sampler is refused then)."""
+        if self.trials is None:
+            counts = [dist.points() for dist in self.space.values()]
+            grid = self.sampler == "grid" and None not in counts
+            self.trials = math.prod(c or 0 for c in counts) if grid else DEFAULT_TRIALS
+        return self
 
 
 TUNE_EXAMPLE = {

@@ -270,6 +270,11 @@ def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -
         ({"space": {"network.layers": {"type": "choice", "values": [[{"type": "output", "units": 10,
           "activation": "softmax", "loss": "cross_entropy"}]]},
           "network.layers.0.units": {"type": "choice", "values": [16, 32]}}}, "space.network.layers.0.units"),
+        # Ray Tune user's walkthrough: 00 named layer 0 a second time; a stepped uniform's 1.5 epochs failed trials
+        ({"space": {"network.layers.00.units": {"type": "int", "low": 16, "high": 32}}},
+         "space.network.layers.00.units"),
+        ({"space": {"training.epochs": {"type": "uniform", "low": 1, "high": 3, "step": 0.5}}, "sampler": "grid",
+          "trials": 5}, "space.training.epochs"),
     ]  # fmt: skip
     for search, loc in cases:
         response = svc.client.post("/tune", json=_tune("tune-bad", **search))

@@ -55,12 +55,20 @@ def leaderboard(records: list[TrialRecord], mode: str) -> list[TrialRecord]:
     return sorted(done, key=lambda r: (sign * float(r.metric or 0), r.number)) + rest
 
 
+MIN_IMPORTANCE_TRIALS = 2
+"""Completed trials below which importances are None: PED-ANOVA answers from one (``{"a": 0.5, "b": 0.5}``), which
+says nothing."""
+
+
 def importances(study: optuna.Study) -> dict[str, float] | None:
     """Optuna's parameter importances (PED-ANOVA: quick, and defined from a couple of completed trials); None when
-    they cannot be computed."""
+    they cannot be computed or would mean nothing: fewer than MIN_IMPORTANCE_TRIALS completed trials, or one metric
+    in all of them."""
     import optuna
 
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(done) < MIN_IMPORTANCE_TRIALS or len({t.value for t in done}) < 2:
+        return None
     # a choice among lists or objects (layer stacks) has no importance: Optuna's evaluators need hashable values
     params = sorted({name for t in done for name, dist in t.distributions.items()
                      if not isinstance(dist, optuna.distributions.CategoricalDistribution)

@@ -14,9 +14,15 @@ if TYPE_CHECKING:
 _MISSING = object()
 
 
+def index(part: str) -> bool:
+    """``part`` is a list index as written once: ``0``, ``12``; not ``00``, ``007`` or another script's digits
+    (Arabic-Indic zero), which int() reads as the same index, so that two paths would name one value."""
+    return part.isascii() and part.isdigit() and str(int(part)) == part
+
+
 def _key(node: Any, part: str) -> Any:
     if isinstance(node, list):
-        return int(part) if part.isdigit() and int(part) < len(node) else _MISSING
+        return int(part) if index(part) and int(part) < len(node) else _MISSING
     if isinstance(node, dict):
         return part if part in node else _MISSING
     return _MISSING
@@ -77,9 +83,8 @@ def grid(space: dict[str, Distribution]) -> list[dict[str, Any]] | None:
     for path, dist in space.items():
         if dist.type == "choice":
             axes.append(list(dist.values or []))
-        elif dist.type == "int" or (dist.type == "uniform" and dist.step is not None):
-            low, high, step = float(dist.low or 0), float(dist.high or 0), float(dist.step or 1)
-            count = round((high - low) / step) + 1  # not //: (0.3 - 0.1) // 0.1 is 1.0, which lost 0.3
+        elif (count := dist.points()) is not None:
+            low, step = float(dist.low or 0), float(dist.step or 1)
             if count > MAX_GRID_AXIS:
                 raise ValueError(f"{path}: {count:,} grid points; a grid axis takes at most {MAX_GRID_AXIS:,}")
             points = [round(low + i * step, 12) for i in range(count)]  # 0.30000000000000004 is 0.3

@@ -86,10 +86,13 @@ _FIXED = {"name": "every trial registers its version under the tune's name", "fr
 
 
 def check_space(request: TuneRequest, base: dict[str, Any]) -> None:
-    """The paths name values of the base body that a search may vary, and a range without a step samples values
-    its field takes (a uniform over an integer field passed at its whole ends, then every trial failed)."""
+    """The paths name values of the base body that a search may vary (list indices written once: ``0``, never
+    ``00``), and a uniform samples values its field takes, tried inside its range (at ``low + step`` with a step): a
+    uniform over an integer field passed at its whole ends, then every trial failed."""
     for path, dist in request.space.items():
         loc = f"space.{path}"
+        if any(part.isdigit() and not spaces.index(part) for part in path.split(".")):  # 00 and 0: one value, twice
+            raise ValidationFailed.at(loc, "write list indices as 0, 1, 2 (no leading zeros, ASCII digits only)")
         outer = next((other for other in request.space if path.startswith(other + ".")), None)
         if outer is not None:  # the outer value replaces it, or it changes the outer choice in place
             raise ValidationFailed.at(loc, f"lies inside space.{outer}, whose values replace it: search one of "
@@ -99,8 +102,9 @@ def check_space(request: TuneRequest, base: dict[str, Any]) -> None:
         if not spaces.exists(base, path):
             missing = f"no such path in the base body (dotted keys, list indices): give base.{path} a value first"
             raise ValidationFailed.at(loc, missing)
-        if dist.type == "uniform" and dist.step is None and dist.high != dist.low:
-            inside = float(dist.low or 0) + (float(dist.high or 0) - float(dist.low or 0)) * 0.377
+        if dist.type == "uniform" and dist.high != dist.low:  # a step's first value: 1.5 of 1 to 3 by 0.5
+            low, high = float(dist.low or 0), float(dist.high or 0)
+            inside = round(low + dist.step, 12) if dist.step is not None else low + (high - low) * 0.377
             try:
                 TrainRequest.model_validate(spaces.substitute(base, {path: inside}))
             except ValidationError as exc:
@@ -112,6 +116,29 @@ def check_space(request: TuneRequest, base: dict[str, Any]) -> None:
         spaces.grid(request.space) if request.sampler == "grid" else None
     except ValueError as exc:
         raise ValidationFailed.at("space", str(exc)) from None
+
+
+_ROUND_DEFAULTS = {"reg:squarederror": "rmse", "reg:absoluteerror": "mae"}
+"""What an xgboost regression evaluates each round without ``eval_metric``, among the metrics a trial reports."""
+
+
+def pruning_warnings(request: TuneRequest, train: TrainRequest, task: str | None) -> list[str]:
+    """A pruner that can stop no trial, said in the 202: Spark ML reports no metric while it fits, and an xgboost
+    trial reports each round only what xgboost evaluates (a classifier's accuracy, a regression's eval_metric)."""
+    if request.pruner == "none" or task is None or train.framework == "torch":
+        return []
+    if train.framework == "spark_ml":
+        return [f"pruner {request.pruner!r} stops no trial: Spark ML trials report no metric while they fit, so "
+                "each runs to its end"]  # fmt: skip
+    metric = (request.metric or default_metric(train, task)).removeprefix("validation_")
+    params = train.params or {}
+    given = params.get("eval_metric") or _ROUND_DEFAULTS.get(params.get("objective", "reg:squarederror"), "")
+    each_round = {*([given] if isinstance(given, str) else given), *(["accuracy"] if task == "classification" else [])}
+    if metric in each_round:
+        return []
+    return [f"pruner {request.pruner!r} stops no trial: xgboost evaluates {metric!r} only when a trial ends, so "
+            "no round reports it; search on a metric in the base's params.eval_metric (accuracy for a classifier), "
+            "or add it there"]  # fmt: skip
 
 
 def check_trials(*, db: sessionmaker[Session], request: TuneRequest, caller: Caller, settings: Settings) -> None:
@@ -141,13 +168,16 @@ def check(
     already (:func:`check_space`)."""
     base = {**request.base, "name": request.name}
     train = train_request(base, "base")
-    if request.trials > settings.max_trials:
+    points = spaces.grid(request.space) if request.sampler == "grid" else None
+    if request.trials > settings.max_trials:  # trials left out: every point of a grid
+        every = points is not None and request.trials == len(points)
+        asked = (
+            f"a trial for each of the grid's {request.trials} points" if every else f"{request.trials} trials asked for"
+        )
         raise ValidationFailed.at(
-            "trials", f"{request.trials} trials asked for; this service runs at most {settings.max_trials} per search "
-            "(SPARKTRAIN_MAX_TRIALS)"
-        )  # fmt: skip
+            "trials", f"{asked}; this service runs at most {settings.max_trials} per search (SPARKTRAIN_MAX_TRIALS)"
+        )
     if request.sampler == "grid":
-        points = spaces.grid(request.space)
         if points is None:
             raise ValidationFailed.at("sampler", "grid needs choice, int or stepped uniform distributions only")
         if request.trials > len(points):
@@ -218,7 +248,7 @@ def submit_tune(
             raise _located(exc, "base") from None
         check_trials(db=db, request=request, caller=caller, settings=settings)
     train, _, task = check(request=request, settings=settings, spark=spark, db=db)
-    return jobs.submit(
+    job, created = jobs.submit(
         db=db,
         enqueue=enqueue,
         job_type=JobType.TUNE,
@@ -231,3 +261,9 @@ def submit_tune(
         slots=0,
         fingerprint=fingerprint,
     )
+    if created and (warnings := pruning_warnings(request, train, task)):  # jobs.submit takes a plan's warnings only
+        with db.begin() as session:
+            for warning in warnings:
+                jobs.add_warning(session=session, job_id=job.id, message=warning)
+        job.warnings = [*job.warnings, *(w for w in warnings if w not in job.warnings)]
+    return job, created

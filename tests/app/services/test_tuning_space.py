@@ -221,3 +221,101 @@ def test_a_fixed_threshold_under_a_sampled_learning_rate_is_warned_about() -> No
     assert threshold_warnings(allreduce, rates) == []
     assert threshold_warnings({**fixed, "framework": "xgboost"}, rates) == []
     assert threshold_warnings(fixed, {}) == []
+
+
+def _search(**search: Any) -> Any:
+    from app.schemas.tune import TuneRequest
+    from bench.chaos import digits_job
+
+    return TuneRequest.model_validate({"name": "t", "base": digits_job("t", epochs=1, units=16, batch=128), **search})
+
+
+@pytest.mark.parametrize("path", ["network.layers.00.units", "network.layers.007.units", "network.layers.\u0660.units"])
+def test_a_list_index_is_written_one_way(path: str) -> None:
+    """walkthrough: 00 beside 0 was a 202, and the leaderboard reported values the trials never used."""
+    from app.core.errors import ValidationFailed
+    from app.services.tuning.submit import check_space
+
+    request = _search(space={path: {"type": "int", "low": 16, "high": 32},
+                             "network.layers.0.units": {"type": "int", "low": 8, "high": 64}})  # fmt: skip
+    with pytest.raises(ValidationFailed) as caught:
+        check_space(request, request.base)
+    assert caught.value.errors is not None and caught.value.errors[0]["loc"] == f"space.{path}"
+    assert caught.value.detail.endswith("write list indices as 0, 1, 2 (no leading zeros, ASCII digits only)")
+    assert not space.exists(BODY, path) and space.exists(BODY, "network.layers.0.units")
+
+
+def test_a_stepped_uniform_over_a_whole_number_field_is_refused_at_its_first_step() -> None:
+    """walkthrough: 1 and 3 passed, then the grid's 1.5 and 2.5 trials failed ("Input should be a valid integer")."""
+    from app.core.errors import ValidationFailed
+    from app.services.tuning.submit import check_space
+
+    stepped = _search(space={"training.epochs": {"type": "uniform", "low": 1, "high": 3, "step": 0.5}}, sampler="grid")
+    with pytest.raises(ValidationFailed, match=r"^space.training.epochs: a value inside the range \(1.5\)"):
+        check_space(stepped, stepped.base)
+    whole = _search(space={"training.epochs": {"type": "uniform", "low": 1, "high": 3, "step": 1}}, sampler="grid")
+    check_space(whole, whole.base)  # 1.0, 2.0, 3.0: whole numbers
+
+
+def test_trials_left_out_run_every_point_of_a_grid_and_ten_otherwise() -> None:
+    """walkthrough: a grid without trials was refused ("the grid has 2 points"); Optuna's and Ray's run them all."""
+    grid = {"training.epochs": {"type": "choice", "values": [1, 2]}, "network.layers.0.units": {"type": "int",
+            "low": 16, "high": 48, "step": 16}}  # fmt: skip
+    assert _search(space=grid, sampler="grid").trials == 6
+    assert _search(space=grid, sampler="grid").model_dump(mode="json", exclude_none=True)["trials"] == 6  # stored
+    assert _search(space=grid, sampler="grid", trials=4).trials == 4
+    assert _search(space=grid).trials == 10
+    lr = {"training.optimizer.learning_rate": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}
+    assert _search(space={**grid, **lr}, sampler="grid").trials == 10  # refused by check: grid needs no range
+
+
+@pytest.mark.parametrize(
+    ("base", "search", "warned"),
+    [
+        ({"framework": "spark_ml", "params": {"algorithm": "linear_regression"}}, {"pruner": "median"}, True),
+        ({"framework": "spark_ml", "params": {"algorithm": "linear_regression"}}, {}, False),
+        ({"framework": "xgboost", "params": {"eval_metric": "rmse"}}, {"pruner": "asha", "metric": "mae"}, True),
+        ({"framework": "xgboost", "params": {"eval_metric": ["rmse", "mae"]}}, {"pruner": "asha", "metric": "mae"},
+         False),
+        ({"framework": "xgboost", "params": {}}, {"pruner": "asha"}, False),  # rmse, the default of both
+        ({"framework": "xgboost", "params": {}}, {"pruner": "asha", "metric": "r2"}, True),
+    ],
+)  # fmt: skip
+def test_a_pruner_that_can_stop_no_trial_is_warned_about(base: dict[str, Any], search: dict[str, Any],
+                                                           warned: bool) -> None:  # fmt: skip
+    """walkthrough: xgboost with asha on mae while eval_metric was rmse was accepted, and pruned nothing."""
+    from types import SimpleNamespace
+
+    from app.schemas.tune import TuneRequest
+    from app.services.tuning.submit import pruning_warnings
+
+    request = TuneRequest.model_validate({"name": "t", "base": {}, "space": {"a": {"type": "choice", "values": [1]}},
+                                          **search})  # fmt: skip
+    train: Any = SimpleNamespace(**base)
+    found = pruning_warnings(request, train, "regression")
+    assert bool(found) == warned, found
+    assert all("stops no trial" in w for w in found)
+    assert pruning_warnings(request, train, None) == []  # the metric is not known yet
+
+
+def test_importances_need_two_completed_trials_with_different_metrics() -> None:
+    """walkthrough: one completed trial gave {"a": 0.5, "b": 0.5}; the docs promise null."""
+    import optuna
+
+    from app.services.tuning.report import importances
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+
+    def tell(value: float) -> None:
+        trial = study.ask()
+        trial.suggest_float("a", 0, 1), trial.suggest_float("b", 0, 1)
+        study.tell(trial, value)
+
+    tell(0.5)
+    assert importances(study) is None
+    tell(0.5)
+    assert importances(study) is None  # a constant metric
+    for value in (0.1, 0.9, 0.3):
+        tell(value)
+    assert set(importances(study) or {}) == {"a", "b"}
