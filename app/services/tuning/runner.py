@@ -320,7 +320,7 @@ class _Search:
         if child.status == JobStatus.SUCCEEDED:
             value = ((child.result or {}).get("validation") or {}).get(self.metric)
             if isinstance(value, int | float):
-                record.state, record.metric = "COMPLETE", float(value)
+                record.state, record.metric, record.pruned_at = "COMPLETE", float(value), None  # a late prune
                 if child.model_name and child.model_version:
                     record.model = {"name": child.model_name, "version": child.model_version}
                 rounds = (child.result or {}).get("rounds") or {}
