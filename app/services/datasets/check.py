@@ -11,6 +11,7 @@ from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import DatasetRef
 from app.services.datasets import paths, registry
+from app.services.datasets.numbers import Numbers, count_numbers, shown
 from app.services.datasets.schema import NUMERIC_TYPES, is_numeric_array, read_schema, reader_options
 from workers.data.spec import ResolvedDataset
 from workers.inference.sequences import PLACEHOLDER_LABEL
@@ -57,15 +58,59 @@ def readable_name(column: str, where: str, *, listed: bool = True) -> None:
                                   f"{column.replace('.', '_').replace('`', '')!r}){other}")  # fmt: skip
 
 
+def _string_columns(ref: DatasetRef, schema: dict[str, str], labels: list[str]) -> list[str]:
+    """The string columns of a CSV / JSON file whose values the request may read as numbers: the declared numeric
+    ones (features, a regression's labels, the weight) and, when the features are left to their default, any."""
+    declared = {
+        *(ref.features or ()),
+        *(labels if ref.task == "regression" else ()),
+        *([ref.weight] if ref.weight else []),
+    }
+    keys = {ref.sequence.sequence_id, ref.sequence.step} if ref.sequence is not None else set()
+    others = set() if ref.features is not None else set(schema) - {*labels, *keys}
+    categorical = set(ref.categorical or ())
+    return [c for c, t in schema.items() if t == "string" and c not in categorical and c in declared | others]
+
+
+def _default_features(
+    ref: DatasetRef, schema: dict[str, str], taken: set[str], numbers: dict[str, Numbers], warnings: list[str]
+) -> list[str]:
+    """The numeric columns but those ``taken``, and (not for sequences) the string columns whose values are numbers
+    but a few tokens (``n/a``), which the job reads as numbers, each such token a bad row; what is taken so, or left
+    out of a sequence's features, is said in ``warnings``."""
+    features = []
+    for column, dtype in schema.items():
+        counted = numbers.get(column)
+        if column in taken or not (dtype in NUMERIC_TYPES or (counted is not None and counted.mostly)):
+            continue
+        if counted is not None:
+            some = f"{counted.not_numbers} of its {counted.values} values are not numbers{shown(counted.first)}"
+            if ref.sequence is not None:
+                warnings.append(f"dataset.features: {column!r} is left out: {some}, and a sequence's features must "
+                                "all be numbers")  # fmt: skip
+                continue
+            warnings.append(f"dataset.features: {column!r} is a default feature read as numbers, although {some}: "
+                            "each such row is a bad row (list dataset.features to leave it out)")  # fmt: skip
+        features.append(column)
+    return features
+
+
 def _features(
-    ref: DatasetRef, schema: dict[str, str], labels: list[str], loc: str, allow_array: bool, parsed: bool
+    ref: DatasetRef,
+    schema: dict[str, str],
+    labels: list[str],
+    loc: str,
+    allow_array: bool,
+    parsed: bool,
+    numbers: dict[str, Numbers],
+    warnings: list[str],
 ) -> list[str]:
     available = ", ".join(f"{c} ({t})" for c, t in schema.items())
     taken = {*labels, *([ref.weight] if ref.weight else [])}
     if ref.sequence is not None:
         taken |= {ref.sequence.sequence_id, ref.sequence.step}
     if ref.features is None:
-        features = [c for c, t in schema.items() if c not in taken and t in NUMERIC_TYPES]
+        features = _default_features(ref, schema, taken, numbers, warnings)
         arrays = [c for c, t in schema.items() if c not in taken and is_numeric_array(t)]
         if not features and allow_array and len(arrays) == 1:
             features = arrays
@@ -79,6 +124,7 @@ def _features(
         features = [c for c in schema if c in wanted] + [c for c in ref.categorical if c not in schema]
     else:
         features = list(ref.features)
+    text: dict[str, str] = {}  # where -> a feature of text, none of its values a number
     for i, column in enumerate(features):
         where = f"{loc}.features[{i}]"
         if column not in schema:
@@ -103,9 +149,17 @@ def _features(
                 )
         elif column in (ref.categorical or ()):
             continue
+        elif ref.sequence is not None and column in numbers:
+            counted = numbers[column]
+            raise ValidationFailed.at(where, f"{column!r} is string: {counted.not_numbers} of its {counted.values} "
+                                      f"values are not numbers{shown(counted.first)}; a sequence's features must "
+                                      "all be numbers (the job does not parse them): write them as numbers, or "
+                                      "leave the column out")  # fmt: skip
         elif not _numeric(dtype, parsed):
             hint = _TEXT_FEATURE if dtype == "string" else ""
             raise ValidationFailed.at(where, f"{column!r} is {dtype}; features must be numeric{hint}")
+        elif column in numbers and numbers[column].none:
+            text.setdefault(where, column)
     if len(set(features)) != len(features):
         raise ValidationFailed.at(f"{loc}.features", "a column is listed twice")
     for i, column in enumerate(ref.categorical or ()):
@@ -113,6 +167,10 @@ def _features(
             raise ValidationFailed.at(f"{loc}.categorical[{i}]", f"{column!r} is not one of {loc}.features")
     if ref.categorical and len(set(ref.categorical)) != len(ref.categorical):
         raise ValidationFailed.at(f"{loc}.categorical", "a column is listed twice")
+    if text:  # (after the categorical columns: one of those may be the column meant)
+        where, column = next(iter(text.items()))
+        raise ValidationFailed.at(where, f"{column!r} is {_text(numbers[column])}; features must be "
+                                  f"numeric{_TEXT_FEATURE}")  # fmt: skip
     return features
 
 
@@ -126,17 +184,22 @@ def resolve_dataset(
     db: sessionmaker[Session] | None = None,
     labelled: bool = True,
     parse_numbers: bool = False,
+    warnings: list[str] | None = None,
 ) -> tuple[ResolvedDataset, dict[str, str]]:
     """Resolve the URI (or registered dataset id), read the schema with Spark and check the columns the request
     names. Returns the dataset and its schema (column -> Spark type). ``allow_array`` accepts one numeric array
     column as the only feature (images, embeddings); ``labelled=False``: a sequence dataset without labels (for
     prediction); ``parse_numbers``: a string column of a CSV / JSON file may be a declared numeric column (a
-    training job parses it, see :func:`_numeric`)."""
+    training job parses it, see :func:`_numeric`), and is a default feature when its values are numbers but a few
+    tokens; one whose values are no numbers at all is a 422, as in parquet. ``warnings``: what the caller should
+    tell the request (a string column taken as a default feature) is appended to it."""
     path, fmt, options = locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc=f"{loc}.uri")
     schema = read_schema(spark, path, fmt, options, loc=f"{loc}.uri")
     available = ", ".join(f"{c} ({t})" for c, t in schema.items())
     parsed = parse_numbers and fmt in PARSED_FORMATS and ref.sequence is None
     labels = [] if ref.label is None else [ref.label] if isinstance(ref.label, str) else list(ref.label)
+    strings = _string_columns(ref, schema, labels) if parse_numbers and fmt in PARSED_FORMATS else []
+    numbers = count_numbers(spark, path, fmt, options, strings)
     if len(labels) > 1 and ref.task != "regression":
         raise ValidationFailed.at(f"{loc}.label", "several label columns are a regression's; use task regression")
     separate_labels = ref.sequence is not None and ref.sequence.labels_uri is not None
@@ -149,16 +212,23 @@ def resolve_dataset(
         if ref.task == "regression" and not _numeric(schema[column], parsed):
             dtype = schema[column]
             raise ValidationFailed.at(f"{loc}.label", f"{column!r} is {dtype}; a regression label must be numeric")
+        if ref.task == "regression" and parsed and column in numbers and numbers[column].none:
+            raise ValidationFailed.at(f"{loc}.label", f"{column!r} is {_text(numbers[column])}; a regression label "
+                                      "must be numeric (when training on classes, set dataset.task to "
+                                      "classification)")  # fmt: skip
     if ref.weight is not None:
         if ref.weight not in schema:
             raise ValidationFailed.at(f"{loc}.weight", f"no column {ref.weight!r} in {ref.uri}; columns: {available}")
         readable_name(ref.weight, f"{loc}.weight")
         if not _numeric(schema[ref.weight], parsed):
             raise ValidationFailed.at(f"{loc}.weight", f"{ref.weight!r} is {schema[ref.weight]}; weights are numbers")
+        if parsed and ref.weight in numbers and numbers[ref.weight].none:
+            raise ValidationFailed.at(f"{loc}.weight", f"{ref.weight!r} is {_text(numbers[ref.weight])}; weights "
+                                      "are numbers")  # fmt: skip
     sequence, labels_path = _sequence(
         ref, schema, labels, settings=settings, spark=spark, db=db, loc=loc, labelled=labelled
     )
-    features = _features(ref, schema, labels, loc, allow_array, parsed)
+    features = _features(ref, schema, labels, loc, allow_array, parsed, numbers, [] if warnings is None else warnings)
     if sequence is not None:
         sequence["features"] = features
     resolved = ResolvedDataset(
@@ -233,6 +303,11 @@ def _sequence(
         "step": seq.step,
     }
     return spec, labels_path
+
+
+def _text(counted: Numbers) -> str:
+    """A string column none of whose values is a number, in words."""
+    return f"string and none of its {counted.values} values is a number{shown(counted.first)}"
 
 
 _TEXT_FEATURE = (

@@ -21,6 +21,18 @@ _EXTENSIONS: dict[str, Format] = {
     ".jsonl": "json",
     ".ndjson": "json",
 }
+PACKED = (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate", ".xz", ".zip")
+"""Suffixes of compressed files: the driver does not read them itself (Spark unpacks those of its codecs)."""
+_CODECS = (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate")
+"""Compressed suffixes Spark unpacks by the name (Hadoop's codecs): ``rows.csv.gz`` is CSV."""
+
+
+def compressed(files: Sequence[Path], options: dict[str, str]) -> bool:
+    """Whether local text data is compressed: a file's suffix says so, or the options name a codec."""
+    named = {k.lower(): v for k, v in options.items()}
+    return named.get("compression", "none").lower() not in ("", "none", "uncompressed") or any(
+        f.suffix.lower() in PACKED for f in files
+    )
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -168,7 +180,10 @@ def check_output_target(given: str, *, roots: Sequence[Path], loc: str = "output
 def detect_format(path: str, given: Format | None, *, loc: str) -> Format:
     if given is not None:
         return given
-    suffix = Path(urlparse(path).path).suffix.lower()
+    named = Path(urlparse(path).path)
+    suffix = named.suffix.lower()
+    if suffix in _CODECS and Path(named.stem).suffix.lower() in (".csv", ".json", ".jsonl", ".ndjson"):
+        suffix = Path(named.stem).suffix.lower()  # rows.csv.gz: CSV that Spark unpacks
     if suffix in _EXTENSIONS:
         return _EXTENSIONS[suffix]
     if suffix == "" or Path(path).is_dir():

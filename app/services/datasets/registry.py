@@ -30,9 +30,11 @@ from app.services.datasets.schema import (
     NUMERIC_TYPES,
     infers_partition_types,
     local_summary,
+    local_text,
     reader_options,
 )
 from app.services.datasets.sniff import not_parquet, not_text
+from app.services.datasets.summary import quoted_line_break
 from app.services.jobs import decode_cursor, encode_cursor
 from workers.data.spec import CORRUPT
 
@@ -153,14 +155,27 @@ def read_pending(*, db: sessionmaker[Session], spark: SparkSession, stopping: Ca
     return len(ids)
 
 
-def _malformed(body: DatasetCreate, fmt: str, bad_rows: int, lines: int, first: list[Any]) -> ValidationFailed:
+def _malformed(
+    body: DatasetCreate, fmt: str, bad_rows: int, lines: int, first: list[Any], *, line_break: bool = False
+) -> ValidationFailed:
+    """The 422 of malformed lines; ``line_break``: a quoted value of the CSV holds a line break (Spark reads it as
+    lines of their own unless ``multiLine`` is true)."""
+    fix = "adjust options (sep, quote, escape), " if fmt == "csv" else ""
+    if line_break:
+        fix = 'set options.multiLine "true" (a quoted value holds a line break), '
     return ValidationFailed.at(
         "uri",
         f"{bad_rows} of {lines} lines of {body.uri} do not parse as {fmt}; first ones: {first}. "
-        f"Fix them, {'adjust options (sep, quote, escape), ' if fmt == 'csv' else ''}or register with bad_rows "
-        '"skip".',
+        f'Fix them, {fix}or register with bad_rows "skip".',
         bad_rows=bad_rows,
     )
+
+
+def _line_break(path: str, fmt: str, options: dict[str, str]) -> bool:
+    """Whether local CSV data read line by line has a quoted value with a line break in it."""
+    multiline = {k.lower(): v for k, v in options.items()}.get("multiline", "false").lower() == "true"
+    found = local_text(path, options) if fmt == "csv" and not multiline else None
+    return found is not None and quoted_line_break(found[0], options)
 
 
 def _read(
@@ -195,7 +210,7 @@ def _read(
                                if f"_nan_{i}" in counts.asDict()}  # fmt: skip
                 if bad_rows and body.bad_rows == "fail":
                     first = [r[CORRUPT] for r in raw.where(F.col(CORRUPT).isNotNull()).limit(SAMPLE_ROWS).collect()]
-                    raise _malformed(body, fmt, bad_rows, rows, first)
+                    raise _malformed(body, fmt, bad_rows, rows, first, line_break=_line_break(path, fmt, options))
             finally:
                 raw.unpersist()
             rows -= bad_rows

@@ -213,19 +213,13 @@ def column_values(files: list[Path], fmt: str, options: dict[str, str], column: 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    target = pa.string()
-    lowered = {k.lower(): v for k, v in options.items()}
-    if not known_options(fmt, options) or (fmt == "csv" and "comment" in lowered):
+    found = text_columns(files, fmt, options, [column])
+    if found is None:
         return None
-    chunks: list[pa.Array] = []
-    try:
-        for file in files:
-            chunks.extend(_read_column(file, fmt, lowered, column, target))
-    except (pa.ArrowException, ValueError, OSError, KeyError):
-        return None
-    values = pa.chunked_array(chunks, target)
+    values = found[column]
     if dtype == "string":
         return values
+    lowered = {k.lower(): v for k, v in options.items()}
     if fmt == "csv" and lowered.get("header", "false").lower() == "true":  # a repeated header line is no value
         values = pc.if_else(pc.equal(values, column), None, values)
     try:
@@ -234,7 +228,27 @@ def column_values(files: list[Path], fmt: str, options: dict[str, str], column: 
         return None
 
 
-def _read_column(file: Path, fmt: str, options: dict[str, str], column: str, target: pa.DataType) -> list[pa.Array]:
+def text_columns(files: list[Path], fmt: str, options: dict[str, str], columns: list[str]) -> dict[str, Any] | None:
+    """Columns of local CSV / JSON-lines data as their text (one pyarrow string array each), streamed from every
+    file in one pass; None when pyarrow cannot read them (Spark then decides)."""
+    import pyarrow as pa
+
+    lowered = {k.lower(): v for k, v in options.items()}
+    if not known_options(fmt, options) or (fmt == "csv" and "comment" in lowered):
+        return None
+    if not columns:
+        return {}
+    chunks: dict[str, list[pa.Array]] = {column: [] for column in columns}
+    try:
+        for file in files:
+            for column, read in _read_columns(file, fmt, lowered, columns).items():
+                chunks[column].extend(read)
+    except (pa.ArrowException, ValueError, OSError, KeyError):
+        return None
+    return {column: pa.chunked_array(read, pa.string()) for column, read in chunks.items()}
+
+
+def _read_columns(file: Path, fmt: str, options: dict[str, str], columns: list[str]) -> dict[str, list[pa.Array]]:
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.json as pjson
@@ -243,34 +257,41 @@ def _read_column(file: Path, fmt: str, options: dict[str, str], column: str, tar
         try:
             table = pjson.read_json(file, parse_options=pjson.ParseOptions(unexpected_field_behavior="infer"))
         except pa.ArrowInvalid:  # a line that is not JSON: Python reads the lines one by one
-            return [pa.array(_json_lines(file, column), pa.string())]
-        values = table.column(column) if column in table.column_names else pa.nulls(table.num_rows)
-        return [pa.array([None if v is None else str(v) for v in values.to_pylist()], target)]
+            lines = _json_lines(file, columns)
+            return {column: [pa.array(lines[column], pa.string())] for column in columns}
+        found = {c: table.column(c) if c in table.column_names else pa.nulls(table.num_rows) for c in columns}
+        return {c: [pa.array([None if v is None else str(v) for v in values.to_pylist()], pa.string())]
+                for c, values in found.items()}  # fmt: skip
     parsed = csv_options(options)
     if parsed is None:
         raise ValueError("options")
     parse, convert, read, header = parsed
-    name = column if header else None
-    if name is None:
-        if not column.startswith("_c"):
+    names: dict[str, str] = {}
+    for column in columns:
+        if not header and not column.startswith("_c"):
             raise KeyError(column)
-        name = f"f{int(column[2:])}"
-    convert.include_columns = [name]
-    convert.column_types = {name: target}
+        names[column] = column if header else f"f{int(column[2:])}"
+    convert.include_columns = list(dict.fromkeys(names.values()))
+    convert.column_types = dict.fromkeys(names.values(), pa.string())
     reader = pcsv.open_csv(file, read_options=read, parse_options=parse, convert_options=convert)
-    return [batch.column(0) for batch in reader]
+    out: dict[str, list[pa.Array]] = {column: [] for column in columns}
+    for batch in reader:
+        for column, name in names.items():
+            out[column].append(batch.column(name))
+    return out
 
 
-def _json_lines(file: Path, column: str) -> list[str | None]:
-    out: list[str | None] = []
+def _json_lines(file: Path, columns: list[str]) -> dict[str, list[str | None]]:
+    out: dict[str, list[str | None]] = {column: [] for column in columns}
     with file.open(encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            value = record.get(column) if isinstance(record, dict) else None
-            out.append(None if value is None else str(value))
+            for column in columns:
+                value = record.get(column) if isinstance(record, dict) else None
+                out[column].append(None if value is None else str(value))
     return out
 
 

@@ -7,8 +7,9 @@ Local parquet (a file, a directory of part files, or hive-style ``key=value`` pa
 the driver with pyarrow: the schema from the footers, the facts by streaming one column in batches. Local CSV and
 JSON lines likewise: the schema from a bounded sample of the text, the facts by streaming the one column
 (:mod:`app.services.datasets.sample`). What is left to Spark: remote URIs, parquet with reader options, reader
-options of CSV / JSON that the sample does not know, links below a dataset directory, partition values whose
-type is not certain here; in ``POST /train`` those checks are left to the job (:mod:`app.services.datasets.deferred`).
+options of CSV / JSON that the sample does not know, compressed CSV / JSON (``rows.csv.gz``), links below a
+dataset directory, partition values whose type is not certain here; in ``POST /train`` those checks are left to
+the job (:mod:`app.services.datasets.deferred`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from urllib.parse import unquote, urlparse
 from app.core.errors import ValidationFailed
 from app.services.datasets import sample, summary
 from app.services.datasets.deferred import before_spark_job
-from app.services.datasets.paths import Format
+from app.services.datasets.paths import Format, compressed
 from app.services.datasets.sniff import not_parquet, not_text
 from workers.data.spec import CORRUPT
 
@@ -97,6 +98,9 @@ def _why_spark(path: str, fmt: str, options: dict[str, str]) -> str:
         return "a remote URI"
     if fmt == "parquet" and options:
         return "parquet with reader options"
+    found = _local_parquet(path) if fmt in ("csv", "json") else None
+    if found is not None and compressed(found[0], options):
+        return "compressed files"
     if fmt in ("csv", "json") and not sample.known_options(fmt, options):
         return f"{fmt} reader options the driver's sample reader does not know"
     return "files or partition values whose types Spark decides"
@@ -107,7 +111,7 @@ def text_schema_of(
 ) -> dict[str, str] | None:
     """The schema Spark would infer for local CSV / JSON-lines data, from a bounded sample of the text
     (:mod:`app.services.datasets.sample`) and the partition directories' names; None when Spark must decide."""
-    found = _local_parquet(path)  # the file walk is the same for any format
+    found = local_text(path, options)
     if found is None or (found[1] and not infer_partition_types):
         return None
     inferred = sample.text_schema(found[0], fmt, options)
@@ -142,7 +146,7 @@ def local_summary(
     read (Spark reads every parquet column as nullable, and so does this), CSV and JSON lines in one streamed pass
     (:func:`app.services.datasets.summary.text_summary`). None when Spark must read it."""
     if fmt in ("csv", "json"):
-        text = _local_parquet(path)  # the file walk is the same for any format
+        text = local_text(path, options)
         return summary.text_summary(text[0], fmt, options, sample_rows=sample_rows) if text and not text[1] else None
     found = _local_parquet(path) if fmt == "parquet" and not options else None
     schema = _schema(found, infer_partition_types) if found is not None else None
@@ -203,7 +207,7 @@ def first_value(path: str, fmt: str, options: dict[str, str], column: str) -> An
     """The first non-null value of a column of local parquet data (None when every value is null), reading batch
     by batch until one is found; :data:`NOT_LOCAL` when Spark must read the data."""
     if fmt == "json":
-        found = _local_parquet(path)
+        found = local_text(path, options)
         if found is None or column in found[1]:
             return NOT_LOCAL
         seen, value = sample.first_json_value(found[0], column)
@@ -277,7 +281,7 @@ def max_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
 
 def _text_column(path: str, fmt: str, options: dict[str, str], column: str, dtype: str) -> Any:
     """A column of local CSV / JSON-lines data, streamed with pyarrow; None when Spark must read it."""
-    found = _local_parquet(path) if fmt in ("csv", "json") else None
+    found = local_text(path, options) if fmt in ("csv", "json") else None
     if found is None or column in found[1]:
         return None
     return sample.column_values(found[0], fmt, options, column, dtype)
@@ -311,6 +315,14 @@ def _dataset_of(path: str, found: tuple[list[Path], dict[str, str]]) -> pads.Dat
 
 def _base(path: str) -> Path:
     return Path(urlparse(path).path if path.startswith("file://") else path)
+
+
+def local_text(path: str, options: dict[str, str]) -> tuple[list[Path], dict[str, str]] | None:
+    """(data files, partition column -> Spark type) of local CSV / JSON-lines data the driver reads itself (the file
+    walk is parquet's); None when Spark must read it, as for parquet, or when the files are compressed (the
+    driver's readers read text, and Spark unpacks it)."""
+    found = _local_parquet(path)
+    return None if found is None or compressed(found[0], options) else found
 
 
 def _local_parquet(path: str) -> tuple[list[Path], dict[str, str]] | None:

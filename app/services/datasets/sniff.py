@@ -8,7 +8,7 @@ import codecs
 import os
 from pathlib import Path
 
-from app.services.datasets.paths import Format
+from app.services.datasets.paths import Format, compressed
 
 
 def local_files(path: str) -> tuple[list[Path], dict[str, str]] | None:
@@ -42,7 +42,7 @@ def not_text(path: str, fmt: Format, options: dict[str, str]) -> str | None:
         return None
     named, first = {k.lower(): v.lower() for k, v in options.items()}, found[0][0]  # option names know no case
     utf8 = (named.get("encoding") or named.get("charset") or "utf-8").replace("_", "-") in ("utf-8", "utf8")
-    utf8 &= named.get("multiline") != "true" and not named.get("compression") and first.suffix not in _PACKED
+    utf8 &= named.get("multiline") != "true" and not compressed([first], options)
     try:
         if len(found[0]) == 1 and first.stat().st_size == 0:  # (a directory's empty files are not data files)
             return f"{first.name} is empty"
@@ -58,6 +58,3 @@ def not_text(path: str, fmt: Format, options: dict[str, str]) -> str | None:
     except OSError:
         return None
     return None
-
-
-_PACKED = (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate", ".xz", ".zip")

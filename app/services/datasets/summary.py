@@ -25,7 +25,7 @@ _INT32 = 2**31
 SUMMARY_BYTES = 64 << 20
 """Local CSV / JSON-lines data up to this size is summarized on the driver when it is registered (one streamed
 pass); larger data is read by Spark after the answer (app/services/datasets/registry.py)."""
-_NUMBER = r"^\s*[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[dDfF]?|(?i:inf|infinity|nan))\s*$"
+NUMBER = r"^\s*[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[dDfF]?|(?i:inf|infinity|nan))\s*$"
 """A token Spark's cast reads as a double: blanks around it, an exponent, a ``d``/``f`` suffix, infinity, NaN."""
 _INTEGER = r"^[+-]?\d+$"
 _BOOLEAN = r"^(?i:true|false)$"
@@ -81,10 +81,10 @@ class _ColumnStats:
 
         values = pc.drop_null(values)
         if counted:
-            self.unparsed[i] += missing(_NUMBER)
+            self.unparsed[i] += missing(NUMBER)
         values = pc.filter(values, pc.not_equal(values, ""))  # Spark's inference skips empty tokens
         self.present[i] += len(values)
-        self.not_number[i] += missing(_NUMBER)
+        self.not_number[i] += missing(NUMBER)
         self.not_integer[i] += missing(_INTEGER)
         self.not_boolean[i] += missing(_BOOLEAN)
         self.dates[i] += len(values) - missing(_DATE_LIKE)
@@ -216,7 +216,7 @@ def _csv_summary(files: list[Path], options: dict[str, str], sample_rows: int) -
     elif repeats:
         rows, first = rows + repeats, every
         not_numbers = [
-            n + (repeats if not re.match(_NUMBER, name) else 0) for n, name in zip(not_numbers, names, strict=True)
+            n + (repeats if not re.match(NUMBER, name) else 0) for n, name in zip(not_numbers, names, strict=True)
         ]
     columns = [{"name": name, "type": t, "nullable": True, "not_numbers": n}
                for name, t, n in zip(names, types, not_numbers, strict=True)]  # fmt: skip
@@ -232,7 +232,7 @@ def _json_summary(files: list[Path], sample_rows: int) -> Summary | None:
     first: list[dict[str, Any]] = []
     bad: list[str] = []
     rows = 0
-    number = re.compile(_NUMBER)
+    number = re.compile(NUMBER)
     for file in files:
         with file.open(encoding="utf-8") as f:
             for line in f:
@@ -282,3 +282,27 @@ def _json_value(value: Any, spark_type: str) -> Any:
     if spark_type == "array<double>":
         return [None if v is None else float(v) for v in value]
     return value
+
+
+def quoted_line_break(files: list[Path], options: dict[str, str]) -> bool:
+    """Whether local CSV data has a quoted value that holds a line break, which Spark reads as two malformed lines
+    unless ``multiLine`` is true (the driver's summary leaves such data to Spark)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pcsv
+
+    parsed = csv_options({k.lower(): v for k, v in options.items()})
+    if parsed is None:
+        return False
+    parse, _convert, _read, _header = parsed
+    parse.newlines_in_values = True
+    try:
+        for file in files:
+            read = pcsv.ReadOptions(autogenerate_column_names=True)
+            for batch in pcsv.open_csv(file, read_options=read, parse_options=parse):
+                texts = [c for c in batch.columns if pa.types.is_string(c.type)]
+                if any(pc.any(pc.match_substring_regex(c, r"[\r\n]")).as_py() for c in texts):
+                    return True
+    except (pa.ArrowException, ValueError, OSError):
+        return False
+    return False

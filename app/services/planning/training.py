@@ -3,6 +3,7 @@ family's plan (torch, xgboost, spark_ml)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -58,9 +59,11 @@ def plan_training(
     """The family's plan for this request; raises ValidationFailed (422) with the field at fault."""
     _check_basics(request)
     allow_array = request.framework == "torch"
+    notes: list[str] = []  # what the dataset's check says (a default feature with a few tokens that are not numbers)
     train, schema = resolve_dataset(
-        request.dataset, settings=settings, spark=spark, allow_array=allow_array, db=db, parse_numbers=True
-    )
+        request.dataset, settings=settings, spark=spark, allow_array=allow_array, db=db, parse_numbers=True,
+        warnings=notes,
+    )  # fmt: skip
     validation = None
     if request.validation is not None:
         validation, val_schema = resolve_dataset(
@@ -81,17 +84,22 @@ def plan_training(
                     f"column {column!r} is {schema[column]} in the training data but "
                     f"{val_schema.get(column, 'missing')} in the validation data",
                 )
+    plan: Any
     if request.framework == "torch":
-        return plan_torch(
+        plan = plan_torch(
             request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark, db=db
         )
-    if request.framework == "spark_ml":
-        return plan_spark_ml(request=request, train=train, validation=validation, schema=schema, spark=spark)
-    if request.framework == "xgboost":
-        return plan_xgboost(
+    elif request.framework == "spark_ml":
+        plan = plan_spark_ml(request=request, train=train, validation=validation, schema=schema, spark=spark)
+    elif request.framework == "xgboost":
+        plan = plan_xgboost(
             request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark
         )
-    raise AssertionError(f"no planner for {request.framework}")
+    else:
+        raise AssertionError(f"no planner for {request.framework}")
+    if notes and hasattr(plan, "warnings"):  # in the 202, and said again when the job starts (Spark ML: no warnings)
+        plan = replace(plan, warnings=type(plan.warnings)((*notes, *plan.warnings)))
+    return plan
 
 
 def _check_apart(train: str, validation: str, given: str) -> None:

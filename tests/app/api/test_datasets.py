@@ -135,3 +135,60 @@ def test_text_in_a_named_encoding_or_compressed_is_left_to_spark(svc: Service, t
     for body in ({"uri": "named.csv", "options": {"Encoding": "UTF-16"}}, {"uri": "packed.csv.gz", "format": "csv"}):
         response = svc.client.post("/datasets", json=body)  # option names know no case, as Spark's
         assert response.status_code == 201, response.text
+
+
+def test_a_gzip_csv_trains_and_evaluates(svc: Service, tmp_path: Path) -> None:
+    # train and evaluate answered 422 "no column 'species' in iris_train.csv.gz; columns: \x1f\x8b..." (the driver
+    # read the compressed bytes as CSV); its format comes from the name too
+    import gzip
+
+    rows = [(4.3 + (i % 25) * 0.1, 2.0 + (i * 7 % 11) * 0.1) for i in range(60)]
+    text = "sepal_length,sepal_width,species\n" + "".join(
+        f"{length:.1f},{width:.1f},{'setosa' if length < 5.5 else 'versicolor'}\n" for length, width in rows
+    )
+    (tmp_path / "data" / "iris_train.csv.gz").write_bytes(gzip.compress(text.encode()))
+    body = {"name": "iris-gz", "framework": "spark_ml", "params": {"algorithm": "logistic_regression"},
+            "dataset": {"uri": "iris_train.csv.gz", "label": "species", "task": "classification"}}  # fmt: skip
+    trained = svc.done("/train", body)
+    assert sum(trained["result"]["rows"][k] for k in ("train", "validation")) == 60, trained["result"]
+    evaluation = {"model": {"name": "iris-gz"}, "dataset": {"uri": "iris_train.csv.gz", "format": "csv"}}
+    evaluated = svc.done("/evaluate", evaluation)
+    assert evaluated["result"]["rows"] == 60 and evaluated["result"]["classification"]["accuracy"] > 0.9, evaluated
+
+
+def test_a_quoted_line_break_names_multiline(svc: Service, tmp_path: Path) -> None:
+    """The driver leaves a CSV whose quoted value holds a line break to Spark, which reads it line by line: the
+    summary's error says to set options.multiLine, and with it the data registers."""
+    import time
+
+    (tmp_path / "data" / "notes.csv").write_text('id,note,fare\n1,"two\nlines",3.5\n2,plain,4.0\n')
+
+    def summary(body: dict[str, Any]) -> dict[str, Any]:
+        answer = svc.client.post("/datasets", json=body)
+        assert answer.status_code == 201, answer.text
+        deadline = time.monotonic() + 120
+        while (found := svc.client.get(f"/datasets/{answer.json()['id']}").json())["summary"] == "pending":
+            assert time.monotonic() < deadline, found
+            time.sleep(0.2)
+        return dict(found)
+
+    failed = summary({"uri": "notes.csv"})
+    assert failed["summary"] == "failed", failed
+    assert 'Fix them, set options.multiLine "true" (a quoted value holds a line break)' in failed["summary_error"]
+    read = summary({"uri": "notes.csv", "options": {"multiLine": "true"}})
+    assert read["summary"] == "complete" and read["row_count"] == 2, read
+
+
+def test_a_default_feature_with_a_few_tokens_is_said_in_the_202(svc: Service, tmp_path: Path) -> None:
+    """distance (3 'n/a' among 600 fares) was left out of the default features without a word: it is a feature now,
+    and the 202 says how it is read."""
+    from tests.workers.data.test_clean import fare_lines, write
+
+    write(tmp_path / "data" / "fares-default.csv", fare_lines())
+    dataset = {"uri": "fares-default.csv", "label": "fare", "task": "regression", "bad_rows": "skip"}
+    body = {"name": "fares-default", "framework": "xgboost", "params": {"num_round": 2}, "dataset": dataset}
+    queued = svc.client.post("/train", json=body)
+    assert queued.status_code == 202, queued.text
+    said = [w for w in queued.json()["warnings"] if "'distance' is a default feature read as numbers" in w]
+    assert said and "3 of its 600 values are not numbers (such as 'n/a')" in said[0], queued.json()["warnings"]
+    svc.client.post(f"/jobs/{queued.json()['id']}/cancel")

@@ -80,6 +80,15 @@ def test_format_detection(tmp_path: Path) -> None:
     assert detect_format("/a/b.parquet", None, loc="f") == "parquet"
     assert detect_format("/a/b.CSV", None, loc="f") == "csv"
     assert detect_format("/a/b.jsonl", None, loc="f") == "json"
+    assert detect_format("/a/b.ndjson", None, loc="f") == "json"
+    # compressed text that Spark unpacks: the format is the name's before the codec's
+    assert detect_format("/a/iris_train.csv.gz", None, loc="f") == "csv"
+    assert detect_format("/a/b.CSV.bz2", None, loc="f") == "csv"
+    assert detect_format("/a/b.json.gz", None, loc="f") == "json"
+    assert detect_format("/a/b.ndjson.zst", None, loc="f") == "json"
+    for name in ("/a/b.gz", "/a/b.parquet.gz", "/a/b.csv.zip"):  # no text format, or a codec Spark does not read
+        with pytest.raises(ValidationFailed, match="cannot tell the format"):
+            detect_format(name, None, loc="f")
     assert detect_format(str(tmp_path), None, loc="f") == "parquet"
     assert detect_format("/a/b.txt", "csv", loc="f") == "csv"
     with pytest.raises(ValidationFailed, match="cannot tell the format"):
