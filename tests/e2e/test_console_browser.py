@@ -463,13 +463,15 @@ def test_each_metric_is_charted_by_what_it_is(svc: Service, browser: Any, tmp: P
     speed = browser.execute_script(CHART + "return c.data[0].y", "chart-speed")
     assert len(speed) == 359 and set(speed) == {2000}, sorted(set(speed))
     assert browser.find_element(By.ID, "chart-other-empty").text.startswith("No other metrics:")
-    totals = browser.find_elements(By.CSS_SELECTOR, "#totals tbody tr")
-    assert {r.get_attribute("data-key"): r.text for r in totals} == {
+    expected = {
         "codec_compression": "codec_compression 3.5 7",
         "dense_steps": "dense_steps 2 4",
         "step_events_dropped": "step_events_dropped 0 0",
         "wire_bytes_total": "wire_bytes_total 300,000 600,000",
     }
+    rows = "#totals tbody tr"  # read again when a last draw replaced the table's rows meanwhile (a stale row)
+    totals = lambda d: {r.get_attribute("data-key"): r.text for r in d.find_elements(By.CSS_SELECTOR, rows)}  # noqa: E731
+    _until(browser, lambda d: totals(d) == expected, f"the totals {expected}", 30)
     assert browser.find_element(By.ID, "result").text == "No result: this job ended without one."
     _usable(browser)
     _shot(browser, tmp, "charts-torch")

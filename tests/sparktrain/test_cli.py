@@ -473,7 +473,11 @@ def test_ctrl_c_while_following_says_the_job_goes_on_and_how_to_follow_it(svc: S
         jobs.add_log(session=s, job_id=row.id, message="epoch 1 done")
         job_id = row.id
     env = {"SPARKTRAIN_URL": svc.url, "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "sparktrain", *args, job_id], cwd=REPO, env=env,
+    # as from a terminal: a run in the background (CI's `&`) starts its children with SIGINT ignored, and Python
+    # then installs no KeyboardInterrupt for it
+    as_in_a_terminal = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                        "sys.argv[0] = 'sparktrain'; runpy.run_module('sparktrain', run_name='__main__')")  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-c", as_in_a_terminal, *args, job_id], cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert process.stdout is not None
