@@ -27,6 +27,11 @@ def _entry(history: list[dict[str, Any]], attempt: int) -> dict[str, Any] | None
     return next((e for e in reversed(history) if e.get("attempt") == attempt), None)
 
 
+def entry_of(job: Job, attempt: int) -> dict[str, Any]:
+    """What the job's ``attempts`` say of ``attempt`` (empty when nothing yet)."""
+    return dict(_entry(list(job.attempts or []), attempt) or {})
+
+
 def queue_of(job: Job) -> str | None:
     """The queue of the job's current attempt, else the newest one recorded (None: never recorded)."""
     history = list(job.attempts or [])

@@ -251,7 +251,7 @@ def deliver(
 def _ended(job: Job, now: datetime, status: str, reason: str, message: str) -> list[dict[str, Any]]:
     """The job's ``attempts`` with its current attempt marked as ended (the job's ``started_at`` is its first
     attempt's; the runner wrote this one's start in its entry)."""
-    own: dict[str, Any] = next((e for e in reversed(job.attempts or []) if e.get("attempt") == job.attempt), {})
+    own = attempts.entry_of(job, job.attempt)
     return attempts.update_attempt(
         job,
         job.attempt,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -81,7 +80,7 @@ def get_cluster(rt: RuntimeDep, caller: CallerDep) -> ClusterRead:
         del driver["pid"]
         driver["worker_id"] = ":".join([HIDDEN, HIDDEN, str(driver["worker_id"]).rpartition(":")[2]])
         executors = [e.model_copy(update={"host_port": HIDDEN}) for e in executors]
-        master = re.sub(r"//[^/]+", "//" + HIDDEN, master)
+        master = cluster.hidden_master(master)
     return ClusterRead(
         master=master,
         app_id=sc.applicationId,

@@ -6,6 +6,7 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -51,18 +52,25 @@ def test_requests_log_their_request_id(lines: io.StringIO, make_service: Any) ->
     assert [r["request_id"] for r in refused] == ["abc-123", made]
 
 
-def test_debug_is_sparktrains_and_leaves_libraries_at_info() -> None:
-    """SPARKTRAIN_LOG_LEVEL=debug printed Celery's generated source and redis's probes, and SQLAlchemy every row."""
-    handler = configure_logging(level="DEBUG", fmt="text", stream=io.StringIO())
+@contextmanager
+def _logging_at(level: str) -> Iterator[None]:
+    """Logging configured at ``level`` inside, and back at INFO (without a handler of its own) after."""
+    handler = configure_logging(level=level, fmt="text", stream=io.StringIO())
     try:
-        assert logging.getLogger().level == logging.DEBUG
-        assert not logging.getLogger("celery.utils.functional").isEnabledFor(logging.DEBUG)
-        assert logging.getLogger("celery.worker").isEnabledFor(logging.INFO)
-        assert not logging.getLogger("sqlalchemy.engine.Engine").isEnabledFor(logging.INFO)
+        yield
     finally:
         logging.getLogger().removeHandler(handler)
         configure_logging(level="INFO", fmt="text", stream=io.StringIO())
         logging.getLogger().removeHandler(logging.getLogger().handlers[-1])
+
+
+def test_debug_is_sparktrains_and_leaves_libraries_at_info() -> None:
+    """SPARKTRAIN_LOG_LEVEL=debug printed Celery's generated source and redis's probes, and SQLAlchemy every row."""
+    with _logging_at("DEBUG"):
+        assert logging.getLogger().level == logging.DEBUG
+        assert not logging.getLogger("celery.utils.functional").isEnabledFor(logging.DEBUG)
+        assert logging.getLogger("celery.worker").isEnabledFor(logging.INFO)
+        assert not logging.getLogger("sqlalchemy.engine.Engine").isEnabledFor(logging.INFO)
     assert logging.getLogger("celery.utils.functional").level == logging.NOTSET
 
 
@@ -88,11 +96,6 @@ def test_info_logs_no_sql_statements() -> None:
 
 def test_a_level_above_warning_keeps_sqlalchemy_above_it_too() -> None:
     """SPARKTRAIN_LOG_LEVEL=ERROR: SQLAlchemy's warnings printed anyway (its logger at WARNING; no handler level)."""
-    handler = configure_logging(level="ERROR", fmt="text", stream=io.StringIO())
-    try:
+    with _logging_at("ERROR"):
         assert not logging.getLogger("sqlalchemy.pool").isEnabledFor(logging.WARNING)
-    finally:
-        logging.getLogger().removeHandler(handler)
-        configure_logging(level="INFO", fmt="text", stream=io.StringIO())
-        logging.getLogger().removeHandler(logging.getLogger().handlers[-1])
     assert logging.getLogger("sqlalchemy").level == logging.WARNING
