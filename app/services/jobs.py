@@ -147,6 +147,7 @@ def submit(
     trial: int | None = None,
     fingerprint: str | None = None,
     output: str | None = None,
+    warnings: Sequence[str] = (),
 ) -> tuple[Job, bool]:
     """Every kind of job starts here: write the QUEUED job with the request and the plan it was checked into
     (``plan``, a workers plan dataclass; the runner executes exactly it), commit, then send its message by explicit
@@ -154,11 +155,10 @@ def submit(
     idempotency key already used for the same body, the first job and False (nothing is sent again).
 
     When the broker refuses the message, the job becomes FAILED (ENQUEUE_FAILED) and the caller gets a 503: nothing
-    stays queued that no consumer will ever see. ``limits`` are the owner's quotas: a job that could never fit its
-    task slots is a 422, one over its queued jobs a 429 (app/services/quotas.py). ``slots`` overrides the plan's
-    (a tune job holds none); ``parent_id`` and ``trial`` make the job a trial of a tune job. ``fingerprint``: of
-    the body as posted, where ``request`` is not (:func:`posted_fingerprint`; callers look the key up first with
-    :func:`replayed`). ``output``: where a batch prediction writes (private to ``owner``: app/services/outputs.py)."""
+    stays queued that no consumer will ever see. ``limits``: the owner's quotas (never fitting its slots: 422; over
+    its queued jobs: 429). ``slots`` overrides the plan's (a tune holds none); ``parent_id``, ``trial``: a tune's
+    trial. ``fingerprint``: of the body as posted (:func:`posted_fingerprint`). ``output``: where a batch prediction
+    writes (private to ``owner``). ``warnings``: the request's, after the plan's; both are in the 202."""
     slots = quotas.job_slots(plan) if slots is None else slots
     with quotas.owner_lock(db, owner, needed=bool(limits and limits.queued_jobs)) as session:
         repeated = idempotency_key is not None and _job_by_key(session, owner, idempotency_key) is not None
@@ -185,7 +185,7 @@ def submit(
             job.output_path, job.output_key = output, outputs.key(output)
         if created:  # unsent until the send returns: a driver killed in between leaves it to a reconciler's pass
             job.attempts = [{"attempt": 1, "queued_at": job.created_at.isoformat(), "sent": False}]
-            job.warnings = list(getattr(plan, "warnings", None) or [])  # in the 202, not first when it starts
+            job.warnings = [*(getattr(plan, "warnings", None) or ()), *warnings]  # in the 202, not first at the start
     if not created:
         return job, False
     try:

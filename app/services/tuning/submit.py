@@ -249,6 +249,7 @@ def submit_tune(
         check_trials(db=db, request=request, caller=caller, settings=settings)
     train, _, task = check(request=request, settings=settings, spark=spark, db=db)
     job, created = jobs.submit(
+        warnings=pruning_warnings(request, train, task),
         db=db,
         enqueue=enqueue,
         job_type=JobType.TUNE,
@@ -261,9 +262,4 @@ def submit_tune(
         slots=0,
         fingerprint=fingerprint,
     )
-    if created and (warnings := pruning_warnings(request, train, task)):  # jobs.submit takes a plan's warnings only
-        with db.begin() as session:
-            for warning in warnings:
-                jobs.add_warning(session=session, job_id=job.id, message=warning)
-        job.warnings = [*job.warnings, *(w for w in warnings if w not in job.warnings)]
     return job, created
