@@ -24,6 +24,19 @@ import time
 log = logging.getLogger("sparktrain")
 
 
+def _oldest_generation_size() -> int:
+    """How many objects the oldest generation holds, counted without another thread ever running meanwhile.
+
+    ``gc.get_objects`` returns a list that references every object it found; while that list lives, an object
+    another thread is still building may have one reference too many. ``tuple(generator)`` resizes the tuple it is
+    building and refuses to when anything else references it: ``SystemError: bad argument to internal function`` in
+    a request's thread (seen in CI, under hypothesis). ``len(gc.get_objects(2))`` would leave the list alive across
+    a bytecode boundary, where the interpreter may hand the GIL to another thread; called through ``map`` and
+    ``sum`` the list is made, measured and freed in C, with no bytecode between (tests/app/core/test_heap.py).
+    """
+    return sum(map(len, map(gc.get_objects, (2,))))
+
+
 class HeapKeeper:
     def __init__(self, *, interval_s: float = 5.0, grow_by: int = 50_000, max_freezes: int = 8) -> None:
         self.interval_s, self.grow_by, self.max_freezes = interval_s, grow_by, max_freezes
@@ -44,7 +57,7 @@ class HeapKeeper:
         """Freeze when the oldest generation has grown by ``grow_by`` objects (and freezes are left)."""
         if self.freezes >= self.max_freezes:
             return False
-        grown = len(gc.get_objects(generation=2))
+        grown = _oldest_generation_size()
         if grown < self.grow_by:
             return False
         self.freeze(f"{grown} new in the oldest generation")

@@ -4,6 +4,10 @@ times, so that the collector's full passes no longer walk the libraries a driver
 from __future__ import annotations
 
 import gc
+import sys
+import threading
+import time
+from collections.abc import Iterator
 
 from app.core.heap import HeapKeeper
 
@@ -36,3 +40,39 @@ def test_it_freezes_when_the_oldest_generation_grew_and_stops_after_max_freezes(
     assert keeper.check() is False, "max_freezes reached: the next growth stays in the collector's passes"
     assert len(gc.get_objects(generation=2)) >= 30_000
     assert len(kept) == len(more) == 30_000
+
+
+def test_counting_the_oldest_generation_never_breaks_a_tuple_another_thread_is_building() -> None:
+    """``tuple(generator)`` raised ``SystemError: bad argument to internal function`` in CI while a driver's keeper
+    counted the oldest generation with ``len(gc.get_objects(generation=2))``: the list it held referenced the tuple
+    being built in another thread. This builds such tuples, moved to the oldest generation mid-build, while the
+    keeper's check runs in a loop beside; before the fix it failed within a second, every try."""
+    keeper = HeapKeeper(grow_by=10**9)  # counts, never freezes
+    stop = threading.Event()
+
+    def check_in_a_loop() -> None:
+        while not stop.is_set():
+            keeper.check()
+
+    def built_with_collections() -> Iterator[int]:
+        for i in range(40):
+            if i in (5, 25):
+                gc.collect()  # the tuple being built survives the pass: it is in the oldest generation now
+                time.sleep(0)  # and another thread may run
+            yield i
+
+    kept = [[i] for i in range(50_000)]  # an oldest generation worth counting
+    gc.collect()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often
+    checker = threading.Thread(target=check_in_a_loop, daemon=True)
+    checker.start()
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert tuple(built_with_collections()) == tuple(range(40))
+    finally:
+        stop.set()
+        checker.join()
+        sys.setswitchinterval(switch)
+    assert len(kept) == 50_000 and keeper.freezes == 0
