@@ -3,6 +3,7 @@ library)."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -23,7 +24,30 @@ def is_finite_number(value: Any) -> bool:
         return False
 
 
+def as_json(value: Any) -> str:
+    """A request's value as the user wrote it, in JSON (``true``, ``null``, ``"8"``), not Python's ``repr``; a numpy
+    scalar as its number, and anything JSON cannot write as its ``repr``."""
+    if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)):
+        value = value.item()
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except ValueError:  # str() refuses whole numbers beyond 4,300 digits
+        return f"a whole number of {value.bit_length()} bits" if isinstance(value, int) else repr(value)
+    except TypeError:
+        return repr(value)
+
+
 def shown(value: Any, limit: int = 40) -> str:
-    """``repr(value)`` cut to ``limit`` characters (a 400-digit number in a message says nothing more)."""
-    text = repr(value)
+    """:func:`as_json` cut to ``limit`` characters (a 400-digit number in a message says nothing more)."""
+    text = as_json(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def n_rows(count: int) -> str:
+    """``1 row``, ``3 rows``: a message's count of rows (a single bad row is the commonest case)."""
+    return f"{count} row" if count == 1 else f"{count} rows"
+
+
+def have(count: int) -> str:
+    """The verb after :func:`n_rows`: ``1 row has``, ``3 rows have``."""
+    return "has" if count == 1 else "have"

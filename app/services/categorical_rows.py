@@ -11,6 +11,7 @@ from app.core.errors import ValidationFailed
 from workers.errors import SpecError
 from workers.inference import signature
 from workers.inference.spec import ModelRef
+from workers.numbers import shown
 
 
 def categorical_matrix(rows: list[Any], model: ModelRef, loc: str, dtype: str) -> Any:
@@ -50,7 +51,7 @@ def categorical_matrix(rows: list[Any], model: ModelRef, loc: str, dtype: str) -
         i, j = bad
         column = model.features[j]
         raise ValidationFailed.at(
-            f"{loc}[{i}]", f"column {column!r} is {records[i].get(column)!r}: a numeric feature is null, NaN, infinite "
-            "or beyond float32; the model cannot take it"
+            f"{loc}[{i}]", f"column {column!r} is {shown(records[i].get(column))}: a numeric feature is null, NaN, "
+            "infinite or beyond float32; the model cannot take it"
         )  # fmt: skip
     return x.astype(dtype)

@@ -18,6 +18,7 @@ from workers import storage
 from workers.errors import SpecError
 from workers.inference import signature
 from workers.inference.spec import ModelRef
+from workers.numbers import as_json
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -191,12 +192,8 @@ def non_finite(x: Any) -> tuple[int, ...] | None:
 
 
 def shown(value: Any) -> str:
-    """A request's value in a message: JSON's ``null``, a long string or number cut short."""
-    if value is None:
-        return "null"
-    if isinstance(value, int) and value.bit_length() > 256:  # repr refuses ints beyond 4,300 digits
-        return f"a whole number of {value.bit_length()} bits"
-    text = repr(value)
+    """A request's value in a message, in JSON (``null``, ``true``), a long string or number cut short."""
+    text = as_json(value)
     return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
 

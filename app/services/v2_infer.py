@@ -136,8 +136,8 @@ def _infer_rows(
         row, column = bad[0], bad[1]
         raise ValidationFailed.at(
             "inputs",
-            f"row {row}, column {online.column_name(model, column)!r} is {float(x[row, column])!r}: a value is NaN, "
-            "infinite, missing or beyond float32; the model cannot take it",
+            f"row {row}, column {online.column_name(model, column)!r} is {online.shown(float(x[row, column]))}: a "
+            "value is NaN, infinite, missing or beyond float32; the model cannot take it",
         )
     online.check_whole_numbers(x, model, "inputs", row_in_loc=False)
     x = x.astype(online.feature_dtype(model))

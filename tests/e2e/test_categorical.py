@@ -253,7 +253,7 @@ def test_online_rows_are_encoded_as_in_training(svc: Service, framework: str, fa
     for bad, words in [
         ({"distance": 3.0, "city": None, "tier": 2}, "city is null; a categorical feature needs a category"),
         ({"distance": 3.0, "city": [1], "tier": 2}, "is not a category"),
-        ({"distance": 3.0, "city": "east", "tier": "two"}, "tier: 'two' is not a whole number"),
+        ({"distance": 3.0, "city": "east", "tier": "two"}, 'tier: "two" is not a whole number'),
         ({"distance": 3.0, "city": "east", "tier": True}, "tier: true is a boolean"),
         ({"distance": "far", "city": "east", "tier": 2}, "'distance'"),
         ({"distance": 3.0, "town": "east", "tier": 2}, "missing features ['city']"),

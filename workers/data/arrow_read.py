@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workers.numbers import have, n_rows
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -274,7 +276,7 @@ def check_share(
             )
         raise DataFailure(
             "BAD_ROWS",
-            f"{bad_count} rows of {check['path']} have {where} "
+            f"{n_rows(bad_count)} of {check['path']} {have(bad_count)} {where} "
             'Fix the data or set dataset.bad_rows to "skip" to drop them.',
         )
     short = too_few_rows(total - validation, check["workers"], check["batch_size"])

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from workers.numbers import shown
+
 MAX_LEVELS = 1000
 """Categories per column; more is an identifier, not a category (the job fails and says so)."""
 _UNSAFE = re.compile(r"[.`\[\]<]")
@@ -151,8 +153,7 @@ class Categories:
                 try:
                     level = level_of(value, self.kind(column))
                 except ValueError as exc:
-                    shown = ("true" if value else "false") if isinstance(value, bool | np.bool_) else repr(value)
-                    problems.append(f"row {i}: {column}: {shown} {exc}")  # (true: as the request wrote it)
+                    problems.append(f"row {i}: {column}: {shown(value)} {exc}")  # (true, "x": as the request wrote it)
                     continue
                 if level is None:
                     problems.append(f"row {i}: {column} is null; a categorical feature needs a category")

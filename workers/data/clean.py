@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.context import JobContext, JobFailure
 from workers.data.spec import CORRUPT, ResolvedDataset
+from workers.numbers import have, n_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -224,10 +225,10 @@ def _clean(
             )
         raise JobFailure(
             "BAD_ROWS",
-            f"{bad_count} rows of {ds.path} have {reasons} in {columns}; first ones: {shown_rows}. "
+            f"{n_rows(bad_count)} of {ds.path} {have(bad_count)} {reasons} in {columns}; first ones: {shown_rows}. "
             'Fix the data or set dataset.bad_rows to "skip" to drop them.',
         )
-    ctx.warn(f"dropped {bad_count} rows of {ds.path} with {reasons} (bad_rows=skip)")
+    ctx.warn(f"dropped {n_rows(bad_count)} of {ds.path} with {reasons} (bad_rows=skip)")
     return flagged.where(F.col(REASON).isNull()).drop(REASON), total - bad_count, held, bad_count
 
 

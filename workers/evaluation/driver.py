@@ -17,6 +17,7 @@ from workers.data.one_hot import expand
 from workers.data.spec import read_dataframe
 from workers.evaluation.remote import STATE_SCHEMA, model_states, sequence_states, spark_ml_states
 from workers.inference.spec import EvaluationPlan, ModelRef
+from workers.numbers import have, n_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -84,13 +85,13 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
         shown = bad_examples(source, reading) if ds.sequence is None and model.framework != "spark_ml" else ""
         raise JobFailure(
             "BAD_ROWS",
-            f"{bad} of {seen} rows of {ds.path} have {'a value that is not a number, ' if parsed else ''}a null, NaN "
-            "or infinite feature or label, or a label the model does not know"
+            f"{bad} of {n_rows(seen)} of {ds.path} {have(bad)} {'a value that is not a number, ' if parsed else ''}a "
+            "null, NaN or infinite feature or label, or a label the model does not know"
             + (f"; first ones: {shown}" if shown else "")
             + '; fix the data or set dataset.bad_rows to "skip"',
         )
     if bad and ds.sequence is None:  # bad sequences were reported as they were dropped
-        ctx.warn(f"{bad} rows of {ds.path} were skipped as bad rows (bad_rows=skip)")
+        ctx.warn(f"{n_rows(bad)} of {ds.path} {'was' if bad == 1 else 'were'} skipped as bad rows (bad_rows=skip)")
     merged = merge_states([r["states"] for r in collected]) if collected else {}
     result: dict[str, Any] = dict(results(merged)) if merged else {}
     result["rows"] = seen if ds.sequence is not None else seen - unscored

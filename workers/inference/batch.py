@@ -29,6 +29,7 @@ from workers.inference.remote import (
     sequence_predictions,
 )
 from workers.inference.spec import OUTPUT_MARKER, PredictionPlan
+from workers.numbers import have, n_rows
 
 MARKER = OUTPUT_MARKER
 
@@ -56,7 +57,8 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
         raise JobFailure("BAD_ROWS", f"every row of {ds.path} is bad: {keyless} have no key ({plan.key} is null)"
                          + (f" and {dropped} more are bad rows" if dropped else ""))  # fmt: skip
     if keyless:
-        ctx.warn(f"{keyless} rows of {ds.path} have no key ({plan.key} is null) and were left out (bad_rows=skip)")
+        ctx.warn(f"{n_rows(keyless)} of {ds.path} {have(keyless)} no key ({plan.key} is null) and "
+                 f"{'was' if keyless == 1 else 'were'} left out (bad_rows=skip)")  # fmt: skip
         dropped += keyless
     if categories is not None:  # the one-hot columns the model takes, from the cleaned rows
         rows = expand(categories, rows)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workers.data.sequences.spec import SEQUENCE_ID, SequenceSpec
+from workers.numbers import shown
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -83,7 +84,7 @@ def pad_inline(sequences: list[Any], width: int) -> tuple[np.ndarray, np.ndarray
         for t, step in enumerate(seq):  # numpy would take "2.5" and true as numbers
             for v in step if isinstance(step, list) else [step]:
                 if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
-                    raise ValueError(f"[{i}]: step {t}: {v!r} is not a number; steps are lists of {width} numbers")
+                    raise ValueError(f"[{i}]: step {t}: {shown(v)} is not a number; steps are lists of {width} numbers")
         try:
             steps = np.asarray(seq, dtype=np.float64)
         except (TypeError, ValueError, OverflowError) as exc:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workers.errors import SpecError
+from workers.numbers import shown
 
 if TYPE_CHECKING:
     from workers.data.categories import Categories
@@ -174,22 +175,22 @@ def value_problem(value: Any, spec: Mapping[str, Any]) -> str | None:
     if value is None:
         return None
     if spec.get("categorical"):  # made the category text of its column's type (workers/data/categories.py)
-        return None if isinstance(value, str | int | float) else f"{value!r} is not a category"
+        return None if isinstance(value, str | int | float) else f"{shown(value)} is not a category"
     if kind == "array":
         if not isinstance(value, list | tuple):
-            return f"{value!r} is not an array"
+            return f"{shown(value)} is not an array"
         items = spec.get("items") or {"type": "double"}
         return next((p for p in (value_problem(v, items) for v in _leaves(value)) if p), None)
     if kind == "boolean":
-        return None if isinstance(value, bool) or value in (0, 1) else f"{value!r} is not a boolean"
+        return None if isinstance(value, bool) or value in (0, 1) else f"{shown(value)} is not a boolean"
     if kind in NUMERIC_TYPES:
         if not _is_number(value):
-            return f"{value!r} is not a number"
+            return f"{shown(value)} is not a number"
         if kind in INTEGER_TYPES and isinstance(value, float) and math.isfinite(value) and not value.is_integer():
-            return f"{value!r} is not a whole number"
+            return f"{shown(value)} is not a whole number"
         return None
     if kind == "string" and not isinstance(value, str):
-        return f"{value!r} is not a string"
+        return f"{shown(value)} is not a string"
     return None
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from workers.context import JobContext, JobFailure
+from workers.numbers import have, n_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -36,15 +37,16 @@ def drop_or_refuse_unknown(
     unknown = unknown_labels(df, label, names)
     if not unknown:
         return df
-    rows = sum(count for _, count in unknown)
-    shown = ", ".join(f"{name!r} ({count} rows)" for name, count in unknown[:SHOWN])
+    count = sum(n for _, n in unknown)
+    shown = ", ".join(f"{name!r} ({n_rows(n)})" for name, n in unknown[:SHOWN])
     shown += f" and {len(unknown) - SHOWN} more labels" if len(unknown) > SHOWN else ""
     if bad_rows == "skip":
-        ctx.warn(f"dropped {rows} rows of {where} whose label is not a class of the training data: {shown} "
+        ctx.warn(f"dropped {n_rows(count)} of {where} whose label is not a class of the training data: {shown} "
                  "(bad_rows=skip)")  # fmt: skip
         return df.where(F.col(label).cast("string").isin(list(names)))
     raise JobFailure(
         "BAD_ROWS",
-        f"{rows} rows of {where} have a label the training data does not: {shown}; its classes are {list(names)}. "
+        f"{n_rows(count)} of {where} {have(count)} a label the training data does not: {shown}; its classes are "
+        f"{list(names)}. "
         'Fix the data or set dataset.bad_rows to "skip" to drop them.',
     )

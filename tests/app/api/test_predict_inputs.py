@@ -77,7 +77,7 @@ def test_a_string_or_a_boolean_for_a_number_is_a_422_naming_row_and_column(
             problem = _problem(_predict(svc, model, **body), 422)
             assert problem["errors"][0]["loc"] == loc, problem  # the field the row is in (it said rows[1])
             assert problem["errors"][0]["in"] == "body" and problem["errors"][0]["type"] == "value_error", problem
-            assert f"column {column!r} takes {takes}: {value!r} is not a number" in problem["detail"], problem
+            assert f"column {column!r} takes {takes}: {json.dumps(value)} is not a number" in problem["detail"], problem
             assert "the model expects" in problem["detail"]
 
 
@@ -161,14 +161,14 @@ def test_v2_values_that_are_not_numbers_name_row_and_column(
     bad = [rows[0], {**rows[1], "h_distance": "2.7"}]
     problem = _problem(_infer(svc, json.dumps({"inputs": [_tensor(bad)]}).encode()), 422)
     assert problem["errors"][0]["loc"] == "inputs.input.data"
-    assert "row 1, column 'h_distance': '2.7' is not a number" in problem["detail"], problem
+    assert "row 1, column 'h_distance': \"2.7\" is not a number" in problem["detail"], problem
     bad = [rows[0], {**rows[1], "hour": True}]
     problem = _problem(_infer(svc, json.dumps({"inputs": _per_feature(bad)}).encode()), 422)
     assert problem["errors"][0]["loc"] == "inputs.hour.data"
-    assert "row 1, column 'hour': True is not a number" in problem["detail"], problem
+    assert "row 1, column 'hour': true is not a number" in problem["detail"], problem
     bad = [rows[0], {**rows[1], "h_distance": None}]
     problem = _problem(_infer(svc, json.dumps({"inputs": [_tensor(bad)]}).encode()), 422)
-    assert "row 1, column 'h_distance' is nan: a value is NaN, infinite, missing" in problem["detail"], problem
+    assert "row 1, column 'h_distance' is NaN: a value is NaN, infinite, missing" in problem["detail"], problem
     misspelt = [{**t, "name": "h_dist"} if t["name"] == "h_distance" else t for t in _per_feature(rows)]
     problem = _problem(_infer(svc, json.dumps({"inputs": misspelt}).encode()), 422)
     assert "missing inputs ['h_distance']; unexpected inputs ['h_dist']" in problem["detail"], problem

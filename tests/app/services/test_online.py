@@ -4,6 +4,7 @@ answer names the row and the column. The quick path and the careful path agree o
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -73,7 +74,8 @@ def test_a_value_that_is_not_a_number_is_named_by_row_and_column(
             {"loc": "rows[1]", "in": "body", "msg": caught.value.errors[0]["msg"], "type": "value_error"}
         ], body
         message = caught.value.errors[0]["msg"]
-        assert message.startswith(f"column {column!r} takes {takes}: {value!r} is not a number"), (body, message)
+        given = json.dumps(value)
+        assert message.startswith(f"column {column!r} takes {takes}: {given} is not a number"), (body, message)
         assert f"the model expects {column}: " in message
 
 
@@ -90,7 +92,7 @@ def test_a_boolean_column_takes_booleans() -> None:
 
 @pytest.mark.parametrize(
     ("value", "shown"),
-    [(None, "null"), (float("nan"), "nan"), (float("inf"), "inf"), (1e39, "1e+39"), (10**400, "within float32")],
+    [(None, "null"), (float("nan"), "NaN"), (float("inf"), "Infinity"), (1e39, "1e+39"), (10**400, "within float32")],
     ids=["null", "nan", "inf", "beyond-float32", "beyond-float64"],
 )
 def test_a_value_the_model_cannot_take_names_its_column(value: Any, shown: str) -> None:
@@ -112,9 +114,9 @@ def test_an_array_column_names_the_element() -> None:
                                                                 "input_shape": [4]}, name="d", version=1)  # fmt: skip
     with pytest.raises(ValidationFailed, match=r"column 'pixels\[2\]' is null"):
         feature_matrix([[0.0, 1.0, None, 3.0]], digits, "rows")
-    with pytest.raises(ValidationFailed, match=r"column 'pixels' takes arrays of numbers: '2' is not a number"):
+    with pytest.raises(ValidationFailed, match=r"column 'pixels' takes arrays of numbers: \"2\" is not a number"):
         feature_matrix([{"pixels": [0.0, 1.0, "2", 3.0]}], digits, "rows")
-    with pytest.raises(ValidationFailed, match=r"True is not a number"):
+    with pytest.raises(ValidationFailed, match=r"true is not a number"):
         feature_matrix([[0.0, True, 2.0, 3.0]], digits, "rows")
 
 
@@ -176,7 +178,7 @@ def test_an_image_sent_as_nested_rows_is_one_row_of_pixels() -> None:
     digits = _digits()
     for rows in ([[[1, 2], [3, 4]]], [[[[1, 2], [3, 4]]]], [{"pixels": [[1, 2], [3, 4]]}], [[1, 2, 3, 4]]):
         assert feature_matrix(rows, digits, "rows").tolist() == [[1.0, 2.0, 3.0, 4.0]], rows
-    with pytest.raises(ValidationFailed, match=r"'pixels' takes arrays of numbers: '3' is not a number"):
+    with pytest.raises(ValidationFailed, match=r"'pixels' takes arrays of numbers: \"3\" is not a number"):
         feature_matrix([[[1, 2], ["3", 4]]], digits, "rows")
 
 

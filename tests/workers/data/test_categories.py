@@ -55,7 +55,7 @@ def test_rows_encode_one_hot_unseen_as_zeros_and_report_a_null_category() -> Non
                                {"d": 0, "city": "east", "tier": "x", "flag": 0}])  # fmt: skip
     assert x[:2].tolist() == [[2.5, 0, 1, 0, 1, 1], [1.0, 0, 0, 1, 0, 0]]  # a boolean feature is 1.0 / 0.0
     assert np.isnan(x[2, 0]) and x[2, 1:].tolist() == [0, 0, 0, 0, 1]
-    whole = "row 3: tier: 'x' is not a whole number; the column's categories are whole numbers"
+    whole = 'row 3: tier: "x" is not a whole number; the column\'s categories are whole numbers'
     assert problems == ["row 2: city is null; a categorical feature needs a category", whole]
     assert Categories.from_dict(cats.to_dict()).to_dict() == cats.to_dict() and cats.to_dict()["types"] == {
         "city": "string",

@@ -110,7 +110,7 @@ def test_json_lines_with_a_string_in_a_numeric_field(spark: Any, tmp_path: Path)
     frame, usable, dropped, _ = cleaned(spark, ds)
     assert (usable, dropped) == (19, 1)
     assert sorted(r["fare"] for r in frame.collect())[2] == 12.0 and 12.5 in {r["fare"] for r in frame.collect()}
-    with pytest.raises(JobFailure, match=r"1 rows of .*not a number: 'n/a' \(distance\)"):
+    with pytest.raises(JobFailure, match=r"1 row of .*not a number: 'n/a' \(distance\)"):
         cleaned(spark, dataset(str(path), fmt="json"))
 
 

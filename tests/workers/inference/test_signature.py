@@ -53,7 +53,7 @@ def test_arrays_sequences_and_outputs_per_family() -> None:
 
 def test_checks_name_the_column_and_what_the_model_expects() -> None:
     sig = signature.build_signature(CARD, TYPES)
-    with pytest.raises(SpecError, match=r"'distance' takes numbers: 'far' is not a number; .* distance: double"):
+    with pytest.raises(SpecError, match=r"'distance' takes numbers: \"far\" is not a number; .* distance: double"):
         signature.check_values([1, "far", True], signature.columns(sig), "rows[2]")
     with pytest.raises(SpecError, match=r"'passengers' takes whole numbers: 1\.5 is not a whole number"):
         signature.check_values([1.5, 2.0, False], signature.columns(sig), "rows[0]")

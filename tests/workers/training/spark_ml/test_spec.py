@@ -43,7 +43,7 @@ def test_plain_fit_and_classification() -> None:
         ({"algorithm": "random_forest", "grid": {"maxDepth": []}}, "regression", "params.grid.maxDepth", "non-empty"),
         ({"algorithm": "random_forest", "grid": {"maxDepth": [2, "x"]}}, "regression", "params.grid.maxDepth", "whole"),
         ({"algorithm": "random_forest", "numTrees": 0}, "regression", "params.numTrees", "between 1 and 10000"),
-        ({"algorithm": "random_forest", "numTrees": True}, "regression", "params.numTrees", "whole number, got True"),
+        ({"algorithm": "random_forest", "numTrees": True}, "regression", "params.numTrees", "whole number, got true"),
         ({"algorithm": "random_forest", "subsamplingRate": 1.5}, "regression", "params.subsamplingRate", "(0, 1]"),
         ({"algorithm": "random_forest", "impurity": "gini"}, "regression", "params.impurity", "variance"),
         ({"algorithm": "random_forest", "num_folds": 1}, "regression", "params.num_folds", "between 2 and 20"),
