@@ -106,6 +106,8 @@ def outcome(
     name: str,
     framework: str,
     budget_s: float = 0.0,
+    requested: int | None = None,
+    timed_out: bool = False,
 ) -> JobOutcome:
     """The tune job's result; sets the alias ``best`` on the best trial's model version, retried while the database
     is away for up to ``budget_s`` (the runner's ``db_retry_s``): a restart as the search ends must not fail it."""
@@ -115,7 +117,9 @@ def outcome(
     result: dict[str, Any] = {
         "metric": metric,
         "mode": mode,
-        "trials": len(records),
+        "trials": len(records),  # those that ran; fewer than requested when timeout_minutes passed first
+        "trials_requested": len(records) if requested is None else requested,
+        "timed_out": timed_out,
         "states": {s: sum(r.state == s for r in records) for s in sorted({r.state for r in records})},
         "leaderboard": [r.row(framework) for r in board],
         "best": {
@@ -127,6 +131,9 @@ def outcome(
         },
         "importances": importances(study),
     }
+    if timed_out:
+        ctx.warn(f"timeout_minutes passed after {len(records)} of the {requested} trials; the leaderboard and the "
+                 "best trial are of those")  # fmt: skip
     if best.model is not None:
         version = int(best.model["version"])
 

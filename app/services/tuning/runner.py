@@ -4,9 +4,8 @@ taken, a consumer thread: app/jobs/runner.py).
 Each trial is an ordinary training job (``parent_id`` = the tune job, ``trial`` = its number), submitted through the
 same path as ``POST /train``, so it has its metrics, logs, checkpoints and a model version under the tune's name.
 The Optuna study lives in memory and is rebuilt from the database when the tune job starts: its trial jobs are the
-record. A finished trial is added to the study as it ended and never runs again; a trial job still queued or running
-(the reconciler retries it like any job when its driver died) is attached to again; new trials take the next
-numbers. So a tune job resumed after a driver was lost ends with exactly ``trials`` trials.
+record. A finished trial is added to the study as it ended and never runs again; a trial still queued or running (the
+reconciler retries it like any job) is attached to again; new trials take the next numbers, never past ``trials``.
 
 Pruning reads each running trial's per-epoch (torch) or per-round (xgboost) validation metric from the job's
 metrics and reports it to the study; a trial the pruner stops is cancelled through the normal cancel path and
@@ -440,10 +439,11 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
     except BaseException as exc:  # cancelled, failed or handed back: end_trials says what becomes of the trials
         search.end_trials(exc)
         raise
+    ran, asked = len(search.finished), search.tune.trials
     if not any(r.state == "COMPLETE" for r in search.finished):
-        ran, asked = len(search.finished), search.tune.trials
         why = f" before timeout_minutes ({search.tune.timeout_minutes}) passed" if search.timed_out() else ""
         raise JobFailure("NO_TRIAL_COMPLETED", f"none of the {ran} trials that ran (of {asked}) completed{why}; "
                          "their jobs and the tune job's warnings say why")  # fmt: skip
     return outcome(ctx, search.study, search.finished, metric=search.metric, db=driver.db, name=search.base["name"],
-                   framework=search.framework, budget_s=driver.settings.db_retry_s)  # fmt: skip
+                   framework=search.framework, budget_s=driver.settings.db_retry_s, requested=asked,
+                   timed_out=search.timed_out() and ran < asked)  # fmt: skip

@@ -193,3 +193,25 @@ def test_a_search_that_moves_best_off_another_searchs_version_says_so(db: Any) -
     again = Recorded(tune.id)  # its own version already named: nothing to say
     outcome(again, study, [record], metric="accuracy", db=db, name="moved-best", framework="torch")
     assert not any("moved from" in line for line in again.lines), again.lines
+
+
+def test_a_search_cut_short_by_its_timeout_says_so_in_its_result(db: Any) -> None:
+    """``result.trials`` counted the trials that ran and nothing said that timeout_minutes had cut the search short
+    (tuning walkthrough): the result has ``trials_requested`` and ``timed_out``, and the job a warning."""
+    import optuna
+
+    from app.services.tuning.report import TrialRecord, outcome
+
+    with transaction(db) as s:
+        tune, _ = jobs.create_job(session=s, job_type="tune", request={}, name="cut-short")
+    study = optuna.create_study(direction="maximize")
+    records = [TrialRecord(n, {}, state="COMPLETE", metric=0.1 * n) for n in (0, 1)]
+    ctx = Recorded(tune.id)
+    result = outcome(ctx, study, records, metric="accuracy", db=db, name="cut-short", framework="torch", requested=5,
+                     timed_out=True).result  # fmt: skip
+    assert result is not None
+    assert (result["trials"], result["trials_requested"], result["timed_out"]) == (2, 5, True)
+    assert any("timeout_minutes passed after 2 of the 5 trials" in line for line in ctx.lines), ctx.lines
+    whole = outcome(Recorded(tune.id), study, records, metric="accuracy", db=db, name="cut-short", framework="torch",
+                    requested=2).result  # fmt: skip
+    assert whole is not None and (whole["trials"], whole["trials_requested"], whole["timed_out"]) == (2, 2, False)
