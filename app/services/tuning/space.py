@@ -56,8 +56,15 @@ def substitute(body: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
 
 
 def params_of(body: dict[str, Any], space: dict[str, Distribution]) -> dict[str, Any]:
-    """The sampled values a trial's body holds (how a resumed study reads its trials back)."""
-    return {path: lookup(body, path) for path in space}
+    """The sampled values a trial's body holds (how a resumed study reads its trials back). A uniform value the body
+    keeps as a whole number (a stepped ``uniform`` over ``params.max_depth``: the trial's request holds ``3``) reads
+    back as the float Optuna sampled, as the trials of the first attempt show it."""
+    values = {path: lookup(body, path) for path in space}
+    for path, dist in space.items():
+        value = values[path]
+        if dist.type in ("uniform", "loguniform") and isinstance(value, int) and not isinstance(value, bool):
+            values[path] = float(value)
+    return values
 
 
 def to_optuna(dist: Distribution) -> BaseDistribution:

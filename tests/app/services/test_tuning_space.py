@@ -30,6 +30,9 @@ def test_substitute_copies_and_params_read_back() -> None:
     assert out["network"]["layers"][0]["units"] == 48 and out["training"]["optimizer"]["learning_rate"] == 0.01
     assert BODY["network"]["layers"][0]["units"] == 32  # type: ignore[index]
     assert space.params_of(out, dists) == {"network.layers.0.units": 48}
+    stepped = {"network.layers.0.units": Distribution(type="uniform", low=16, high=64, step=16)}
+    read = space.params_of(out, stepped)  # the body holds 48, a whole number: Optuna sampled 48.0
+    assert read == {"network.layers.0.units": 48.0} and isinstance(read["network.layers.0.units"], float)
 
 
 def test_grid_in_listed_order_and_none_for_continuous_ranges() -> None:
