@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from app.schemas.tune import Distribution
@@ -71,6 +72,9 @@ def to_optuna(dist: Distribution) -> BaseDistribution:
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     if dist.type == "choice":
+        # Optuna warns that lists and objects (layer stacks) cannot go to its persistent storage; this study never
+        # goes there (it is rebuilt from the trial jobs), so the warning would only puzzle the driver's reader.
+        warnings.filterwarnings("ignore", message="Choices for a categorical distribution should be", module="optuna")
         return CategoricalDistribution(list(dist.values or []))
     low, high = float(dist.low or 0), float(dist.high or 0)
     if dist.type == "int":

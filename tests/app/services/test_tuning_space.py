@@ -322,3 +322,10 @@ def test_importances_need_two_completed_trials_with_different_metrics() -> None:
     for value in (0.1, 0.9, 0.3):
         tell(value)
     assert set(importances(study) or {}) == {"a", "b"}
+
+
+def test_a_choice_among_layer_stacks_does_not_warn_about_optunas_storage(recwarn: pytest.WarningsRecorder) -> None:
+    """The study is rebuilt from the trial jobs, never kept in Optuna's storage: its warning only puzzled readers."""
+    dist = space.to_optuna(Distribution(type="choice", values=[[{"type": "dense", "units": 8}], [1, 2]]))
+    assert len(dist.choices) == 2  # type: ignore[attr-defined]
+    assert not [w for w in recwarn if "categorical distribution" in str(w.message)]
