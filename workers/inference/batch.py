@@ -87,11 +87,17 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
             raise JobFailure("OUTPUT_EXISTS", f"{final} appeared while the job ran, written by someone else; "
                              "nothing was replaced: predict again to a new output_uri")  # fmt: skip
     written = _rows_written(partial)
+    repeated = _repeated_keys(partial, plan.key, written)
+    if repeated:
+        ctx.warn(f"the key {plan.key!r} is not unique: {repeated} of the {written} output rows repeat the key of an "
+                 "earlier row, so the predictions cannot be joined back to their rows by it; key a batch by a "
+                 "column that tells the rows apart (an id)")  # fmt: skip
     ctx.progress(1.0, "done")
     # the last step: a Spark job after it (the count it used to run) could be cancelled or fail, and the job would
     # end CANCELLED or FAILED with its complete output in place, blocking a new prediction to the same path
     storage.attempt("publishing", str(final), lambda: storage.replace_dir(partial, final))
-    result: dict[str, Any] = {"output_uri": plan.output_path, "rows": written, "bad_rows": dropped}
+    result: dict[str, Any] = {"output_uri": plan.output_path, "rows": written, "bad_rows": dropped,
+                              "repeated_keys": repeated}  # fmt: skip
     return JobOutcome(result=result)
 
 
@@ -102,6 +108,26 @@ def _rows_written(directory: Path) -> int:
 
     files = [f for f in directory.rglob("*.parquet") if not f.name.startswith((".", "_"))]
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+MAX_KEYS_CHECKED = 5_000_000
+"""Outputs up to this many rows have their keys checked for repeats on the driver (one column, with pyarrow)."""
+
+
+def _repeated_keys(directory: Path, key: str, rows: int) -> int | None:
+    """How many rows repeat a key an earlier row has (0: the key is unique), or None when the output has more than
+    :data:`MAX_KEYS_CHECKED` rows (not checked)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if rows > MAX_KEYS_CHECKED:
+        return None
+    files = sorted(f for f in directory.rglob("*.parquet") if not f.name.startswith((".", "_")))
+    if not files:
+        return 0
+    keys = pa.chunked_array([pq.read_table(f, columns=[key]).column(key) for f in files])
+    return rows - pc.count_distinct(keys, mode="all").as_py()
 
 
 def _predict_sequences(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:

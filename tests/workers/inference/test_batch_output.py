@@ -19,6 +19,10 @@ class Ctx:
     def __init__(self, spark: Any, stop_at: float | None = None) -> None:
         self.job_id, self.attempt, self.spark, self.stop_at = "a" * 32, 1, spark, stop_at
         self.reported: list[float] = []
+        self.warnings: list[str] = []
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
 
     def progress(self, fraction: float, message: str | None = None) -> None:
         if fraction == self.stop_at:
@@ -32,8 +36,8 @@ def _predictions(spark: Any) -> Any:
 
 def test_the_rows_are_counted_and_the_output_published_last(spark: Any, tmp_path: Path) -> None:
     final = tmp_path / "out"
-    outcome = _write(Ctx(spark), SimpleNamespace(output_path=str(final)), _predictions(spark), 2)  # type: ignore[arg-type]
-    assert outcome.result == {"output_uri": str(final), "rows": 25, "bad_rows": 2}
+    outcome = _write(Ctx(spark), SimpleNamespace(output_path=str(final), key="key"), _predictions(spark), 2)  # type: ignore[arg-type]
+    assert outcome.result == {"output_uri": str(final), "rows": 25, "bad_rows": 2, "repeated_keys": 0}
     assert (final / MARKER).read_text() == "a" * 32 and spark.read.parquet(str(final)).count() == 25
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no private directory left
 
@@ -41,5 +45,18 @@ def test_the_rows_are_counted_and_the_output_published_last(spark: Any, tmp_path
 def test_a_job_stopped_before_the_end_leaves_nothing_at_the_output_path(spark: Any, tmp_path: Path) -> None:
     final = tmp_path / "out"
     with pytest.raises(JobFailure):
-        _write(Ctx(spark, stop_at=1.0), SimpleNamespace(output_path=str(final)), _predictions(spark), 0)  # type: ignore[arg-type]
+        _write(Ctx(spark, stop_at=1.0), SimpleNamespace(output_path=str(final), key="key"), _predictions(spark), 0)  # type: ignore[arg-type]
     assert not final.exists()  # it was renamed into place before the count, then the job ended CANCELLED
+
+
+def test_a_key_that_repeats_is_counted_and_said(spark: Any, tmp_path: Path) -> None:
+    """A batch keyed by a column that does not tell the rows apart (the taxi data's ``hour``) was accepted without a
+    word, and its predictions could not be joined back to their rows."""
+    ctx, final = Ctx(spark), tmp_path / "out"
+    hours = spark.range(0, 25, numPartitions=3).selectExpr("id % 5 AS hour", "CAST(id AS DOUBLE) AS prediction")
+    outcome = _write(ctx, SimpleNamespace(output_path=str(final), key="hour"), hours, 0)  # type: ignore[arg-type]
+    assert outcome.result is not None and outcome.result["repeated_keys"] == 20
+    assert ctx.warnings == [
+        "the key 'hour' is not unique: 20 of the 25 output rows repeat the key of an earlier row, so the predictions "
+        "cannot be joined back to their rows by it; key a batch by a column that tells the rows apart (an id)"
+    ]
