@@ -8,8 +8,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.db.models import JobMetric
 from app.db.session import retrying
 from app.services import jobs, models
 from workers.context import JobOutcome
@@ -45,6 +47,40 @@ class TrialRecord:
         if self.pruned_at is not None:
             row["pruned_at"] = self.pruned_at
         return row
+
+
+def metric_curve(
+    s: Session, job_id: str, after: int = 0, *, framework: str, metric: str
+) -> tuple[dict[int, float], int]:
+    """A trial's validation metric per epoch (torch) or boosting round (xgboost) from the rows after metric row
+    ``after``, and the last row's id (Spark ML reports none). A trial's rows of one key come from one writer in
+    order, so polling from the last id read sees each row once."""
+    if framework == "spark_ml":
+        return {}, after
+    rows = s.execute(
+        select(JobMetric.id, JobMetric.step, JobMetric.epoch, JobMetric.value)
+        .where(JobMetric.job_id == job_id, JobMetric.key == f"validation_{metric}", JobMetric.id > after)
+        .order_by(JobMetric.id)
+    ).all()
+    curve: dict[int, float] = {}
+    for row_id, step, epoch, value in rows:
+        curve.setdefault(int(epoch if epoch is not None else step), float(value))
+        after = row_id
+    return curve, after
+
+
+def never_submitted(result: Any, known: set[int]) -> list[TrialRecord]:
+    """The failed trials a rebuilt study has no job for: a sampled body that did not plan fails its trial before a
+    job exists, so the leaderboard the search published (its running ``result``, written before the next trial is
+    sent) is their only record. Without it a search resumed after a driver loss ended with fewer than ``trials``
+    entries. ``known``: the trial numbers that have jobs."""
+    rows = result.get("leaderboard") if isinstance(result, dict) else None
+    return [
+        TrialRecord(number=row["trial"], params=dict(row.get("params") or {}), state="FAIL")
+        for row in (rows if isinstance(rows, list) else [])
+        if isinstance(row, dict) and row.get("state") == "FAIL" and row.get("job_id") is None
+        and isinstance(row.get("trial"), int) and row["trial"] not in known
+    ]  # fmt: skip
 
 
 def leaderboard(records: list[TrialRecord], mode: str) -> list[TrialRecord]:

@@ -17,6 +17,7 @@ trial the broker refused is sent again under its number, as one over a quota is.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from sqlalchemy.orm import Session
 from app.core.errors import AppError, ServiceUnavailable, TooManyRequests
 from app.core.jobstates import TERMINAL, JobStatus, JobType
 from app.db.base import utcnow
-from app.db.models import Job, JobMetric
+from app.db.models import Job
 from app.db.session import retrying, unavailable
 from app.schemas.tune import TuneRequest
 from app.services import jobs, quotas
@@ -38,7 +39,7 @@ from app.services.spaces import for_owner
 from app.services.training import plan_in_request
 from app.services.tuning import space as spaces
 from app.services.tuning import trials as helpers
-from app.services.tuning.report import TrialRecord, outcome, partial
+from app.services.tuning.report import TrialRecord, metric_curve, never_submitted, outcome, partial
 from app.services.tuning.submit import train_request
 from app.services.tuning.trials import ask, pruner, resend, sampler, threshold_warnings, trial_body, trial_state, unsent
 from app.spark.session import spark_alive
@@ -85,6 +86,7 @@ class _Search:
         self.base: dict[str, Any] = request["base"]
         self.framework = str(self.base.get("framework"))
         self.dists = {path: spaces.to_optuna(d) for path, d in self.tune.space.items()}
+        self._curve = functools.partial(metric_curve, framework=self.framework, metric=self.metric)
         self.points = spaces.grid(self.tune.space) if self.tune.sampler == "grid" else None
         self.study = optuna.create_study(
             direction="maximize" if self.mode == "max" else "minimize", sampler=sampler(self.tune),
@@ -102,7 +104,6 @@ class _Search:
 
     # --- the study rebuilt from the trial jobs -----------------------------------------------------------------
     def rebuild(self) -> None:
-        import optuna
 
         def read(s: Session) -> tuple[Job | None, list[tuple[Job, dict[int, float], int]]]:
             rows = s.scalars(select(Job).where(Job.parent_id == self.ctx.job_id).order_by(Job.trial)).all()
@@ -122,21 +123,16 @@ class _Search:
                 self.waiting, self.waiting_every = (number, self.study.ask(self.dists), params), BROKER_RETRY_S
             elif child.status in TERMINAL:
                 self._settle(record, child, curve)
-                state = optuna.trial.TrialState.COMPLETE if record.state == "COMPLETE" else trial_state(record.state)
-                try:
-                    self.study.add_trial(optuna.trial.create_trial(
-                        params=params, distributions=self.dists, state=state, intermediate_values=curve,
-                        value=record.metric if record.state == "COMPLETE" else None,
-                    ))  # fmt: skip
-                except ValueError as exc:  # a value outside today's space: on the leaderboard, not in the study
-                    log.warning("trial %d of tune job %s not added to the study: %s", number, self.ctx.job_id, exc)
-                self.finished.append(record)
+                self._rebuilt(record, curve)
             else:
                 self.study.enqueue_trial(params)
                 active = _Active(record, self.study.ask(self.dists), seen=seen)
                 self.active[number] = active
                 self._report(active, curve)
-        if children:
+        for record in never_submitted(tune_row.result if tune_row else None, {int(c.trial or 0) for c, *_ in children}):
+            self.next_number = max(self.next_number, record.number + 1)
+            self._rebuilt(record, {})
+        if self.finished or self.active or self.waiting:
             self.ctx.log(f"resumed the study: {len(self.finished)} trials finished, {len(self.active)} attached to")
             return
         for warning in threshold_warnings(self.base, self.tune.space):
@@ -144,6 +140,20 @@ class _Search:
         note = helpers.one_step_note(self.base, self.tune.pruner)
         if note is not None:
             self.ctx.log(note)
+
+    def _rebuilt(self, record: TrialRecord, curve: dict[int, float]) -> None:
+        """A trial that ended before this attempt, added to the study as it ended and to the leaderboard."""
+        import optuna
+
+        state = optuna.trial.TrialState.COMPLETE if record.state == "COMPLETE" else trial_state(record.state)
+        try:
+            self.study.add_trial(optuna.trial.create_trial(
+                params=record.params, distributions=self.dists, state=state, intermediate_values=curve,
+                value=record.metric if record.state == "COMPLETE" else None,
+            ))  # fmt: skip
+        except ValueError as exc:  # a value outside today's space: on the leaderboard, not in the study
+            log.warning("trial %d of tune job %s not added to the study: %s", record.number, self.ctx.job_id, exc)
+        self.finished.append(record)
 
     # --- one pass ----------------------------------------------------------------------------------------------
     def timed_out(self) -> bool:
@@ -181,6 +191,7 @@ class _Search:
                 record.state, record.finished = "FAIL", time.time()
                 self.study.tell(trial, state=trial_state("FAIL"))
                 self.finished.append(record)
+                self.publish()  # its only record (it has no job) before the next trial's job exists: never_submitted
                 continue
             if self.waiting_since is not None:
                 self.ctx.log(f"trial {number} submitted after {time.monotonic() - self.waiting_since:.0f} s of waiting")
@@ -249,23 +260,6 @@ class _Search:
                          framework=self.framework)  # fmt: skip
         stmt = update(Job).where(Job.id == self.ctx.job_id, Job.status.in_(_LIVE)).values(result=result)
         self.db_call(lambda s: s.execute(stmt), "publishing the leaderboard")
-
-    def _curve(self, s: Session, job_id: str, after: int = 0) -> tuple[dict[int, float], int]:
-        """The trial's validation metric per epoch (torch) or boosting round (xgboost) from the rows after metric row
-        ``after``, and the last row's id (Spark ML reports none). A trial's rows of one key come from one writer
-        in order, so polling from the last id read sees each row once."""
-        if self.framework == "spark_ml":
-            return {}, after
-        rows = s.execute(
-            select(JobMetric.id, JobMetric.step, JobMetric.epoch, JobMetric.value)
-            .where(JobMetric.job_id == job_id, JobMetric.key == f"validation_{self.metric}", JobMetric.id > after)
-            .order_by(JobMetric.id)
-        ).all()
-        curve: dict[int, float] = {}
-        for row_id, step, epoch, value in rows:
-            curve.setdefault(int(epoch if epoch is not None else step), float(value))
-            after = row_id
-        return curve, after
 
     def _report(self, active: _Active, curve: dict[int, float], running: bool = False) -> None:
         for step in sorted(set(curve) - active.reported):

@@ -215,3 +215,40 @@ def test_a_search_cut_short_by_its_timeout_says_so_in_its_result(db: Any) -> Non
     whole = outcome(Recorded(tune.id), study, records, metric="accuracy", db=db, name="cut-short", framework="torch",
                     requested=2).result  # fmt: skip
     assert whole is not None and (whole["trials"], whole["trials_requested"], whole["timed_out"]) == (2, 2, False)
+
+
+def test_a_trial_that_failed_before_its_job_existed_is_kept_when_the_search_resumes(db: Any, tmp_path: Any) -> None:
+    """A sampled body that does not plan fails its trial before a job exists; a search resumed after a driver loss
+    then lost it, numbered past it and ended with fewer than ``trials`` entries (tuning walkthrough). The search
+    publishes the failed trial before it sends the next one, and a rebuilt study reads it back."""
+    from app.core.errors import ValidationFailed
+
+    request = _tune_request()
+    with transaction(db) as s:
+        tune, _ = jobs.create_job(session=s, job_type="tune", request=request, framework="torch", name="resumed")
+        tune_id = tune.id
+        s.get(Job, tune_id).status = JobStatus.RUNNING.value
+    driver = TuneDriver(db=db, settings=Settings(var_dir=tmp_path), spark=None, enqueue=lambda t, j: None,
+                        cancel_local=lambda j: False, stopping=lambda: False,
+                        owner={"worker_id": "w", "attempt": 1})  # fmt: skip
+    first = _Search(Recorded(tune_id), request, driver, "anonymous")
+    first.rebuild()
+    sent: list[int] = []
+
+    def submit(number: int, params: dict[str, Any]) -> str:
+        if number == 0:
+            raise ValidationFailed.at("network.layers.0.units", "a body the sampled value makes does not plan")
+        sent.append(number)
+        return _child(db, tune_id, number, params["training.optimizer.learning_rate"], JobStatus.RUNNING)
+
+    first._submit = submit  # type: ignore[method-assign]  # the planning path needs a SparkSession
+    first.launch()  # trial 0 fails; trials 1 and 2 start (parallel 2)
+    assert sent == [1, 2] and [(r.number, r.state) for r in first.finished] == [(0, "FAIL")]
+    # the driver dies here, before its loop published anything more
+
+    again = _Search(Recorded(tune_id), request, driver, "anonymous")
+    again.rebuild()
+    assert [(r.number, r.state, r.job_id) for r in again.finished] == [(0, "FAIL", None)]
+    assert sorted(again.active) == [1, 2] and again.next_number == 3
+    assert [t.state.name for t in again.study.trials] == ["RUNNING", "RUNNING", "FAIL"]
+    assert again.finished[0].params == first.finished[0].params
