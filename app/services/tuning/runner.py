@@ -256,9 +256,13 @@ class _Search:
     def publish(self) -> None:
         """The leaderboard so far as the tune job's result, while it runs (a cancelled search keeps it); the final
         result replaces it when the search ends."""
-        result = partial(self.finished, metric=self.metric, mode=self.mode, trials=self.tune.trials,
-                         framework=self.framework)  # fmt: skip
-        stmt = update(Job).where(Job.id == self.ctx.job_id, Job.status.in_(_LIVE)).values(result=result)
+        done, trials = len(self.finished), self.tune.trials
+        result = partial(self.finished, metric=self.metric, mode=self.mode, trials=trials, framework=self.framework)
+        stmt = (
+            update(Job)
+            .where(Job.id == self.ctx.job_id, Job.status.in_(_LIVE))
+            .values(result=result, progress=done / trials, progress_message=f"{done} of {trials} trials finished")
+        )  # the progress too: a cancelled search's trials end after its loop (it said "0 of 4 trials finished")
         self.db_call(lambda s: s.execute(stmt), "publishing the leaderboard")
 
     def _report(self, active: _Active, curve: dict[int, float], running: bool = False) -> None:

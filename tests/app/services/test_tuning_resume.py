@@ -140,8 +140,10 @@ def test_a_cancelled_search_keeps_a_trial_that_finished_as_the_cancel_arrived(db
     search.settle_ending()
     assert not search.active and [(r.state, r.metric) for r in search.finished] == [("COMPLETE", 0.9)]
     with transaction(db) as s:
-        result = s.get(Job, tune_id).result
+        row = s.get(Job, tune_id)
+        result, progress = row.result, (row.progress, row.progress_message)
     assert result["partial"] and [r["trial"] for r in result["leaderboard"]] == [0], result
+    assert progress == (0.2, "1 of 5 trials finished"), "the progress counts it too"
 
 
 @pytest.mark.parametrize("sampler", ["random", "tpe"])
