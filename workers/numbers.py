@@ -27,14 +27,19 @@ def is_finite_number(value: Any) -> bool:
 def as_json(value: Any) -> str:
     """A request's value as the user wrote it, in JSON (``true``, ``null``, ``"8"``), not Python's ``repr``; a numpy
     scalar as its number, and anything JSON cannot write as its ``repr``."""
-    if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)):
-        value = value.item()
     try:
+        if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:  # a scalar, not an array
+            value = value.item()
         return json.dumps(value, ensure_ascii=False)
     except ValueError:  # str() refuses whole numbers beyond 4,300 digits
-        return f"a whole number of {value.bit_length()} bits" if isinstance(value, int) else repr(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"a whole number of {value.bit_length()} bits"
     except TypeError:
+        pass
+    try:
         return repr(value)
+    except ValueError:  # a huge whole number inside a list
+        return f"a {type(value).__name__} too large to show"
 
 
 def shown(value: Any, limit: int = 40) -> str:

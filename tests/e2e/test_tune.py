@@ -6,6 +6,7 @@ stops the running trial and keeps the finished one."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -321,3 +322,19 @@ def test_cancel_stops_the_running_trial_and_keeps_the_finished_one(svc: Service)
     kept = svc.client.get(f"/jobs/{children[0]['id']}").json()
     assert kept["status"] == "SUCCEEDED" and kept["model"]["name"] == "tune-cancel"
     assert svc.client.get(f"/models/tune-cancel/versions/{kept['model']['version']}").status_code == 200
+
+
+def test_a_search_its_timeout_cuts_short_says_so(svc: Service) -> None:
+    """The timeout cancels the trial still running; the result said nothing of it: every trial had "run"
+    (review)."""
+    space = {"training.epochs": {"type": "choice", "values": [1, 1000]}}
+    body = _tune("tune-timeout", space=space, sampler="grid", trials=2, parallel=2, metric="accuracy",
+                 timeout_minutes=0.75)  # fmt: skip
+    body["base"]["training"]["batch_size_per_worker"] = 2  # about a second an epoch: 1,000 outlast the timeout
+    tune = _post(svc, body)
+    done = wait_final(svc.client, tune["id"], timeout=240)
+    assert done["status"] == "SUCCEEDED", done["error"]
+    result = done["result"]
+    assert (result["trials"], result["trials_requested"], result["timed_out"]) == (2, 2, True), json.dumps(done)
+    assert [(r["trial"], r["state"]) for r in result["leaderboard"]] == [(0, "COMPLETE"), (1, "CANCELLED")], result
+    assert "timeout_minutes passed after 2 of the 2 trials, 1 of them cancelled by it" in " ".join(done["warnings"])

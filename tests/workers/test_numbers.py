@@ -26,6 +26,8 @@ from workers.numbers import as_json, have, n_rows, shown
         (np.bool_(False), "false"),
         pytest.param(10**5000, "a whole number of 16610 bits", id="beyond-4300-digits"),
         ({1, 2}, "{1, 2}"),  # not JSON: its repr
+        (np.array([1.0, 2.0]), "array([1., 2.])"),  # an array is not a scalar
+        pytest.param([10**5000], "a list too large to show", id="huge-in-a-list"),
     ],
 )
 def test_a_value_reads_as_the_request_wrote_it(value: Any, text: str) -> None:

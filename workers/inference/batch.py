@@ -13,6 +13,7 @@ died after the rename) replaces it; any other directory there fails the job.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from workers.inference.spec import OUTPUT_MARKER, PredictionPlan
 from workers.numbers import have, n_rows
 
 MARKER = OUTPUT_MARKER
+log = logging.getLogger(__name__)
 
 
 def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
@@ -54,8 +56,9 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
     width = model.width if model.card.get("array_column") else None
     rows, usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
     if keyless and not usable:  # (every row is bad whatever the policy; clean saw none of these)
-        raise JobFailure("BAD_ROWS", f"every row of {ds.path} is bad: {keyless} have no key ({plan.key} is null)"
-                         + (f" and {dropped} more are bad rows" if dropped else ""))  # fmt: skip
+        more = f" and {dropped} more are bad rows" if dropped else ""
+        raise JobFailure("BAD_ROWS", f"every row of {ds.path} is bad: {keyless} {have(keyless)} no key "
+                         f"({plan.key} is null){more}")  # fmt: skip
     if keyless:
         ctx.warn(f"{n_rows(keyless)} of {ds.path} {have(keyless)} no key ({plan.key} is null) and "
                  f"{'was' if keyless == 1 else 'were'} left out (bad_rows=skip)")  # fmt: skip
@@ -115,19 +118,24 @@ MAX_KEYS_CHECKED = 5_000_000
 
 
 def _repeated_keys(directory: Path, key: str, rows: int) -> int | None:
-    """How many rows repeat a key an earlier row has (0: the key is unique), or None when the output has more than
-    :data:`MAX_KEYS_CHECKED` rows (not checked)."""
+    """How many rows repeat a key an earlier row has (0: the key is unique), or None when it was not checked: the
+    output has more than :data:`MAX_KEYS_CHECKED` rows, or a key pyarrow cannot count (advice never fails a job
+    whose output is written)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    import pyarrow.dataset as ds
 
     if rows > MAX_KEYS_CHECKED:
         return None
-    files = sorted(f for f in directory.rglob("*.parquet") if not f.name.startswith((".", "_")))
-    if not files:
+    if rows == 0:  # Spark still writes a part file, whose key column reads back typed null
         return 0
-    keys = pa.chunked_array([pq.read_table(f, columns=[key]).column(key) for f in files])
-    return rows - pc.count_distinct(keys, mode="all").as_py()
+    files = sorted(str(f) for f in directory.rglob("*.parquet") if not f.name.startswith((".", "_")))
+    try:
+        keys = ds.dataset(files, format="parquet").to_table(columns=[key]).column(key)
+        return rows - int(pc.count_distinct(keys, mode="all").as_py())
+    except (pa.ArrowException, ValueError) as exc:  # a key of a type with no distinct count (a struct): not checked
+        log.warning("the keys of %s were not checked for repeats: %s", directory, exc)
+        return None
 
 
 def _predict_sequences(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:

@@ -168,8 +168,10 @@ def outcome(
         "importances": importances(study),
     }
     if timed_out:
-        ctx.warn(f"timeout_minutes passed after {len(records)} of the {requested} trials; the leaderboard and the "
-                 "best trial are of those")  # fmt: skip
+        cancelled = sum(r.state == "CANCELLED" for r in records)
+        stopped = f", {cancelled} of them cancelled by it" if cancelled else ""
+        ctx.warn(f"timeout_minutes passed after {len(records)} of the {requested} trials{stopped}; the leaderboard "
+                 "and the best trial are of those")  # fmt: skip
     if best.model is not None:
         version = int(best.model["version"])
 

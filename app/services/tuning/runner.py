@@ -414,7 +414,7 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
         ctx.log(f"parallel {search.tune.parallel}: this driver runs {threads} jobs at once "
                 "(SPARKTRAIN_CONSUMER_CONCURRENCY), so at most that many trials run here at a time; other drivers on "
                 "the queue may run the rest")  # fmt: skip
-    shown = None
+    shown, cut_short = None, False
     try:
         while True:
             ctx.check_cancelled()
@@ -430,6 +430,7 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
             if not search.active and ended:
                 break
             if search.timed_out() and search.active and not any(a.pruning for a in search.active.values()):
+                cut_short = True  # those trials end CANCELLED: the search did not run its trials to their end
                 search.cancel_trials("the tune job's timeout_minutes passed")
                 for active in search.active.values():
                     active.pruning = True
@@ -444,4 +445,4 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
                          "their jobs and the tune job's warnings say why")  # fmt: skip
     return outcome(ctx, search.study, search.finished, metric=search.metric, db=driver.db, name=search.base["name"],
                    framework=search.framework, budget_s=driver.settings.db_retry_s, requested=asked,
-                   timed_out=search.timed_out() and ran < asked)  # fmt: skip
+                   timed_out=search.timed_out() and (ran < asked or cut_short))  # fmt: skip

@@ -9,6 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from app.schemas.tune import Distribution
 
+# Optuna warns that a choice among lists or objects (layer stacks) cannot go to its persistent storage; this search's
+# study never goes there (it is rebuilt from the trial jobs), so the warning would only puzzle the driver's reader.
+# Set once, matched by its message alone (from Python 3.12 Optuna attributes it to its caller's module).
+warnings.filterwarnings("ignore", message="Choices for a categorical distribution should be")
+
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
 
@@ -72,9 +77,6 @@ def to_optuna(dist: Distribution) -> BaseDistribution:
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     if dist.type == "choice":
-        # Optuna warns that lists and objects (layer stacks) cannot go to its persistent storage; this study never
-        # goes there (it is rebuilt from the trial jobs), so the warning would only puzzle the driver's reader.
-        warnings.filterwarnings("ignore", message="Choices for a categorical distribution should be", module="optuna")
         return CategoricalDistribution(list(dist.values or []))
     low, high = float(dist.low or 0), float(dist.high or 0)
     if dist.type == "int":

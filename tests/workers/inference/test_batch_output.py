@@ -60,3 +60,20 @@ def test_a_key_that_repeats_is_counted_and_said(spark: Any, tmp_path: Path) -> N
         "the key 'hour' is not unique: 20 of the 25 output rows repeat the key of an earlier row, so the predictions "
         "cannot be joined back to their rows by it; key a batch by a column that tells the rows apart (an id)"
     ]
+
+
+def test_an_empty_output_is_written_and_its_keys_need_no_check(spark: Any, tmp_path: Path) -> None:
+    """Spark writes a part file for no rows, whose key column reads back typed null: counting its keys failed the
+    job at its end (review)."""
+    final = tmp_path / "out"
+    none = _predictions(spark).where("key < 0")
+    outcome = _write(Ctx(spark), SimpleNamespace(output_path=str(final), key="key"), none, 3)  # type: ignore[arg-type]
+    assert outcome.result == {"output_uri": str(final), "rows": 0, "bad_rows": 3, "repeated_keys": 0}
+
+
+def test_a_key_pyarrow_cannot_count_is_not_checked_and_the_output_is_published(spark: Any, tmp_path: Path) -> None:
+    final = tmp_path / "out"
+    structs = spark.range(0, 5).selectExpr("named_struct('a', id) AS key", "CAST(id AS DOUBLE) AS prediction")
+    outcome = _write(Ctx(spark), SimpleNamespace(output_path=str(final), key="key"), structs, 0)  # type: ignore[arg-type]
+    assert outcome.result is not None and (outcome.result["rows"], outcome.result["repeated_keys"]) == (5, None)
+    assert (final / MARKER).exists()
