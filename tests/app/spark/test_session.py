@@ -103,8 +103,10 @@ spark.stop()
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                          timeout=300, check=False)  # fmt: skip
     assert run.returncode == 0, run.stderr
-    # the one line the JVM itself writes before any logging starts (Spark's launcher adds an incubator module)
-    lines = [line for line in run.stderr.splitlines() if line and not line.startswith("WARNING: Using incubator")]
+    # the lines the JVM itself writes before any logging starts: Spark's launcher adds an incubator module, and the
+    # tests' JAVA_TOOL_OPTIONS (tests/conftest.py) is noted as any JVM notes it
+    jvm_own = ("WARNING: Using incubator", "Picked up JAVA_TOOL_OPTIONS")
+    lines = [line for line in run.stderr.splitlines() if line and not line.startswith(jvm_own)]
     records = [json.loads(line) for line in lines]  # each line is one object
     [error] = [r for r in records if r["logger"] == "org.apache.spark.executor.Executor"]
     assert error["level"] == "ERROR" and error["message"] == "task failed" and error["time"].endswith("+00:00")
