@@ -7,6 +7,11 @@
 #   (the master's web UI, with its JSON at /json/, listens on port + 1)
 #   scripts/cluster.sh stop  [--dir var/cluster]
 #   scripts/cluster.sh status [--dir var/cluster]
+#   scripts/cluster.sh master [--port 7077] [--dir var/cluster]   (starts the master again after it died)
+#
+# The master keeps its state in <dir>/recovery (Spark's FILESYSTEM recovery mode): a master started again with
+# `master` takes back the workers and the running applications, so a driver keeps its executors and can be given
+# new ones. start and stop clear that state.
 #
 # Then: SPARKTRAIN_SPARK_MASTER=spark://127.0.0.1:7077 python -m app
 #
@@ -51,19 +56,37 @@ print(json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/json/", 
 PY
 }
 
-start() {
-  mkdir -p "$dir"
-  if alive "$dir/master.pid"; then echo "a cluster already runs from $dir (stop it first)" >&2; exit 1; fi
-  local home; home="$(spark_home)"
+environment() {
+  home="$(spark_home)"
   export SPARK_HOME="$home" SPARK_CONF_DIR="$REPO/spark-conf" SPARK_LOCAL_IP=127.0.0.1
   export PYSPARK_PYTHON="$PYTHON" SPARK_LOG_DIR="$dir/logs" SPARK_PID_DIR="$dir"
-  mkdir -p "$SPARK_LOG_DIR"
-  SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false" \
+  mkdir -p "$SPARK_LOG_DIR" "$dir/recovery"
+}
+
+# The master, with its state in $dir/recovery; its log is appended to, across restarts.
+start_master() {
+  SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false -Dspark.deploy.recoveryMode=FILESYSTEM -Dspark.deploy.recoveryDirectory=$dir/recovery" \
     nohup "$home/bin/spark-class" org.apache.spark.deploy.master.Master \
-      --host 127.0.0.1 --port "$port" --webui-port "$((port + 1))" >"$dir/logs/master.out" 2>&1 &
+      --host 127.0.0.1 --port "$port" --webui-port "$((port + 1))" >>"$dir/logs/master.out" 2>&1 &
   echo $! >"$dir/master.pid"
   for _ in $(seq 1 60); do port_open "$port" && break; sleep 0.5; done
   port_open "$port" || { echo "the master did not open port $port; see $dir/logs/master.out" >&2; exit 1; }
+}
+
+master() {
+  if alive "$dir/master.pid"; then echo "the master of $dir runs ($(cat "$dir/master.pid"))" >&2; exit 1; fi
+  [ -d "$dir/recovery" ] || { echo "no cluster was started from $dir (start it first)" >&2; exit 1; }
+  local home; environment
+  start_master
+  echo "spark://127.0.0.1:$port (master started again; it takes back its workers and applications from $dir/recovery)"
+}
+
+start() {
+  mkdir -p "$dir"
+  if alive "$dir/master.pid"; then echo "a cluster already runs from $dir (stop it first)" >&2; exit 1; fi
+  rm -rf "$dir/recovery"  # a new cluster: nothing of an earlier one's to take back (it would wait for it)
+  local home; environment
+  start_master
 
   local worker_opts="" path="$PATH" each=$((fake_gpus / workers))
   if [ "$fake_gpus" -gt 0 ]; then
@@ -111,6 +134,7 @@ stop() {
     fi
     rm -f "$pid_file"
   done
+  rm -rf "$dir/recovery"
   if [ -z "$stopped" ]; then echo "no cluster running in $dir"; else echo "stopped $stopped in $dir"; fi
 }
 
@@ -130,5 +154,6 @@ case "$cmd" in
   start) start ;;
   stop) stop ;;
   status) status ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  master) master ;;
+  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
