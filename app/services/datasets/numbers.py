@@ -15,7 +15,7 @@ from app.services.datasets import sample
 from app.services.datasets.deferred import before_spark_job
 from app.services.datasets.paths import Format
 from app.services.datasets.schema import local_text
-from app.services.datasets.summary import NUMBER
+from app.services.datasets.summary import NUMBER, SUMMARY_BYTES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 MOSTLY = 0.05
 """At most this fraction of a string column's values may be tokens that are not numbers for the column to be a
 default feature (``n/a`` three times among 600 fares)."""
+
+
+LOCAL_BYTES = SUMMARY_BYTES
+"""Local data up to this size (a registration's summary's bound) is counted on the driver, as a request is checked;
+larger data is counted by Spark in the job's planning: a request never streams gigabytes through the API process."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,8 @@ def count_numbers(
     if not columns:
         return {}
     found = local_text(path, options)
-    if found is not None:  # a partition column's values are the directories' names: not counted, as before
+    if found is not None and sum(f.stat().st_size for f in found[0]) <= LOCAL_BYTES:
+        # a partition column's values are the directories' names: not counted, as before
         read = sample.text_columns(found[0], fmt, options, [c for c in columns if c not in found[1]])
         if read is not None:
             return {column: _counted(values) for column, values in read.items()}

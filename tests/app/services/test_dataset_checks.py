@@ -91,6 +91,22 @@ def test_numbers_are_counted_as_spark_counts_them(spark: Any, tmp_path: Path) ->
                                                                        "t": Numbers(50, 50, "x0")}  # fmt: skip
 
 
+def test_large_local_data_is_counted_by_spark_in_the_job(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request streamed every string column of a local CSV through the API process whatever its size: beyond
+    LOCAL_BYTES the count is Spark's, deferred to the job's planning."""
+    from app.services.datasets import numbers
+
+    _fares(tmp_path)
+    options, path = reader_options("csv", {}), str(tmp_path / "fares.csv")
+    small = count_numbers(spark, path, "csv", options, ["distance"])
+    monkeypatch.setattr(numbers, "LOCAL_BYTES", (tmp_path / "fares.csv").stat().st_size - 1)
+    with request_without_spark(), pytest.raises(DeferredCheck):
+        count_numbers(spark, path, "csv", options, ["distance"])
+    assert count_numbers(spark, path, "csv", options, ["distance"]) == small  # in the job: Spark's count
+
+
 def test_a_column_of_numbers_with_a_few_tokens_is_a_default_feature(spark: Any, tmp_path: Path) -> None:
     # distance (3 'n/a' of 600) was left out of the default features without a word
     _fares(tmp_path)
