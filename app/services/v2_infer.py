@@ -194,8 +194,13 @@ def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
                                   body.inputs[0].name not in model.features):  # fmt: skip
         tensor = body.inputs[0]
         data = _values(tensor, model)
-        if data.size % width:
-            raise ValidationFailed.at("inputs[0].shape", f"{tensor.shape} does not hold rows of {width} features")
+        shape = list(tensor.shape)
+        # rows first, then one row's features ([rows, width], or [rows, 8, 8] for an image); [width] is one row. A
+        # shape that holds the values but not as rows ([1, 22] for two rows of 11) was read as rows without a word
+        if not (shape == [width] or (len(shape) >= 2 and math.prod(shape[1:]) == width)):
+            here = f" (here [{data.size // width}, {width}])" if width and data.size % width == 0 else ""
+            raise ValidationFailed.at("inputs[0].shape", f"{shape} is not rows of the model's {width} features: "
+                                      f"send the shape [rows, {width}]{here}")  # fmt: skip
         return data.reshape(-1, width)
     by_name = {t.name: t for t in body.inputs}
     online.check_input_names(list(by_name), model)

@@ -152,3 +152,18 @@ def test_a_model_version_answers_readiness(svc: Service) -> None:
     assert problem(svc.client.get(f"/v2/models/{MODEL}/versions/one/ready"), 422)["errors"][0]["loc"] == "version"
     wrong = problem(svc.client.post("/v2", json={}), 405)  # the server's own path too (it lacked the member)
     assert wrong["error"] == wrong["detail"]
+
+
+def test_a_tensor_is_rows_of_the_models_features(svc: Service, rows: list[dict[str, Any]]) -> None:
+    """[1, 20] holding two rows of 10 features was read as two rows without a word (walkthrough leftover): the
+    dimensions after the first are one row. [10] alone is one row."""
+    width = len(FEATURES)
+    two = _tensor(rows[:2])
+    detail = _refused(svc, {"inputs": [{**two, "shape": [1, 2 * width]}]}, "inputs[0].shape")
+    assert f"[1, {2 * width}] is not rows of the model's {width} features: send the shape [rows, {width}] " \
+        f"(here [2, {width}])" in detail, detail  # fmt: skip
+    _refused(svc, {"inputs": [{**two, "shape": [2 * width]}]}, "inputs[0].shape")
+    one = svc.client.post(INFER, json={"inputs": [{**_tensor(rows[:1]), "shape": [width]}]})
+    assert one.status_code == 200, one.text
+    both = svc.client.post(INFER, json={"inputs": [two]}).json()
+    assert one.json()["outputs"][0]["data"] == both["outputs"][0]["data"][:1]
