@@ -179,7 +179,7 @@ def submit(
         Path,
         typer.Argument(
             metavar="BODY",
-            help="A POST /train body (JSON), e.g. examples/xgboost-taxi.json; one with base and space goes to /tune.",
+            help="A POST /train body (JSON), e.g. examples/xgboost-taxi.json; one with base goes to /tune.",
         ),
     ],
     wait: Annotated[bool, typer.Option("--wait", help="Follow the job to its end with a progress bar.")] = False,

@@ -42,6 +42,17 @@ def _scalar_kinds(annotation: Any) -> frozenset[type]:
     return kinds if kinds and all(k in _SCALARS for k in kinds) else frozenset()
 
 
+def _fits_unquoted(text: str, kinds: frozenset[type]) -> bool:
+    """Whether ``text`` without its quotes is a value of one of ``kinds`` ("3" for a whole number, "true")."""
+    try:
+        value = json.loads(text.strip())
+    except ValueError:
+        return False
+    if isinstance(value, bool):
+        return bool in kinds
+    return (int in kinds and isinstance(value, int)) or (float in kinds and isinstance(value, int | float))
+
+
 def _needs(kinds: frozenset[type]) -> str:
     if kinds == {bool}:
         return "true or false"
@@ -83,7 +94,8 @@ class Body(BaseModel):
             return value
         if isinstance(value, str):
             text = json.dumps(value, ensure_ascii=False)
-            raise ValueError(f"must be {_needs(kinds)}, got the text {text} (write it without quotes)")
+            hint = " (write it without quotes)" if _fits_unquoted(value, kinds) else ""  # not for "one"
+            raise ValueError(f"must be {_needs(kinds)}, got the text {text}{hint}")
         if (kinds == {bool}) != isinstance(value, bool):  # pydantic's lax mode takes 1 for true and true for 1
             raise ValueError(f"must be {_needs(kinds)}, got {json.dumps(value)}")
         return value

@@ -126,7 +126,8 @@ def partial(records: list[TrialRecord], *, metric: str, mode: str, trials: int, 
         "partial": True,
         "metric": metric,
         "mode": mode,
-        "trials": trials,
+        "trials": len(records),  # as in the final result: the trials that ran so far (the leaderboard's length)
+        "trials_requested": trials,
         "finished": len(records),
         "leaderboard": [r.row(framework) for r in leaderboard(records, mode)],
     }

@@ -18,6 +18,7 @@ trial the broker refused is sent again under its number, as one over a quota is.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -187,7 +188,7 @@ class _Search:
                 self.waiting_every = BROKER_RETRY_S if broker else QUOTA_RETRY_S
                 return
             except AppError as exc:  # the sampled body does not plan (checked at its extremes): a failed trial
-                self.ctx.warn(f"trial {number} {params}: {exc.detail}")
+                self.ctx.warn(f"trial {number} {json.dumps(params)}: {exc.detail}")
                 record.state, record.finished = "FAIL", time.time()
                 self.study.tell(trial, state=trial_state("FAIL"))
                 self.finished.append(record)
@@ -197,7 +198,7 @@ class _Search:
                 self.ctx.log(f"trial {number} submitted after {time.monotonic() - self.waiting_since:.0f} s of waiting")
                 self.waiting_since = None
             self.active[number] = _Active(record, trial)
-            self.ctx.log(f"trial {number} started as job {record.job_id}: {params}")
+            self.ctx.log(f"trial {number} started as job {record.job_id}: {json.dumps(params)}")
 
     def _submit(self, number: int, params: dict[str, Any]) -> str:
         """Trial ``number``'s job, sent: a new one, or the one already written for the number and never sent
@@ -251,7 +252,7 @@ class _Search:
                 self.study.tell(active.trial, state=trial_state(record.state))
             del self.active[number]
             self.finished.append(record)
-            self.ctx.log(f"trial {number} {record.state}: {self.metric} {record.metric}")
+            self.ctx.log(f"trial {number} {record.state}: {self.metric} {json.dumps(record.metric)}")
 
     def publish(self) -> None:
         """The leaderboard so far as the tune job's result, while it runs (a cancelled search keeps it); the final
@@ -440,9 +441,9 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
         raise
     ran, asked = len(search.finished), search.tune.trials
     if not any(r.state == "COMPLETE" for r in search.finished):
-        why = f" before timeout_minutes ({search.tune.timeout_minutes}) passed" if search.timed_out() else ""
-        raise JobFailure("NO_TRIAL_COMPLETED", f"none of the {ran} trials that ran (of {asked}) completed{why}; "
-                         "their jobs and the tune job's warnings say why")  # fmt: skip
+        timeout = f" before timeout_minutes ({search.tune.timeout_minutes}) passed, which cancelled those still running"
+        why = timeout if search.timed_out() else "; their jobs and the tune job's log say why"
+        raise JobFailure("NO_TRIAL_COMPLETED", f"none of the {ran} trials that ran (of {asked}) completed{why}")
     return outcome(ctx, search.study, search.finished, metric=search.metric, db=driver.db, name=search.base["name"],
                    framework=search.framework, budget_s=driver.settings.db_retry_s, requested=asked,
                    timed_out=search.timed_out() and (ran < asked or cut_short))  # fmt: skip

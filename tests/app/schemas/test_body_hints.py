@@ -27,3 +27,15 @@ def test_a_typo_names_the_field_meant_at_any_depth_and_other_errors_keep_their_w
     assert got["traning"] == ("extra_forbidden", "Extra inputs are not permitted; did you mean 'training'?")
     assert got["zzz"] == ("extra_forbidden", "Extra inputs are not permitted")  # nothing close
     assert got["dataset.num_classes"][0] == "value_error" and "without quotes" in got["dataset.num_classes"][1]
+
+
+def test_write_it_without_quotes_only_when_that_would_be_right() -> None:
+    """``"version": "one"`` was told to write it without quotes (walkthrough)."""
+    body = json.loads((REPO / "examples" / "xgboost-taxi.json").read_text())
+    for given, hinted in (("3", True), (" 3 ", True), ("one", False), ("1.5", False), ("true", False)):
+        body["dataset"]["num_classes"] = given
+        with pytest.raises(ValidationError) as refused:
+            TrainRequest.model_validate(body)
+        (message,) = [e["msg"] for e in refused.value.errors() if e["loc"] == ("dataset", "num_classes")]
+        assert message.startswith("Value error, must be a whole number, got the text"), message
+        assert ("(write it without quotes)" in message) is hinted, (given, message)

@@ -212,6 +212,7 @@ _KINDS = {bool: "true or false", int: "a whole number", float: "a finite number"
 
 
 def _check_value(path: str, name: str, rule: ParamRule, value: Any) -> Scalar:
+    given = value  # as the request wrote it (-1, not the -1.0 it is checked as)
     if rule.kind is bool:
         ok = isinstance(value, bool)
     elif rule.kind is int:
@@ -226,9 +227,9 @@ def _check_value(path: str, name: str, rule: ParamRule, value: Any) -> Scalar:
     if not ok:
         raise SpecError(path, f"{name} must be {_KINDS[rule.kind]}, got {shown(value)}")
     if rule.choices and value not in rule.choices:
-        raise SpecError(path, f"{name} must be one of {', '.join(rule.choices)}, got {shown(value)}")
+        raise SpecError(path, f"{name} must be one of {', '.join(rule.choices)}, got {shown(given)}")
     if not rule.check(value):
-        raise SpecError(path, f"{name} must be {rule.hint}, got {shown(value)}")
+        raise SpecError(path, f"{name} must be {rule.hint}, got {shown(given)}")
     return value
 
 
@@ -314,20 +315,20 @@ def parse_spark_ml_params(
     if num_folds is not None and (
         not isinstance(num_folds, int) or isinstance(num_folds, bool) or not 2 <= num_folds <= 20
     ):
-        raise SpecError("params.num_folds", f"must be an integer between 2 and 20, got {num_folds!r}")
+        raise SpecError("params.num_folds", f"must be an integer between 2 and 20, got {shown(num_folds)}")
     if grid and num_folds is None:
         num_folds = 3
 
     metric = params.get("metric", METRICS[task][0])
     if metric not in METRICS[task]:
-        raise SpecError("params.metric", f"for {task} one of {', '.join(METRICS[task])}, got {metric!r}")
+        raise SpecError("params.metric", f"for {task} one of {', '.join(METRICS[task])}, got {shown(metric)}")
     standardize = params.get("standardize", True)
     if not isinstance(standardize, bool):
-        raise SpecError("params.standardize", f"must be true or false, got {standardize!r}")
+        raise SpecError("params.standardize", f"must be true or false, got {shown(standardize)}")
     seed = check_seed(params.get("seed", 42))
     fraction = params.get("validation_fraction", 0.2)
     if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
-        raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {fraction!r}")
+        raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {shown(fraction)}")
     spec = SparkMLSpec(
         algorithm=algorithm,
         task=task,

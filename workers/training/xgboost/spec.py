@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
+from workers.numbers import shown
 from workers.training.spark_ml.spec import MAX_BINS, ParamRule, Scalar, _check_value, check_seed
 
 Task = Literal["classification", "regression"]
@@ -178,7 +179,7 @@ def default_checkpoint_rounds(num_round: int) -> int:
 
 def _int(path: str, value: Any, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise SpecError(path, f"must be an integer between {low} and {high}, got {value!r}")
+        raise SpecError(path, f"must be an integer between {low} and {high}, got {shown(value)}")
     return value
 
 
@@ -196,7 +197,7 @@ def _canonical(params: Mapping[str, Any]) -> dict[str, Any]:
 UNKNOWN_HINTS = {
     "nthread": "sparktrain sets xgboost's threads: use params.threads_per_worker",
     "n_jobs": "sparktrain sets xgboost's threads: use params.threads_per_worker",
-    "missing": "sparktrain trains on complete rows: a null or NaN feature is a bad row (dataset.on_bad_rows: "
+    "missing": "sparktrain trains on complete rows: a null or NaN feature is a bad row (dataset.bad_rows: "
     "fail or skip)",
     "num_class": "the number of classes comes from the label column",
     "device": "device is a field of the request beside params (auto, cpu or cuda)",
@@ -240,7 +241,7 @@ def _objective(task: Task, num_classes: int | None, given: Any) -> str:
     if given is None:
         return default
     if not isinstance(given, str):
-        raise SpecError("params.objective", f"must be a string, got {given!r}")
+        raise SpecError("params.objective", f"must be a string, got {shown(given)}")
     if task == "regression":
         if given in REGRESSION_OBJECTIVES:
             return given
@@ -270,9 +271,11 @@ def _objective_checks(objective: str, booster: Mapping[str, Scalar], metrics: tu
                         "quantile, in (0, 1) (0.5 is the median)")  # fmt: skip
     base = booster.get("base_score")
     if isinstance(base, int | float) and objective in ("binary:logistic", "reg:logistic") and not 0 < base < 1:
-        raise SpecError("params.base_score", f"{objective} takes a base_score in (0, 1) (a probability), got {base!r}")
+        raise SpecError(
+            "params.base_score", f"{objective} takes a base_score in (0, 1) (a probability), got {shown(base)}"
+        )
     if isinstance(base, int | float) and objective in ("reg:gamma", "reg:tweedie", "count:poisson") and base <= 0:
-        raise SpecError("params.base_score", f"{objective} takes a base_score > 0, got {base!r}")
+        raise SpecError("params.base_score", f"{objective} takes a base_score > 0, got {shown(base)}")
     warnings = []
     for name, settings in APPLIES_TO.items():
         if name in booster and not chosen.intersection(settings):
@@ -290,7 +293,7 @@ def _eval_metrics(task: Task, num_classes: int | None, given: Any) -> tuple[str,
         return ()
     names = [given] if isinstance(given, str) else given
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise SpecError("params.eval_metric", f"must be a metric name or a non-empty list of names, got {given!r}")
+        raise SpecError("params.eval_metric", f"must be a metric name or a non-empty list of names, got {shown(given)}")
     allowed: tuple[str, ...]
     if task == "regression":
         allowed = REGRESSION_METRICS
@@ -311,6 +314,7 @@ def parse_xgboost_params(
     if task is None:
         raise SpecError("dataset.task", "required for xgboost: classification or regression")
     raw = _canonical(params or {})
+    given = {ALIASES.get(k, k): k for k in params or {}}  # errors name a parameter as the request did (eta)
     unknown = sorted(name for name in raw if name not in BOOSTER_PARAMS and name not in CONTROL_KEYS)
     if unknown:
         known = ", ".join(sorted((*BOOSTER_PARAMS, *CONTROL_KEYS)))
@@ -324,7 +328,9 @@ def parse_xgboost_params(
     booster: dict[str, Scalar] = {}
     for name, value in raw.items():
         if name in BOOSTER_PARAMS:
-            booster[name] = _check_value(f"params.{name}", name, BOOSTER_PARAMS[name], value)
+            said = given.get(name, name)
+            label = name if said == name else f"{said} ({name})"
+            booster[name] = _check_value(f"params.{said}", label, BOOSTER_PARAMS[name], value)
     if booster.get("tree_method") == "gpu_hist":
         booster["tree_method"] = "hist"
         warnings.append('tree_method "gpu_hist" was removed in xgboost 2.0: training with "hist" on the job\'s device')
@@ -347,10 +353,10 @@ def parse_xgboost_params(
     )
     fraction = raw.get("validation_fraction", 0.2)
     if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
-        raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {fraction!r}")
+        raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {shown(fraction)}")
     for name, value in booster.items():
         if isinstance(value, float) and not math.isfinite(value):
-            raise SpecError(f"params.{name}", f"must be finite, got {value!r}")
+            raise SpecError(f"params.{name}", f"must be finite, got {shown(value)}")
     objective = _objective(task, num_classes, raw.get("objective"))
     metrics = _eval_metrics(task, num_classes, raw.get("eval_metric"))
     warnings += _objective_checks(objective, booster, metrics)

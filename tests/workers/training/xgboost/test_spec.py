@@ -140,3 +140,14 @@ def test_labels_an_objective_cannot_take() -> None:
     )
     assert label_problem("reg:gamma", 0.0, 1.0) is not None and label_problem("reg:tweedie", 0.0, 1.0) is None
     assert label_problem("reg:logistic", 0.0, 1.5) is not None and label_problem("reg:squarederror", -9, 9) is None
+
+
+def test_an_alias_is_named_as_the_request_gave_it_and_values_as_written() -> None:
+    """``{"eta": -1}`` said ``params.learning_rate: ... got -1.0``; ``{"num_round": true}`` said ``got True``
+    (walkthrough)."""
+    with pytest.raises(SpecError) as caught:
+        parse_xgboost_params({"eta": -1}, task="regression")
+    assert caught.value.path == "params.eta"
+    assert caught.value.message.startswith("eta (learning_rate) must be") and caught.value.message.endswith("got -1")
+    with pytest.raises(SpecError, match=r"got true$"):
+        parse_xgboost_params({"num_round": True}, task="regression")
