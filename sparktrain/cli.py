@@ -137,7 +137,14 @@ def _follow(opts: Options, api: Client, job: dict[str, Any], to: Console) -> int
     return _report(final, to)
 
 
+def _warned(job: dict[str, Any]) -> None:
+    """The job's warnings (the request's and the run's), on stderr."""
+    for warning in job.get("warnings") or ():
+        err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
+
+
 def _report(job: dict[str, Any], to: Console) -> int:
+    _warned(job)
     status = job["status"]
     if status == "SUCCEEDED":
         to.print(f"SUCCEEDED job {job['id']}", highlight=False)
@@ -166,6 +173,7 @@ def _submitted(opts: Options, api: Client, job: dict[str, Any], wait: bool, to: 
             _print_json(job)
         else:
             out.print(f"{job['status']} job {job['id']}  (follow it: sparktrain logs -f {job['id']})", highlight=False)
+            _warned(job)
         return OK
     if not opts.json:
         err.print(f"job {job['id']} queued; following it (Ctrl-C stops following, not the job)", highlight=False)
@@ -256,6 +264,8 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
         out.print(f"{key:<17}{value}", highlight=False)
     if job.get("error"):
         out.print(f"{'error':<17}{job['error']['reason']}: {job['error']['message']}", highlight=False)
+    for warning in job.get("warnings") or ():
+        out.print(f"{'warning':<17}{warning}", highlight=False, soft_wrap=True)
     if job.get("model"):
         out.print(f"{'model':<17}{job['model']['name']} version {job['model']['version']}", highlight=False)
     if job.get("result") is not None:

@@ -342,6 +342,17 @@ def test_a_batch_prediction_with_wait_says_where_its_output_went(
     output = [line for line in done.stdout.splitlines() if line.startswith("output ")]
     assert len(output) == 1 and output[0].endswith(" (3 rows)"), done.stdout
     assert Path(output[0].removeprefix("output ").removesuffix(" (3 rows)")).is_dir()
+    assert "warning:" not in done.stderr, done.stderr
+    # keyed by a column that repeats: the job's warning reaches the user (the CLI printed none of a job's warnings)
+    hours = cli(svc, "predict", "cli-lr:1", "--csv", str(rows), "--max-inline", "1", "--key", "hour", "--wait")
+    assert hours.returncode == 0, hours.stderr
+    said = "warning: the key 'hour' is not unique: 2 of the 3 output rows repeat the key of an earlier row"
+    assert said in hours.stderr, hours.stderr
+    job_id = next(line.split()[1] for line in hours.stderr.splitlines() if line.startswith("job "))
+    shown = cli(svc, "show", job_id)
+    assert any(
+        line.startswith("warning          the key 'hour' is not unique") for line in shown.stdout.splitlines()
+    ), (shown.stdout, hours.stderr)
 
 
 def test_help_shows_flags_without_a_value_and_arguments_by_name() -> None:
