@@ -326,7 +326,8 @@ def plan_prediction(
     given = request.dataset or ref
     dataset, schema = _resolve(model, ref, given, settings=settings, spark=spark, db=db, labelled=False)
     if key not in schema:
-        raise ValidationFailed.at("dataset.key", f"no column {key!r} in {ref.uri}")
+        available = ", ".join(f"{c} ({t})" for c, t in schema.items())  # as a misspelt feature's 422 lists them
+        raise ValidationFailed.at("dataset.key", f"no column {key!r} in {ref.uri}; columns: {available}")
     readable_name(key, "dataset.key")
     return PredictionPlan(
         model=model,

@@ -199,6 +199,11 @@ def test_a_column_named_twice_a_key_the_predictions_take_and_a_top_k_of_0_are_42
         body = {"model": {"name": model}, "dataset": {"uri": "datasets/taxi/eval.parquet", "key": key}}
         problem = _problem(svc.client.post("/predict", json=body), 422)
         assert problem["errors"][0]["loc"] == "dataset.key" and "key the rows by another column" in problem["detail"]
+    # a misspelt key lists the columns, as a misspelt feature does (walkthrough: it named none)
+    body = {"model": {"name": XGBOOST}, "dataset": {"uri": "datasets/taxi/eval.parquet", "key": "hours"}}
+    problem = _problem(svc.client.post("/predict", json=body), 422)
+    assert problem["errors"][0]["loc"] == "dataset.key", problem
+    assert "no column 'hours' in datasets/taxi/eval.parquet; columns: passenger_count (" in problem["detail"], problem
     body = {"model": {"name": XGBOOST}, "dataset": {"uri": "datasets/taxi/eval.parquet"}, "top_k": [0]}
     assert _problem(svc.client.post("/evaluate", json=body), 422)["errors"][0]["loc"] == "top_k[0]", body
 

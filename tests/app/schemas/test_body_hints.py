@@ -39,3 +39,14 @@ def test_write_it_without_quotes_only_when_that_would_be_right() -> None:
         (message,) = [e["msg"] for e in refused.value.errors() if e["loc"] == ("dataset", "num_classes")]
         assert message.startswith("Value error, must be a whole number, got the text"), message
         assert ("(write it without quotes)" in message) is hinted, (given, message)
+
+
+def test_a_model_given_as_text_is_told_to_be_an_object() -> None:
+    from app.schemas.inference import EvaluateRequest, PredictRequest
+
+    for schema, body in ((PredictRequest, {"instances": [[1.0]]}), (EvaluateRequest, {"dataset": {"uri": "x.csv"}})):
+        with pytest.raises(ValidationError) as refused:
+            schema.model_validate({"model": "taxi-fare", **body})
+        (error,) = refused.value.errors()
+        assert error["loc"] == ("model",), error
+        assert 'not the text "taxi-fare": write {"name": "taxi-fare"}' in error["msg"], error
