@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from workers.numbers import shown
+
 PROBLEM_BASE = "https://sparktrain.dev/problems/"
 
 
@@ -79,10 +81,17 @@ def message(error: Mapping[str, Any]) -> str:
     """A pydantic error's message without the "Value error, " that pydantic puts before a validator's own words;
     a number too large to be read as a whole number (``1e20``) says so, not pydantic's "Unable to parse input string
     as an integer, exceeded maximum size"."""
-    if error.get("type") == "int_parsing_size":
-        got = repr(error.get("input"))
-        return f"must be a whole number in the field's range, got {got if len(got) <= 40 else got[:37] + '...'}"
-    return str(error.get("msg", "")).removeprefix("Value error, ")
+    kind, given = error.get("type"), error.get("input")
+    if kind == "int_parsing_size":
+        return f"must be a whole number in the field's range, got {shown(given)}"
+    text = str(error.get("msg", "")).removeprefix("Value error, ")
+    if kind not in _OWN_WORDS and isinstance(given, str | int | float | bool) and "got" not in text:
+        text += f", got {shown(given)}"  # pydantic's own words leave out what was sent ("framework": "xgbost")
+    return text
+
+
+_OWN_WORDS = frozenset({"value_error", "assertion_error", "missing", "extra_forbidden", "json_invalid"})
+"""Errors whose message already says what was wrong with the value (a validator's words), or that have none."""
 
 
 class ValidationFailed(AppError):

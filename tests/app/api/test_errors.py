@@ -49,6 +49,7 @@ _DELETE = object()
     ("body", "loc", "words"),
     [
         (_with("framework", "caffe"), "framework", "Input should be"),
+        (_with("framework", "xgbost"), "framework", "or 'spark_ml', got \"xgbost\""),  # pydantic's words + the value
         (_with("params.algorithm", "gbt"), "params.algorithm", "unknown algorithm"),
         (_with("dataset.label", "tip_amount"), "dataset.label", "no column 'tip_amount'"),
         (_with("dataset.label", _DELETE), "dataset.label", "required"),
