@@ -397,6 +397,9 @@ def predict(
             values = typed_rows(columns, text, {spec["name"]: spec.get("type", "") for spec in specs})
             if dropped:
                 err.print(f"not sent (the model does not take them): {', '.join(dropped)}", highlight=False)
+                if missing := [s["name"] for s in specs if s.get("required", True) and s["name"] not in columns]:
+                    err.print(f"{name} has no column {', '.join(missing)}, which the model takes: is one of "
+                              f"{', '.join(dropped)} misspelt?", highlight=False)  # fmt: skip
             try:
                 answer = api.predict({"model": ref.selector(), "dataframe_split": {"columns": columns, "data": values}})
             except ApiError as exc:  # the rows it names, as the file's lines

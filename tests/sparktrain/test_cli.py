@@ -414,6 +414,15 @@ def test_predict_csv_leaves_out_ids_and_labels_and_says_so(
     missing.write_text("trip_id,trip_distance\n1,2.5\n")
     refused = cli(svc, "predict", "cli-lr", "--csv", str(missing))
     assert refused.returncode == 2 and "passenger_count" in refused.stderr, refused.stderr
+    # a misspelt column: left out as not the model's, and the model's own missing; the two are put together
+    misspelt = tmp_path / "misspelt.csv"
+    header = [("h_dist" if f == "h_distance" else f) for f in TAXI_FEATURES]
+    misspelt.write_text(",".join(header) + "\n" + ",".join(["1"] * len(header)) + "\n")
+    refused = cli(svc, "predict", "cli-lr", "--csv", str(misspelt))
+    assert refused.returncode == 2, refused.stderr
+    assert f"{misspelt} has no column h_distance, which the model takes: is one of h_dist misspelt?" in " ".join(
+        refused.stderr.split()
+    ), refused.stderr
 
 
 @contextlib.contextmanager
