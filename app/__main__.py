@@ -270,7 +270,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = load_settings(**overrides)
     except ValidationError as exc:
-        lines = [f"  {_line(e['loc'], message(e))}" for e in exc.errors()] + [f"  {line}" for line in unknown]
+        lines = [f"  {_line(e['loc'], message(e, show_input=False))}" for e in exc.errors()] + [
+            f"  {line}" for line in unknown
+        ]
         sys.exit("sparktrain cannot start, a setting is wrong:\n" + "\n".join(lines))
     problem = database_problem(settings) or broker_problem(settings)
     if problem is not None:  # before uvicorn, whose failed start-up prints a page of traceback

@@ -7,7 +7,7 @@
 #   (the master's web UI, with its JSON at /json/, listens on port + 1)
 #   scripts/cluster.sh stop  [--dir var/cluster]
 #   scripts/cluster.sh status [--dir var/cluster]
-#   scripts/cluster.sh master [--port 7077] [--dir var/cluster]   (starts the master again after it died)
+#   scripts/cluster.sh master [--dir var/cluster]   (starts the master again after it died, on its port)
 #
 # The master keeps its state in <dir>/recovery (Spark's FILESYSTEM recovery mode): a master started again with
 # `master` takes back the workers and the running applications, so a driver keeps its executors and can be given
@@ -26,13 +26,13 @@ set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
 cmd="${1:-}"; shift || true
-workers=2 cores=1 memory=2g port=7077 dir="$REPO/var/cluster" fake_gpus=0
+workers=2 cores=1 memory=2g port=7077 port_given=0 dir="$REPO/var/cluster" fake_gpus=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
     --cores) cores="$2"; shift 2 ;;
     --memory) memory="$2"; shift 2 ;;
-    --port) port="$2"; shift 2 ;;
+    --port) port="$2" port_given=1; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
     --fake-gpus) fake_gpus="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
@@ -76,6 +76,7 @@ start_master() {
 master() {
   if alive "$dir/master.pid"; then echo "the master of $dir runs ($(cat "$dir/master.pid"))" >&2; exit 1; fi
   [ -d "$dir/recovery" ] || { echo "no cluster was started from $dir (start it first)" >&2; exit 1; }
+  if [ "$port_given" -eq 0 ] && [ -f "$dir/port" ]; then port="$(cat "$dir/port")"; fi  # the port it had
   local home; environment
   start_master
   echo "spark://127.0.0.1:$port (master started again; it takes back its workers and applications from $dir/recovery)"
@@ -87,6 +88,7 @@ start() {
   rm -rf "$dir/recovery"  # a new cluster: nothing of an earlier one's to take back (it would wait for it)
   local home; environment
   start_master
+  echo "$port" >"$dir/port"
 
   local worker_opts="" path="$PATH" each=$((fake_gpus / workers))
   if [ "$fake_gpus" -gt 0 ]; then

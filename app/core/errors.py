@@ -77,15 +77,16 @@ class UnsupportedMediaType(AppError):
     status, type, title = 415, "unsupported-media-type", "Unsupported media type"
 
 
-def message(error: Mapping[str, Any]) -> str:
+def message(error: Mapping[str, Any], *, show_input: bool = True) -> str:
     """A pydantic error's message without the "Value error, " that pydantic puts before a validator's own words;
     a number too large to be read as a whole number (``1e20``) says so, not pydantic's "Unable to parse input string
-    as an integer, exceeded maximum size"."""
+    as an integer, exceeded maximum size". ``show_input``: pydantic's own messages end with the value sent (not for
+    settings, whose values may be secrets)."""
     kind, given = error.get("type"), error.get("input")
     if kind == "int_parsing_size":
         return f"must be a whole number in the field's range, got {shown(given)}"
     text = str(error.get("msg", "")).removeprefix("Value error, ")
-    if kind not in _OWN_WORDS and isinstance(given, str | int | float | bool) and "got" not in text:
+    if show_input and kind not in _OWN_WORDS and isinstance(given, str | int | float | bool) and "got" not in text:
         text += f", got {shown(given)}"  # pydantic's own words leave out what was sent ("framework": "xgbost")
     return text
 

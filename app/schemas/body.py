@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 import types
 from collections.abc import Hashable
 from typing import Annotated, Any, Union, cast, get_args, get_origin
@@ -50,6 +51,8 @@ def _fits_unquoted(text: str, kinds: frozenset[type]) -> bool:
         return False
     if isinstance(value, bool):
         return bool in kinds
+    if isinstance(value, float) and not math.isfinite(value):  # "NaN": refused unquoted too
+        return False
     return (int in kinds and isinstance(value, int)) or (float in kinds and isinstance(value, int | float))
 
 

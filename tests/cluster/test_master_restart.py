@@ -78,7 +78,7 @@ def test_a_restarted_master_takes_the_drivers_application_back(tmp_path: Path, e
             assert twice.returncode == 1 and f"the master of {state} runs ({master_pid})" in twice.stderr, twice
             os.kill(master_pid, signal.SIGKILL)
             _wait("the master gone", lambda: not Path(f"/proc/{master_pid}").exists())
-            answer = subprocess.run([*script, "master", "--port", str(port), "--dir", str(state)], env=env,
+            answer = subprocess.run([*script, "master", "--dir", str(state)], env=env,  # on the port it had
                                     capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
             assert answer.returncode == 0, answer.stderr
             assert "takes back its workers and applications" in answer.stdout

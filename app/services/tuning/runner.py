@@ -441,8 +441,8 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
         raise
     ran, asked = len(search.finished), search.tune.trials
     if not any(r.state == "COMPLETE" for r in search.finished):
-        timeout = f" before timeout_minutes ({search.tune.timeout_minutes}) passed, which cancelled those still running"
-        why = timeout if search.timed_out() else "; their jobs and the tune job's log say why"
+        cut = f" before timeout_minutes ({search.tune.timeout_minutes}) passed" if search.timed_out() else ""
+        why = f"{cut}{', which cancelled those still running' if cut_short else ''}; their jobs and the log say why"
         raise JobFailure("NO_TRIAL_COMPLETED", f"none of the {ran} trials that ran (of {asked}) completed{why}")
     return outcome(ctx, search.study, search.finished, metric=search.metric, db=driver.db, name=search.base["name"],
                    framework=search.framework, budget_s=driver.settings.db_retry_s, requested=asked,

@@ -336,7 +336,8 @@ def parse_xgboost_params(
         warnings.append('tree_method "gpu_hist" was removed in xgboost 2.0: training with "hist" on the job\'s device')
     if booster.get("max_depth") == 0 and booster.get("grow_policy") != "lossguide":
         raise SpecError("params.max_depth", 'max_depth 0 (no limit) needs grow_policy "lossguide"')
-    num_round = _int("params.num_round", raw["num_round"], 1, MAX_ROUNDS) if "num_round" in raw else 100
+    rounds_at = f"params.{given.get('num_round', 'num_round')}"  # n_estimators, num_boost_round
+    num_round = _int(rounds_at, raw["num_round"], 1, MAX_ROUNDS) if "num_round" in raw else 100
     early = raw.get("early_stopping_rounds")
     if early is not None:
         early = _int("params.early_stopping_rounds", early, 1, MAX_ROUNDS)
@@ -346,7 +347,10 @@ def parse_xgboost_params(
     threads = raw.get("threads_per_worker")
     if threads is not None:
         threads = _int("params.threads_per_worker", threads, 1, 1024)
-    seed = check_seed(raw.get("seed", 0))
+    try:
+        seed = check_seed(raw.get("seed", 0))
+    except SpecError as exc:  # random_state, as given
+        raise SpecError(f"params.{given.get('seed', 'seed')}", exc.message) from None
     every = raw.get("checkpoint_rounds")
     every = (
         default_checkpoint_rounds(num_round) if every is None else _int("params.checkpoint_rounds", every, 0, num_round)

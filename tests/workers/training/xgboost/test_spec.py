@@ -151,3 +151,9 @@ def test_an_alias_is_named_as_the_request_gave_it_and_values_as_written() -> Non
     assert caught.value.message.startswith("eta (learning_rate) must be") and caught.value.message.endswith("got -1")
     with pytest.raises(SpecError, match=r"got true$"):
         parse_xgboost_params({"num_round": True}, task="regression")
+    with pytest.raises(SpecError) as caught:
+        parse_xgboost_params({"n_estimators": -1}, task="regression")
+    assert caught.value.path == "params.n_estimators"
+    with pytest.raises(SpecError) as caught:
+        parse_xgboost_params({"random_state": "x"}, task="regression")
+    assert caught.value.path == "params.random_state" and caught.value.message.endswith('got "x"')
