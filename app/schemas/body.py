@@ -56,6 +56,16 @@ def _fits_unquoted(text: str, kinds: frozenset[type]) -> bool:
     return (int in kinds and isinstance(value, int)) or (float in kinds and isinstance(value, int | float))
 
 
+def not_text(cls: type, data: Any) -> Any:
+    """A model validator (``mode="before"``) of an object that names a model: ``"model": "taxi-fare"``, as other
+    serving tools take it, said only "Input should be a valid dictionary or object to extract fields from"."""
+    if isinstance(data, str):
+        name = json.dumps(data, ensure_ascii=False)
+        raise ValueError(f'a model is an object, not the text {name}: write {{"name": {name}}} (with "version" '
+                         'or "alias" to pick one, else the newest version)')  # fmt: skip
+    return data
+
+
 def _needs(kinds: frozenset[type]) -> str:
     if kinds == {bool}:
         return "true or false"

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from app.schemas.body import Body
+from app.schemas.body import Body, not_text
 from app.schemas.models import ALIAS_PATTERN, VERSION_MAX
 from app.schemas.train import ID_PATTERN, NAME_PATTERN, DatasetRef
 
@@ -23,16 +22,7 @@ class ModelSelector(Body):
     alias: str | None = Field(None, pattern=ALIAS_PATTERN, examples=["champion"])
     checkpoint: str | None = Field(None, pattern=ID_PATTERN, description="A checkpoint id instead of a model version.")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _an_object(cls, data: Any) -> Any:
-        """``"model": "taxi-fare"``, as other serving tools take it, said only "Input should be a valid dictionary
-        or object to extract fields from" (walkthrough)."""
-        if isinstance(data, str):
-            name = json.dumps(data, ensure_ascii=False)
-            raise ValueError(f'a model is an object, not the text {name}: write {{"name": {name}}} (with "version" '
-                             'or "alias" to pick one, else the newest version)')  # fmt: skip
-        return data
+    _an_object = model_validator(mode="before")(not_text)
 
     @model_validator(mode="after")
     def _one_target(self) -> ModelSelector:

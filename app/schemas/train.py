@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from app.schemas.body import Body
+from app.schemas.body import Body, not_text
 from app.schemas.models import ALIAS_PATTERN, VERSION_MAX
 
 Framework = Literal["torch", "xgboost", "spark_ml"]
@@ -131,6 +131,8 @@ class InitFrom(Body):
         "the tensors whose names and shapes match and keep the fresh initialization of the others (a new output "
         "layer for other classes); at least one must match.",
     )
+
+    _an_object = model_validator(mode="before")(not_text)
 
     @model_validator(mode="after")
     def _one_version(self) -> InitFrom:

@@ -50,3 +50,15 @@ def test_a_model_given_as_text_is_told_to_be_an_object() -> None:
         (error,) = refused.value.errors()
         assert error["loc"] == ("model",), error
         assert 'not the text "taxi-fare": write {"name": "taxi-fare"}' in error["msg"], error
+
+
+def test_a_model_to_start_from_given_as_text_is_told_to_be_an_object() -> None:
+    from bench.chaos import digits_job
+
+    body = digits_job("fine-tuned", epochs=1)
+    body["training"]["init_from"] = "digits-mlp"
+    with pytest.raises(ValidationError) as refused:
+        TrainRequest.model_validate(body)
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("training", "init_from"), error
+    assert 'not the text "digits-mlp": write {"name": "digits-mlp"}' in error["msg"], error
