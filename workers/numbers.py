@@ -56,3 +56,8 @@ def n_rows(count: int) -> str:
 def have(count: int) -> str:
     """The verb after :func:`n_rows`: ``1 row has``, ``3 rows have``."""
     return "has" if count == 1 else "have"
+
+
+def were(count: int) -> str:
+    """``1 row was``, ``3 rows were``."""
+    return "was" if count == 1 else "were"

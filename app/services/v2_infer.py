@@ -199,9 +199,8 @@ def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
             raise ValidationFailed.at("inputs", "the model's card records no feature width: it cannot take a tensor")
         # rows first, then one row's features ([rows, width], or [rows, 8, 8] for an image); [width] is one row. A
         # shape that holds the values but not as rows ([1, 22] for two rows of 11) was read as rows without a word
-        if not (
-            shape == [width] or (len(shape) == 1 and width == 1) or (len(shape) >= 2 and math.prod(shape[1:]) == width)
-        ):
+        rows = width in (shape[0], 1) if len(shape) == 1 else len(shape) >= 2 and math.prod(shape[1:]) == width
+        if not rows:
             here = f" (here [{data.size // width}, {width}])" if width and data.size % width == 0 else ""
             raise ValidationFailed.at("inputs[0].shape", f"{shape} is not rows of the model's {width} features: "
                                       f"send the shape [rows, {width}]{here}")  # fmt: skip

@@ -17,7 +17,7 @@ from workers.data.one_hot import expand
 from workers.data.spec import read_dataframe
 from workers.evaluation.remote import STATE_SCHEMA, model_states, sequence_states, spark_ml_states
 from workers.inference.spec import EvaluationPlan, ModelRef
-from workers.numbers import have, n_rows
+from workers.numbers import have, n_rows, were
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -91,7 +91,7 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
             + '; fix the data or set dataset.bad_rows to "skip"',
         )
     if bad and ds.sequence is None:  # bad sequences were reported as they were dropped
-        ctx.warn(f"{n_rows(bad)} of {ds.path} {'was' if bad == 1 else 'were'} skipped as bad rows (bad_rows=skip)")
+        ctx.warn(f"{n_rows(bad)} of {ds.path} {were(bad)} skipped as bad rows (bad_rows=skip)")
     merged = merge_states([r["states"] for r in collected]) if collected else {}
     result: dict[str, Any] = dict(results(merged)) if merged else {}
     result["rows"] = seen if ds.sequence is not None else seen - unscored

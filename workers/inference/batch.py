@@ -30,7 +30,7 @@ from workers.inference.remote import (
     sequence_predictions,
 )
 from workers.inference.spec import OUTPUT_MARKER, PredictionPlan
-from workers.numbers import have, n_rows
+from workers.numbers import have, n_rows, were
 
 MARKER = OUTPUT_MARKER
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
                          f"({plan.key} is null){more}")  # fmt: skip
     if keyless:
         ctx.warn(f"{n_rows(keyless)} of {ds.path} {have(keyless)} no key ({plan.key} is null) and "
-                 f"{'was' if keyless == 1 else 'were'} left out (bad_rows=skip)")  # fmt: skip
+                 f"{were(keyless)} left out (bad_rows=skip)")  # fmt: skip
         dropped += keyless
     if categories is not None:  # the one-hot columns the model takes, from the cleaned rows
         rows = expand(categories, rows)
@@ -89,8 +89,9 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
             shutil.rmtree(partial, ignore_errors=True)
             raise JobFailure("OUTPUT_EXISTS", f"{final} appeared while the job ran, written by someone else; "
                              "nothing was replaced: predict again to a new output_uri")  # fmt: skip
-    written = _rows_written(partial)
-    repeated = _repeated_keys(partial, plan.key, written)
+    parts = _part_files(partial)
+    written = _rows_written(parts)
+    repeated = _repeated_keys(parts, plan.key, written)
     if repeated:
         ctx.warn(f"the key {plan.key!r} is not unique: {repeated} of the {written} output rows repeat the key of an "
                  "earlier row, so the predictions cannot be joined back to their rows by it; key a batch by a "
@@ -104,12 +105,16 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
     return JobOutcome(result=result)
 
 
-def _rows_written(directory: Path) -> int:
+def _part_files(directory: Path) -> list[str]:
+    """The parquet files Spark wrote under ``directory`` (not its hidden or ``_`` files)."""
+    return sorted(str(f) for f in directory.rglob("*.parquet") if not f.name.startswith((".", "_")))
+
+
+def _rows_written(files: list[str]) -> int:
     """The rows of the parquet files Spark wrote, from their footers: Spark itself reads nothing under a directory
     whose name starts with '.', as the private one does, and a count after the rename would be a Spark job too."""
     import pyarrow.parquet as pq
 
-    files = [f for f in directory.rglob("*.parquet") if not f.name.startswith((".", "_"))]
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
@@ -117,7 +122,7 @@ MAX_KEYS_CHECKED = 5_000_000
 """Outputs up to this many rows have their keys checked for repeats on the driver (one column, with pyarrow)."""
 
 
-def _repeated_keys(directory: Path, key: str, rows: int) -> int | None:
+def _repeated_keys(files: list[str], key: str, rows: int) -> int | None:
     """How many rows repeat a key an earlier row has (0: the key is unique), or None when it was not checked: the
     output has more than :data:`MAX_KEYS_CHECKED` rows, or a key pyarrow cannot count (advice never fails a job
     whose output is written)."""
@@ -129,12 +134,11 @@ def _repeated_keys(directory: Path, key: str, rows: int) -> int | None:
         return None
     if rows == 0:  # Spark still writes a part file, whose key column reads back typed null
         return 0
-    files = sorted(str(f) for f in directory.rglob("*.parquet") if not f.name.startswith((".", "_")))
     try:
         keys = ds.dataset(files, format="parquet").to_table(columns=[key]).column(key)
         return rows - int(pc.count_distinct(keys, mode="all").as_py())
     except (pa.ArrowException, ValueError) as exc:  # a key of a type with no distinct count (a struct): not checked
-        log.warning("the keys of %s were not checked for repeats: %s", directory, exc)
+        log.warning("the keys of %s were not checked for repeats: %s", files, exc)
         return None
 
 

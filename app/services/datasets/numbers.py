@@ -7,7 +7,6 @@ planning (app/services/datasets/deferred.py)."""
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,11 +15,9 @@ from app.services.datasets import sample
 from app.services.datasets.deferred import before_spark_job
 from app.services.datasets.paths import Format
 from app.services.datasets.schema import local_text
-from app.services.datasets.summary import NUMBER, SUMMARY_BYTES
+from app.services.datasets.summary import NUMBER, SUMMARY_BYTES, files_bytes
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
@@ -62,7 +59,7 @@ def count_numbers(
     if not columns:
         return {}
     found = local_text(path, options)
-    if found is not None and _size(found[0]) <= LOCAL_BYTES:
+    if found is not None and files_bytes(found[0]) <= LOCAL_BYTES:
         # a partition column's values are the directories' names: not counted, as before
         read = sample.text_columns(found[0], fmt, options, [c for c in columns if c not in found[1]])
         if read is not None:
@@ -83,14 +80,6 @@ def count_numbers(
     row = df.agg(*aggregates).first()
     return {column: Numbers(int(row[f"n{i}"]), int(row[f"b{i}"]), row[f"f{i}"]) if row else Numbers(0, 0)
             for i, column in enumerate(columns)}  # fmt: skip
-
-
-def _size(files: list[Path]) -> float:
-    """The files' bytes; infinite when one went away meanwhile (Spark then reads what is there)."""
-    try:
-        return sum(f.stat().st_size for f in files)
-    except OSError:
-        return math.inf
 
 
 def _counted(values: pa.ChunkedArray) -> Numbers:

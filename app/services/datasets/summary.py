@@ -11,6 +11,7 @@ break, more than :data:`SUMMARY_BYTES`) it leaves to Spark (None)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,11 +50,19 @@ def text_summary(files: list[Path], fmt: str, options: dict[str, str], *, sample
     if fmt not in _SUMMARY_OPTIONS or not files or not set(lowered) <= _SUMMARY_OPTIONS[fmt]:
         return None
     try:
-        if sum(f.stat().st_size for f in files) > SUMMARY_BYTES:
+        if files_bytes(files) > SUMMARY_BYTES:
             return None
         return _json_summary(files, sample_rows) if fmt == "json" else _csv_summary(files, lowered, sample_rows)
     except (OSError, UnicodeError, LookupError):
         return None
+
+
+def files_bytes(files: list[Path]) -> float:
+    """The files' bytes; infinite when one went away meanwhile (Spark then reads what is there)."""
+    try:
+        return sum(f.stat().st_size for f in files)
+    except OSError:
+        return math.inf
 
 
 class _ColumnStats:
