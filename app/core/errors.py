@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from workers.errors import SpecError
 from workers.numbers import shown
 
 PROBLEM_BASE = "https://sparktrain.dev/problems/"
@@ -105,6 +106,15 @@ class ValidationFailed(AppError):
         """One field's problem; ``source`` says where the field is (``body``, ``path``, ``query``), as pydantic's
         errors say it: every item of ``errors`` has ``loc``, ``in``, ``msg`` and ``type``."""
         return cls(f"{loc}: {msg}", errors=[{"loc": loc, "in": source, "msg": msg, "type": "value_error"}], **extra)
+
+    @classmethod
+    def of(cls, exc: SpecError) -> ValidationFailed:
+        """A spec's problems, every one in ``errors``; the detail names the first and counts the rest, as the 422 of
+        a body pydantic refuses does."""
+        problems = exc.problems
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        errors = [{"loc": p.path, "in": "body", "msg": p.message, "type": "value_error"} for p in problems]
+        return cls(f"{exc.path}: {exc.message}{more}", errors=errors)
 
 
 class ServiceUnavailable(AppError):

@@ -38,7 +38,7 @@ def categorical_matrix(rows: list[Any], model: ModelRef, loc: str, dtype: str) -
         try:
             signature.check_values(values, specs, where)
         except SpecError as exc:
-            raise ValidationFailed.at(exc.path, exc.message) from exc
+            raise ValidationFailed.of(exc) from exc
         records.append(dict(zip(inputs, values, strict=True)))
     x, problems = categories.encode(records)
     if problems:

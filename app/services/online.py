@@ -211,7 +211,7 @@ def _check_types(values: Any, specs: list[dict[str, Any]], loc: str) -> None:
     try:
         signature.check_values(values, specs, loc)
     except SpecError as exc:
-        raise ValidationFailed.at(exc.path, exc.message) from exc
+        raise ValidationFailed.of(exc) from exc
 
 
 def check_whole_numbers(x: Any, model: ModelRef, loc: str, *, row_in_loc: bool = True) -> None:

@@ -52,5 +52,5 @@ def plan_spark_ml(
             # Spark ML takes otherwise (fractional ones, a single class)
             spec.check_classes(resolve_classes(train, dtype, spark)[0].num_classes or 0)
     except SpecError as exc:
-        raise ValidationFailed.at(exc.path, exc.message) from exc
+        raise ValidationFailed.of(exc) from exc
     return SparkMLPlan(train=train, validation=validation, spec=spec)

@@ -212,7 +212,7 @@ def check_options(request: TrainRequest, settings: Settings, spark: SparkSession
         stopping = options.early_stopping.model_dump(exclude_none=True) if options.early_stopping else None
         early_stopping = parse_early_stopping(stopping, request.dataset.task or "regression")
     except SpecError as exc:
-        raise ValidationFailed.at(exc.path, exc.message) from exc
+        raise ValidationFailed.of(exc) from exc
     if options.epochs > settings.max_epochs:
         raise ValidationFailed.at("training.epochs", f"at most {settings.max_epochs} on this service")
     if options.num_workers > settings.max_workers_per_job:
@@ -267,13 +267,13 @@ def plan_torch(
         if train.sequence is not None:
             _check_sequence_output(spec, train.sequence["labels"])
     except SpecError as exc:
-        raise ValidationFailed.at(exc.path, exc.message) from exc
+        raise ValidationFailed.of(exc) from exc
     parameters = _check_size(spec, options.batch_size_per_worker, settings)
     optimizer, sharing, early_stopping = check_options(request, settings, spark)
     try:
         check_optimizer_l2(optimizer, spec.l2)
     except SpecError as exc:
-        raise ValidationFailed.at(exc.path, exc.message) from exc
+        raise ValidationFailed.of(exc) from exc
     network = spec_to_dict(spec)
     warnings = ignored_settings(options, sharing, parameters)
     if class_labels is None and ds.task == "classification" and train.sequence is None:

@@ -165,5 +165,5 @@ def plan_deferred(
                 spec = parse_xgboost_params(request.params, task=ds.task, num_classes=ds.num_classes)
                 workers = spec.num_workers or 1
         except SpecError as exc:
-            raise ValidationFailed.at(exc.path, exc.message) from exc
+            raise ValidationFailed.of(exc) from exc
     return DeferredPlan(deferred_checks=(deferred,), num_workers=workers)

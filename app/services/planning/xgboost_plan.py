@@ -49,7 +49,7 @@ def plan_xgboost(
     try:
         spec = parse_xgboost_params(request.params, task=train.task, num_classes=train.num_classes)
     except SpecError as exc:
-        raise ValidationFailed.at(exc.path, exc.message) from exc
+        raise ValidationFailed.of(exc) from exc
     if spec.num_round > settings.max_epochs * 100:
         raise ValidationFailed.at("params.num_round", f"at most {settings.max_epochs * 100} rounds on this service")
 

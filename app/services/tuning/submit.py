@@ -74,11 +74,14 @@ def reported_metrics(framework: str, task: str) -> tuple[str, ...]:
 def _located(exc: AppError, loc: str, what: str = "") -> ValidationFailed:
     """A planning error of a body the search would run, as a 422 at ``loc``: for the base, at the field inside it
     (``base.dataset.label``); for a space path, at the path. The field inside the body is kept as ``inner``."""
-    first = (exc.errors or [{}])[0]
-    inner = first.get("loc")
-    at = f"{loc}.{inner}" if loc == "base" and inner else loc
-    detail = first.get("msg") or exc.detail if at != loc else exc.detail  # base.x: y, not base.x: x: y
-    return ValidationFailed.at(at, f"{what}: {detail}" if what else detail, inner=inner)
+    errors = exc.errors or [{}]
+    inner = errors[0].get("loc")
+    if loc == "base" and inner:  # every field's problem, each at base.x (base.x: y, not base.x: x: y)
+        located = [{**e, "loc": f"base.{e['loc']}"} for e in errors if e.get("loc")]
+        more = f" (and {len(located) - 1} more)" if len(located) > 1 else ""
+        first = f"base.{inner}: {errors[0].get('msg') or exc.detail}{more}"
+        return ValidationFailed(first, errors=located, inner=inner)
+    return ValidationFailed.at(loc, f"{what}: {exc.detail}" if what else exc.detail, inner=inner)
 
 
 _FIXED = {"name": "every trial registers its version under the tune's name", "framework": "the leaderboard "

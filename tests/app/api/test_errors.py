@@ -376,3 +376,20 @@ def test_a_feature_name_xgboost_refuses_is_a_422_naming_it(service: Service) -> 
     accepted = service.client.post("/train", json=spark_ml)  # another family takes the name
     assert accepted.status_code == 202, accepted.text
     service.client.post(f"/jobs/{accepted.json()['id']}/cancel")
+
+
+def test_every_bad_xgboost_parameter_is_in_one_422(service: Service) -> None:
+    """Three bad parameters took three requests to find (one field per 422); as in pydantic's 422s, ``errors``
+    names each and the detail counts the rest. The same inside a tune's base."""
+    before = _job_count(service)
+    problem = _problem(service.client.post("/train", json=_xgboost(eta=-1, max_depth="3", subsample=2)), 422)
+    assert [e["loc"] for e in problem["errors"]] == ["params.eta", "params.max_depth", "params.subsample"], problem
+    assert problem["detail"].startswith("params.eta: eta (learning_rate) must be") and problem["detail"].endswith(
+        "got -1 (and 2 more)"
+    ), problem
+    body = {"name": "many", "base": _xgboost(eta=-1, max_depth="3"), "trials": 2,
+            "space": {"params.num_round": {"type": "int", "low": 5, "high": 10}}}  # fmt: skip
+    problem = _problem(service.client.post("/tune", json=body), 422)
+    assert [e["loc"] for e in problem["errors"]] == ["base.params.eta", "base.params.max_depth"], problem
+    assert problem["detail"].startswith("base.params.eta: eta") and problem["detail"].endswith("(and 1 more)")
+    assert _job_count(service) == before

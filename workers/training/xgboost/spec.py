@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workers.data.spec import ResolvedDataset
-from workers.errors import SpecError
+from workers.errors import Problems, SpecError
 from workers.numbers import shown
 from workers.training.spark_ml.spec import MAX_BINS, ParamRule, Scalar, _check_value, check_seed
 
@@ -307,6 +307,18 @@ def _eval_metrics(task: Task, num_classes: int | None, given: Any) -> tuple[str,
     return tuple(names)
 
 
+def _check_known(unknown: list[str]) -> None:
+    if not unknown:
+        return
+    known = ", ".join(sorted((*BOOSTER_PARAMS, *CONTROL_KEYS)))
+    names = ", ".join(repr(n) for n in unknown)
+    plural = "s" if len(unknown) > 1 else ""
+    hint = UNKNOWN_HINTS.get(unknown[0])
+    if hint is not None:
+        raise SpecError(f"params.{unknown[0]}", f"{unknown[0]!r} is not a parameter here: {hint}")
+    raise SpecError(f"params.{unknown[0]}", f"unknown xgboost parameter{plural} {names}; known: {known}")
+
+
 def parse_xgboost_params(
     params: Mapping[str, Any] | None, *, task: Task | None, num_classes: int | None = None
 ) -> XGBoostSpec:
@@ -316,53 +328,56 @@ def parse_xgboost_params(
     raw = _canonical(params or {})
     given = {ALIASES.get(k, k): k for k in params or {}}  # errors name a parameter as the request did (eta)
     unknown = sorted(name for name in raw if name not in BOOSTER_PARAMS and name not in CONTROL_KEYS)
-    if unknown:
-        known = ", ".join(sorted((*BOOSTER_PARAMS, *CONTROL_KEYS)))
-        names = ", ".join(repr(n) for n in unknown)
-        plural = "s" if len(unknown) > 1 else ""
-        hint = UNKNOWN_HINTS.get(unknown[0])
-        if hint is not None:
-            raise SpecError(f"params.{unknown[0]}", f"{unknown[0]!r} is not a parameter here: {hint}")
-        raise SpecError(f"params.{unknown[0]}", f"unknown xgboost parameter{plural} {names}; known: {known}")
+    problems = Problems()  # each field's problem, all in one 422 (a dependent check runs after raise_found)
+    with problems.field():
+        _check_known(unknown)
     warnings: list[str] = []
     booster: dict[str, Scalar] = {}
     for name, value in raw.items():
         if name in BOOSTER_PARAMS:
             said = given.get(name, name)
             label = name if said == name else f"{said} ({name})"
-            booster[name] = _check_value(f"params.{said}", label, BOOSTER_PARAMS[name], value)
+            with problems.field():
+                booster[name] = _check_value(f"params.{said}", label, BOOSTER_PARAMS[name], value)
+    rounds_at = f"params.{given.get('num_round', 'num_round')}"  # n_estimators, num_boost_round
+    num_round, early, workers, threads, seed, fraction = 100, None, None, None, 0, 0.2
+    with problems.field():
+        num_round = _int(rounds_at, raw["num_round"], 1, MAX_ROUNDS) if "num_round" in raw else 100
+    with problems.field():
+        if raw.get("early_stopping_rounds") is not None:
+            early = _int("params.early_stopping_rounds", raw["early_stopping_rounds"], 1, MAX_ROUNDS)
+    with problems.field():
+        if raw.get("num_workers") is not None:
+            workers = _int("params.num_workers", raw["num_workers"], 1, 10_000)
+    with problems.field():
+        if raw.get("threads_per_worker") is not None:
+            threads = _int("params.threads_per_worker", raw["threads_per_worker"], 1, 1024)
+    with problems.field():
+        try:
+            seed = check_seed(raw.get("seed", 0))
+        except SpecError as exc:  # random_state, as given
+            raise SpecError(f"params.{given.get('seed', 'seed')}", exc.message) from None
+    with problems.field():
+        fraction = raw.get("validation_fraction", 0.2)
+        if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
+            raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {shown(fraction)}")
+    objective = ""  # both set below unless their checks fail (raise_found then raises)
+    metrics: tuple[str, ...] = ()
+    with problems.field():
+        objective = _objective(task, num_classes, raw.get("objective"))
+    with problems.field():
+        metrics = _eval_metrics(task, num_classes, raw.get("eval_metric"))
+    problems.raise_found()
+    # Checks that read more than one field: only once each field is known to be valid.
+    every = raw.get("checkpoint_rounds")
+    every = (
+        default_checkpoint_rounds(num_round) if every is None else _int("params.checkpoint_rounds", every, 0, num_round)
+    )
     if booster.get("tree_method") == "gpu_hist":
         booster["tree_method"] = "hist"
         warnings.append('tree_method "gpu_hist" was removed in xgboost 2.0: training with "hist" on the job\'s device')
     if booster.get("max_depth") == 0 and booster.get("grow_policy") != "lossguide":
         raise SpecError("params.max_depth", 'max_depth 0 (no limit) needs grow_policy "lossguide"')
-    rounds_at = f"params.{given.get('num_round', 'num_round')}"  # n_estimators, num_boost_round
-    num_round = _int(rounds_at, raw["num_round"], 1, MAX_ROUNDS) if "num_round" in raw else 100
-    early = raw.get("early_stopping_rounds")
-    if early is not None:
-        early = _int("params.early_stopping_rounds", early, 1, MAX_ROUNDS)
-    workers = raw.get("num_workers")
-    if workers is not None:
-        workers = _int("params.num_workers", workers, 1, 10_000)
-    threads = raw.get("threads_per_worker")
-    if threads is not None:
-        threads = _int("params.threads_per_worker", threads, 1, 1024)
-    try:
-        seed = check_seed(raw.get("seed", 0))
-    except SpecError as exc:  # random_state, as given
-        raise SpecError(f"params.{given.get('seed', 'seed')}", exc.message) from None
-    every = raw.get("checkpoint_rounds")
-    every = (
-        default_checkpoint_rounds(num_round) if every is None else _int("params.checkpoint_rounds", every, 0, num_round)
-    )
-    fraction = raw.get("validation_fraction", 0.2)
-    if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
-        raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {shown(fraction)}")
-    for name, value in booster.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise SpecError(f"params.{name}", f"must be finite, got {shown(value)}")
-    objective = _objective(task, num_classes, raw.get("objective"))
-    metrics = _eval_metrics(task, num_classes, raw.get("eval_metric"))
     warnings += _objective_checks(objective, booster, metrics)
     return XGBoostSpec(
         task=task,

@@ -157,3 +157,27 @@ def test_an_alias_is_named_as_the_request_gave_it_and_values_as_written() -> Non
     with pytest.raises(SpecError) as caught:
         parse_xgboost_params({"random_state": "x"}, task="regression")
     assert caught.value.path == "params.random_state" and caught.value.message.endswith('got "x"')
+
+
+def test_every_bad_field_is_named_at_once() -> None:
+    """A request with three bad parameters was refused three times, one field per 422 (pydantic names them all)."""
+    with pytest.raises(SpecError) as caught:
+        parse_xgboost_params(
+            {"eta": -1, "max_depth": "3", "num_round": 0, "subsample": 0.5, "objective": "nope", "colsample": 1},
+            task="regression",
+        )
+    paths = [p.path for p in caught.value.problems]
+    assert paths == ["params.colsample", "params.eta", "params.max_depth", "params.num_round", "params.objective"]
+    assert caught.value.path == "params.colsample" and "unknown xgboost parameter 'colsample'" in caught.value.message
+    ends = [p.message.rsplit(", ", 1)[-1] for p in caught.value.problems[1:4]]
+    assert ends == ["got -1", 'got "3"', "got 0"]
+
+
+def test_a_check_of_two_fields_waits_for_both_to_be_valid() -> None:
+    """max_depth 0 needs grow_policy lossguide: with grow_policy itself wrong, only grow_policy is named."""
+    with pytest.raises(SpecError) as caught:
+        parse_xgboost_params({"max_depth": 0, "grow_policy": "lossy"}, task="regression")
+    assert [p.path for p in caught.value.problems] == ["params.grow_policy"]
+    with pytest.raises(SpecError) as caught:
+        parse_xgboost_params({"checkpoint_rounds": 50, "num_round": 1.5}, task="regression")
+    assert [p.path for p in caught.value.problems] == ["params.num_round"]  # not checkpoint_rounds above 100
