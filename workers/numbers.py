@@ -43,9 +43,10 @@ def as_json(value: Any) -> str:
 
 
 def shown(value: Any, limit: int = 40) -> str:
-    """:func:`as_json` cut to ``limit`` characters (a 400-digit number in a message says nothing more)."""
+    """:func:`as_json` cut to ``limit`` characters and its length (a 400-digit number in a message says nothing
+    more than its first digits and how long it is)."""
     text = as_json(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text):,} characters)"
 
 
 def n_rows(count: int) -> str:

@@ -18,7 +18,7 @@ from workers import storage
 from workers.errors import SpecError
 from workers.inference import signature
 from workers.inference.spec import ModelRef
-from workers.numbers import as_json
+from workers.numbers import shown
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -189,12 +189,6 @@ def non_finite(x: Any) -> tuple[int, ...] | None:
     if fine.all():
         return None
     return tuple(int(i) for i in np.unravel_index(int(np.argmin(fine)), fine.shape))
-
-
-def shown(value: Any) -> str:
-    """A request's value in a message, in JSON (``null``, ``true``), a long string or number cut short."""
-    text = as_json(value)
-    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
 
 def _beyond_float64(value: Any) -> bool:
