@@ -257,13 +257,12 @@ class _Search:
     def publish(self) -> None:
         """The leaderboard so far as the tune job's result, while it runs (a cancelled search keeps it); the final
         result replaces it when the search ends."""
-        done, trials = len(self.finished), self.tune.trials
+        done, trials, owner = len(self.finished), self.tune.trials, self.driver.owner
         result = partial(self.finished, metric=self.metric, mode=self.mode, trials=trials, framework=self.framework)
-        stmt = (
-            update(Job)
-            .where(Job.id == self.ctx.job_id, Job.status.in_(_LIVE))
-            .values(result=result, progress=done / trials, progress_message=f"{done} of {trials} trials finished")
-        )  # the progress too: a cancelled search's trials end after its loop (it said "0 of 4 trials finished")
+        mine = (Job.id == self.ctx.job_id, Job.worker_id == owner["worker_id"], Job.attempt == owner["attempt"])
+        said = {"progress": done / trials, "progress_message": f"{done} of {trials} trials finished"}
+        stmt = update(Job).where(*mine, Job.status.in_(_LIVE)).values(result=result, heartbeat_at=utcnow(), **said)
+        # the progress too, in the same write: a cancelled search's trials end after its loop ("0 of 4 finished")
         self.db_call(lambda s: s.execute(stmt), "publishing the leaderboard")
 
     def _report(self, active: _Active, curve: dict[int, float], running: bool = False) -> None:
@@ -422,10 +421,8 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
             search.poll()  # first: a trial that just ended makes room for the next one in this same pass
             search.launch()
             done = len(search.finished)
-            if done != shown:  # a database write: only when it changed (the last trial's end too)
-                ctx.progress(done / search.tune.trials, f"{done} of {search.tune.trials} trials finished")
-                if done:
-                    search.publish()
+            if done != shown:  # one database write, only when it changed (the last trial's end too)
+                search.publish() if done else ctx.progress(0, f"0 of {search.tune.trials} trials finished")
                 shown = done
             ended = (search.next_number >= search.tune.trials and search.waiting is None) or search.timed_out()
             if not search.active and ended:

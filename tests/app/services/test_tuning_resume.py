@@ -125,7 +125,8 @@ def test_a_cancelled_search_keeps_a_trial_that_finished_as_the_cancel_arrived(db
     with transaction(db) as s:
         tune, _ = jobs.create_job(session=s, job_type="tune", request=request, framework="torch", name="resumed")
         tune_id = tune.id
-        s.get(Job, tune_id).status = JobStatus.CANCELLING.value
+        row = s.get(Job, tune_id)
+        row.status, row.worker_id, row.attempt = JobStatus.CANCELLING.value, "w", 1  # this driver's
     running = _child(db, tune_id, 0, 0.01, JobStatus.RUNNING)
     driver = TuneDriver(db=db, settings=Settings(var_dir=tmp_path), spark=None, enqueue=lambda t, j: None,
                         cancel_local=lambda j: False, stopping=lambda: False,
@@ -229,7 +230,8 @@ def test_a_trial_that_failed_before_its_job_existed_is_kept_when_the_search_resu
     with transaction(db) as s:
         tune, _ = jobs.create_job(session=s, job_type="tune", request=request, framework="torch", name="resumed")
         tune_id = tune.id
-        s.get(Job, tune_id).status = JobStatus.RUNNING.value
+        row = s.get(Job, tune_id)
+        row.status, row.worker_id, row.attempt = JobStatus.RUNNING.value, "w", 1  # this driver's
     driver = TuneDriver(db=db, settings=Settings(var_dir=tmp_path), spark=None, enqueue=lambda t, j: None,
                         cancel_local=lambda j: False, stopping=lambda: False,
                         owner={"worker_id": "w", "attempt": 1})  # fmt: skip
@@ -254,3 +256,30 @@ def test_a_trial_that_failed_before_its_job_existed_is_kept_when_the_search_resu
     assert sorted(again.active) == [1, 2] and again.next_number == 3
     assert [t.state.name for t in again.study.trials] == ["RUNNING", "RUNNING", "FAIL"]
     assert again.finished[0].params == first.finished[0].params
+
+
+def test_a_search_whose_job_another_driver_took_publishes_nothing(db: Any, tmp_path: Any) -> None:
+    """The leaderboard and progress are written only while this driver's attempt still holds the tune job: a runner
+    whose job the reconciler gave to another driver (its heartbeat went stale) wrote over that driver's result."""
+    request = _tune_request()
+    with transaction(db) as s:
+        tune, _ = jobs.create_job(session=s, job_type="tune", request=request, framework="torch", name="resumed")
+        tune_id = tune.id
+        row = s.get(Job, tune_id)
+        row.status, row.worker_id, row.attempt = JobStatus.RUNNING.value, "w", 1
+    _child(db, tune_id, 0, 0.003, JobStatus.SUCCEEDED, result={"validation": {"accuracy": 0.9}},
+           model_name="resumed", model_version=1)  # fmt: skip
+    driver = TuneDriver(db=db, settings=Settings(var_dir=tmp_path), spark=None, enqueue=lambda t, j: None,
+                        cancel_local=lambda j: False, stopping=lambda: False,
+                        owner={"worker_id": "w", "attempt": 1})  # fmt: skip
+    search = _Search(Recorded(tune_id), request, driver, "anonymous")
+    search.rebuild()
+    search.publish()
+    with transaction(db) as s:
+        row = s.get(Job, tune_id)
+        assert (row.progress, row.result["trials"]) == (0.2, 1)
+        row.worker_id, row.attempt, row.result, row.progress = "other", 2, None, 0.0  # the next attempt, elsewhere
+    search.publish()
+    with transaction(db) as s:
+        row = s.get(Job, tune_id)
+        assert (row.result, row.progress) == (None, 0.0), "the old attempt's runner wrote over the new one's"
