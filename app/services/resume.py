@@ -11,8 +11,9 @@ renamed into place, an evaluation's result is stored, all at the very end), so r
   newest checkpoint (torch: epochs, with every rank's optimizer and residual state; xgboost: boosting rounds, from
   the saved booster; a Spark ML cross-validation: the (fold, parameter map) fits done, with their metrics).
   Without a checkpoint yet it starts from scratch.
-- Every other kind (Spark ML fits without a grid, evaluation, batch prediction, recipes, and any kind added later,
-  e.g. tuning) starts from scratch with its stored plan unchanged. A new kind that checkpoints adds its rule here;
+- Every other kind (Spark ML fits without cross-validation, evaluation, batch prediction, recipes, tune jobs, which
+  rebuild their study from their trial jobs, and any kind added later) starts from scratch with its stored plan
+  unchanged. A new kind that checkpoints adds its rule here;
   nothing else in the retry path knows about kinds.
 
 A stop (``DRIVER_STOPPED``: an operator restarting the service) costs the job no attempt: ``max_attempts`` grows
