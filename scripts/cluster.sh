@@ -63,9 +63,10 @@ environment() {
   mkdir -p "$SPARK_LOG_DIR" "$dir/recovery"
 }
 
-# The master, with its state in $dir/recovery; its log is appended to, across restarts.
+# The master, with its state in $dir/recovery; its log is appended to, across restarts. (Spark's launcher splits
+# *_OPTS as a shell would, quotes kept: a directory's path may hold spaces.)
 start_master() {
-  SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false -Dspark.deploy.recoveryMode=FILESYSTEM -Dspark.deploy.recoveryDirectory=$dir/recovery" \
+  SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false -Dspark.deploy.recoveryMode=FILESYSTEM -Dspark.deploy.recoveryDirectory='$dir/recovery'" \
     nohup "$home/bin/spark-class" org.apache.spark.deploy.master.Master \
       --host 127.0.0.1 --port "$port" --webui-port "$((port + 1))" >>"$dir/logs/master.out" 2>&1 &
   echo $! >"$dir/master.pid"
@@ -92,7 +93,7 @@ start() {
 
   local worker_opts="" path="$PATH" each=$((fake_gpus / workers))
   if [ "$fake_gpus" -gt 0 ]; then
-    worker_opts="-Dspark.worker.resource.gpu.amount=$each -Dspark.worker.resource.gpu.discoveryScript=$REPO/spark-conf/getGpusResources.sh"
+    worker_opts="-Dspark.worker.resource.gpu.amount=$each -Dspark.worker.resource.gpu.discoveryScript='$REPO/spark-conf/getGpusResources.sh'"
   fi
   for i in $(seq 1 "$workers"); do
     mkdir -p "$dir/worker-$i"

@@ -61,7 +61,7 @@ def _executor_pids(app_id: str) -> list[int]:
 
 
 def test_a_restarted_master_takes_the_drivers_application_back(tmp_path: Path, executor_python: str) -> None:
-    state, port = tmp_path / "cluster", free_port()
+    state, port = tmp_path / "a cluster", free_port()  # a space in its path: the recovery option is quoted
     env = {**os.environ, "PYTHON": sys.executable}
     script = [str(CLUSTER_SCRIPT)]
     subprocess.run([*script, "start", "--port", str(port), "--dir", str(state), "--memory", "1g"], check=True,
