@@ -72,11 +72,12 @@ def _describe(exc: BaseException) -> tuple[str, str]:
         return _STORAGE_ERRNOS[exc.errno], f"writing to the artifact store failed: {exc}"[:MAX_MESSAGE]
     java = getattr(exc, "java_exception", None)
     if java is not None:
-        message = _java_message(java)
-        known = _storage(message) or _device(message)
+        text = _java_text(java)
+        known = _storage(text) or _device(text)
         if known is not None:
             return known
-        if any(sign in str(java) or sign in message for sign in _WORKER_LOST):
+        message = _java_message(text)
+        if any(sign in str(java) or sign in text for sign in _WORKER_LOST):
             return "WORKER_LOST", message
         return "SPARK_ERROR", message
     text = f"{type(exc).__name__}: {exc}"
@@ -108,8 +109,8 @@ def _device(text: str) -> tuple[str, str] | None:
     return None if found is None else ("DEVICE_UNAVAILABLE", found.group(1).strip()[:MAX_MESSAGE])
 
 
-def _java_message(java: Any) -> str:
-    """The innermost cause's message; for Python errors on executors, the end of the worker's traceback."""
+def _java_text(java: Any) -> str:
+    """The innermost cause's text, without the JVM's frames (Spark puts the executor's stack into it)."""
     try:
         cause = java
         while cause.getCause() is not None:
@@ -117,14 +118,63 @@ def _java_message(java: Any) -> str:
         text = str(cause.toString())
     except Exception:
         text = str(java)
-    # Spark puts the executor's stack into the message: keep the words, drop the JVM frames
-    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("at ") and line.strip())
+    return "\n".join(line for line in text.splitlines() if not _JVM_FRAME.match(line) and line.strip())
+
+
+def _java_message(text: str) -> str:
+    """The innermost cause's words; for Python errors on executors, the error the worker's traceback ends with."""
     found = _XGBOOST_ERROR.search(text)
     if found is not None:  # its words, without the Python traceback and the C++ backtrace (~2,000 characters)
         return f"xgboost: {found.group(1).strip()}"[:MAX_MESSAGE]
-    if "Traceback (most recent call last)" in text:
-        return text[-MAX_MESSAGE:]
+    raised = _python_error(text)
+    if raised is not None:  # the error's own words; the job's log keeps the traceback (executor_traceback)
+        return raised[:MAX_MESSAGE]
     return text[:MAX_MESSAGE]
+
+
+_FRAME = re.compile(r'^\s*File "([^"]*)", line (\d+), in (.*)$', re.M)
+_JVM_FRAME = re.compile(r"^\s*at [\w$.<>/]+\(.*\)$")
+_JAVA_LINE = re.compile(r"^(?:\s*at [\w$.<>/]+\(.*\)$|Caused by:|Driver stacktrace:|org\.apache\.|java\.|py4j\.)")
+"""Where Spark's text goes on after an executor's traceback: a JVM frame, a cause, the driver's stack."""
+
+
+def _python_error(text: str) -> str | None:
+    """An executor's Python error as its traceback ends (``ValueError: ...``), and where it was raised: Spark's
+    ~1.5 KB of stage failure, frames and server paths say nothing more to the job's owner."""
+    if "Traceback (most recent call last)" not in text:
+        return None
+    frames = list(_FRAME.finditer(text))
+    if not frames:
+        return None
+    last = frames[-1]
+    lines = text[last.end() :].splitlines()
+    while lines and (not lines[0].strip() or lines[0].startswith("    ")):  # the frame's code and its carets
+        lines.pop(0)
+    words = []
+    for line in lines:
+        if _JAVA_LINE.match(line):
+            break
+        words.append(line.strip())
+    said = re.sub(r"\s*SQLSTATE: \w+$", "", " ".join(w for w in words if w))
+    if not said:
+        return None
+    where = f"{last.group(1).rsplit('/', 1)[-1]}, line {last.group(2)}"
+    return f"{said} (raised on an executor in {where}; the job's log has the traceback)"
+
+
+def executor_traceback(exc: BaseException) -> str | None:
+    """The executor's Python traceback a failed Spark job carries, for the job's log (its ``error`` keeps only the
+    error's words)."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return None
+    text = _java_text(java)
+    start = text.find("Traceback (most recent call last)")
+    if start < 0:
+        return None
+    lines = text[start:].splitlines()
+    end = next((i for i, line in enumerate(lines) if i and _JAVA_LINE.match(line)), len(lines))
+    return "\n".join(lines[:end])[-MAX_MESSAGE:]
 
 
 _XGBOOST_ERROR = re.compile(r"XGBoostError: (?:\[[\d:]+\] )?(?:\S+:\d+: )?(.+?)(?:\nStack trace:|\n\s*\[bt\]|$)", re.S)

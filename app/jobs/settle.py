@@ -16,7 +16,7 @@ from app.core.jobstates import JobStatus
 from app.db.base import utcnow
 from app.db.models import Job
 from app.jobs.context import DbJobContext
-from app.jobs.failures import MAX_MESSAGE, describe_failure
+from app.jobs.failures import MAX_MESSAGE, describe_failure, executor_traceback
 from app.jobs.runtime import JobRuntime, RunningJob, Send, spark_gone_error
 from app.services import jobs, models, reconcile, resume
 from app.spark.session import spark_alive
@@ -201,5 +201,7 @@ def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: 
             if reason == "INTERNAL":
                 tb = "".join(traceback.format_exception(exc))
                 jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR", message=tb[-MAX_MESSAGE:])
+            elif (remote := executor_traceback(exc)) is not None:
+                jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR", message=f"on the executor: {remote}")
 
     rt.write(fail, "recording a failure")

@@ -132,3 +132,38 @@ def _spark_error(executor: str) -> BaseException:
     error = RuntimeError("py4j")
     error.java_exception = Java()  # type: ignore[attr-defined]
     return error
+
+
+def test_an_executors_python_error_is_its_own_words_and_the_log_keeps_the_traceback() -> None:
+    """A ValueError on an executor ended the job SPARK_ERROR with Spark's stage failure, the whole traceback and
+    the server's paths as ``error.message`` (walkthrough). The error's words and where it was raised are the
+    message; :func:`executor_traceback` gives the job's log the traceback."""
+    import traceback
+
+    from app.jobs.failures import executor_traceback
+    from workers.training.torch.thresholds import make_threshold_algorithm
+
+    try:
+        make_threshold_algorithm({"type": "adaptive", "initial_threshold": 1e-3}).start_at(1e31)
+    except ValueError:
+        executor = (
+            "org.apache.spark.SparkException: Job aborted due to stage failure: Could not recover from a failed "
+            "barrier ResultStage. Most recent failure reason: Stage failed because barrier task ResultTask(3, 0) "
+            "finished unsuccessfully.\norg.apache.spark.api.python.PythonException: " + traceback.format_exc()
+            + " SQLSTATE: 38000\n\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator."
+            "handlePythonException(PythonRunner.scala:581)\n\tat org.apache.spark.scheduler.Task.run(Task.scala:147)\n"
+            "Driver stacktrace:\n\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(x.scala:1)"
+        )  # fmt: skip
+    else:
+        raise AssertionError("a first threshold of 1e31 was taken")
+    error = _spark_error(executor)
+    reason, message = describe_failure(error)
+    assert reason == "SPARK_ERROR", (reason, message)
+    assert message == (
+        "ValueError: first threshold must be in [1e-30, 1e+30], got 1e+31 (raised on an executor in thresholds.py, "
+        f"line {message.split('line ')[1].split(';')[0]}; the job's log has the traceback)"
+    ), message
+    assert "Traceback" not in message and "/" not in message.split("(raised")[0], message
+    logged = executor_traceback(error)
+    assert logged is not None and logged.startswith("Traceback (most recent call last)"), logged
+    assert logged.rstrip().endswith("SQLSTATE: 38000") and "thresholds.py" in logged and "scala" not in logged

@@ -16,7 +16,7 @@ from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
 from workers.training.torch.residuals import make_residual_clipping
 from workers.training.torch.spec import OptimizerSpec
-from workers.training.torch.thresholds import make_threshold_algorithm
+from workers.training.torch.thresholds import TAU_CEILING, TAU_FLOOR, make_threshold_algorithm
 
 Mode = Literal["gradient_sharing", "parameter_averaging", "allreduce"]
 Aggregation = Literal["sum", "mean"]
@@ -77,7 +77,8 @@ def default_initial_threshold(optimizer: OptimizerSpec) -> float:
     (0.985 against 0.986; tau0 = 1e-2 with their sum: 0.967) and came within 0.8 point at W = 4 (0.974 against
     0.981; before: 0.897), at a fifth of the compression over so short a run (the adaptive rule raises tau
     afterwards)."""
-    return optimizer.learning_rate if optimizer.type in ADAM_FAMILY else 1e-2
+    step = optimizer.learning_rate if optimizer.type in ADAM_FAMILY else 1e-2
+    return min(max(step, TAU_FLOOR), TAU_CEILING / MAX_INITIAL_MULTIPLE)  # a learning rate of 1e30 is not a 422 here
 
 
 SHORT_RUN_STEPS = 88

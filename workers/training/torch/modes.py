@@ -23,7 +23,7 @@ from workers.codecs.threshold import MessageKind, decode_accumulate, encode_thre
 from workers.training.torch.comm import Comm, dense_is_cheaper
 from workers.training.torch.config import SharingConfig, planned_threshold_multiple
 from workers.training.torch.residuals import make_residual_clipping, residual_stats
-from workers.training.torch.thresholds import make_threshold_algorithm
+from workers.training.torch.thresholds import TAU_CEILING, make_threshold_algorithm
 
 
 def flatten_parameters(model: torch.nn.Module) -> torch.Tensor:
@@ -263,6 +263,7 @@ class GradientSharing(Strategy):
         if not self.sharing.planned_initial_threshold or self.exact or self.algorithm.threshold is not None:
             return None
         tau0 = float(self.sharing.threshold_algorithm["initial_threshold"]) * planned_threshold_multiple(planned_steps)
+        tau0 = min(tau0, TAU_CEILING)  # a stored config from before the default was bounded (1e30 times 10)
         self.algorithm.start_at(tau0)
         return tau0
 

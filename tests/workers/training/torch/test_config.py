@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from workers.errors import SpecError
@@ -103,3 +105,30 @@ def test_a_bad_setting_is_located_at_the_setting(sharing: dict[str, object], pat
     with pytest.raises(SpecError) as refused:
         parse_sharing(sharing, ADAM)
     assert refused.value.path == f"training.gradient_sharing.{path}"
+
+
+def test_a_huge_learning_rate_leaves_the_first_threshold_in_the_codecs_range() -> None:
+    """Adam at a learning rate of 1e30 was accepted, then the job failed SPARK_ERROR with the executor's traceback:
+    its first threshold (one step, 1e30) times the long run's multiple (10) is past the codec's 1e30 (walkthrough).
+    It now trains and fails as any diverging run does (NAN_LOSS), saying so."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from workers.training.torch.modes import GradientSharing, flatten_parameters
+    from workers.training.torch.thresholds import TAU_CEILING, TAU_FLOOR
+
+    for rate, first in ((1e30, TAU_CEILING / 10), (1e-40, TAU_FLOOR), (3e-3, 3e-3)):
+        sharing = parse_sharing(None, parse_optimizer({"type": "adam", "learning_rate": rate}))
+        assert sharing.threshold_algorithm["initial_threshold"] == first
+        model = torch.nn.Linear(3000, 4)  # above the exact exchange's 32 KiB
+        flat = flatten_parameters(model)
+        strategy = GradientSharing(model, flat, torch.optim.Adam(model.parameters()), SimpleNamespace(world_size=2),
+                                   sharing=sharing)  # fmt: skip
+        assert strategy.plan(100_000) == pytest.approx(first * 10)
+    stored = parse_sharing({"threshold_algorithm": {"initial_threshold": 1e30}}, ADAM)  # a config stored before
+    model = torch.nn.Linear(3000, 4)
+    planned = replace(stored, planned_initial_threshold=True)
+    strategy = GradientSharing(model, flatten_parameters(model), torch.optim.Adam(model.parameters()),
+                               SimpleNamespace(world_size=2), sharing=planned)  # fmt: skip
+    assert strategy.plan(100_000) == TAU_CEILING
