@@ -35,7 +35,7 @@ from app.core.errors import NotFound, TooManyRequests, ValidationFailed
 from app.core.jobstates import ACTIVE, JobStatus, JobType
 from app.core.settings import QUOTAS, Settings
 from app.db.base import utcnow
-from app.db.models import Job, RateBucket
+from app.db.models import Dataset, Job, Model, RateBucket
 from app.db.session import transaction
 from app.services import spaces
 from workers.families import task_name
@@ -150,13 +150,22 @@ def unknown_owners(settings: Settings) -> list[str]:
 
 def owner_usage(*, session: Session, settings: Settings, caller: Caller, owner: str) -> dict[str, Any]:
     """``owner``'s quotas and usage, for that owner or an admin; anyone else is answered as for an unknown owner."""
-    if not caller.sees(owner) or not valid_owner(owner):  # '..' is no owner's name
-        raise NotFound(f"No owner {owner!r} whose usage you may see.")
+    if not caller.sees(owner) or not valid_owner(owner) or not _known(session, settings, owner, caller):
+        raise NotFound(f"No owner {owner!r} whose usage you may see.")  # '..' is no owner's name
     found = usage(session=session, owner=owner, limits=limits_for(settings=settings, owner=owner))
     space = spaces.space(settings, owner)
     if space is not None and (owner == caller.owner or any(k.owner == owner for k in settings.api_keys)):
         space.mkdir(parents=True, exist_ok=True)  # made now, as on its first dataset request: an operator fills it
     return {**found, "data_space": str(space) if space is not None else None}
+
+
+def _known(session: Session, settings: Settings, owner: str, caller: Caller) -> bool:
+    """An owner a key names, a quota is set for, or that owns something (a key since removed): an admin's typo
+    (``ALICE``) is a 404, not an owner without limits."""
+    if owner == caller.owner or owner in settings.owner_quotas or any(k.owner == owner for k in settings.api_keys):
+        return True
+    return any(session.scalar(select(table.id).where(table.owner == owner).limit(1)) is not None
+               for table in (Job, Model, Dataset))  # fmt: skip
 
 
 def usage(*, session: Session, owner: str, limits: Limits) -> dict[str, Any]:

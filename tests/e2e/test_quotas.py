@@ -119,4 +119,9 @@ def test_an_owners_usage_is_visible_to_that_owner_and_admins_only(svc: Service) 
     assert _as(svc, ALICE).get("/owners/alice/usage").json()["owner"] == "alice"
     admin = _as(svc, ROOT).get("/owners/alice/usage")
     assert admin.status_code == 200 and admin.json()["quotas"]["concurrent_jobs"]["limit"] == 1
+    # an admin's typo is no owner without limits (it was a 200 with every limit null: walkthrough)
+    for nobody in ("ALICE", "nobody"):
+        missing = _as(svc, ROOT).get(f"/owners/{nobody}/usage")
+        assert missing.status_code == 404 and missing.headers["content-type"] == "application/problem+json", nobody
+    assert _as(svc, ROOT).get("/owners/carol/usage").status_code == 200, "a key's owner, whatever it has done"
     assert httpx.get(f"{svc.url}/owners/me/usage").status_code == 401

@@ -108,8 +108,10 @@ def test_usage_names_the_own_space(world: dict[str, Any]) -> None:
     # made when shown to a key's owner (it was named before it existed, and an operator's copy into it failed)
     bob = world["root"].get("/owners/bob/usage").json()
     assert bob["data_space"] == str(world["spaces"] / "bob") and (world["spaces"] / "bob").is_dir()
-    carol = world["root"].get("/owners/carol/usage").json()  # no key is carol's: a GET makes no folder for her
-    assert carol["data_space"] == str(world["spaces"] / "carol") and not (world["spaces"] / "carol").exists()
+    # no key is carol's and she owns nothing: no such owner (it was a 200 with every limit null, which an admin's
+    # typo got too), and no folder is made for her
+    assert world["root"].get("/owners/carol/usage").status_code == 404
+    assert not (world["spaces"] / "carol").exists()
     for impossible in ("%2E%2E", "a%20b%3Cx", "bob%0A"):  # no owner has such a name: it answered 200 with no usage
         assert world["root"].get(f"/owners/{impossible}/usage").status_code == 404, impossible
     assert not (world["spaces"].parent / "usage").exists()
