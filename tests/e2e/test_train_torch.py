@@ -179,6 +179,11 @@ def test_resume_from_checkpoint_equals_uninterrupted(service: Service) -> None:
     checkpoint = service.client.get(f"/jobs/{half['id']}/checkpoints").json()["checkpoints"][-1]
     assert checkpoint["epoch"] == 2
     assert service.client.get(f"/checkpoints/{checkpoint['id']}").json()["epoch"] == 2
+    # another network says what differs (it said "a different network" whatever it was: walkthrough)
+    wider = {"layers": [{**MLP["layers"][0], "units": 64}, MLP["layers"][1]]}
+    refused = service.client.post("/train", json=digits(wider, "resume-x", epochs=4, resume_from=checkpoint["id"]))
+    assert refused.status_code == 422 and refused.json()["errors"][0]["loc"] == "network.layers[0].units", refused.text
+    assert "the checkpoint has 128, this request 64" in refused.json()["detail"], refused.text
     resumed = _done(service, digits(MLP, "resume-c", epochs=4, resume_from=checkpoint["id"]))
     assert resumed["result"]["steps_per_worker"] == straight["result"]["steps_per_worker"] // 2
 

@@ -31,6 +31,7 @@ from workers.training.torch.spec import (
     NetworkSpec,
     check_loss_for_task,
     check_optimizer_l2,
+    network_difference,
     parameter_count,
     parse_early_stopping,
     parse_network,
@@ -183,9 +184,8 @@ def _resume(
     except (OSError, ValueError) as exc:
         raise ValidationFailed.at("training.resume_from", f"checkpoint files at {path} are unreadable: {exc}") from exc
     if meta.get("network") != network:
-        raise ValidationFailed.at(
-            "training.resume_from", "the checkpoint was trained with a different network; post the same network"
-        )
+        where, what = network_difference(meta.get("network") or {}, network)
+        raise ValidationFailed.at(where, f"{what} (training.resume_from continues the same network)")
     if epoch >= options.epochs:
         raise ValidationFailed.at(
             "training.epochs", f"the checkpoint already has {epoch} epochs; ask for more than {epoch} to continue"

@@ -598,3 +598,23 @@ def test_spec_module_does_not_import_heavy_dependencies() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[4])
+
+
+def test_a_network_that_differs_from_a_checkpoints_is_located() -> None:
+    """A resume with other features said "the checkpoint was trained with a different network; post the same
+    network" about a network posted unchanged (walkthrough): each difference is named where it is."""
+    from workers.training.torch.spec import network_difference, parse_network, spec_to_dict
+
+    def net(width: int, units: int = 64, activation: str = "relu", l2: float = 0.0) -> dict[str, Any]:
+        layers = [{"type": "dense", "units": units, "activation": activation},
+                  {"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]  # fmt: skip
+        return spec_to_dict(parse_network({"layers": layers, "l2": l2}, input_shape=(width,)))
+
+    where, what = network_difference(net(7), net(6))
+    assert where == "dataset.features" and "shape [7]" in what and "gives [6]" in what, what
+    assert network_difference(net(7), net(7, units=32)) == (
+        "network.layers[0].units",
+        "the checkpoint has 64, this request 32",
+    )
+    assert network_difference(net(7), net(7, activation="tanh"))[1] == 'the checkpoint has "relu", this request "tanh"'
+    assert network_difference(net(7), net(7, l2=0.1))[0] == "network.l2"

@@ -62,7 +62,7 @@ from workers.training.torch.spec.optimizer import (
     parse_optimizer,
 )
 from workers.training.torch.spec.reader import Pair, Shape
-from workers.training.torch.spec.serialize import spec_to_dict
+from workers.training.torch.spec.serialize import network_difference, spec_to_dict
 
 __all__ = [
     "ACTIVATIONS",
@@ -94,6 +94,7 @@ __all__ = [
     "SpecError",
     "check_loss_for_task",
     "check_optimizer_l2",
+    "network_difference",
     "parameter_count",
     "parse_early_stopping",
     "parse_network",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from workers.numbers import shown
 from workers.training.torch.spec.layers import LayerSpec
 from workers.training.torch.spec.network import NetworkSpec
 from workers.training.torch.spec.optimizer import _OPTIMIZER_KEYS, _SCHEDULE_KEYS, OptimizerSpec
@@ -45,3 +46,28 @@ def spec_to_dict(spec: NetworkSpec | OptimizerSpec) -> dict[str, Any]:
             **{k: getattr(schedule, k) for k in _SCHEDULE_KEYS[schedule.type]},
         }
     return out
+
+
+def network_difference(trained: dict[str, Any], posted: dict[str, Any]) -> tuple[str, str]:
+    """Where a posted network (:func:`spec_to_dict`) first differs from the one a checkpoint was trained with, as
+    (field, what differs): the input width comes from the data (``dataset.features``), the rest from ``network``."""
+    if trained.get("input_shape") != posted.get("input_shape"):
+        return "dataset.features", (
+            f"the checkpoint's network takes inputs of shape {trained.get('input_shape')} and this request's data "
+            f"gives {posted.get('input_shape')}: train on the same features (and categories) as the checkpoint"
+        )
+    old, new = trained.get("layers") or [], posted.get("layers") or []
+    if len(old) != len(new):
+        return "network.layers", f"the checkpoint's network has {len(old)} layers, this request's {len(new)}"
+    for i, (was, now) in enumerate(zip(old, new, strict=True)):
+        for key in sorted(set(was) | set(now), key=lambda k: (k != "type", k)):
+            if was.get(key) != now.get(key):
+                return f"network.layers[{i}].{key}", _has(was.get(key), now.get(key))
+    for key in sorted(set(trained) | set(posted)):
+        if trained.get(key) != posted.get(key):
+            return f"network.{key}", _has(trained.get(key), posted.get(key))
+    return "network", "it differs from the checkpoint's network"
+
+
+def _has(was: Any, now: Any) -> str:
+    return f"the checkpoint has {shown(was)}, this request {shown(now)}"
