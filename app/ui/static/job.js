@@ -233,8 +233,13 @@
 
   function drawSharing(get) {
     const waiting = yet();
-    Charts.draw("chart-tau", Charts.perWorker(get("tau"), "τ"), Charts.layout("step", "τ", { yaxis: { type: "log", title: { text: "τ" } } }),
-      "No τ" + waiting + ": it is recorded per worker and step in gradient_sharing mode.");
+    // a log axis draws no τ of 0: the steps of a model exchanged exactly (dense, no threshold) record 0
+    const tau = get("tau").filter((p) => p.value > 0);
+    const exact = !tau.length && get("tau").length > 0;
+    Charts.draw("chart-tau", Charts.perWorker(tau, "τ"), Charts.layout("step", "τ", { yaxis: { type: "log", title: { text: "τ" } } }),
+      exact ? "No τ: this model is small enough to be exchanged exactly at every step (a dense all-reduce, under " +
+              "training.gradient_sharing.exact_below_bytes), so no threshold applies."
+            : "No τ" + waiting + ": it is recorded per worker and step in gradient_sharing mode.");
     Charts.draw("chart-sparsity", Charts.perWorker(get("sparsity"), "sent"), Charts.layout("step", "fraction of parameters sent"),
       "No sparsity" + waiting + ": it is recorded per worker and step in gradient_sharing mode.");
     const wire = get("wire_bytes").length ? get("wire_bytes") : get("bytes");
