@@ -141,15 +141,17 @@ class Monitor(EventListener):
 
     def _progress(self, step: int) -> None:
         plan = self.plan
-        start = int(plan["start_step"])
-        total = int(plan["steps_per_epoch"]) * (int(plan["epochs"]) - int(plan["start_epoch"]))
-        done = step - start
-        epoch = int(plan["start_epoch"]) + 1 + (done - 1) // max(1, int(plan["steps_per_epoch"]))
+        per_epoch, start_epoch = int(plan["steps_per_epoch"]), int(plan["start_epoch"])
+        total = per_epoch * (int(plan["epochs"]) - start_epoch)
+        done = step - int(plan["start_step"])
+        epoch = start_epoch + 1 + (done - 1) // max(1, per_epoch)
         now = time.monotonic()
         if epoch == self._progress_epoch and done < total and now - self._progress_at < PROGRESS_S:
             return
         self._progress_epoch, self._progress_at = epoch, now
-        self.ctx.progress(0.02 + 0.96 * done / max(1, total), f"epoch {epoch} of {plan['epochs']}, step {step}")
+        whole = per_epoch * start_epoch + done  # of the run's epochs, as the message counts them (a resume too)
+        fraction = whole / max(1, per_epoch * int(plan["epochs"]))
+        self.ctx.progress(0.02 + 0.96 * fraction, f"epoch {epoch} of {plan['epochs']}, step {step}")
 
     def _flush(self) -> None:
         with self._lock:

@@ -6,6 +6,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
+
 from workers.context import MetricPoint
 from workers.training.torch.monitor import Monitor
 from workers.training.torch.report import SocketReporter
@@ -120,4 +122,20 @@ def test_the_plan_line_names_the_first_threshold_the_trainer_picked() -> None:
     monitor._handle({**plan, "initial_threshold": None})  # given in the request, or a resumed run
     head = "9,700,000 parameters; 22 steps per epoch per worker; epochs 1..20"
     assert ctx.lines == [f"{head}; first threshold 0.0032 (from the planned steps)", head]
+    monitor._flush()
+
+
+def test_a_resumed_runs_progress_counts_the_epochs_its_message_counts() -> None:
+    """Resumed from epoch 10 of 30, it said "epoch 13 of 30" at 0.116 (the share of the epochs left) and the console
+    showed "12% · epoch 13 of 30" (walkthrough): the fraction is of the run's epochs, as the message is."""
+    ctx = _Progress()
+    monitor = Monitor(ctx, host="127.0.0.1", on_checkpoint=lambda *a, **k: None)  # type: ignore[arg-type]
+    monitor._handle({"t": "plan", "parameters": 10, "steps_per_epoch": 100, "start_epoch": 10, "epochs": 30,
+                     "start_step": 1000})  # fmt: skip
+    monitor._handle({"t": "step", "rank": 0, "epoch": 13, "step": 1250, "loss": 0.1})
+    fraction, message = ctx.progressed[-1]
+    assert message == "epoch 13 of 30, step 1250"
+    assert fraction == pytest.approx(0.02 + 0.96 * 12.5 / 30)  # 12.5 of the 30 epochs done
+    monitor._handle({"t": "step", "rank": 0, "epoch": 30, "step": 3000, "loss": 0.1})
+    assert ctx.progressed[-1] == (pytest.approx(0.98), "epoch 30 of 30, step 3000")
     monitor._flush()
