@@ -238,10 +238,8 @@ def alias_version(*, session: Session, name: str, alias: str) -> int | None:
 
 
 def delete_alias(*, session: Session, name: str, alias: str, owner: str | None = None) -> None:
-    model = session.scalar(_model_named(name, owner))
-    row = None
-    if model is not None:
-        row = session.scalar(select(ModelAlias).where(ModelAlias.model_id == model.id, ModelAlias.alias == alias))
+    model = get_model(session=session, name=name, owner=owner)  # an unknown name: "No model named", as GET and PUT
+    row = session.scalar(select(ModelAlias).where(ModelAlias.model_id == model.id, ModelAlias.alias == alias))
     if row is None:
         raise NotFound(f"Model {name!r} has no alias {alias!r}.")
     session.delete(row)

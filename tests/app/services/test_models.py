@@ -83,8 +83,11 @@ def test_aliases_are_set_moved_and_removed(db: Any) -> None:
         assert models.resolve_version(session=s, name="m", alias="champion").version == 2
     with transaction(db) as s:
         models.delete_alias(session=s, name="m", alias="champion")
-    with db() as s, pytest.raises(NotFound):
+    with db() as s, pytest.raises(NotFound, match=r"^Model 'm' has no alias 'champion'\.$"):
         models.delete_alias(session=s, name="m", alias="champion")
+    # an unknown model is said to be one, as GET and PUT say (it said "Model 'nope' has no alias": walkthrough)
+    with db() as s, pytest.raises(NotFound, match=r"^No model named 'nope'\.$"):
+        models.delete_alias(session=s, name="nope", alias="champion")
 
 
 def test_an_unknown_name_suggests_the_closest_of_the_callers_names(db: Any) -> None:
