@@ -382,7 +382,7 @@ def test_a_torch_job_cannot_resume_from_an_xgboost_checkpoint(svc: Service) -> N
     row = dict.fromkeys(TAXI_FEATURES, 1.0)
     served = svc.client.post("/predict", json={"model": {"checkpoint": checkpoint}, "dataframe_records": [row]})
     assert served.status_code == 422, served.text
-    assert "this is a xgboost job's, which its job resumes from; use the model version" in served.json()["detail"]
+    assert "this is an xgboost job's, which its job resumes from; use the model version" in served.json()["detail"]
 
 
 def test_two_validation_fractions_say_which_holds(svc: Service) -> None:

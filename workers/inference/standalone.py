@@ -534,6 +534,11 @@ def _load_pyfunc(path: str) -> _PyFunc:
 if __name__ == "__main__":  # python sparktrain_model.py [DIR] ['[[...rows as JSON...]]' or '[{"column": ...}]']
     try:
         _model = load(sys.argv[1] if len(sys.argv) > 1 else ".")
-        print(json.dumps(_model.predict(json.loads(sys.argv[2]))) if len(sys.argv) > 2 else _model)
-    except (OSError, ValueError) as _exc:  # json's JSONDecodeError is a ValueError
+        try:
+            _rows = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
+        except json.JSONDecodeError as _exc:
+            sys.exit(f"sparktrain_model.py: the rows are not JSON ({_exc}); give a JSON list of rows: "
+                     "'[[1.0, 2.0]]', or of objects by column: '[{\"trip_distance\": 2.5}]'")  # fmt: skip
+        print(json.dumps(_model.predict(_rows)) if _rows is not None else _model)
+    except (OSError, ValueError) as _exc:
         sys.exit(f"sparktrain_model.py: {_exc}")

@@ -56,8 +56,10 @@ def resolve_model_and_owner(session: Session, selector: ModelSelector, owner: st
         if job is not None and owner is not None and job.owner != owner:
             raise NotFound(f"No checkpoint with id {selector.checkpoint!r}.")
         if job is None or job.framework != "torch":
+            framework = job.framework if job else "deleted"
+            kind = f"{'an' if framework == 'xgboost' else 'a'} {framework}"
             raise ValidationFailed.at("model.checkpoint", f"only a torch training job's checkpoint serves "
-                                      f"predictions: this is a {job.framework if job else 'deleted'} job's, which its "
+                                      f"predictions: this is {kind} job's, which its "
                                       "job resumes from; use the model version it registered (model.name)")  # fmt: skip
         meta = read_meta(storage.fetch_dir(row.uri))
         card = {"network": meta["network"], **meta.get("model_card", {})}
