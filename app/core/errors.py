@@ -33,6 +33,13 @@ class AppError(Exception):
         """HTTP headers the answer carries (``WWW-Authenticate`` of a 401, ...)."""
         self.extra = extra
 
+    def every_problem(self) -> str:
+        """The detail, or where ``errors`` holds several fields' problems each of them (``a: x; b: y``): a job's
+        error has no ``errors`` list to hold the rest of a detail's "(and 1 more)"."""
+        if not self.errors or len(self.errors) < 2:
+            return self.detail
+        return "; ".join(f"{e.get('loc')}: {e.get('msg')}" for e in self.errors)
+
     def problem(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "type": PROBLEM_BASE + self.type,

@@ -121,7 +121,7 @@ def _plan(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
         with rt.db() as session:
             outputs.check_job(session, job_id=job.id, owner=job.owner, plan=plan, roots=roots)
     except AppError as exc:
-        raise JobFailure("INVALID_REQUEST", exc.detail) from exc
+        raise JobFailure("INVALID_REQUEST", exc.every_problem()) from exc
     return plan
 
 
@@ -161,7 +161,7 @@ def _plan_deferred(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:
     try:
         plan = _replan(rt, job)
     except AppError as exc:
-        raise JobFailure("INVALID_REQUEST", exc.detail) from exc
+        raise JobFailure("INVALID_REQUEST", exc.every_problem()) from exc
     if job.attempt <= 1:
         return plan
     with rt.db() as session:  # a retry: xgboost and Spark ML continue from a checkpoint their request cannot name

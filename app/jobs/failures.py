@@ -60,7 +60,7 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, JobFailure):
         return exc.reason, exc.message[:MAX_MESSAGE]
     if isinstance(exc, AppError):
-        return "INVALID_REQUEST", exc.detail[:MAX_MESSAGE]
+        return "INVALID_REQUEST", exc.every_problem()[:MAX_MESSAGE]
     if isinstance(exc, StorageError):
         return exc.reason, exc.detail[:MAX_MESSAGE]
     if unavailable(exc):  # past the runner's retries (SPARKTRAIN_DB_RETRY_S): not the job's fault

@@ -164,6 +164,9 @@ def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: 
     quiet = reason == "DRIVER_STOPPED"
     if not quiet:
         log.warning("job %s failed: %s: %s", ctx.job_id, reason, message, exc_info=reason == "INTERNAL")
+    # an executor's Python traceback, for the job's log (its message keeps the error's words): read here, once, not
+    # in a write that may be tried again (py4j calls)
+    remote = None if quiet or reason in ("DRIVER_LOST", "INTERNAL") else executor_traceback(exc)
     if reason in resume.RETRYABLE:
         delay = rt.settings.retry_delay_s if reason in resume.DELAYED else 0.0
 
@@ -171,9 +174,13 @@ def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: 
             job = s.get(Job, ctx.job_id, with_for_update=True)
             if job is None:
                 return None
-            return reconcile.end_and_retry(session=s, job=job, reason=reason, message=message, now=utcnow(),
-                                           sources=[JobStatus.STARTING, JobStatus.RUNNING], only_if=ctx.owner,
-                                           retry_delay_s=delay)  # fmt: skip
+            outcome = reconcile.end_and_retry(session=s, job=job, reason=reason, message=message, now=utcnow(),
+                                              sources=[JobStatus.STARTING, JobStatus.RUNNING], only_if=ctx.owner,
+                                              retry_delay_s=delay)  # fmt: skip
+            if outcome is not None and remote is not None:
+                jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR",
+                             message=f"attempt {ctx.attempt} on the executor: {remote}")  # fmt: skip
+            return outcome
 
         outcome = rt.write(end, f"ending attempt {ctx.attempt}")
         if outcome is not None and outcome["action"] == "retried" and send is not None:
@@ -201,7 +208,7 @@ def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: 
             if reason == "INTERNAL":
                 tb = "".join(traceback.format_exception(exc))
                 jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR", message=tb[-MAX_MESSAGE:])
-            elif (remote := executor_traceback(exc)) is not None:
+            elif remote is not None:
                 jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR", message=f"on the executor: {remote}")
 
     rt.write(fail, "recording a failure")

@@ -400,6 +400,8 @@ class Model:
             for i, s in enumerate(sequences):
                 x[i, : len(s)] = s
             lengths = [len(s) for s in sequences] if lengths is None else lengths
+        if x.ndim == 0:
+            raise ValueError(f"rows must be a list of rows (or one row), not a single value: {rows!r}"[:200])
         if x.ndim == 1:  # one flat row, or one value per row for a one-feature network (or no rows)
             width = math.prod(self.module.input_shape)
             x = x.reshape(-1, width) if width == 1 or x.size == 0 else x.reshape(1, -1)
@@ -539,6 +541,6 @@ if __name__ == "__main__":  # python sparktrain_model.py [DIR] ['[[...rows as JS
         except json.JSONDecodeError as _exc:
             sys.exit(f"sparktrain_model.py: the rows are not JSON ({_exc}); give a JSON list of rows: "
                      "'[[1.0, 2.0]]', or of objects by column: '[{\"trip_distance\": 2.5}]'")  # fmt: skip
-        print(json.dumps(_model.predict(_rows)) if _rows is not None else _model)
+        print(json.dumps(_model.predict(_rows)) if len(sys.argv) > 2 else _model)
     except (OSError, ValueError) as _exc:
         sys.exit(f"sparktrain_model.py: {_exc}")

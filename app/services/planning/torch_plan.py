@@ -160,7 +160,7 @@ def pin_init_from(body: dict[str, Any], db: sessionmaker[Session] | None) -> dic
 
 
 def _resume(
-    options: TrainingOptions, network: dict[str, object], db: sessionmaker[Session] | None
+    options: TrainingOptions, network: dict[str, object], db: sessionmaker[Session] | None, inputs_from: str
 ) -> ResumePoint | None:
     if options.resume_from is None:
         return None
@@ -184,13 +184,22 @@ def _resume(
     except (OSError, ValueError) as exc:
         raise ValidationFailed.at("training.resume_from", f"checkpoint files at {path} are unreadable: {exc}") from exc
     if meta.get("network") != network:
-        where, what = network_difference(meta.get("network") or {}, network)
+        where, what = network_difference(meta.get("network") or {}, network, inputs_from)
         raise ValidationFailed.at(where, f"{what} (training.resume_from continues the same network)")
     if epoch >= options.epochs:
         raise ValidationFailed.at(
             "training.epochs", f"the checkpoint already has {epoch} epochs; ask for more than {epoch} to continue"
         )
     return ResumePoint(checkpoint_id=options.resume_from, path=path, epoch=epoch, job_id=job_id)
+
+
+def _inputs_from(request: TrainRequest, train: ResolvedDataset) -> str:
+    """The field that set the network's input shape (a resume whose shape differs names it)."""
+    if (request.network or {}).get("input_shape") is not None:
+        return "network.input_shape"
+    if train.sequence is not None and train.sequence.get("max_length"):
+        return "dataset.sequence.max_length"
+    return "dataset.input_shape" if request.dataset.input_shape is not None else "dataset.features"
 
 
 def check_request(request: TrainRequest) -> None:
@@ -285,7 +294,7 @@ def plan_torch(
         warnings = (*warnings, SPLIT_UNUSED)
     if options.resume_from is not None and options.init_from is not None:
         warnings = (*warnings, "training.init_from is not used: the checkpoint of resume_from holds the weights")
-    resume = _resume(options, network, db)
+    resume = _resume(options, network, db, _inputs_from(request, train))
     init = _init(options, network, db) if options.resume_from is None else None  # a checkpoint has the weights
     if categories is not None and not (resume or init):  # checked with the driver's reading: the job uses Spark's
         spark_reads_them(train)

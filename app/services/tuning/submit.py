@@ -81,7 +81,8 @@ def _located(exc: AppError, loc: str, what: str = "") -> ValidationFailed:
         more = f" (and {len(located) - 1} more)" if len(located) > 1 else ""
         first = f"base.{inner}: {errors[0].get('msg') or exc.detail}{more}"
         return ValidationFailed(first, errors=located, inner=inner)
-    return ValidationFailed.at(loc, f"{what}: {exc.detail}" if what else exc.detail, inner=inner)
+    detail = exc.every_problem()  # each of the body's problems: this 422 names the space path alone
+    return ValidationFailed.at(loc, f"{what}: {detail}" if what else detail, inner=inner)
 
 
 _FIXED = {"name": "every trial registers its version under the tune's name", "framework": "the leaderboard "

@@ -35,7 +35,14 @@ def world(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
     (owner_root / "alice").mkdir(parents=True)
     (owner_root / "alice" / "mine.csv").write_text(ROWS)
     with (
-        running_service(spark, base, data_roots=[shared], owner_root=owner_root, api_keys=OWNER_KEYS_SETTING) as svc,
+        running_service(
+            spark,
+            base,
+            data_roots=[shared],
+            owner_root=owner_root,
+            api_keys=OWNER_KEYS_SETTING,
+            owner_quotas={"dave": {"queued_jobs": 3}},
+        ) as svc,  # dave: a quota, no key yet
         owner_clients(svc) as clients,
     ):
         yield {"svc": svc, "shared": shared, "spaces": owner_root, "artifacts": base / "artifacts", **clients}
@@ -112,6 +119,9 @@ def test_usage_names_the_own_space(world: dict[str, Any]) -> None:
     # typo got too), and no folder is made for her
     assert world["root"].get("/owners/carol/usage").status_code == 404
     assert not (world["spaces"] / "carol").exists()
+    dave = world["root"].get("/owners/dave/usage").json()  # an owner by his quota: shown, and no folder made for him
+    assert dave["data_space"] == str(world["spaces"] / "dave") and not (world["spaces"] / "dave").exists()
+    assert dave["quotas"]["queued_jobs"] == {"limit": 3, "used": 0}
     for impossible in ("%2E%2E", "a%20b%3Cx", "bob%0A"):  # no owner has such a name: it answered 200 with no usage
         assert world["root"].get(f"/owners/{impossible}/usage").status_code == 404, impossible
     assert not (world["spaces"].parent / "usage").exists()

@@ -207,3 +207,49 @@ def test_a_driver_without_executors_hands_the_job_back_for_later(rt: JobRuntime,
         first, second = job.attempts[0], job.attempts[1]
     assert (first["error_reason"], first["status"]) == ("NO_EXECUTORS", "FAILED")
     assert "not_before" in second and sent == [], "sent after the retry delay, by a reconciler's pass"
+
+
+def _executor_error(last_line: str) -> BaseException:
+    """What pyspark raises for a Spark job an executor's Python error failed: the py4j exception's innermost cause
+    holds the worker's traceback."""
+    text = ("org.apache.spark.SparkException: Job aborted due to stage failure: barrier task failed\n"
+            "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+            '  File "/srv/workers/training/torch/remote.py", line 441, in run\n    step()\n'
+            f"{last_line}\n\tat org.apache.spark.scheduler.Task.run(Task.scala:147)\n")  # fmt: skip
+
+    class Java:
+        def getCause(self) -> None:  # noqa: N802 - the Java method's name
+            return None
+
+        def toString(self) -> str:  # noqa: N802
+            return text
+
+    error = RuntimeError("py4j")
+    error.java_exception = Java()  # type: ignore[attr-defined]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("last_line", "status", "reason"),
+    [("ValueError: a bad value", "FAILED", "SPARK_ERROR"),
+     ("RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer", "QUEUED", "WORKER_LOST")],
+)  # fmt: skip
+def test_an_executors_traceback_is_in_the_jobs_log_whether_or_not_the_job_is_retried(
+    db: Any, rt: JobRuntime, tmp_path: Path, last_line: str, status: str, reason: str
+) -> None:
+    """The error's message says "the job's log has the traceback": a retried attempt (WORKER_LOST) wrote none."""
+    job_id = _new_job(db)
+    ctx = _take(rt, job_id, tmp_path)
+    _settle(rt, ctx, _executor_error(last_line), lambda *m: None)
+    with db() as s:
+        job = s.get(Job, job_id)
+        # a job queued again keeps its first attempt's end in attempts; a job that ended, in its error
+        ended = (
+            job.attempts[0] if job.attempts else {"error_reason": job.error_reason, "error_message": job.error_message}
+        )
+        assert (job.status, ended["error_reason"]) == (status, reason), ended
+        said = ended["error_message"]
+        logged = [line.message for line in s.query(JobLog).filter(JobLog.job_id == job_id)]
+    assert said.startswith(last_line) and "the job's log has the traceback" in said, said
+    tracebacks = [m for m in logged if "on the executor: Traceback (most recent call last)" in m]
+    assert len(tracebacks) == 1 and "remote.py" in tracebacks[0] and "scala" not in tracebacks[0], logged

@@ -638,6 +638,7 @@ def test_the_copied_files_command_line_says_what_is_wrong_in_one_line(tmp_path: 
     shutil.copy(SOURCE, tmp_path / "sparktrain_model.py")
     for rows, words in [("[[1, 2]]", "expected input of shape (batch, 4), got (1, 2)"),
                         ("[[1, 2", "the rows are not JSON (Expecting"), ("not json", "give a JSON list of rows"),
+                        ("null", "rows must be a list of rows (or one row), not a single value: None"),
                         ('[{"f0": 1}]', "row 0 has no 'f1', 'f2', 'f3'")]:  # fmt: skip
         run = subprocess.run([sys.executable, "sparktrain_model.py", ".", rows], check=False, cwd=tmp_path,
                              capture_output=True, text=True)  # fmt: skip

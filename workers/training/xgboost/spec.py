@@ -361,6 +361,9 @@ def parse_xgboost_params(
         fraction = raw.get("validation_fraction", 0.2)
         if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
             raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {shown(fraction)}")
+    every = raw.get("checkpoint_rounds")
+    with problems.field():  # a whole number here; at most num_round once that is known to be valid (below)
+        every = None if every is None else _int("params.checkpoint_rounds", every, 0, MAX_ROUNDS)
     objective = ""  # both set below unless their checks fail (raise_found then raises)
     metrics: tuple[str, ...] = ()
     with problems.field():
@@ -369,7 +372,6 @@ def parse_xgboost_params(
         metrics = _eval_metrics(task, num_classes, raw.get("eval_metric"))
     problems.raise_found()
     # Checks that read more than one field: only once each field is known to be valid.
-    every = raw.get("checkpoint_rounds")
     every = (
         default_checkpoint_rounds(num_round) if every is None else _int("params.checkpoint_rounds", every, 0, num_round)
     )

@@ -612,6 +612,10 @@ def test_a_network_that_differs_from_a_checkpoints_is_located() -> None:
 
     where, what = network_difference(net(7), net(6))
     assert where == "dataset.features" and "shape [7]" in what and "gives [6]" in what, what
+    assert "the same features (and categories)" in what
+    # a shape declared in the request is named where it was declared (review)
+    where, what = network_difference(net(7), net(6), "network.input_shape")
+    assert where == "network.input_shape" and what.endswith("train with the same network.input_shape as the checkpoint")
     assert network_difference(net(7), net(7, units=32)) == (
         "network.layers[0].units",
         "the checkpoint has 64, this request 32",

@@ -181,3 +181,6 @@ def test_a_check_of_two_fields_waits_for_both_to_be_valid() -> None:
     with pytest.raises(SpecError) as caught:
         parse_xgboost_params({"checkpoint_rounds": 50, "num_round": 1.5}, task="regression")
     assert [p.path for p in caught.value.problems] == ["params.num_round"]  # not checkpoint_rounds above 100
+    with pytest.raises(SpecError) as caught:  # its type is its own: named with the others (review)
+        parse_xgboost_params({"eta": -1, "checkpoint_rounds": "x"}, task="regression")
+    assert [p.path for p in caught.value.problems] == ["params.eta", "params.checkpoint_rounds"]

@@ -48,13 +48,17 @@ def spec_to_dict(spec: NetworkSpec | OptimizerSpec) -> dict[str, Any]:
     return out
 
 
-def network_difference(trained: dict[str, Any], posted: dict[str, Any]) -> tuple[str, str]:
+def network_difference(
+    trained: dict[str, Any], posted: dict[str, Any], inputs_from: str = "dataset.features"
+) -> tuple[str, str]:
     """Where a posted network (:func:`spec_to_dict`) first differs from the one a checkpoint was trained with, as
-    (field, what differs): the input width comes from the data (``dataset.features``), the rest from ``network``."""
+    (field, what differs). The input shape comes from ``inputs_from`` (the features, by default: their count or
+    their array column's length; or a declared ``input_shape``), the rest from ``network``."""
     if trained.get("input_shape") != posted.get("input_shape"):
-        return "dataset.features", (
-            f"the checkpoint's network takes inputs of shape {trained.get('input_shape')} and this request's data "
-            f"gives {posted.get('input_shape')}: train on the same features (and categories) as the checkpoint"
+        same = "the same features (and categories)" if inputs_from == "dataset.features" else f"the same {inputs_from}"
+        return inputs_from, (
+            f"the checkpoint's network takes inputs of shape {shown(trained.get('input_shape'))} and this request "
+            f"gives {shown(posted.get('input_shape'))} ({inputs_from}): train with {same} as the checkpoint"
         )
     old, new = trained.get("layers") or [], posted.get("layers") or []
     if len(old) != len(new):
