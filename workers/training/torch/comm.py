@@ -14,6 +14,7 @@ lost peer fails the stage instead of hanging it.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -103,9 +104,34 @@ def dense_ring_total(dense_bytes: int, world_size: int) -> int:
 
 def open_store(host: str, world_size: int, timeout_s: float, port: int | None = None) -> dist.TCPStore:
     """A rendezvous store (the driver's for a job, or rank 0's), on ``port`` or a free one (its ``port``
-    attribute)."""
+    attribute), listening on ``host``'s address only: torch's own store server listens on every interface, so with
+    ``SPARK_LOCAL_IP=127.0.0.1`` a job's store was open to the network."""
     timeout = timedelta(seconds=timeout_s)
-    return dist.TCPStore(host, port or 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
+    bound = _listening(host, port or 0)
+    if bound is None:  # not an address of this machine (an advertised, NAT'd one): torch's store, as before
+        return dist.TCPStore(host, port or 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
+    fd, at = bound
+    return dist.TCPStore(host, at, world_size, is_master=True, timeout=timeout, wait_for_workers=False,
+                         master_listen_fd=fd)  # fmt: skip
+
+
+def _listening(host: str, port: int) -> tuple[int, int] | None:
+    """(file descriptor, port) of a socket listening on ``host``'s first address, for the store to own; None when
+    this machine cannot listen there."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError:
+        return None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(socket.SOMAXCONN)
+        at = int(sock.getsockname()[1])
+    except OSError:
+        sock.close()
+        return None
+    return sock.detach(), at
 
 
 def join_store(host: str, port: int, world_size: int, timeout_s: float) -> dist.TCPStore:

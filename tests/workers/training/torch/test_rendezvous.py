@@ -129,3 +129,30 @@ def test_a_store_that_cannot_be_reached_says_what_to_check() -> None:
         ConnectionError, match=r"cannot reach the driver's rendezvous store at 127.0.0.1:\d+.*spark.driver.host"
     ):
         join_store("127.0.0.1", port, 2, 1.0)
+
+
+def _listening_on(port: int) -> list[str]:
+    """The local addresses listening on ``port``, from the kernel's table (/proc/net/tcp and tcp6, state 0A)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                local, state = row.split()[1], row.split()[3]
+                address, at = local.rsplit(":", 1)
+                if state == "0A" and int(at, 16) == port:
+                    found.append(address)
+    return found
+
+
+def test_a_jobs_store_listens_on_its_hosts_address_only() -> None:
+    """torch's store server listens on every interface: with SPARK_LOCAL_IP=127.0.0.1 a job's store was reachable
+    from the network for the whole job (operator walkthrough). It listens on the host's address now."""
+    from workers.training.torch.comm import _listening, join_store, open_store
+
+    store = open_store("127.0.0.1", 2, 10)
+    assert _listening_on(int(store.port)) == ["0100007F"], "127.0.0.1 only, in the kernel's byte order"
+    other = join_store("127.0.0.1", int(store.port), 2, 10)
+    other.set("k", "v")
+    assert store.get("k") == b"v"
+    assert _listening("192.0.2.1", 0) is None, "not this machine's: torch's own store, as before"
+    del other, store
