@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -46,6 +47,7 @@ class DriverServer(uvicorn.Server):
         self.app = app
         self.spark_lost = False
         self._probe: asyncio.Task[bool] | None = None
+        self._hand_back: threading.Thread | None = None
 
     async def on_tick(self, counter: int) -> bool:
         """uvicorn's tick (every 0.1 s), and every 5 s whether Spark's JVM still answers: one that died on its own
@@ -71,14 +73,21 @@ class DriverServer(uvicorn.Server):
         # signals between any two bytecodes), and it must find the first one already counted.
         second, self.should_exit = self.should_exit, True
         if second:
-            log.warning("second stop signal: exiting now")
+            handing = self._hand_back
+            if handing is not None and handing.is_alive():  # Ctrl-C twice: the jobs are being handed back (~0.1 s)
+                log.warning("second stop signal: exiting once the running jobs are handed back (at most %g s)",
+                            HAND_BACK_WAIT_S)  # fmt: skip
+                handing.join(HAND_BACK_WAIT_S)  # a job left RUNNING would wait for its heartbeat to go stale
+            else:
+                log.warning("second stop signal: exiting now")
             logging.shutdown()
             os._exit(0)
-        log.warning("%s: stopping; running jobs are handed back, a second signal exits at once",
-                    signal.Signals(sig).name)  # fmt: skip
+        why = "Spark's JVM is gone" if self.spark_lost else signal.Signals(sig).name  # no signal came then
+        log.warning("%s: stopping; running jobs are handed back, a second signal exits at once", why)
         runtime = getattr(self.app.state, "runtime", None)
         if runtime is not None:
-            threading.Thread(target=runtime.begin_stop, name="hand-back", daemon=True).start()
+            self._hand_back = threading.Thread(target=runtime.begin_stop, name="hand-back", daemon=True)
+            self._hand_back.start()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
@@ -98,6 +107,8 @@ class DriverServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+HAND_BACK_WAIT_S = 5.0
+"""How long a second stop signal waits for the first one's hand-back of the running jobs before exiting."""
 DATABASE_AWAY_EXIT = 3  # uvicorn's status for a failed start-up, which is what this was before the probe
 PORT_TAKEN_EXIT = 5  # it cannot listen on its host and port (in use, not an address of this machine, privileged)
 SPARK_AWAY_EXIT = 6  # no Spark master answers at SPARKTRAIN_SPARK_MASTER, or the SparkSession could not be built
@@ -145,9 +156,11 @@ def database_problem(settings: Settings, timeout_s: int = 10) -> str | None:
     from sqlalchemy.exc import DBAPIError
 
     parsed = make_url(settings.database_url)
-    if parsed.get_backend_name() == "sqlite":
-        return None
     shown = settings.redacted_url(settings.database_url)
+    if parsed.get_backend_name() == "sqlite":
+        if not parsed.database or parsed.database == ":memory:" or not Path(parsed.database).exists():
+            return None
+        return _newer_schema(create_engine(parsed), shown)
     try:
         engine = create_engine(parsed, connect_args={"connect_timeout": timeout_s})
     except ImportError as exc:  # a dialect SQLAlchemy knows whose driver package is not installed (mysql://)
@@ -156,15 +169,36 @@ def database_problem(settings: Settings, timeout_s: int = 10) -> str | None:
                 "SQLite")  # fmt: skip
     try:
         with engine.connect():
-            return None
+            pass
     except DBAPIError as exc:
         reason = str(exc.orig or exc).strip().splitlines()[0]
+        if "does not exist" in reason:  # the server runs: the database or the role is missing
+            return (f"the database cannot be used: {shown}: {reason}\nCreate it (createdb, CREATE ROLE), or point "
+                    "SPARKTRAIN_DATABASE_URL at one that exists; the driver creates its tables itself.")  # fmt: skip
         return (f"the database is unreachable: {shown}: {reason}\nStart it, check its address and credentials, or "
                 "point SPARKTRAIN_DATABASE_URL at one that runs.")  # fmt: skip
     except Exception:  # a driver this probe does not know how to ask (connect_timeout): the start-up will say
+        engine.dispose()
+        return None
+    return _newer_schema(engine, shown)
+
+
+def _newer_schema(engine: Any, shown: str) -> str | None:
+    """A database migrated by a newer release: this one cannot use it, and must not try (alembic's traceback)."""
+    from app.db.migrate import newer_revision
+
+    try:
+        with engine.connect() as conn:
+            newer = newer_revision(conn)
+    except Exception:  # not this probe's to report: the start-up's migration says what is wrong
         return None
     finally:
         engine.dispose()
+    if newer is None:
+        return None
+    return (f"the database {shown} was migrated by a newer sparktrain (its schema revision {newer[0]}; this release's "
+            f"newest is {newer[1]}).\nRun the release that migrated it (every driver on one database runs the same "
+            "release), or restore the database from before that upgrade.")  # fmt: skip
 
 
 def broker_problem(settings: Settings, timeout_s: int = 10) -> str | None:
@@ -302,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
         port=settings.port,
         log_level=settings.log_level.lower(),
         # JSON lines: uvicorn's loggers go to the root handler too; text keeps uvicorn's own format.
-        log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
+        log_config=None,  # its loggers reach the root handler: "time level logger: message" or JSON, as every line
         timeout_graceful_shutdown=30,
     )
     server = DriverServer(config, app=app)

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -24,6 +24,20 @@ def alembic_config(engine: Engine) -> Config:
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["engine"] = engine
     return cfg
+
+
+def newer_revision(conn: Connection) -> tuple[str, str] | None:
+    """(the database's schema revision, this release's newest) when this release does not know the database's: a
+    newer release migrated it (a rollback, or drivers of two releases on one database). Alembic's own error for it
+    is a traceback at start-up."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    script = ScriptDirectory(str(MIGRATIONS))
+    known = {r.revision for r in script.walk_revisions()}
+    unknown = [r for r in MigrationContext.configure(conn).get_current_heads() if r not in known]
+    return (unknown[0], str(script.get_current_head())) if unknown else None
 
 
 def upgrade_database(engine: Engine) -> None:

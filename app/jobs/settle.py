@@ -26,7 +26,7 @@ log = logging.getLogger("sparktrain.jobs")
 SPARK_STOPPED = "Spark stopped under the job because the driver is stopping; the attempt was handed back"
 SPARK_DIED = (
     "the driver's Spark JVM died under the job (look for an OutOfMemoryError or a crash in the driver's log); "
-    "the attempt was handed back and counts against max_attempts"
+    "the attempt was handed back, and counts against max_attempts unless it saved a checkpoint first"
 )
 
 

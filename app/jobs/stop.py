@@ -23,7 +23,8 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from app.jobs.runtime import JobRuntime, spark_call, spark_gone_error
+from app.core.logging import job_scope
+from app.jobs.runtime import JobRuntime, RunningJob, spark_call, spark_gone_error
 from app.services import reconcile
 
 if TYPE_CHECKING:
@@ -84,22 +85,27 @@ def hand_back_all(rt: JobRuntime, *, quiet: bool = True) -> list[dict[str, Any]]
         spark_call(lambda: rt.spark.sparkContext.setLogLevel("OFF"))
     done: list[dict[str, Any]] = []
     for running in rt.running.stop():
-        outcome: dict[str, Any] | None = None
-        if rt.send is not None:
-            try:
-                outcome = reconcile.hand_back(db=rt.db, send=rt.send, job_id=running.job_id, worker_id=rt.worker_id,
-                                              attempt=running.attempt, default_queue=rt.settings.queue)  # fmt: skip
-            except Exception as exc:
-                log.warning("could not hand job %s back (%s: %s); the reconciler of another driver will, once its "
-                            "heartbeat is stale", running.job_id, type(exc).__name__, exc)  # fmt: skip
-        if outcome is not None:
-            running.handed_back = True
-            done.append(outcome)
-            log.warning("stopping: job %s attempt %d handed back (%s)", running.job_id, running.attempt,
-                        outcome.get("how") or outcome["action"])  # fmt: skip
-        running.cancel.set()
-        _cancel_group(rt, running.job_id)
+        with job_scope(running.job_id):  # its lines carry its job_id, as every line of a running job
+            done += _hand_back_one(rt, running)
     return done
+
+
+def _hand_back_one(rt: JobRuntime, running: RunningJob) -> list[dict[str, Any]]:
+    outcome: dict[str, Any] | None = None
+    if rt.send is not None:
+        try:
+            outcome = reconcile.hand_back(db=rt.db, send=rt.send, job_id=running.job_id, worker_id=rt.worker_id,
+                                          attempt=running.attempt, default_queue=rt.settings.queue)  # fmt: skip
+        except Exception as exc:
+            log.warning("could not hand job %s back (%s: %s); the reconciler of another driver will, once its "
+                        "heartbeat is stale", running.job_id, type(exc).__name__, exc)  # fmt: skip
+    if outcome is not None:
+        running.handed_back = True
+        log.warning("stopping: job %s attempt %d handed back (%s)", running.job_id, running.attempt,
+                    outcome.get("how") or outcome["action"])  # fmt: skip
+    running.cancel.set()
+    _cancel_group(rt, running.job_id)
+    return [] if outcome is None else [outcome]
 
 
 def _cancel_group(rt: JobRuntime, job_id: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -80,6 +81,10 @@ def test_sigterm_to_the_group_hands_the_running_job_back_and_the_next_driver_fin
     assert status == 0, log[-3000:]
     assert not [word for word in NOISE if word in log], log[-5000:]
     assert "handed back" in log
+    # uvicorn's lines as every other: time, level and logger (they were "INFO:     ..." without a time)
+    assert re.search(r'^\d{4}-\d\d-\d\d [\d:,]+ INFO uvicorn\.access: 127\.0\.0\.1:\d+ - "POST /train HTTP/1\.1" 202',
+                     log, re.M), log[:3000]  # fmt: skip
+    assert not re.search(r"^INFO: ", log, re.M), log[:3000]
 
     second = Driver(env, tmp_path / "second.log").start()
     try:
@@ -118,5 +123,13 @@ def test_sigint_during_the_readmes_forest_job_hands_it_back_and_a_second_signal_
     finally:
         again.stop()
     log = again.log.read_text(errors="replace")
-    assert status == 0 and "second stop signal: exiting now" in log, log[-3000:]
+    assert status == 0 and "second stop signal: exiting" in log, log[-3000:]
     assert "Traceback" not in log, log[-5000:]
+    # the second signal came while the first one's hand-back ran (~0.1 s; Ctrl-C twice): it exited without waiting
+    # for it and left the job RUNNING for its heartbeat to go stale (operator walkthrough)
+    third = Driver(env, tmp_path / "third.log").start()
+    try:
+        job = third.client.get(f"/jobs/{job_id}").json()
+        assert [a["error_reason"] for a in job["attempts"][:2]] == ["DRIVER_STOPPED", "DRIVER_STOPPED"], job
+    finally:
+        third.stop()

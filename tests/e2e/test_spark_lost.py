@@ -35,11 +35,17 @@ def test_a_driver_whose_jvm_died_exits_4_and_the_next_one_finishes_its_job(tmp_p
     log = first.log.read_text(errors="replace")
     assert status == SPARK_LOST_EXIT, log[-3000:]
     assert "Spark's JVM is gone" in log, log[-3000:]
+    assert "SIGTERM" not in log, "no signal was sent: the stop says why it stops (operator walkthrough)"
 
     second = Driver(env, tmp_path / "second.log").start()
     try:
         job = wait_final(second.client, job_id)
         assert job["status"] == "SUCCEEDED", (job["error"], job["attempts"])
-        assert job["attempts"][0]["error_reason"] in ("DRIVER_STOPPED", "DRIVER_LOST"), job["attempts"]
+        first_attempt = job["attempts"][0]
+        assert first_attempt["error_reason"] in ("DRIVER_STOPPED", "DRIVER_LOST"), job["attempts"]
+        # past its first checkpoint (progress 0.4): the attempt cost nothing, and its message does not say it did
+        assert job["max_attempts"] == 4, "a stop, or a loss after a checkpoint, costs the job no attempt"
+        if first_attempt["error_reason"] == "DRIVER_LOST":
+            assert "unless it saved a checkpoint" in first_attempt["error_message"], first_attempt
     finally:
         second.stop()
