@@ -32,7 +32,7 @@ COPY app ./app
 COPY workers ./workers
 # torch from PyTorch's CPU index (torch==X+cpu) and xgboost-cpu, as pyproject.toml pins them.
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu . \
- && mkdir -p var/data var/artifacts && chown -R sparktrain var
+ && mkdir -p var/data var/artifacts /srv/spark-recovery && chown -R sparktrain var /srv/spark-recovery
 
 COPY spark-conf ./spark-conf
 COPY datasets ./datasets

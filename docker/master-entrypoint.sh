@@ -8,6 +8,8 @@
 #   SPARK_MASTER_PORT        7077
 #   SPARK_MASTER_WEBUI_PORT  8080 (its JSON at /json/)
 #   SPARK_MASTER_OPTS        extra -D options, appended; the REST submission server stays off
+#   SPARK_RECOVERY_DIR       /srv/spark-recovery: the master's state (FILESYSTEM recovery mode), so that a master
+#                            started again takes its workers and applications back; empty = no recovery
 #   SPARK_LOCAL_IP           auto (default) = this container's address; see container-net.sh
 #   SPARK_CONF_DIR           /srv/sparktrain/spark-conf
 set -euo pipefail
@@ -22,7 +24,12 @@ export SPARK_HOME SPARK_CONF_DIR
 host="${SPARK_MASTER_HOST:-${SPARK_LOCAL_IP}}"
 port="${SPARK_MASTER_PORT:-7077}"
 webui="${SPARK_MASTER_WEBUI_PORT:-8080}"
-export SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false ${SPARK_MASTER_OPTS:-}"
+recovery="${SPARK_RECOVERY_DIR-/srv/spark-recovery}"
+if [ -n "${recovery}" ]; then
+  mkdir -p "${recovery}"
+  recovery="-Dspark.deploy.recoveryMode=FILESYSTEM -Dspark.deploy.recoveryDirectory='${recovery}'"
+fi
+export SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false ${recovery} ${SPARK_MASTER_OPTS:-}"
 
 echo "sparktrain-master: spark://${host}:${port} (web UI on port ${webui}, conf ${SPARK_CONF_DIR})" >&2
 exec "${SPARK_HOME}/bin/spark-class" org.apache.spark.deploy.master.Master \

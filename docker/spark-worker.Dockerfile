@@ -24,7 +24,8 @@ ARG RAPIDS_SHA256=
 USER root
 RUN RAPIDS_VERSION="${RAPIDS_VERSION}" RAPIDS_SCALA_VERSION="${RAPIDS_SCALA_VERSION}" \
     RAPIDS_CLASSIFIER="${RAPIDS_CLASSIFIER}" RAPIDS_SHA256="${RAPIDS_SHA256}" \
-    /usr/local/lib/sparktrain/fetch-rapids-jar.sh
+    /usr/local/lib/sparktrain/fetch-rapids-jar.sh \
+ && mkdir -p /srv/spark-recovery && chown sparktrain /srv/spark-recovery
 USER sparktrain
 
 # SPARK_LOCAL_IP=auto: bind to and advertise this container's address (container-net.sh), not spark-env.sh's
