@@ -294,6 +294,24 @@ def _line(loc: tuple[int | str, ...], words: str) -> str:
     return words if words.startswith((variable, "SPARKTRAIN_")) else f"{variable}: {words}"
 
 
+def _every_error(exc: ValidationError, overrides: dict[str, Any]) -> list[Any]:
+    """The settings' errors, and those of the checks across settings (``Settings._fill_defaults``), which pydantic
+    runs only once every field parsed: made again with the fields in error left at their defaults, so that one start
+    names every wrong setting (``SPARKTRAIN_PORT=abc SPARKTRAIN_HEARTBEAT_STALE_S=1`` named the port only)."""
+    errors = list(exc.errors())
+    bad = {str(e["loc"][0]) for e in errors if e.get("loc")}
+    saved = {name: os.environ.pop(name) for name in [f"SPARKTRAIN_{b.upper()}" for b in bad] if name in os.environ}
+    try:  # nothing else runs yet: the process's environment is this thread's
+        load_settings(**{k: v for k, v in overrides.items() if k not in bad})
+    except ValidationError as more:
+        errors += [e for e in more.errors() if not e.get("loc") or str(e["loc"][0]) not in bad]
+    except Exception:  # the first errors are what matters
+        pass
+    finally:
+        os.environ.update(saved)
+    return errors
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m app", description="Start the sparktrain driver process.")
     parser.add_argument("--host", help="interface to listen on (default SPARKTRAIN_HOST or 127.0.0.1)")
@@ -304,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         settings = load_settings(**overrides)
     except ValidationError as exc:
-        lines = [f"  {_line(e['loc'], message(e, show_input=False))}" for e in exc.errors()] + [
+        lines = [f"  {_line(e['loc'], message(e, show_input=False))}" for e in _every_error(exc, overrides)] + [
             f"  {line}" for line in unknown
         ]
         sys.exit("sparktrain cannot start, a setting is wrong:\n" + "\n".join(lines))

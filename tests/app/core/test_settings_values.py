@@ -149,7 +149,8 @@ def test_python_m_app_says_what_is_wrong_without_a_traceback(tmp_path: Path) -> 
     """It was SQLAlchemy's NoSuchModuleError traceback (the database probe ran on the unchecked URL)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKTRAIN_")}
     env.update(PYTHONPATH=str(REPO_ROOT), SPARK_LOCAL_IP="127.0.0.1", SPARKTRAIN_DATABASE_URL="postgress://db/x",
-               SPARKTRAIN_RECONCILE_INTERVAL_S="inf", SPARKTRAIN_MAX_EPOCH="5")  # fmt: skip
+               SPARKTRAIN_RECONCILE_INTERVAL_S="inf", SPARKTRAIN_MAX_EPOCH="5",
+               SPARKTRAIN_HEARTBEAT_STALE_S="1")  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-m", "app"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
     )
@@ -160,6 +161,8 @@ def test_python_m_app_says_what_is_wrong_without_a_traceback(tmp_path: Path) -> 
     assert "  SPARKTRAIN_RECONCILE_INTERVAL_S: Input should be a finite number" in lines, lines  # not the field
     # name, and not the value: a setting's value may be a secret (docs/security.md)
     assert "  SPARKTRAIN_MAX_EPOCH is not a setting, and is ignored (did you mean SPARKTRAIN_MAX_EPOCHS?)" in lines
+    # a check across settings too, in the same start: pydantic skips those once a field failed (operator walkthrough)
+    assert any(line.startswith("  SPARKTRAIN_HEARTBEAT_STALE_S must be more than twice") for line in lines), lines
 
 
 def test_a_variable_that_is_not_a_setting_is_named_with_the_setting_it_resembles() -> None:
