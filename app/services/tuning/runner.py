@@ -94,6 +94,7 @@ class _Search:
             pruner=pruner(self.tune),
         )  # fmt: skip
         self.finished: list[TrialRecord] = []
+        self.published = 0  # how many finished trials the last publish wrote
         self.active: dict[int, _Active] = {}
         self.next_number = 0
         self.deadline: float | None = None
@@ -264,6 +265,7 @@ class _Search:
         stmt = update(Job).where(*mine, Job.status.in_(_LIVE)).values(result=result, heartbeat_at=utcnow(), **said)
         # the progress too, in the same write: a cancelled search's trials end after its loop ("0 of 4 finished")
         self.db_call(lambda s: s.execute(stmt), "publishing the leaderboard")
+        self.published = done
 
     def _report(self, active: _Active, curve: dict[int, float], running: bool = False) -> None:
         for step in sorted(set(curve) - active.reported):
@@ -421,9 +423,9 @@ def run_tune(ctx: Any, request: dict[str, Any], driver: TuneDriver, *, owner: st
             search.poll()  # first: a trial that just ended makes room for the next one in this same pass
             search.launch()
             done = len(search.finished)
-            if done != shown:  # one database write, only when it changed (the last trial's end too)
+            if done != shown and not (done and done == search.published):  # once per change (a FAIL published it)
                 search.publish() if done else ctx.progress(0, f"0 of {search.tune.trials} trials finished")
-                shown = done
+            shown = done
             ended = (search.next_number >= search.tune.trials and search.waiting is None) or search.timed_out()
             if not search.active and ended:
                 break
