@@ -264,3 +264,46 @@ def test_seed_article_grid(service: Service) -> None:
     assert best["params"]["maxDepth"] == 10  # deeper trees win on this data, as the article's would with enough rows
     metrics = service.client.get(f"/jobs/{job['id']}/metrics", params={"key": "cv_rmse"}).json()["metrics"]
     assert len(metrics) == 36
+
+
+def test_a_classifier_of_integer_labels_knows_its_classes_and_is_evaluated(service: Service) -> None:
+    """A Spark ML classifier of whole-number labels stored no class count, and its evaluation failed with the
+    executor's traceback ("the classification metric group needs num_classes"); a fractional label was accepted
+    and failed inside Spark ("Labels MUST be Integers"); an evaluation's `dataset.label` was ignored (data
+    walkthrough)."""
+    features = [f for f in TAXI_FEATURES if f != "rate_code"]
+    body = {**taxi_request("rate-code-lr", algorithm="logistic_regression", maxIter=20),
+            "dataset": {"uri": "datasets/taxi/train.parquet", "features": features, "label": "rate_code",
+                        "task": "classification"}}  # fmt: skip
+    job = service.done("/train", body)
+    version = service.client.get("/models/rate-code-lr/versions/1").json()
+    assert version["params"]["num_classes"] == 6, version["params"]  # 0..5: the largest label + 1, as xgboost's
+    evaluation = {"model": {"name": "rate-code-lr"}, "dataset": {"uri": "datasets/taxi/eval.parquet"},
+                  "metrics": ["classification"]}  # fmt: skip
+    scored = service.done("/evaluate", evaluation)
+    assert scored["result"]["classification"]["accuracy"] > 0.9, scored["result"]
+    assert job["result"]["validation"]["accuracy"] == pytest.approx(scored["result"]["classification"]["accuracy"])
+    other = {**evaluation, "dataset": {**evaluation["dataset"], "label": "hour"}}
+    refused = problem(service.client.post("/evaluate", json=other), 422)
+    assert refused["errors"][0]["loc"] == "dataset.label" and "the model predicts 'rate_code'" in refused["detail"]
+    fractional = {**body, "name": "fare-class", "dataset": {**body["dataset"], "label": "fare_amount",
+                  "features": TAXI_FEATURES}}  # fmt: skip
+    refused = problem(service.client.post("/train", json=fractional), 422)
+    assert refused["errors"][0]["loc"] == "dataset.label" and "'fare_amount' is double" in refused["detail"], refused
+
+
+def test_a_single_text_class_is_a_422_for_spark_ml_too(make_service: Callable[..., Any], tmp_path: Path) -> None:
+    """xgboost refused it; Spark ML trained a one-class "classifier" with accuracy 1.0, whose evaluation then failed
+    (data walkthrough)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    pd.DataFrame({"x1": np.arange(40.0), "x2": np.arange(40.0) % 7, "species": ["setosa"] * 40}).to_csv(
+        data / "one.csv", index=False
+    )
+    dataset = {"uri": "one.csv", "features": ["x1", "x2"], "label": "species", "task": "classification"}
+    body = {"name": "one-class", "framework": "spark_ml", "params": {"algorithm": "logistic_regression"},
+            "dataset": dataset}  # fmt: skip
+    with make_service(data_roots=[data]) as svc:
+        refused = problem(svc.client.post("/train", json=body), 422)
+    assert refused["errors"][0]["loc"] == "dataset.label", refused
+    assert "'species' has 1 distinct value: classification needs at least 2 classes" in refused["detail"], refused

@@ -150,25 +150,27 @@ def resolve_uri(
     raise missing(uri, roots, loc)
 
 
-def output_target(given: str, roots: Sequence[Path]) -> Path:
+def output_target(given: str, roots: Sequence[Path], home: Path | None = None) -> Path:
     """Where a batch prediction's ``output_uri`` points: an absolute path as it is; a relative one from the working
-    directory when that lands inside a data root (as a dataset's relative path is read first), else from the last
-    root. ``var/data/out`` was ``var/data/var/data/out``."""
+    directory when that lands inside a data root (as a dataset's relative path is read first), else from ``home``
+    (the root the default output goes to), or the last root. ``var/data/out`` was ``var/data/var/data/out``."""
     target = Path(given)
     if target.is_absolute():
         return target
     here = Path.cwd() / target
     if any(_inside(Path(os.path.realpath(here.parent)), root) for root in roots):
         return here
-    return roots[-1] / target
+    return (home or roots[-1]) / target
 
 
-def check_output_target(given: str, *, roots: Sequence[Path], loc: str = "output_uri") -> None:
+def check_output_target(
+    given: str, *, roots: Sequence[Path], home: Path | None = None, loc: str = "output_uri"
+) -> None:
     """A batch prediction's new output path must not be a symbolic link: a dangling one inside a root would have
     Spark write wherever it points. (The rest of the path's checks: :func:`output_path`.)"""
     if "\x00" in given or not roots:
         return
-    target = output_target(given, roots)
+    target = output_target(given, roots, home)
     try:
         link = target.is_symlink()
     except OSError:

@@ -91,6 +91,11 @@ def _dataset_for(model: ModelRef, ref: DatasetRef, *, need_labels: bool) -> Data
         raise ValidationFailed.at("dataset.normalize", "the model's normalizer applies: leave it out")
     if ref.split is not None:
         raise ValidationFailed.at("dataset.split", "a split is for training, and every row is used here: leave it out")
+    given = [ref.label] if isinstance(ref.label, str) else list(ref.label or [])
+    if need_labels and given and given != list(model.labels):  # scored against the model's label all the same
+        trained = ", ".join(repr(c) for c in model.labels)
+        raise ValidationFailed.at("dataset.label", f"the model predicts {trained}, and its predictions are compared "
+                                  f"with that column: leave label out (or name {trained})")  # fmt: skip
     update: dict[str, Any] = {"task": model.task, "num_classes": model.card.get("num_classes")}
     if ref.features is None:
         update["features"] = list(model.inputs)
@@ -222,16 +227,17 @@ SHIPPED = Path(os.path.realpath(REPO_ROOT / "datasets"))
 def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
     """A new path inside a data root (symlinks followed for the part that exists)."""
     writable = settings.output_roots  # the caller's own data space when spaces are on (app/services/spaces.py)
-    if given is None:  # the var dir's data root, else the first that is not the shipped samples
-        home = settings.var_dir / "data"
-        others = [r for r in writable if not holds(SHIPPED, r)] or [home]
-        root = (home if home in writable else others[0]) / "predictions"
+    home = settings.var_dir / "data"  # the var dir's data root, else the first that is not the shipped samples
+    others = [r for r in writable if not holds(SHIPPED, r)] or [home]
+    home = home if home in writable else others[0]  # a relative output_uri is taken from here too
+    if given is None:
+        root = home / "predictions"
         root.mkdir(parents=True, exist_ok=True)
         return str(root / f"{model.name or 'checkpoint'}-{model.version or model.checkpoint_id}-{uuid.uuid4().hex[:8]}")
     if "\x00" in given:
         raise ValidationFailed.at("output_uri", "the path contains a NUL byte")
     given = _local_output(given)
-    target = output_target(given, writable)
+    target = output_target(given, writable, home)
     check_literal(str(target), given, "output_uri")
     parent = Path(os.path.realpath(target.parent))
     if Path(os.path.realpath(target)) in writable:  # the root itself: its parent is outside
@@ -246,10 +252,11 @@ def output_path(settings: Settings, model: ModelRef, given: str | None) -> str:
         raise ValidationFailed.at("output_uri", f"{given!r} lies outside the configured data roots ({roots})")
     if holds(SHIPPED, parent):  # a data root by default: any key wrote into the install
         raise ValidationFailed.at("output_uri", f"{given!r} lies in the shipped sample datasets ({SHIPPED}), which "
-                                  "no job writes into: leave output_uri out (predictions go under the var dir) or "
-                                  "name a path in another data root")  # fmt: skip
-    check_output_target(given, roots=writable)  # a dangling link would send Spark elsewhere (only once inside: a
-    # link in another owner's space must answer as any path outside this caller's)
+                                  "no job writes into: leave output_uri out (predictions go under "
+                                  f"{home / 'predictions'}) or name a path in another data root")  # fmt: skip
+    # a dangling link would send Spark elsewhere (only once inside: a link in another owner's space must answer as
+    # any path outside this caller's)
+    check_output_target(given, roots=writable, home=home)
     try:
         if target.exists():
             raise ValidationFailed.at("output_uri", f"{given!r} exists already; name a new path")

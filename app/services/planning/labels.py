@@ -30,7 +30,9 @@ def resolve_classes(
         if len(names) > MAX_STRING_CLASSES:
             raise ValidationFailed.at("dataset.label", f"more than {MAX_STRING_CLASSES} distinct classes")
         if len(names) < 2:
-            raise ValidationFailed.at("dataset.label", f"{label!r} has {len(names)} distinct values; a class needs 2+")
+            raise ValidationFailed.at("dataset.label", f"{label!r} has {len(names)} distinct "
+                                      f"value{'' if len(names) == 1 else 's'}: classification needs at least 2 "
+                                      "classes in the training data")  # fmt: skip
         if train.num_classes is not None and train.num_classes != len(names):
             raise ValidationFailed.at(
                 "dataset.num_classes", f"{label!r} has {len(names)} distinct labels, not {train.num_classes}"

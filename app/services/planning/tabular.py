@@ -44,13 +44,23 @@ def plan_spark_ml(
         request, train, family="spark_ml", normalize_hint="spark_ml scales features itself (params.standardize)"
     )
     dtype = (schema or {}).get(train.label or "")
+    classes = train.num_classes
+    if request.dataset.task == "classification" and spark is not None and dtype is not None and classes is None:
+        # counted as xgboost's are: an integer label's model needs its count (evaluation, the signature's
+        # probabilities; text labels are indexed in the job, which counts them), a single text class is a 422, and
+        # Spark ML fails the fit on a fractional label ("Labels MUST be Integers")
+        if dtype in INTEGER_TYPES:
+            train = resolve_classes(train, dtype, spark)[0]
+            classes = train.num_classes
+        elif dtype == "string":
+            classes = resolve_classes(train, dtype, spark)[0].num_classes
+        elif dtype in ("float", "double") or dtype.startswith("decimal"):
+            raise ValidationFailed.at("dataset.label", f"{train.label!r} is {dtype}; class labels are integers "
+                                      "0..k-1 or strings (task regression learns numbers)")  # fmt: skip
     try:
         spec = parse_spark_ml_params(request.params, task=request.dataset.task, num_classes=train.num_classes)
-        binomial = "binomial" in spec.searched("family", "auto")[1]
-        if train.num_classes is None and spark is not None and dtype in (*INTEGER_TYPES, "string") and binomial:
-            # counted only for a binomial family (Spark refuses more than 2 classes): resolve_classes refuses labels
-            # Spark ML takes otherwise (fractional ones, a single class)
-            spec.check_classes(resolve_classes(train, dtype, spark)[0].num_classes or 0)
+        if classes is not None:
+            spec.check_classes(classes)  # a binomial family (fixed or searched) of more than 2 classes
     except SpecError as exc:
         raise ValidationFailed.of(exc) from exc
     return SparkMLPlan(train=train, validation=validation, spec=spec)

@@ -95,10 +95,10 @@ def test_batch_predictions_go_into_the_own_space_only(world: dict[str, Any]) -> 
     link, plain = (_problem(alice.post("/predict", json={**batch, "output_uri": str(theirs / name)}), 422)["detail"]
                    for name in ("link", "plain"))  # fmt: skip
     assert link.replace("link", "?") == plain.replace("plain", "?"), (link, plain)
-    # an admin's relative output lands in the last data root, as without spaces (not in owner_root/<first segment>)
+    # an admin's relative output lands where its default output goes, its own space (not owner_root/<first segment>)
     mine = {**batch["dataset"], "uri": str(own / "mine.csv")}  # (to root, mine.csv is the shared one)
     root = world["root"].post("/predict", json={**batch, "dataset": mine, "output_uri": "preds/out"})
-    assert root.status_code == 202 and root.json()["request"]["output_uri"] == str(world["shared"] / "preds/out")
+    assert root.status_code == 202 and root.json()["request"]["output_uri"] == str(world["spaces"] / "root/preds/out")
     world["svc"].wait(root.json()["id"], TERMINAL)
     assert not (world["spaces"] / "preds").exists()
 

@@ -100,3 +100,9 @@ def test_the_shipped_datasets_are_never_an_output(tmp_path: Path) -> None:
     assert output_path(settings, MODEL, "preds") == str(tmp_path / "data" / "preds")  # relative: the last root
     shipped_first = Settings(var_dir=tmp_path / "var", data_roots=[REPO_ROOT / "datasets", tmp_path / "data"])
     assert output_path(shipped_first, MODEL, None).startswith(str(tmp_path / "data" / "predictions"))  # not datasets/
+    # the shipped samples last: a relative output went into them ("the last root"), and the refusal said the default
+    # went "under the var dir" (data walkthrough). It goes where the default output goes, which the message names
+    shipped_last = Settings(var_dir=tmp_path / "var", data_roots=[tmp_path / "data", REPO_ROOT / "datasets"])
+    assert output_path(shipped_last, MODEL, "preds") == str(tmp_path / "data" / "preds")
+    with pytest.raises(ValidationFailed, match=r"predictions go under .*/data/predictions\) or name"):
+        output_path(shipped_last, MODEL, str(REPO_ROOT / "datasets" / "bobout"))
