@@ -3,7 +3,8 @@
 Stopping (docs/architecture.md#stopping-a-driver): the first SIGINT or SIGTERM stops taking jobs and hands the
 running ones back at once (they are queued again, for another driver or this one after its restart), then the
 server and Spark stop and the process exits with status 0, without a traceback, also when the signal reached the
-whole process group and with it Spark's JVM. A second signal exits at once.
+whole process group and with it Spark's JVM. A second signal exits at once, once the first one's hand-back is done
+(at most 5 s); a third exits at once whatever remains.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class DriverServer(uvicorn.Server):
         self.spark_lost = False
         self._probe: asyncio.Task[bool] | None = None
         self._hand_back: threading.Thread | None = None
+        self._exiting = False
 
     async def on_tick(self, counter: int) -> bool:
         """uvicorn's tick (every 0.1 s), and every 5 s whether Spark's JVM still answers: one that died on its own
@@ -74,16 +76,21 @@ class DriverServer(uvicorn.Server):
         second, self.should_exit = self.should_exit, True
         if second:
             handing = self._hand_back
-            if handing is not None and handing.is_alive():  # Ctrl-C twice: the jobs are being handed back (~0.1 s)
-                log.warning("second stop signal: exiting once the running jobs are handed back (at most %g s)",
-                            HAND_BACK_WAIT_S)  # fmt: skip
-                handing.join(HAND_BACK_WAIT_S)  # a job left RUNNING would wait for its heartbeat to go stale
-            else:
+            if self._exiting:  # a third signal: now, whatever remains (no logging: it may have interrupted a log call)
+                os.write(2, b"another stop signal: exiting now\n")
+                os._exit(0)
+            if handing is None or not handing.is_alive():
                 log.warning("second stop signal: exiting now")
-            logging.shutdown()
-            os._exit(0)
+                logging.shutdown()
+                os._exit(0)
+            # Ctrl-C twice: the jobs are being handed back (~0.1 s), which a job left RUNNING would wait for its
+            # heartbeat to go stale for. Waited for on a thread, not in this handler, which may have interrupted
+            # the main thread inside a lock the hand-back needs (logging's)
+            self._exiting = True
+            threading.Thread(target=_exit_after, args=(handing,), name="exit", daemon=True).start()
+            return
         why = "Spark's JVM is gone" if self.spark_lost else signal.Signals(sig).name  # no signal came then
-        log.warning("%s: stopping; running jobs are handed back, a second signal exits at once", why)
+        log.warning("%s: stopping; running jobs are handed back, a second signal exits once they are", why)
         runtime = getattr(self.app.state, "runtime", None)
         if runtime is not None:
             self._hand_back = threading.Thread(target=runtime.begin_stop, name="hand-back", daemon=True)
@@ -105,6 +112,14 @@ class DriverServer(uvicorn.Server):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _exit_after(handing: threading.Thread) -> None:
+    """The second stop signal's exit: once the first one's hand-back is done (at most :data:`HAND_BACK_WAIT_S`)."""
+    log.warning("second stop signal: exiting once the running jobs are handed back (at most %g s)", HAND_BACK_WAIT_S)
+    handing.join(HAND_BACK_WAIT_S)
+    logging.shutdown()
+    os._exit(0)
 
 
 HAND_BACK_WAIT_S = 5.0
@@ -300,6 +315,8 @@ def _every_error(exc: ValidationError, overrides: dict[str, Any]) -> list[Any]:
     names every wrong setting (``SPARKTRAIN_PORT=abc SPARKTRAIN_HEARTBEAT_STALE_S=1`` named the port only)."""
     errors = list(exc.errors())
     bad = {str(e["loc"][0]) for e in errors if e.get("loc")}
+    if not bad:  # the checks across settings failed alone: they are all here already
+        return errors
     saved = {name: os.environ.pop(name) for name in [f"SPARKTRAIN_{b.upper()}" for b in bad] if name in os.environ}
     try:  # nothing else runs yet: the process's environment is this thread's
         load_settings(**{k: v for k, v in overrides.items() if k not in bad})
@@ -353,7 +370,7 @@ def main(argv: list[str] | None = None) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
-        # JSON lines: uvicorn's loggers go to the root handler too; text keeps uvicorn's own format.
+        # uvicorn's loggers go to the root handler: JSON lines, or "time level logger: message" as every line
         log_config=None,  # its loggers reach the root handler: "time level logger: message" or JSON, as every line
         timeout_graceful_shutdown=30,
     )

@@ -77,8 +77,8 @@ RUN chmod 0755 /usr/local/lib/sparktrain/*.sh \
  && ln -s /usr/local/lib/sparktrain/master-entrypoint.sh /usr/local/bin/sparktrain-master \
  && ln -s /usr/local/lib/sparktrain/worker-entrypoint.sh /usr/local/bin/sparktrain-worker \
  && ln -s /usr/local/lib/sparktrain/healthcheck.sh /usr/local/bin/sparktrain-healthcheck \
- && mkdir -p var/data var/artifacts /opt/sparkRapidsPlugin \
- && chown -R sparktrain var
+ && mkdir -p var/data var/artifacts /opt/sparkRapidsPlugin /srv/spark-recovery \
+ && chown -R sparktrain var /srv/spark-recovery
 
 USER sparktrain
 # Executors start the Python the driver names (PYSPARK_PYTHON, sent with every task); a bare "python" is looked up

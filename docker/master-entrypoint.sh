@@ -25,8 +25,14 @@ host="${SPARK_MASTER_HOST:-${SPARK_LOCAL_IP}}"
 port="${SPARK_MASTER_PORT:-7077}"
 webui="${SPARK_MASTER_WEBUI_PORT:-8080}"
 recovery="${SPARK_RECOVERY_DIR-/srv/spark-recovery}"
+if [ -n "${recovery}" ] && ! mkdir -p "${recovery}" 2>/dev/null; then
+  if [ -n "${SPARK_RECOVERY_DIR+set}" ]; then
+    echo "sparktrain-master: cannot create SPARK_RECOVERY_DIR ${recovery}" >&2; exit 1
+  fi
+  echo "sparktrain-master: ${recovery} cannot be created; running without recovery (set SPARK_RECOVERY_DIR)" >&2
+  recovery=""
+fi
 if [ -n "${recovery}" ]; then
-  mkdir -p "${recovery}"
   recovery="-Dspark.deploy.recoveryMode=FILESYSTEM -Dspark.deploy.recoveryDirectory='${recovery}'"
 fi
 export SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false ${recovery} ${SPARK_MASTER_OPTS:-}"

@@ -50,7 +50,7 @@ def _scoped(settings: Settings, owner: str, *, admin: bool) -> Settings:
     own.mkdir(parents=True, exist_ok=True)
     roots = [own, *settings.data_roots, *([settings.owner_root] if admin else [])]
     scoped = settings.model_copy(update={"data_roots": roots})
-    # an admin writes anywhere, and a relative output_uri lands where its default output goes (its own space; not
-    # owner_root, which made a space of its first segment)
+    # an admin writes anywhere, and a relative output_uri lands where its default output goes (var/data when that is
+    # a data root, else its own space; not owner_root, which made a space of its first segment)
     scoped._output_roots = [own, settings.owner_root, *settings.data_roots] if admin else [own]
     return scoped

@@ -27,14 +27,22 @@ def _migrated_by_a_newer_release(url: str) -> None:
     engine.dispose()
 
 
-def test_a_database_a_newer_release_migrated_stops_the_start_in_two_lines(tmp_path: Path, pg_url: str) -> None:
+def _refused_after_a_newer_release(url: str, tmp_path: Path) -> None:
+    upgrade_database(create_engine(url))
+    assert database_problem(Settings(var_dir=tmp_path, database_url=url)) is None, "this release's own schema"
+    _migrated_by_a_newer_release(url)
+    said = database_problem(Settings(var_dir=tmp_path, database_url=url))
+    assert said is not None and "was migrated by a newer sparktrain (its schema revision 0099" in said, said
+    assert "Run the release that migrated it" in said
+
+
+def test_a_postgresql_database_a_newer_release_migrated_is_refused(tmp_path: Path, pg_url: str) -> None:
+    _refused_after_a_newer_release(pg_url, tmp_path)
+
+
+def test_a_database_a_newer_release_migrated_stops_the_start_in_two_lines(tmp_path: Path) -> None:
     sqlite = f"sqlite:///{tmp_path / 'sparktrain.db'}"
-    for url in (sqlite, pg_url):
-        assert database_problem(Settings(var_dir=tmp_path, database_url=url)) is None, "this release's own"
-        _migrated_by_a_newer_release(url)
-        said = database_problem(Settings(var_dir=tmp_path, database_url=url))
-        assert said is not None and "was migrated by a newer sparktrain (its schema revision 0099" in said, said
-        assert "Run the release that migrated it" in said
+    _refused_after_a_newer_release(sqlite, tmp_path)
     env = {**os.environ, "SPARKTRAIN_VAR_DIR": str(tmp_path), "SPARKTRAIN_DATABASE_URL": sqlite}
     run = subprocess.run([sys.executable, "-m", "app"], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=120, check=False)  # fmt: skip

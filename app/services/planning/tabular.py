@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.core.errors import ValidationFailed
 from app.schemas.train import TrainRequest
-from app.services.planning.labels import INTEGER_TYPES, resolve_classes
+from app.services.planning.labels import INTEGER_TYPES, class_count, resolve_classes
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
 from workers.training.spark_ml.spec import SparkMLPlan, parse_spark_ml_params
@@ -45,18 +46,21 @@ def plan_spark_ml(
     )
     dtype = (schema or {}).get(train.label or "")
     classes = train.num_classes
-    if request.dataset.task == "classification" and spark is not None and dtype is not None and classes is None:
-        # counted as xgboost's are: an integer label's model needs its count (evaluation, the signature's
-        # probabilities; text labels are indexed in the job, which counts them), a single text class is a 422, and
-        # Spark ML fails the fit on a fractional label ("Labels MUST be Integers")
-        if dtype in INTEGER_TYPES:
+    if request.dataset.task == "classification" and spark is not None and dtype is not None:
+        # counted as xgboost's are: a numeric label's model needs its count (evaluation, the signature's
+        # probabilities; text labels are indexed in the job, which counts them), and a single text class is a 422
+        numbers = dtype in ("float", "double") or dtype.startswith("decimal")
+        if dtype in INTEGER_TYPES and classes is None:
             train = resolve_classes(train, dtype, spark)[0]
             classes = train.num_classes
-        elif dtype == "string":
+        elif numbers and classes is None:  # 0.0, 1.0, 2.0 (pandas, StringIndexer): a fraction is a bad row of the job
+            train = replace(train, num_classes=class_count(train, spark))  # (Spark failed the fit on one)
+            classes = train.num_classes
+        elif dtype == "string" and classes is None:
             classes = resolve_classes(train, dtype, spark)[0].num_classes
-        elif dtype in ("float", "double") or dtype.startswith("decimal"):
-            raise ValidationFailed.at("dataset.label", f"{train.label!r} is {dtype}; class labels are integers "
-                                      "0..k-1 or strings (task regression learns numbers)")  # fmt: skip
+        elif dtype not in (*INTEGER_TYPES, "string") and not numbers:
+            raise ValidationFailed.at("dataset.label", f"{train.label!r} is {dtype}; class labels are whole numbers "
+                                      "0..k-1 or strings")  # fmt: skip
     try:
         spec = parse_spark_ml_params(request.params, task=request.dataset.task, num_classes=train.num_classes)
         if classes is not None:

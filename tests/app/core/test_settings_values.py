@@ -199,3 +199,14 @@ def test_every_cross_setting_problem_is_said_at_once(tmp_path: Path) -> None:
     assert [line.split(" ")[0] for line in lines] == [
         "SPARKTRAIN_HEARTBEAT_STALE_S", "SPARKTRAIN_OWNER_ROOT", "SPARKTRAIN_SPARK_PROFILE"
     ], lines  # fmt: skip
+
+
+def test_a_check_across_settings_failing_alone_is_said_once(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARKTRAIN_")}
+    env.update(PYTHONPATH=str(REPO_ROOT), SPARKTRAIN_HEARTBEAT_STALE_S="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "app"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 1 and done.stderr.count("SPARKTRAIN_HEARTBEAT_STALE_S must be more than") == 1, (
+        done.stderr[-2000:]
+    )

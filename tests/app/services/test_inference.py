@@ -97,7 +97,7 @@ def test_the_shipped_datasets_are_never_an_output(tmp_path: Path) -> None:
     settings = Settings(var_dir=tmp_path / "var", data_roots=[REPO_ROOT / "datasets", tmp_path / "data"])
     with pytest.raises(ValidationFailed, match=r"lies in the shipped sample datasets .* no job writes into"):
         output_path(settings, MODEL, str(REPO_ROOT / "datasets" / "bobout"))
-    assert output_path(settings, MODEL, "preds") == str(tmp_path / "data" / "preds")  # relative: the last root
+    assert output_path(settings, MODEL, "preds") == str(tmp_path / "data" / "preds")  # relative: the default's root
     shipped_first = Settings(var_dir=tmp_path / "var", data_roots=[REPO_ROOT / "datasets", tmp_path / "data"])
     assert output_path(shipped_first, MODEL, None).startswith(str(tmp_path / "data" / "predictions"))  # not datasets/
     # the shipped samples last: a relative output went into them ("the last root"), and the refusal said the default

@@ -121,7 +121,7 @@ def _listening(host: str, port: int) -> tuple[int, int] | None:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
-    except OSError:
+    except (OSError, UnicodeError):  # a name that does not resolve, or cannot be a name ("a..b")
         return None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
