@@ -172,20 +172,21 @@ def database_problem(settings: Settings, timeout_s: int = 10) -> str | None:
 
     parsed = make_url(settings.database_url)
     shown = settings.redacted_url(settings.database_url)
-    if parsed.get_backend_name() == "sqlite":
-        if not parsed.database or parsed.database == ":memory:" or not Path(parsed.database).exists():
-            return None
-        return _newer_schema(create_engine(parsed), shown)
+    sqlite = parsed.get_backend_name() == "sqlite"
+    if sqlite and (not parsed.database or parsed.database == ":memory:" or not Path(parsed.database).exists()):
+        return None
     try:
-        engine = create_engine(parsed, connect_args={"connect_timeout": timeout_s})
+        engine = create_engine(parsed, **({} if sqlite else {"connect_args": {"connect_timeout": timeout_s}}))
     except ImportError as exc:  # a dialect SQLAlchemy knows whose driver package is not installed (mysql://)
         return (f"the database driver for {shown} is not installed ({exc}); install it into the service's "
                 "environment, or point SPARKTRAIN_DATABASE_URL at PostgreSQL (postgresql+psycopg://...) or "
                 "SQLite")  # fmt: skip
     try:
-        with engine.connect():
-            pass
+        with engine.connect() as conn:  # one connection: reachable, and a schema this release knows
+            newer = _newer_schema(conn)
     except DBAPIError as exc:
+        if sqlite:  # a file, never unreachable: the start-up's own opening says what is wrong with it
+            return None
         reason = str(exc.orig or exc).strip().splitlines()[0]
         if "does not exist" in reason:  # the server runs: the database or the role is missing
             return (f"the database cannot be used: {shown}: {reason}\nCreate it (createdb, CREATE ROLE), or point "
@@ -193,19 +194,6 @@ def database_problem(settings: Settings, timeout_s: int = 10) -> str | None:
         return (f"the database is unreachable: {shown}: {reason}\nStart it, check its address and credentials, or "
                 "point SPARKTRAIN_DATABASE_URL at one that runs.")  # fmt: skip
     except Exception:  # a driver this probe does not know how to ask (connect_timeout): the start-up will say
-        engine.dispose()
-        return None
-    return _newer_schema(engine, shown)
-
-
-def _newer_schema(engine: Any, shown: str) -> str | None:
-    """A database migrated by a newer release: this one cannot use it, and must not try (alembic's traceback)."""
-    from app.db.migrate import newer_revision
-
-    try:
-        with engine.connect() as conn:
-            newer = newer_revision(conn)
-    except Exception:  # not this probe's to report: the start-up's migration says what is wrong
         return None
     finally:
         engine.dispose()
@@ -214,6 +202,17 @@ def _newer_schema(engine: Any, shown: str) -> str | None:
     return (f"the database {shown} was migrated by a newer sparktrain (its schema revision {newer[0]}; this release's "
             f"newest is {newer[1]}).\nRun the release that migrated it (every driver on one database runs the same "
             "release), or restore the database from before that upgrade.")  # fmt: skip
+
+
+def _newer_schema(conn: Any) -> tuple[str, str] | None:
+    """A database migrated by a newer release (its revision, this release's newest): this one cannot use it and must
+    not try (alembic's traceback). Any other error is not this probe's to report: the start-up's migration says it."""
+    from app.db.migrate import newer_revision
+
+    try:
+        return newer_revision(conn)
+    except Exception:
+        return None
 
 
 def broker_problem(settings: Settings, timeout_s: int = 10) -> str | None:

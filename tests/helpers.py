@@ -208,3 +208,19 @@ def finished(svc: Service, response: httpx.Response) -> dict[str, Any]:
     job = svc.wait(response.json()["id"], ENDED)
     assert job["status"] == "SUCCEEDED", job["error"]
     return job
+
+
+def spark_error(executor: str) -> BaseException:
+    """What pyspark raises for a failed Spark job: an error with the py4j Java exception, whose innermost cause's
+    toString is the text Spark gives an executor's Python failure."""
+
+    class Java:
+        def getCause(self) -> None:  # noqa: N802 - the Java method's name
+            return None
+
+        def toString(self) -> str:  # noqa: N802
+            return executor
+
+    error = RuntimeError("py4j")
+    error.java_exception = Java()  # type: ignore[attr-defined]
+    return error

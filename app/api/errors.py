@@ -14,7 +14,7 @@ from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from app.core.errors import PROBLEM_BASE, AppError, message
+from app.core.errors import PROBLEM_BASE, AppError, first_of, message
 from app.services.health import DATABASE_AWAY
 
 log = logging.getLogger("sparktrain.api")
@@ -81,13 +81,11 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         else:
             source = "body"
         errors.append({"loc": _loc(loc) or source, "in": source, "msg": message(e), "type": e.get("type")})
-    first = errors[0] if errors else {"loc": "body", "msg": "invalid"}
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     body = {
         "type": PROBLEM_BASE + "validation",
         "title": "Request validation failed",
         "status": 422,
-        "detail": f"{first['loc']}: {first['msg']}{more}",
+        "detail": first_of(errors),
         "errors": errors,
     }
     return problem_response(body, request)

@@ -116,12 +116,17 @@ class ValidationFailed(AppError):
 
     @classmethod
     def of(cls, exc: SpecError) -> ValidationFailed:
-        """A spec's problems, every one in ``errors``; the detail names the first and counts the rest, as the 422 of
-        a body pydantic refuses does."""
-        problems = exc.problems
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        errors = [{"loc": p.path, "in": "body", "msg": p.message, "type": "value_error"} for p in problems]
-        return cls(f"{exc.path}: {exc.message}{more}", errors=errors)
+        """A spec's problems, every one in ``errors``; the detail as :func:`first_of` says it."""
+        errors = [{"loc": p.path, "in": "body", "msg": p.message, "type": "value_error"} for p in exc.problems]
+        return cls(first_of(errors), errors=errors)
+
+
+def first_of(errors: list[dict[str, Any]]) -> str:
+    """A 422's detail: its first field's problem, and how many more ``errors`` lists (``a: x (and 2 more)``), as every
+    422 says it (pydantic's, a spec's, a tune's base)."""
+    first = errors[0] if errors else {"loc": "body", "msg": "invalid"}
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{first['loc']}: {first['msg']}{more}"
 
 
 class ServiceUnavailable(AppError):

@@ -435,16 +435,11 @@ def test_a_model_exchanged_exactly_says_why_it_has_no_threshold(svc: Service, br
     axes and a legend and no line (walkthrough). It says why instead; the other charts draw as before."""
     from selenium.webdriver.common.by import By
 
-    with transaction(svc.runtime.db) as s:
-        job, _ = jobs.create_job(session=s, job_type="train", request={}, framework="torch", name="exact")
-        job_id = job.id
-    with transaction(svc.runtime.db) as s:
-        jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.CANCELLED,
-                        finished_at=utcnow(), error_reason="CANCELLED", error_message="a fixture")  # fmt: skip
-        points = [{"key": k, "step": step, "epoch": 1, "worker": worker, "value": v}
-                  for step in range(1, 11) for worker in (0, 1)
-                  for k, v in (("tau", 0.0), ("sparsity", 1.0), ("wire_bytes", 900.0))]  # fmt: skip
-        jobs.add_metrics(session=s, job_id=job_id, points=points)
+    points = [{"key": k, "step": step, "epoch": 1, "worker": worker, "value": v}
+              for step in range(1, 11) for worker in (0, 1)
+              for k, v in (("tau", 0.0), ("sparsity", 1.0), ("wire_bytes", 900.0))]  # fmt: skip
+    job_id = _fake_job(svc, "exact", JobStatus.CANCELLED, points=points, error_reason="CANCELLED",
+                       error_message="a fixture")  # fmt: skip
     browser.get(svc.url + f"/ui/jobs/{job_id}")
     said = _until(browser, lambda d: "exactly" in (t := d.find_element(By.ID, "chart-tau-empty").text) and t,
                   "the τ chart says why", 60)  # fmt: skip

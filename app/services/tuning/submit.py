@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.auth import Caller
-from app.core.errors import AppError, Conflict, ValidationFailed, message
+from app.core.errors import AppError, Conflict, ValidationFailed, first_of, message
 from app.core.jobstates import JobType
 from app.core.settings import Settings
 from app.db.models import Job
@@ -78,9 +78,7 @@ def _located(exc: AppError, loc: str, what: str = "") -> ValidationFailed:
     inner = errors[0].get("loc")
     if loc == "base" and inner:  # every field's problem, each at base.x (base.x: y, not base.x: x: y)
         located = [{**e, "loc": f"base.{e['loc']}"} for e in errors if e.get("loc")]
-        more = f" (and {len(located) - 1} more)" if len(located) > 1 else ""
-        first = f"base.{inner}: {errors[0].get('msg') or exc.detail}{more}"
-        return ValidationFailed(first, errors=located, inner=inner)
+        return ValidationFailed(first_of(located), errors=located, inner=inner)
     detail = exc.every_problem()  # each of the body's problems: this 422 names the space path alone
     return ValidationFailed.at(loc, f"{what}: {detail}" if what else detail, inner=inner)
 

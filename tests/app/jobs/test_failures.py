@@ -9,6 +9,7 @@ import errno
 import pytest
 
 from app.jobs.failures import STORAGE_FIXES, describe_failure
+from tests.helpers import spark_error
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,7 @@ def test_an_xgboost_refusal_is_its_words_without_the_tracebacks() -> None:
     else:
         raise AssertionError("xgboost trained on negative gamma labels")
 
-    reason, message = describe_failure(_spark_error(executor))
+    reason, message = describe_failure(spark_error(executor))
     assert reason == "SPARK_ERROR" and message.startswith("xgboost: "), message
     assert "gamma" in message and "[bt]" not in message and "Traceback" not in message, message
     assert len(message) < 200, message
@@ -110,28 +111,12 @@ def test_a_device_the_task_cannot_use_is_its_sentence_with_its_own_reason(gpus: 
         )  # fmt: skip
     else:
         raise AssertionError("select_device gave a task CUDA on a machine without it")
-    reason, message = describe_failure(_spark_error(executor))
+    reason, message = describe_failure(spark_error(executor))
     assert reason == "DEVICE_UNAVAILABLE", (reason, message)
     wanted = "install a CUDA build of torch on the executors" if gpus else "or use device auto/cpu"
     assert message.endswith(wanted) and "\n" not in message and "Traceback" not in message, message
     if gpus:
         assert message.startswith("Spark gave this task GPU ['0'], but torch ") and "has no usable CUDA" in message
-
-
-def _spark_error(executor: str) -> BaseException:
-    """What pyspark raises for a failed Spark job: an error with the py4j Java exception, whose innermost cause's
-    toString is the text Spark gives an executor's Python failure."""
-
-    class Java:
-        def getCause(self) -> None:  # noqa: N802 - the Java method's name
-            return None
-
-        def toString(self) -> str:  # noqa: N802
-            return executor
-
-    error = RuntimeError("py4j")
-    error.java_exception = Java()  # type: ignore[attr-defined]
-    return error
 
 
 def test_an_executors_python_error_is_its_own_words_and_the_log_keeps_the_traceback() -> None:
@@ -156,7 +141,7 @@ def test_an_executors_python_error_is_its_own_words_and_the_log_keeps_the_traceb
         )  # fmt: skip
     else:
         raise AssertionError("a first threshold of 1e31 was taken")
-    error = _spark_error(executor)
+    error = spark_error(executor)
     reason, message = describe_failure(error)
     assert reason == "SPARK_ERROR", (reason, message)
     assert message == (

@@ -25,6 +25,7 @@ from app.jobs.runtime import JobRuntime
 from app.jobs.settle import settle
 from app.services import jobs
 from app.services.reconcile import reconcile
+from tests.helpers import spark_error
 from workers.context import JobCancelled, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 
 
@@ -216,17 +217,7 @@ def _executor_error(last_line: str) -> BaseException:
             "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
             '  File "/srv/workers/training/torch/remote.py", line 441, in run\n    step()\n'
             f"{last_line}\n\tat org.apache.spark.scheduler.Task.run(Task.scala:147)\n")  # fmt: skip
-
-    class Java:
-        def getCause(self) -> None:  # noqa: N802 - the Java method's name
-            return None
-
-        def toString(self) -> str:  # noqa: N802
-            return text
-
-    error = RuntimeError("py4j")
-    error.java_exception = Java()  # type: ignore[attr-defined]
-    return error
+    return spark_error(text)
 
 
 @pytest.mark.parametrize(
