@@ -381,6 +381,8 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(started.failed(), file=sys.stderr)
         sys.exit(SPARK_AWAY_EXIT)
+    if server._hand_back is not None:  # a daemon thread: the process must not end before the jobs are handed back
+        server._hand_back.join(HAND_BACK_WAIT_S)
     runtime = getattr(app.state, "runtime", None)
     if runtime is not None:  # a signal during start-up: uvicorn skips the shutdown of what already started
         runtime.begin_stop()
