@@ -89,3 +89,6 @@ class ModelRead(BaseModel):
 
 class ModelPage(BaseModel):
     items: list[ModelRead]
+    next_cursor: str | None = Field(
+        None, description="Pass as `cursor` for the next page (the models after these by name); null on the last page."
+    )

@@ -2,31 +2,27 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import hashlib
 import json
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
+from app.core.errors import Conflict, NotFound, ServiceUnavailable
 from app.core.jobstates import EDGES, JobStatus
 from app.db.base import utcnow
 from app.db.models import Job, JobLog, JobMetric
 from app.db.session import savepoint, transaction
 from app.services import attempts, outputs, quotas
+from app.services.cursors import decode, decode_cursor, encode, encode_cursor
 from workers import plans
 from workers.families import task_name
-
-_T = TypeVar("_T")
 
 
 def new_id() -> str:
@@ -216,38 +212,6 @@ def get_job(*, session: Session, job_id: str) -> Job:
     return job
 
 
-def _encode(*parts: object) -> str:
-    return base64.urlsafe_b64encode("|".join(map(str, parts)).encode()).decode().rstrip("=")
-
-
-def _decode(cursor: str, parse: Callable[[list[str]], _T]) -> _T:
-    try:
-        return parse(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().split("|"))
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise BadRequest("The cursor is not one this service issued for this list; start without it.") from exc
-
-
-def encode_cursor(created_at: datetime, row_id: str, listing: str = "jobs") -> str:
-    """The cursor after a row of a newest-first list (``listing``: jobs, datasets): its creation time and id."""
-    return _encode(listing, created_at.isoformat(), row_id)
-
-
-def decode_cursor(cursor: str, listing: str = "jobs") -> tuple[datetime, str]:
-    """(created_at, id) of :func:`encode_cursor` for ``listing``; a 400 for anything not issued for it."""
-
-    return _decode(cursor, lambda parts: _created_and_id(parts[1:] if parts[0] == listing else []))
-
-
-def _created_and_id(parts: list[str]) -> tuple[datetime, str]:
-    created, row_id = parts
-    if len(row_id) != 32 or any(c not in "0123456789abcdef" for c in row_id):
-        raise ValueError("not an id")  # e.g. a NUL byte, which PostgreSQL refuses in a query
-    when = datetime.fromisoformat(created)
-    if when.tzinfo is None:
-        raise ValueError("no time zone")  # every cursor this service issues has one; the column refuses others
-    return when, row_id
-
-
 def list_jobs(
     *,
     session: Session,
@@ -385,11 +349,11 @@ def page_metrics(
     if since_step is not None:
         stmt = stmt.where(JobMetric.step > since_step)
     if cursor:
-        step, point_id = _decode(cursor, _step_and_id)
+        step, point_id = decode(cursor, _step_and_id)
         stmt = stmt.where(or_(JobMetric.step > step, and_(JobMetric.step == step, JobMetric.id > point_id)))
     rows = session.scalars(stmt.order_by(JobMetric.step, JobMetric.id).limit(limit + 1)).all()
     page = rows[:limit]
-    return page, _encode("m1", page[-1].step, page[-1].id) if len(rows) > limit else None
+    return page, encode("m1", page[-1].step, page[-1].id) if len(rows) > limit else None
 
 
 def add_log(*, session: Session, job_id: str, message: str, level: str = "INFO") -> None:

@@ -21,6 +21,7 @@ from app.db.base import utcnow
 from app.db.models import Job, Model, ModelAlias, ModelVersion
 from app.db.session import savepoint
 from app.schemas.models import ALIAS_PATTERN
+from app.services.cursors import decode_name_cursor, encode_name_cursor
 
 
 class ModelNameTaken(Conflict):
@@ -121,9 +122,16 @@ def _no_model(session: Session, name: str, owner: str | None) -> NotFound:
     return NotFound(f"No model named {name!r}." + (f" Did you mean {close[0]!r}?" if close else ""))
 
 
-def list_models(*, session: Session, limit: int = 100, owner: str | None = None) -> Sequence[Model]:
+def page_models(
+    *, session: Session, limit: int = 100, cursor: str | None = None, owner: str | None = None
+) -> tuple[Sequence[Model], str | None]:
+    """In name order (``owner``'s; None: anyone's): a page and the cursor of the next one (None at the end)."""
     stmt = select(Model) if owner is None else select(Model).where(Model.owner == owner)
-    return session.scalars(stmt.order_by(Model.name).limit(limit)).all()
+    if cursor:
+        stmt = stmt.where(Model.name > decode_name_cursor(cursor))
+    rows = session.scalars(stmt.order_by(Model.name).limit(limit + 1)).all()
+    page = rows[:limit]
+    return page, encode_name_cursor(page[-1].name) if len(rows) > limit else None
 
 
 def get_model(*, session: Session, name: str, owner: str | None = None) -> Model:

@@ -613,9 +613,9 @@ def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None
     from selenium.webdriver.common.by import By
 
     trained = svc.client.get("/models/console-a/versions/1").json()
-    with transaction(svc.runtime.db) as s:  # models named to come first, so that console-a's card is further down
-        for i in range(6):
-            models.register_version(session=s, name=f"aaa-{i}", framework="torch", job_id=None,
+    with transaction(svc.runtime.db) as s:  # models named to come first, so that console-a's card is further down,
+        for i in range(106):  # past the first page of GET /models (the page showed only the first 100 models)
+            models.register_version(session=s, name=f"aaa-{i:03}", framework="torch", job_id=None,
                                     artifact_uri=trained["artifact_uri"], metrics={}, params={})  # fmt: skip
     _requested(browser)
     browser.get(svc.url + "/ui/models#console-a")  # the job page's Model link
@@ -639,7 +639,7 @@ def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None
     card.find_element(By.CSS_SELECTOR, ".alias-form button").click()
     _until(browser, lambda d: "champion → v1" in d.find_element(By.ID, "console-a").text, "the alias is set", 30)
     assert not browser.find_element(By.CSS_SELECTOR, "#console-a .alias-error").is_displayed()
-    listed = {m["name"]: m for m in svc.client.get("/models").json()["items"]}
+    listed = {m["name"]: m for m in svc.client.get("/models", params={"limit": 1000}).json()["items"]}
     assert listed["console-a"]["aliases"] == {"champion": 1}
     buttons = browser.find_elements(By.CSS_SELECTOR, "#console-a tr[data-version='1'] .downloads button")
     assert [b.get_attribute("data-format") for b in buttons] == ["archive", "mlflow", "onnx"]

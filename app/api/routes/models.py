@@ -62,12 +62,22 @@ def _aliases(session: Session, m: Model) -> dict[str, int]:
     return {a.alias: a.version.version for a in models.aliases_of(session=session, model_id=m.id)}
 
 
-@router.get("/models", response_model=ModelPage, summary="Registered models with their versions")
-def list_models(session: SessionDep, caller: CallerDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> ModelPage:
-    items = []
-    for m in models.list_models(session=session, limit=limit, owner=caller.scope):
-        items.append(to_model_read(m, _aliases(session, m)))
-    return ModelPage(items=items)
+@router.get(
+    "/models",
+    response_model=ModelPage,
+    summary="Registered models with their versions, by name",
+    description="At most `limit` models in name order; `next_cursor` (null on the last page) passed as `cursor` "
+    "gives the next ones, as `GET /jobs` pages. A cursor this service did not issue is a 400.",
+    responses={400: {"description": "A `cursor` this service did not issue."}},
+)
+def list_models(
+    session: SessionDep,
+    caller: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=300)] = None,
+) -> ModelPage:
+    page, next_cursor = models.page_models(session=session, limit=limit, cursor=cursor, owner=caller.scope)
+    return ModelPage(items=[to_model_read(m, _aliases(session, m)) for m in page], next_cursor=next_cursor)
 
 
 @router.get("/models/{name}", response_model=ModelRead, summary="One model: its versions and aliases")

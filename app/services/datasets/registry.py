@@ -25,6 +25,7 @@ from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.models import Dataset
 from app.schemas.datasets import DatasetCreate
+from app.services.cursors import decode_cursor, encode_cursor
 from app.services.datasets.paths import detect_format, missing, resolve_uri
 from app.services.datasets.schema import (
     NUMERIC_TYPES,
@@ -35,7 +36,6 @@ from app.services.datasets.schema import (
 )
 from app.services.datasets.sniff import not_parquet, not_text
 from app.services.datasets.summary import quoted_line_break
-from app.services.jobs import decode_cursor, encode_cursor
 from workers.data.spec import CORRUPT
 
 if TYPE_CHECKING:

@@ -129,18 +129,30 @@
       aliasForm(model));
   }
 
+  /* Every model, by name, following next_cursor (GET /models answers a page of at most `limit`). */
+  async function everyModel() {
+    const items = [];
+    let cursor = null;
+    do {
+      const page = await api("/models?limit=100" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+      items.push(...page.items);
+      cursor = page.next_cursor;
+    } while (cursor);
+    return items;
+  }
+
   async function refresh() {
-    let page;
+    let items;
     try {
-      page = await api("/models");
+      items = await everyModel();
     } catch (e) {
       if (e.status !== 401) ST.notice("Could not read the models: " + e.message);
       return;
     }
     const box = clear(document.getElementById("models"));
-    page.items.forEach((m) => box.appendChild(card(m)));
+    items.forEach((m) => box.appendChild(card(m)));
     const empty = document.getElementById("models-empty");
-    empty.hidden = page.items.length > 0;
+    empty.hidden = items.length > 0;
     empty.textContent = "No models yet: a training job that succeeds registers its model here (POST /train, or " +
       "`sparktrain submit examples/xgboost-taxi.json --wait`).";
     if (!scrolled) scrollToHash();

@@ -153,7 +153,7 @@ def test_datasets_cursors_this_service_did_not_issue_are_400(world: dict[str, An
     metrics_cursor = alice.get(f"/jobs/{world['job_id']}/metrics", params={"limit": 1}).json()["next_cursor"]
     from datetime import UTC, datetime
 
-    from app.services.jobs import encode_cursor
+    from app.services.cursors import encode_cursor
 
     jobs_cursor = encode_cursor(datetime.now(UTC), world["job_id"])  # GET /jobs' own: it was taken as a position
     for cursor in ["zz", "!!!", metrics_cursor, jobs_cursor, _b64(f"2024-01-01T00:00:00+00:00|{'0' * 32}"),
@@ -205,3 +205,32 @@ def test_jobs_by_name_or_model_name_any_case_wildcards_plain(world: dict[str, An
     everything = {j["id"] for j in _pages(alice, "/jobs", "items", 500)}
     assert names(alice, "") == everything  # empty: no filter
     assert "name" in _problem(alice.get("/jobs", params={"name": "x" * 201}), 422)["detail"]
+
+
+# --- GET /models ---------------------------------------------------------------------------------------------------
+
+
+def test_models_page_by_name_and_by_owner(world: dict[str, Any]) -> None:
+    """``GET /models`` pages in name order by cursor (it cut at ``limit`` with no way to go on: a registry of more
+    than 1,000 models could not be listed whole)."""
+    from app.db.session import transaction
+    from app.services import jobs, models
+
+    names = {"alice": ["a-1", "a.2", "a_3", "b-0", "z9"], "bob": ["a-10", "m"]}
+    with transaction(world["service"].runtime.db) as session:
+        for owner, owned in names.items():
+            for name in owned:
+                job, _ = jobs.create_job(session=session, job_type="train", request={}, name=name, owner=owner)
+                models.register_version(session=session, name=name, framework="spark_ml", artifact_uri="file:///x",
+                                        metrics={}, params={}, job_id=job.id, owner=owner)  # fmt: skip
+    mine = sorted(names["alice"])
+    first = world["alice"].get("/models", params={"limit": 2}).json()
+    assert [m["name"] for m in first["items"]] == mine[:2] and first["next_cursor"]
+    for limit in (1, 2, 4, 5, 6):
+        assert [m["name"] for m in _pages(world["alice"], "/models", "items", limit)] == mine, limit
+    everyone = [m["name"] for m in _pages(world["root"], "/models", "items", 3)]
+    assert everyone == sorted(names["alice"] + names["bob"])
+    assert world["root"].get("/models").json()["next_cursor"] is None
+    datasets_cursor = world["alice"].get("/datasets", params={"limit": 1}).json()["next_cursor"]
+    for cursor in ("zz", datasets_cursor, _b64("models|"), _b64("models"), _b64("jobs|a")):
+        assert "cursor" in _problem(world["alice"].get("/models", params={"cursor": cursor}), 400)["detail"], cursor

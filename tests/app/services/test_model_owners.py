@@ -40,8 +40,8 @@ def test_lookups_hide_another_owners_model(db: Any) -> None:
     with transaction(db) as s:
         models.set_alias(session=s, name="m", alias="champion", version=1, owner="alice")
     with db() as s:
-        assert [m.name for m in models.list_models(session=s, owner="alice")] == ["m"]
-        assert [m.name for m in models.list_models(session=s)] == ["m", "n"]
+        assert [m.name for m in models.page_models(session=s, owner="alice")[0]] == ["m"]
+        assert [m.name for m in models.page_models(session=s)[0]] == ["m", "n"]
         assert models.get_version(session=s, name="m", version=1, owner="alice").version == 1
         assert models.resolve_version(session=s, name="m", alias="champion", owner="alice").version == 1
         for owner_call, unknown_call in [

@@ -31,7 +31,7 @@ def test_versions_count_up(db: Any) -> None:
     assert [_register(db, "m", _job(db)) for _ in range(3)] == [1, 2, 3]
     assert _register(db, "other", None) == 1
     with db() as s:
-        names = [m.name for m in models.list_models(session=s)]
+        names = [m.name for m in models.page_models(session=s)[0]]
         assert names == ["m", "other"]
         assert models.get_version(session=s, name="m", version=2).version == 2
         with pytest.raises(NotFound, match="no version 9"):
