@@ -31,7 +31,9 @@ and 20 epochs it runs too, bench/results/sharing_accuracy_tau0_10m.json; ``--set
 and 64 per worker over 1, 2, 4 and 20 epochs, tau0 one step against what the defaults plan for 20 epochs, what a
 pruner sees of a trial in its first epochs, 2 minutes, bench/results/sharing_accuracy_early.json; ``--set
 w4_planned``: the planned-length rule, fitted at W = 2, checked at W = 4 on the CNN and the 1.1M MLP over 20 and 40
-epochs, the defaults against one step and ``allreduce``, bench/results/sharing_accuracy_w4_planned.json).
+epochs, the defaults against one step and ``allreduce``, bench/results/sharing_accuracy_w4_planned.json; ``--set
+under_step``: tau0 at the learning rate against 63/64 of it, the CNN over 1, 2 and 4 epochs and the 1.1M MLP at W = 4,
+3 minutes, bench/results/sharing_accuracy_under_step.json).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from typing import Any
 
 from bench.splits import LSTM, layout, splits_for
 from bench.trainer import CNN, WIDE, wide_mlp
-from workers.training.torch.config import TrainerConfig, parse_sharing, planned_threshold_multiple
+from workers.training.torch.config import ONE_STEP, TrainerConfig, parse_sharing, planned_threshold_multiple
 from workers.training.torch.local import run_local_many
 from workers.training.torch.spec import parse_optimizer
 
@@ -105,8 +107,18 @@ RUNS_W4_PLANNED: list[tuple[str, dict[str, Any], float, int, int]] = [
 ]
 
 
+# --set under_step: the first threshold at the learning rate against just under it (ONE_STEP of it, the defaults'
+# one step since 2026-12-07): Adam's first step is lr * |g| / (|g| + eps), a hair under lr, so tau0 = lr held back
+# almost all of it. The CNN at batch 16 and 64 over 1, 2 and 4 epochs, the 1.1M MLP at W = 4 over 5 (55 steps per
+# worker: what the defaults start at one step).
+RUNS_UNDER_STEP: list[tuple[str, dict[str, Any], float, int, int]] = [
+    *((f"cnn_under_b{batch}", CNN, 3e-3, epochs, 2) for batch in (16, 64) for epochs in (1, 2, 4)),
+    ("mlp_1m_under", WIDE, 1e-3, 5, 4),
+]
+
+
 def _batch(model: str) -> int:
-    return int(model.rsplit("_b", 1)[1]) if model.startswith("cnn_early_b") else 32
+    return int(model.rsplit("_b", 1)[1]) if model.startswith(("cnn_early_b", "cnn_under_b")) else 32
 
 
 def _variants(model: str, lr: float, world: int, epochs: int, steps_per_epoch: int = 0,
@@ -120,6 +132,12 @@ def _variants(model: str, lr: float, world: int, epochs: int, steps_per_epoch: i
                 "gradient_sharing",
                 {"threshold_algorithm": {"initial_threshold": planned * lr}},
             ),
+        }
+    if model.startswith(("cnn_under_b", "mlp_1m_under")):  # --set under_step
+        return {
+            "allreduce": ("allreduce", None),
+            "one_step": ("gradient_sharing", {"threshold_algorithm": {"initial_threshold": lr}}),
+            "under_one_step": ("gradient_sharing", {"threshold_algorithm": {"initial_threshold": ONE_STEP * lr}}),
         }
     if model.endswith("_w4planned"):  # --set w4_planned
         return {
@@ -236,13 +254,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one seed")
     parser.add_argument(
         "--set",
-        choices=["short", "w4_10m", "tau0_steps", "early", "w4_planned"],
+        choices=["short", "w4_10m", "tau0_steps", "early", "w4_planned", "under_step"],
         default="short",
         help="short: the runs above (default); w4_10m: the 9.7M MLP at W = 4 over 4, 8 and 12 epochs, allreduce "
         "against the defaults; tau0_steps: the 9.7M MLP at W = 2 over 4, 10 and 20 epochs and the CNN over 10, the "
         "first threshold at 1 to 10 steps; early: the CNN at batch 16 and 64 over 1, 2, 4 and 20 epochs, tau0 one "
         "step against what the defaults plan for 20 epochs; w4_planned: the CNN and the 1.1M MLP at W = 4 over 20 and "
-        "40 epochs, the defaults against one step "
+        "40 epochs, the defaults against one step; under_step: tau0 at one step against just under it, the CNN over "
+        "1, 2 and 4 epochs and the 1.1M MLP at W = 4 "
         "(written to bench/results/sharing_accuracy_<set>.json)",
     )
     parser.add_argument("--out", default=None)
@@ -253,6 +272,7 @@ def main() -> None:
         "tau0_steps": RUNS_TAU0_STEPS,
         "early": RUNS_EARLY,
         "w4_planned": RUNS_W4_PLANNED,
+        "under_step": RUNS_UNDER_STEP,
     }[args.set]
     name = "sharing_accuracy" if args.set == "short" else f"sharing_accuracy_{args.set}"
     out = args.out or str(REPO / f"bench/results/{name}.json")

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from app.schemas.tune import Distribution
 from app.services.tuning import space
 from app.services.tuning.report import TrialRecord, leaderboard
+from workers.training.torch.config import ONE_STEP
 
 BODY = {
     "training": {"optimizer": {"type": "adam", "learning_rate": 0.003}, "epochs": 2},
@@ -135,22 +136,22 @@ def test_a_pruned_search_starts_gradient_sharing_at_one_optimizer_step() -> None
     torch_base = {**BODY, "framework": "torch"}
     params = {"training.optimizer.learning_rate": 0.02}
     pruned = trial_body(torch_base, params, pruned=True)
-    assert _sharing(pruned)["threshold_algorithm"] == {"initial_threshold": 0.02}
+    assert _sharing(pruned)["threshold_algorithm"] == {"initial_threshold": 0.02 * ONE_STEP}
     assert pruned["training"]["optimizer"]["learning_rate"] == 0.02 and pruned["training"]["data_path"] == "export"
     assert "gradient_sharing" not in trial_body(torch_base, params)["training"]  # no pruner: the planned length's
     assert "gradient_sharing" not in BODY["training"]  # type: ignore[operator]
     rmsprop = {**BODY["training"], "optimizer": {"type": "rmsprop", "learning_rate": 0.001}}  # type: ignore[dict-item]
     assert _sharing(trial_body({**torch_base, "training": rmsprop}, {}, pruned=True))["threshold_algorithm"] == {
-        "initial_threshold": 0.001
+        "initial_threshold": 0.001 * ONE_STEP
     }
     # no optimizer in the body: the request's default (Adam at 1e-3)
     bare = trial_body({"framework": "torch", "training": {"epochs": 3}}, {}, pruned=True)
-    assert _sharing(bare)["threshold_algorithm"] == {"initial_threshold": 0.001}
+    assert _sharing(bare)["threshold_algorithm"] == {"initial_threshold": 0.001 * ONE_STEP}
     # other settings of gradient sharing are kept beside it
     kept = {**BODY["training"], "gradient_sharing": {"aggregation": "sum", "threshold_algorithm": {"type": "adaptive"}}}  # type: ignore[dict-item]
     assert _sharing(trial_body({**torch_base, "training": kept}, params, pruned=True)) == {
         "aggregation": "sum",
-        "threshold_algorithm": {"type": "adaptive", "initial_threshold": 0.02},
+        "threshold_algorithm": {"type": "adaptive", "initial_threshold": 0.02 * ONE_STEP},
     }
 
 

@@ -203,8 +203,8 @@ class AdaptiveThreshold(ThresholdAlgorithm):
 
     Too sparse (``s < min``): ``tau *= decay``; too dense (``s > max``): ``tau /= decay``; otherwise keep.
     ``initial`` defaults to 1e-2 here; a request that leaves it out gets one optimizer step instead
-    (:func:`workers.training.torch.config.default_initial_threshold`: Adam's learning rate). 1e-2 came from a CPU
-    simulation run before the trainer was written (2026-11-29; the simulator was not kept), which found it as
+    (:func:`workers.training.torch.config.default_initial_threshold`: just under Adam's learning rate). 1e-2 came
+    from a CPU simulation run before the trainer was written (2026-11-29; the simulator was not kept), which found it as
     accurate as 1e-3 at 2-3x the compression; the trainer measured otherwise over short runs (110 steps per
     worker on the 1.1M-parameter MLP: 0.967 against 0.985 at W = 2 and 0.897 against 0.974 at W = 4).
     """
