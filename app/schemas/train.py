@@ -152,7 +152,9 @@ class TrainingOptions(Body):
     mode: Literal["gradient_sharing", "parameter_averaging", "allreduce"] = "gradient_sharing"
     gradient_sharing: dict[str, Any] | None = Field(
         None,
-        description="threshold_algorithm, residual_clipping, aggregation, index_coding, encoding_debug, "
+        description="threshold_algorithm ({type: adaptive, initial_threshold, min_sparsity, max_sparsity, decay}, "
+        "{type: fixed, threshold} or {type: target_sparsity, initial_threshold, target_sparsity, decay}), "
+        "residual_clipping, aggregation, index_coding, encoding_debug, "
         'bitmap_ratio, collective ("auto", "sparse" or "dense"), exact_below_bytes (32768: a model this small is '
         "exchanged exactly, no threshold: its gradients are all-reduced, as in allreduce mode)",
     )

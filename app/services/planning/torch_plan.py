@@ -370,9 +370,12 @@ def ignored_settings(options: TrainingOptions, sharing: SharingConfig, parameter
     given = set(options.gradient_sharing or {})
     dense = 4 * parameters
     exact = sharing.collective == "auto" and dense <= sharing.exact_below_bytes
-    thresholding = given & {"threshold_algorithm", "residual_clipping", "index_coding", "bitmap_ratio"}
+    thresholding = sorted(given & {"threshold_algorithm", "residual_clipping", "index_coding", "bitmap_ratio",
+                                   "encoding_debug"})  # fmt: skip
     if options.mode == "gradient_sharing" and exact and thresholding:
-        out.append(f"training.gradient_sharing.{sorted(thresholding)[0]} does not apply: the network's {parameters:,} "
+        named = thresholding[0] + (f" (and {', '.join(thresholding[1:])})" if thresholding[1:] else "")
+        verb = "do" if thresholding[1:] else "does"
+        out.append(f"training.gradient_sharing.{named} {verb} not apply: the network's {parameters:,} "
                    f"parameters ({dense:,} bytes, at most exact_below_bytes {sharing.exact_below_bytes:,}) are "
                    "exchanged exactly on every step, with no threshold; set exact_below_bytes to 0 to threshold "
                    "them")  # fmt: skip

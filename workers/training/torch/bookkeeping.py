@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from workers.training.torch.comm import Comm, ring_allreduce_bytes
+from workers.training.torch.config import TrainerConfig
 from workers.training.torch.modes import NonFiniteUpdate
 
 
@@ -65,12 +66,18 @@ def diverged(comm: Comm, model: torch.nn.Module, where: str, checksum: float | N
     )
 
 
-def non_finite_message(exc: NonFiniteUpdate, epoch: int) -> str:
+def kept(cfg: TrainerConfig, epoch: int) -> str:
+    """What a failed run leaves to resume from: a checkpoint is written at the end of every epoch."""
+    if epoch == 0 and not cfg.resume_dir:
+        return "no checkpoint was written yet (the first comes at the end of epoch 1)"
+    return "the checkpoints written so far are kept"
+
+
+def non_finite_message(exc: NonFiniteUpdate, epoch: int, kept: str) -> str:
     return (
         f"the update of parameter {exc.parameter!r} became {exc.kind} on worker {exc.worker} at step {exc.step} "
         f"(epoch {epoch + 1}) while the loss was finite: nothing of it can be sent, so that parameter would "
-        "freeze. The checkpoints written so far are kept; lower the learning rate or look for extreme values in the "
-        "data"
+        f"freeze. {kept[0].upper() + kept[1:]}; lower the learning rate or look for extreme values in the data"
     )
 
 

@@ -124,7 +124,11 @@ def parse_sharing(obj: Mapping[str, Any] | None, optimizer: OptimizerSpec) -> Sh
     if unknown:
         raise SpecError(f"{path}.{unknown[0]}", f"unknown setting; known: {', '.join(sorted(_SHARING_KEYS))}")
     defaults = SharingConfig()
-    algorithm = {"type": "adaptive", **dict(obj.get("threshold_algorithm") or {})}
+    given_algorithm = obj.get("threshold_algorithm") or {}
+    if not isinstance(given_algorithm, Mapping):  # dict() took a list of pairs, and a string was a 500
+        raise SpecError(f"{path}.threshold_algorithm", f"an object such as {{\"type\": \"adaptive\"}} (adaptive, "
+                        f"fixed or target_sparsity, with its settings), got {json.dumps(given_algorithm)}")  # fmt: skip
+    algorithm = {"type": "adaptive", **given_algorithm}
     planned = False
     if algorithm["type"] != "fixed" and "initial_threshold" not in algorithm:  # fixed takes only "threshold"
         algorithm["initial_threshold"] = default_initial_threshold(optimizer)

@@ -119,6 +119,12 @@ class Monitor(EventListener):
                     if event.get("initial_threshold")
                     else ""
                 )
+                + (
+                    f"; exchanged exactly on every step, no threshold: {4 * event['parameters']:,} bytes of "
+                    f"parameters, at most exact_below_bytes {event.get('exact_below_bytes', 0):,}"
+                    if event.get("exact")
+                    else ""
+                )
             )
         elif kind == "epoch":
             self.epochs_seen.append(event)

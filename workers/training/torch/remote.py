@@ -24,7 +24,7 @@ from workers import storage
 from workers.codecs import native
 from workers.training.torch import checkpoint as ckpt
 from workers.training.torch import heap, warm_start
-from workers.training.torch.bookkeeping import Counters, diverged, non_finite_message, replica_checksum, totals
+from workers.training.torch.bookkeeping import Counters, diverged, kept, non_finite_message, replica_checksum, totals
 from workers.training.torch.comm import Comm
 from workers.training.torch.config import TrainerConfig
 from workers.training.torch.data import Split
@@ -213,6 +213,8 @@ def _train(
                 "start_epoch": cfg.start_epoch,
                 "epochs": cfg.epochs,
                 "parameters": flat.numel(),
+                "exact": bool(getattr(strategy, "exact", False)),
+                "exact_below_bytes": cfg.sharing.exact_below_bytes,
             }
         )
     c = Counters(dense_bytes_per_step=flat.numel() * 4)
@@ -243,16 +245,12 @@ def _train(
                     global_step, stop=reporter.stop_requested, nan_loss=not math.isfinite(loss_value)
                 )
             except NonFiniteUpdate as exc:
-                return _failed(base, "NON_FINITE_UPDATE", non_finite_message(exc, epoch))
+                return _failed(base, "NON_FINITE_UPDATE", non_finite_message(exc, epoch, kept(cfg, epoch)))
             if nan:
                 value = loss_value if not math.isfinite(loss_value) else "non-finite on another worker"
                 where = f"step {global_step + 1} (epoch {epoch + 1})"
                 advice = "lower the learning rate or look for extreme values in the data"
-                return _failed(
-                    base,
-                    "NAN_LOSS",
-                    f"the loss became {value} at {where}; the checkpoints written so far are kept; {advice}",
-                )
+                return _failed(base, "NAN_LOSS", f"the loss became {value} at {where}; {kept(cfg, epoch)}; {advice}")
             if stop or stats is None:
                 return {**base, "stopped": True, "step": global_step}
             wire = comm.wire_bytes - wire_before

@@ -100,6 +100,14 @@ class Checkpoints:
                 "mode": cfg.mode,
                 "network": cfg.network,
                 "optimizer": cfg.optimizer,
+                **(
+                    {
+                        "threshold_algorithm": cfg.sharing.threshold_algorithm,
+                        "threshold_planned": cfg.sharing.planned_initial_threshold,
+                    }
+                    if cfg.mode == "gradient_sharing"
+                    else {}
+                ),
                 "seed": cfg.seed,
                 "job_id": cfg.job_id,
                 "model_card": cfg.model_card,
@@ -264,16 +272,59 @@ def resume(
         shared = ckpt.load_rank_state(directory, 0)
         assert shared is not None  # rank 0's files are written like every rank's
         tensors, extra = shared  # all-reduce keeps no state of its own (no residual)
+    notes = sharing_change(meta, cfg, tensors, extra)  # drops the threshold's state when it no longer applies
     changed = optimizer_change(meta.get("optimizer"), cfg.optimizer, extra["optimizer"]["param_groups"], optimizer)
     if changed is None:
         optimizer.load_state_dict(ckpt.join_optimizer_state(tensors, extra["optimizer"]))
         if scheduler is not None and extra.get("scheduler") is not None:
             scheduler.load_state_dict(extra["scheduler"])
-    elif rank == 0:
+    else:
         fresh = "the optimizer (and its learning-rate schedule) starts fresh with this request's settings"
-        reporter.send({"t": "warn", "msg": f"{changed} since the checkpoint: weights and residuals resumed, {fresh}"})
+        tau = (extra.get("threshold") or {}).get("threshold")
+        kept = (f"; the threshold goes on from the checkpoint's {tau:.3g} (set threshold_algorithm.initial_threshold "
+                "to start it elsewhere)") if tau and cfg.mode == "gradient_sharing" else ""  # fmt: skip
+        notes.insert(0, f"{changed} since the checkpoint: weights and residuals resumed, {fresh}{kept}")
+    if rank == 0:
+        for note in notes:
+            reporter.send({"t": "warn", "msg": note})
     strategy.load_state(tensors, extra)
     return int(meta["global_step"])
+
+
+_FIRST_THRESHOLD = ("initial_threshold", "threshold")
+
+
+def sharing_change(
+    meta: dict[str, Any], cfg: TrainerConfig, tensors: dict[str, Any], extra: dict[str, Any]
+) -> list[str]:
+    """What of a checkpoint's gradient-sharing state this run cannot continue, in words; the threshold's state is
+    dropped from ``extra`` when the run starts its own (another algorithm: its state failed the load on every
+    executor; a first threshold the request sets: it was ignored). The same on every rank: it reads only the
+    checkpoint and the request."""
+    saved_mode = meta.get("mode")
+    if cfg.mode != "gradient_sharing":
+        if saved_mode == "gradient_sharing" and "residual" in tensors:
+            return [f"the checkpoint's residuals (updates its workers had not sent yet) are dropped: mode {cfg.mode} "
+                    "keeps none"]  # fmt: skip
+        return []
+    saved = extra.get("threshold")
+    if not isinstance(saved, dict):
+        return []
+    mine = cfg.sharing.threshold_algorithm
+    if saved.get("type") != mine.get("type"):
+        del extra["threshold"]
+        return [f"the threshold algorithm changed from {saved.get('type')} to {mine.get('type')} since the checkpoint: "
+                "residuals resumed, the threshold starts again from this request's settings"]  # fmt: skip
+    spec = meta.get("threshold_algorithm")
+    if cfg.sharing.planned_initial_threshold or not isinstance(spec, dict):
+        return []  # left out: a resumed run keeps its checkpoint's threshold
+    given = {k: mine[k] for k in _FIRST_THRESHOLD if k in mine}
+    before = {k: spec[k] for k in _FIRST_THRESHOLD if k in spec}
+    if given == before and not meta.get("threshold_planned"):
+        return []
+    del extra["threshold"]
+    said = ", ".join(f"{k} {v:g}" for k, v in given.items())
+    return [f"the threshold starts again at {said}, as the request sets it (the checkpoint's continued otherwise)"]
 
 
 _NOT_SETTINGS = frozenset({"params", "lr", "initial_lr", "fused", "foreach", "capturable", "differentiable"})

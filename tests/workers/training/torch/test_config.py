@@ -54,6 +54,14 @@ def test_residual_clipping_false_turns_it_off_and_null_says_how() -> None:
         assert refused.value.path == "training.gradient_sharing.residual_clipping"
 
 
+def test_a_threshold_algorithm_that_is_not_an_object_names_the_field() -> None:
+    """``"adaptive"`` or ``5`` was a 500 (``dict()`` of it raised), and a list of pairs trained (walkthrough)."""
+    for given in ("adaptive", 5, True, [["type", "fixed"], ["threshold", 0.01]]):
+        with pytest.raises(SpecError, match="an object such as") as refused:
+            parse_sharing({"threshold_algorithm": given}, ADAM)
+        assert refused.value.path == "training.gradient_sharing.threshold_algorithm"
+
+
 def test_fixed_threshold_needs_its_threshold() -> None:
     with pytest.raises(SpecError, match="needs 'threshold'"):
         parse_sharing({"threshold_algorithm": {"type": "fixed"}}, ADAM)

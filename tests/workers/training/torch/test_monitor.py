@@ -122,6 +122,11 @@ def test_the_plan_line_names_the_first_threshold_the_trainer_picked() -> None:
     monitor._handle({**plan, "initial_threshold": None})  # given in the request, or a resumed run
     head = "9,700,000 parameters; 22 steps per epoch per worker; epochs 1..20"
     assert ctx.lines == [f"{head}; first threshold 0.0032 (from the planned steps)", head]
+    ctx.lines.clear()  # a small model in gradient_sharing mode: the line says it is not thresholded
+    monitor._handle({**plan, "parameters": 4835, "initial_threshold": None, "exact": True, "exact_below_bytes": 32768})
+    (line,) = ctx.lines
+    assert line == ("4,835 parameters; 22 steps per epoch per worker; epochs 1..20; exchanged exactly on every step, "
+                    "no threshold: 19,340 bytes of parameters, at most exact_below_bytes 32,768")  # fmt: skip
     monitor._flush()
 
 

@@ -128,6 +128,51 @@ def test_resume_in_another_mode_or_with_another_optimizer(tmp_path: Path) -> Non
         assert results[0]["validation"]["accuracy"] > 0.9
 
 
+def test_resume_with_another_threshold_algorithm_starts_the_threshold_again(tmp_path: Path) -> None:
+    """An adaptive checkpoint resumed with a fixed threshold (or the other way) failed on every executor with
+    "threshold state is for type 'adaptive', not 'fixed'" (walkthrough): the threshold now starts again."""
+    first = run_local(_cfg(tmp_path / "b", epochs=2), _splits())
+    assert all("exception" not in r for r in first), first
+    resume = {"epochs": 3, "resume_dir": str(final_dir(tmp_path / "b" / "checkpoints", 2)), "start_epoch": 2}
+    fixed = SharingConfig(threshold_algorithm={"type": "fixed", "threshold": 0.05})
+    results = run_local(_cfg(tmp_path / "c", sharing=fixed, **resume), _splits())
+    assert all("exception" not in r and "error" not in r for r in results), results
+    assert results[0]["threshold"]["threshold"] == 0.05 and results[0]["replicas_identical"]
+
+
+def test_what_a_resume_says_of_the_checkpoints_gradient_sharing_state() -> None:
+    from workers.training.torch.snapshots import sharing_change
+
+    planned = SharingConfig(threshold_algorithm={"type": "adaptive", "initial_threshold": 0.01},
+                            planned_initial_threshold=True)  # fmt: skip
+    meta = {"mode": "gradient_sharing", "threshold_algorithm": planned.threshold_algorithm, "threshold_planned": True}
+    state = {"type": "adaptive", "threshold": 0.03, "last_sparsity": None, "steps": 40}
+
+    def change(cfg: TrainerConfig, meta: dict[str, object] = meta) -> tuple[list[str], bool]:
+        extra = {"threshold": dict(state)}
+        notes = sharing_change(meta, cfg, {"residual": torch.zeros(3)}, extra)
+        return notes, "threshold" in extra  # kept: the checkpoint's threshold goes on
+
+    cfg = _cfg(Path("/nonexistent"), sharing=planned)
+    assert change(cfg) == ([], True)  # the same request again: the checkpoint's threshold goes on
+    given = SharingConfig(threshold_algorithm={"type": "adaptive", "initial_threshold": 0.05})
+    explicit = dataclasses.replace(cfg, sharing=given)
+    notes, kept = change(explicit)  # a first threshold the request sets: it was ignored
+    assert not kept and notes == ["the threshold starts again at initial_threshold 0.05, as the request sets it (the "
+                                  "checkpoint's continued otherwise)"]  # fmt: skip
+    same = {"mode": "gradient_sharing", "threshold_algorithm": explicit.sharing.threshold_algorithm}
+    assert change(explicit, same) == ([], True)  # set to what the checkpoint was trained with
+    notes, kept = change(
+        dataclasses.replace(cfg, sharing=SharingConfig(threshold_algorithm={"type": "target_sparsity"}))
+    )
+    assert not kept and notes[0].startswith("the threshold algorithm changed from adaptive to target_sparsity")
+    (note,) = sharing_change(meta, _cfg(Path("/nonexistent"), mode="allreduce"), {"residual": torch.zeros(3)}, {})
+    assert (
+        note
+        == "the checkpoint's residuals (updates its workers had not sent yet) are dropped: mode allreduce keeps none"
+    )
+
+
 def test_what_changed_in_the_optimizer_since_the_checkpoint() -> None:
     from workers.training.torch.snapshots import optimizer_change
 
@@ -157,6 +202,8 @@ def test_nan_loss_stops_every_rank_with_the_step(tmp_path: Path) -> None:
     results = run_local(cfg, _splits())
     assert [r["error"]["reason"] for r in results] == ["NAN_LOSS", "NAN_LOSS"]
     assert "at step" in results[0]["error"]["message"]
+    # in the first epoch there is no checkpoint (it said "the checkpoints written so far are kept")
+    assert "no checkpoint was written yet (the first comes at the end of epoch 1)" in results[0]["error"]["message"]
 
 
 def test_too_few_rows_on_a_worker(tmp_path: Path) -> None:

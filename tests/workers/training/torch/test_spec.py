@@ -215,6 +215,11 @@ def test_unknown_keys_are_named_with_the_allowed_ones() -> None:
     assert e.path == "network.layers[0]"
     assert e.message == ("unknown keys 'act', 'unit' for a dense layer; allowed: activation, bias, type, units")
     assert error({"layers": [OUT_MSE], "input_shape": [2], "lr": 1}).path == "network"
+    # DL4J sets weight init and l2 per layer; here they are the network's, and the error says so
+    e = error(net({"type": "dense", "units": 3, "activation": "relu", "weight_init": "xavier_normal", "l2": 1e-4},
+                  input_shape=[4]))  # fmt: skip
+    assert e.message == ("unknown keys 'l2', 'weight_init' for a dense layer; allowed: activation, bias, type, units "
+                         "(l2 and weight_init apply to the whole network: set network.l2)")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -376,6 +381,8 @@ def test_recurrent_needs_time_and_features() -> None:
     e = error(net({"type": "gru", "units": 4}, OUT_MSE, input_shape=[64]))
     assert e.path == "network.layers[0]"
     assert "gru expects input (time, features), got (64,) from the input" in e.message
+    # rows that are the steps of sequences want dataset.sequence: input_shape [1, 3] trained each row alone
+    assert "declare dataset.sequence" in e.message
     e = error(net({"type": "lstm", "units": 4}, {"type": "lstm", "units": 4}, OUT_MSE, input_shape=[5, 2]))
     assert e.path == "network.layers[1]"
     assert "got (4,) from layers[0] (lstm)" in e.message

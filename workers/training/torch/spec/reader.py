@@ -40,6 +40,10 @@ def _is_number(value: Any) -> bool:
     return is_finite_number(value)
 
 
+_NETWORK_WIDE = frozenset({"weight_init", "l2"})
+"""Settings of the whole network that DL4J users set per layer (its layers take them): a layer's error says where."""
+
+
 class _Obj:
     """A JSON object being read; remembers its path so every error names the exact field."""
 
@@ -49,8 +53,10 @@ class _Obj:
         unknown = sorted(str(key) for key in value if key not in allowed)
         if unknown:
             noun = "key" if len(unknown) == 1 else "keys"
+            whole = sorted(set(unknown) & _NETWORK_WIDE) if what != "network" else []
+            hint = f" ({' and '.join(whole)} apply to the whole network: set network.{whole[0]})" if whole else ""
             raise SpecError(
-                path, f"unknown {noun} {_quoted(unknown)} for {what}; allowed: {', '.join(sorted(allowed))}"
+                path, f"unknown {noun} {_quoted(unknown)} for {what}; allowed: {', '.join(sorted(allowed))}{hint}"
             )
         self.value = value
         self.path = path

@@ -101,8 +101,9 @@ def _layer_output_shape(layer: LayerSpec, shape: Shape, path: str, source: str, 
         if len(shape) != 2:
             raise SpecError(
                 path,
-                f"{layer.type} expects input (time, features), {got}; declare network.input_shape as "
-                "[time, features] or add a reshape",
+                f"{layer.type} expects input (time, features), {got}; for data whose rows are the steps of "
+                "sequences (an id and a step column) declare dataset.sequence (docs/datasets.md#sequences), else "
+                "declare network.input_shape as [time, features] or add a reshape",
             )
         return (shape[0], layer.units) if layer.return_sequences else (layer.units,)
     raise TypeError(f"not a layer spec: {layer!r}")
