@@ -14,10 +14,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from sparktrain._body import NotJson, strict_loads
+
 _END = "\x00the end of the file\x00"
 _BREAK = re.compile(r"\r\n|\r|\n")  # a line break, as a file read with newline="" has them
 _LAST_BREAK = re.compile(r"(?:\r\n|\r|\n)\Z")
 _ROW = re.compile(r"dataframe_split\.data\[(\d+)\]")  # how the service names a row of an inline request
+ARRAY_HOW = 'a JSON array in the cell, quoted: "[0, 1.5, 3]"'
+"""How a cell of an array column is written (a CSV cell holds no list otherwise)."""
+
+
+class CellError(ValueError):
+    """A cell that cannot be what its column takes: ``row`` is its row (0: the first after the header)."""
+
+    def __init__(self, row: int, message: str) -> None:
+        self.row = row
+        super().__init__(message)
 
 
 def cell(text: str) -> Any:
@@ -122,11 +134,36 @@ def at_lines(problem: dict[str, Any], name: str, lines: list[int]) -> dict[str, 
 
 def typed_rows(columns: list[str], rows: list[list[str]], types: dict[str, str]) -> list[list[Any]]:
     """Each cell as the model's signature types its column (``types``: name -> type): a text column's cells stay
-    text (its ``007`` is not the number 7, nor its ``true`` a boolean; empty is null), the others are read by
-    :func:`cell`."""
-    text = [types.get(name) == "string" for name in columns]
-    return [[(value or None) if i < len(text) and text[i] else cell(value) for i, value in enumerate(row)]
-            for row in rows]  # fmt: skip
+    text (its ``007`` is not the number 7, nor its ``true`` a boolean; empty is null), an array column's are JSON
+    arrays (:data:`ARRAY_HOW`; empty is null; else a :class:`CellError`), the others are read by :func:`cell`."""
+    kinds = [types.get(name) for name in columns]
+    typed = []
+    for r, row in enumerate(rows):
+        values: list[Any] = []
+        for i, value in enumerate(row):
+            kind = kinds[i] if i < len(kinds) else None
+            if kind == "string":
+                values.append(value or None)
+            elif kind == "array":
+                values.append(_array(value, r, columns[i]))
+            else:
+                values.append(cell(value))
+        typed.append(values)
+    return typed
+
+
+def _array(text: str, row: int, column: str) -> list[Any] | None:
+    if not text.strip():
+        return None
+    try:
+        value = strict_loads(text)
+    except NotJson as exc:
+        why = f"{text[:20]!r}{'...' if len(text) > 20 else ''} is not JSON: {exc}"
+    else:
+        if isinstance(value, list):
+            return value
+        why = f"{text[:20]!r} is not an array"
+    raise CellError(row, f"column {column!r} takes an array, written as {ARRAY_HOW}; {why}")
 
 
 def _quote_line(field: str, lines: int) -> int:

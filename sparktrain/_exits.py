@@ -16,7 +16,7 @@ from sparktrain.errors import (
     UsageError,
 )
 
-OK, FAILED, USAGE, CANCELLED, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 4, 130
+OK, FAILED, USAGE, CANCELLED, UNREACHABLE, SERVICE_FAILED, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 OUTCOME = {"SUCCEEDED": OK, "FAILED": FAILED, "CANCELLED": CANCELLED}
 _GLOBAL = {"--json": "", "--url": " URL", "--api-key": " KEY"}
 """The options that come before the command, with what each takes."""
@@ -48,6 +48,11 @@ def reported(exc: Exception, err: Console) -> int:
     if isinstance(exc, Unreachable):
         err.print(f"unreachable: {exc}", highlight=False)
         return UNREACHABLE
+    if isinstance(exc, ApiError) and exc.status >= 500:  # not 502/503/504 (Unreachable): the service failed
+        request_id = exc.problem.get("request_id")
+        named = f" (request id {request_id})" if request_id else ""
+        err.print(f"the service failed: {exc}{named}; report it to the service's operators", highlight=False)
+        return SERVICE_FAILED
     if isinstance(exc, ApiError):
         request_id = exc.problem.get("request_id")
         said = f"{str(exc).rstrip('.')}; give a key with --api-key or SPARKTRAIN_API_KEY" if exc.status == 401 else exc
@@ -55,7 +60,7 @@ def reported(exc: Exception, err: Console) -> int:
         fields = exc.problem.get("errors") or []
         for item in fields if len(fields) > 1 else []:  # one field is the detail already
             err.print(f"  {item.get('loc')}: {item.get('msg')}", highlight=False)
-        return USAGE if exc.status < 500 else FAILED
+        return USAGE
     if isinstance(exc, SparktrainError):
         err.print(str(exc), highlight=False)
         return FAILED

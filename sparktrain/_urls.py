@@ -51,8 +51,23 @@ def _address_problem(url: str) -> str | None:
     return None
 
 
+def masked(url: str) -> str:
+    """The URL with the password in it, if any, as ``***`` (``http://bob:***@host:8029``): messages print the URL,
+    never a secret. As urlsplit reads one: the user ends at the first ``:``, the password at the last ``@``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.partition(':')[0]}:***@{host}{rest[end:]}"
+
+
 def no_answer(url: str, error: str, url_from: str) -> str:
-    """The message of a request that got no answer: why, what to check, and where the URL comes from."""
+    """The message of a request that got no answer: why, what to check, and where the URL comes from (the URL's
+    password masked)."""
+    url = masked(url)
     if url.lower().startswith("https://") and any(words in error for words in _PLAIN_HTTP):
         check = f"The service may speak plain HTTP: try http://{url[len('https://') :]}."
     else:

@@ -10,20 +10,21 @@ The service's address and key come from the arguments or from ``SPARKTRAIN_URL``
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from sparktrain import _shapes as shapes
+from sparktrain._answers import header_problem, not_the_service, raise_for, retry_after_s
 from sparktrain._files import attachment_name, check_folder, make_folder, save
-from sparktrain._urls import no_answer, url_problem
+from sparktrain._refs import MODEL_NAME, NAME_RULE, Event, ModelRef, parse_events
+from sparktrain._urls import masked, no_answer, url_problem
 from sparktrain.errors import (
     AmbiguousJobId,
     ApiError,
@@ -49,10 +50,6 @@ __all__ = [  # the errors are sparktrain.errors', named here too: callers catch 
 ]
 DEFAULT_URL = "http://127.0.0.1:8000"
 ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
-_MODEL_REF = re.compile(r"^(?P<name>[^:@]+)(?::(?P<version>\d+)|@(?P<alias>[^:@]+))?$")
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}\Z")
-"""A model name as the service takes one (NAME_PATTERN, app/schemas/train.py: nothing of the service is imported)."""
-NAME_RULE = "a model name is 1 to 200 letters, digits, '.', '_' or '-', the first a letter or a digit"
 _JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 """A job id as the service makes them (``uuid4().hex``): 32 lower-case hex digits."""
 _JOB_PREFIX = re.compile(r"^[0-9a-f]{6,31}$")
@@ -62,48 +59,6 @@ PREFIX_SCAN = 10_000
 """How many of the newest jobs a job id prefix is looked for among."""
 
 
-@dataclass(frozen=True)
-class Event:
-    """One Server-Sent Event of ``GET /jobs/{id}/events``: ``state``, ``metrics``, ``log`` or ``end``."""
-
-    type: str
-    id: str
-    data: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ModelRef:
-    """``NAME``, ``NAME:VERSION`` or ``NAME@ALIAS``."""
-
-    name: str
-    version: int | None = None
-    alias: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> ModelRef:
-        match = _MODEL_REF.match(text.strip())
-        if match is None:
-            raise ValueError(f"{text!r} is not NAME, NAME:VERSION or NAME@ALIAS")
-        version = match.group("version")
-        return cls(match.group("name"), int(version) if version else None, match.group("alias"))
-
-    def selector(self) -> dict[str, Any]:
-        """The ``model`` member of an evaluate or predict body."""
-        out: dict[str, Any] = {"name": self.name}
-        if self.version is not None:
-            out["version"] = self.version
-        if self.alias is not None:
-            out["alias"] = self.alias
-        return out
-
-
-def _retry_after_s(response: httpx.Response) -> float:
-    try:
-        return min(10.0, max(0.25, float(response.headers.get("Retry-After", "1"))))
-    except ValueError:
-        return 1.0
-
-
 class Client:
     def __init__(
         self,
@@ -111,12 +66,15 @@ class Client:
         api_key: str | None = None,
         *,
         url_from: str | None = None,
+        key_from: str | None = None,
         timeout: float = 60.0,
         retry_s: float = 1.0,
         give_up_s: float = 60.0,
     ) -> None:
         """``url_from``: where the URL comes from, for the messages of one that cannot work or does not answer
-        (``--url``); ``retry_s``: the pause before an event stream reconnects; ``give_up_s``: how long it keeps
+        (``--url``); ``key_from``: the same for the API key (spaces and line breaks around it are not part of it,
+        and one holding a character a header cannot carry is a :class:`UsageError` that never shows it);
+        ``retry_s``: the pause before an event stream reconnects; ``give_up_s``: how long it keeps
         trying."""
         given = url or os.environ.get("SPARKTRAIN_URL") or DEFAULT_URL
         if url_from is None:
@@ -124,14 +82,21 @@ class Client:
         self.url_from = url_from
         problem = url_problem(given)  # spaces around the URL are not part of it
         if problem is not None:
-            raise UsageError(f"the service's URL {given!r} (from {self.url_from}) {problem}")
+            raise UsageError(f"the service's URL {masked(given)!r} (from {self.url_from}) {problem}")
         self.url = given.strip().rstrip("/")
-        key = api_key if api_key is not None else os.environ.get("SPARKTRAIN_API_KEY", "")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        if key_from is None:
+            key_from = "the api_key argument" if api_key is not None else "SPARKTRAIN_API_KEY"
+        self._key = (api_key if api_key is not None else os.environ.get("SPARKTRAIN_API_KEY", "")).strip()
+        if (bad := header_problem(self._key)) is not None:
+            raise UsageError(f"the API key (from {key_from}) {bad}, which an HTTP header cannot carry (the key itself "
+                             "is not shown)")  # fmt: skip
+        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         try:
             self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         except httpx.InvalidURL as exc:  # what url_problem does not catch
-            raise UsageError(f"the service's URL {given!r} (from {self.url_from}) is not a URL: {exc}") from exc
+            raise UsageError(
+                f"the service's URL {masked(given)!r} (from {self.url_from}) is not a URL: {exc}"
+            ) from None
         self.retry_s, self.give_up_s = retry_s, give_up_s
 
     def __enter__(self) -> Client:
@@ -151,30 +116,82 @@ class Client:
         for tries in range(4):
             try:
                 response = self._http.request(method, path, **kwargs)
-            except httpx.TransportError as exc:
-                raise Unreachable(self._no_answer(exc)) from exc
+            except (httpx.TransportError, ValueError) as exc:
+                raise self._not_sent(exc) from None
             if response.status_code != 429 or method != "GET" or tries == 3:
                 break
-            time.sleep(_retry_after_s(response))
-        _raise_for(response)
+            time.sleep(retry_after_s(response))
+        raise_for(response)
         return response
 
     def _no_answer(self, exc: Exception) -> str:
-        return no_answer(self.url, str(exc) or type(exc).__name__, self.url_from)
+        return no_answer(self.url, self._redacted(str(exc) or type(exc).__name__), self.url_from)
+
+    def _redacted(self, text: str) -> str:
+        """``text`` without the API key (an httpx message may quote a header) or the URL's password."""
+        text = text.replace(self.url, masked(self.url))
+        return text.replace(self._key, "***") if len(self._key) > 3 else text
+
+    def _not_sent(self, exc: Exception) -> SparktrainError:
+        """A request that failed: unreachable when no answer came, a :class:`UsageError` when this client could not
+        make it (a header or a body it cannot send: the service is not to blame)."""
+        if isinstance(exc, UnicodeEncodeError):
+            return UsageError("the request was not sent: a header holds a character that is not ASCII")
+        if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol):
+            return UsageError(f"the request was not sent: {self._redacted(str(exc))}")
+        if isinstance(exc, ValueError):  # json= with NaN or Infinity
+            return UsageError(f"the request was not sent: its body is not JSON: {exc}")
+        return Unreachable(self._no_answer(exc))
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.request(method, path, **kwargs)
         try:
             return response.json()
         except ValueError:
-            raise NotTheService(_not_the_service(self.url, response)) from None
+            raise NotTheService(not_the_service(self.url, response)) from None
+
+    def _shaped(
+        self, method: str, path: str, fields: dict[str, Any], *, optional: dict[str, Any] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """An answer that is an object with ``fields`` (a job's ``id`` and ``status``, ...) and, where present, the
+        ``optional`` ones; else it is not the service that answered."""
+        return dict(self._check(path, shapes.checked, self._json(method, path, **kwargs), fields, optional))
+
+    def _check(self, path: str, check: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return check(*args)
+        except shapes.WrongShape as exc:
+            said = f"{masked(self.url)}{path} answered JSON of another shape ({exc}), not as a sparktrain service does"
+            raise NotTheService(f"{said}: check --url or SPARKTRAIN_URL") from None
+
+    def _pages(
+        self, path: str, key: str, fields: dict[str, Any], params: dict[str, Any], limit: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every item of a paged list (``{key: [...], "next_cursor": ...}``), following ``next_cursor`` (``cursor``)
+        until a page has none; ``limit``: at most that many."""
+        cursor: str | None = None
+        seen: set[str] = set()
+        count = 0
+        while True:
+            answer = self._json("GET", path, params={**params, **({"cursor": cursor} if cursor else {})})
+            items, cursor = self._check(path, shapes.items, answer, key, fields)
+            for item in items[: None if limit is None else limit - count]:
+                count += 1
+                yield item
+            if cursor is None or not items or (limit is not None and count >= limit):
+                return
+            if cursor in seen:  # a service never gives a cursor twice: this would never end
+                self._check(path, shapes.wrong, "a next_cursor it gave before")
+            seen.add(cursor)
 
     # --- jobs -------------------------------------------------------------------------------------------------
 
     def submit(self, path: str, body: dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
         """POST a job body to ``/train``, ``/tune``, ``/evaluate`` or ``/predict`` (a batch one): the queued job."""
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return dict(self._json("POST", path, json=body, headers=headers))
+        if idempotency_key is not None and (bad := header_problem(idempotency_key.strip())) is not None:
+            raise UsageError(f"the idempotency key {bad}, which an HTTP header cannot carry")
+        headers = {"Idempotency-Key": idempotency_key.strip()} if idempotency_key else {}
+        return self._shaped("POST", path, shapes.JOB, json=body, headers=headers, optional=shapes.JOB_OPTIONAL)
 
     def train(self, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         return self.submit("/train", body, **kwargs)
@@ -188,10 +205,11 @@ class Client:
 
     def predict(self, body: dict[str, Any]) -> dict[str, Any]:
         """Inline rows: the predictions (200). A body with a ``dataset``: the batch job (202)."""
-        return dict(self._json("POST", "/predict", json=body))
+        fields = shapes.JOB if "dataset" in body else {"predictions": list}
+        return self._shaped("POST", "/predict", fields, json=body)
 
     def job(self, job_id: str) -> dict[str, Any]:
-        return dict(self._json("GET", f"/jobs/{job_id}"))
+        return self._shaped("GET", f"/jobs/{job_id}", shapes.JOB, optional=shapes.JOB_OPTIONAL)
 
     def jobs(
         self, *, status: str | None = None, type: str | None = None, name: str | None = None, limit: int = 50
@@ -211,7 +229,15 @@ class Client:
         ``name``: the jobs whose name or model name contains it, in any case."""
         given = {"status": status, "type": type, "name": name, "limit": limit, "cursor": cursor}
         page = self._json("GET", "/jobs", params={k: v for k, v in given.items() if v is not None})
-        return list(page["items"]), page.get("next_cursor")
+        items, next_cursor = self._check("/jobs", shapes.items, page, "items", shapes.LISTED_JOB, shapes.JOB_OPTIONAL)
+        return items, next_cursor
+
+    def all_jobs(
+        self, *, status: str | None = None, type: str | None = None, name: str | None = None, page_size: int = 500
+    ) -> Iterator[dict[str, Any]]:
+        """Every job (of the filters), newest first, page by page (``next_cursor``) until the last."""
+        given = {"status": status, "type": type, "name": name, "limit": page_size}
+        yield from self._pages("/jobs", "items", shapes.LISTED_JOB, {k: v for k, v in given.items() if v is not None})
 
     def find_jobs(self, prefix: str, *, scan: int = PREFIX_SCAN) -> list[dict[str, Any]]:
         """The jobs whose id starts with ``prefix``, among the newest ``scan`` (paged through ``GET /jobs``)."""
@@ -243,22 +269,28 @@ class Client:
         matches = self.find_jobs(lowered)
         if not matches:
             detail = f"no job id starts with {text!r} (among the newest {PREFIX_SCAN} jobs)"
-            raise ApiError(404, {"title": "Not Found", "status": 404, "detail": detail})
+            raise ApiError(404, {"title": "Not found", "status": 404, "detail": detail})
         if len(matches) > 1:
             raise AmbiguousJobId(text, matches)
         return str(matches[0]["id"])
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        return dict(self._json("POST", f"/jobs/{job_id}/cancel"))
+        return self._shaped("POST", f"/jobs/{job_id}/cancel", shapes.JOB, optional=shapes.JOB_OPTIONAL)
 
-    def metrics(self, job_id: str, *, key: str | None = None) -> list[dict[str, Any]]:
-        params = {"key": key} if key else {}
-        return list(self._json("GET", f"/jobs/{job_id}/metrics", params=params)["metrics"])
+    def metrics(self, job_id: str, *, key: str | None = None, page_size: int | None = None) -> list[dict[str, Any]]:
+        """Every metric point of the job so far (``key``: of that key only), in step order, page by page (of
+        ``page_size`` points; None: the service's default)."""
+        given = {"key": key or None, "limit": page_size}
+        params = {k: v for k, v in given.items() if v is not None}
+        return list(self._pages(f"/jobs/{job_id}/metrics", "metrics", shapes.METRIC, params))
 
     def logs(self, job_id: str, *, after: int | None = None) -> list[dict[str, Any]]:
         """One page of the job's log lines: the newest (at most 200), or those after line id ``after``."""
         params = {"after": after} if after is not None else {}
-        return list(self._json("GET", f"/jobs/{job_id}/logs", params=params)["lines"])
+        path = f"/jobs/{job_id}/logs"
+        return list(
+            self._check(path, shapes.items, self._json("GET", path, params=params), "lines", shapes.LOG_LINE)[0]
+        )
 
     def all_logs(self, job_id: str) -> Iterator[dict[str, Any]]:
         """Every log line of the job so far, oldest first, page by page."""
@@ -280,7 +312,7 @@ class Client:
                 ) as response:
                     if response.status_code >= 400:
                         response.read()
-                        _raise_for(response)
+                        raise_for(response)
                     for event in parse_events(response.iter_lines()):
                         failing_since = None
                         last_id = event.id or last_id
@@ -288,11 +320,14 @@ class Client:
                         if event.type == "end":
                             return
             except (httpx.TransportError, Unreachable) as exc:
+                if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol):  # this client's own
+                    raise self._not_sent(exc) from None
                 if not last_id and failing_since is None and isinstance(exc, httpx.ConnectError):
                     raise Unreachable(self._no_answer(exc)) from exc  # never reached: no waiting
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > self.give_up_s:
-                    raise Unreachable(f"lost {self.url} for {self.give_up_s:.0f} s: {exc}") from exc
+                    said = self._redacted(str(exc))
+                    raise Unreachable(f"lost {masked(self.url)} for {self.give_up_s:.0f} s: {said}") from exc
             time.sleep(self.retry_s)
 
     def follow_logs(self, job_id: str, *, after: int | None = None) -> Iterator[dict[str, Any]]:
@@ -311,8 +346,32 @@ class Client:
 
     # --- models -----------------------------------------------------------------------------------------------
 
-    def models(self) -> list[dict[str, Any]]:
-        return list(self._json("GET", "/models", params={"limit": 1000})["items"])
+    def models(self, *, page_size: int = 1000) -> list[dict[str, Any]]:
+        """Every registered model by name, page by page (``next_cursor``, when the service pages them)."""
+        found = list(self._pages("/models", "items", shapes.MODEL, {"limit": page_size}))
+        for model in found:
+            if not all(isinstance(v, dict) for v in model["versions"]):
+                self._check("/models", shapes.wrong, "a model whose versions are not objects")
+        return found
+
+    def datasets(self) -> list[dict[str, Any]]:
+        """Every registered dataset, newest first, page by page."""
+        return list(self._pages("/datasets", "items", shapes.DATASET, {"limit": 1000}))
+
+    def set_alias(self, name: str, alias: str, version: int) -> dict[str, Any]:
+        """Point ``alias`` of the model ``name`` at ``version``: ``{"name", "alias", "version"}``."""
+        path = f"/models/{self._model_name(name)}/aliases/{quote(alias, safe='')}"
+        return self._shaped("PUT", path, {"version": int}, json={"version": version})
+
+    def delete_alias(self, name: str, alias: str) -> None:
+        self.request("DELETE", f"/models/{self._model_name(name)}/aliases/{quote(alias, safe='')}")
+
+    @staticmethod
+    def _model_name(name: str) -> str:
+        """``name`` quoted for a path; a name no model can have is a :class:`UsageError` with the rule."""
+        if not MODEL_NAME.match(name):
+            raise UsageError(f"no model is named {name!r}: {NAME_RULE}")
+        return quote(name, safe="")
 
     def resolve(self, ref: ModelRef, *, again: bool = True) -> int:
         """The version number a reference names: itself, an alias's target, or the newest version. A name without
@@ -320,13 +379,13 @@ class Client:
         404 that suggests the name meant); one registered in between is asked for again (``again``: once). A name
         no model can have (``foo/bar``) is a :class:`UsageError` that gives the service's rule, before any
         request."""
-        if not _MODEL_NAME.match(ref.name):
-            raise UsageError(f"no model is named {ref.name!r}: {NAME_RULE}")
+        name = self._model_name(ref.name)
         if ref.version is not None:
             return ref.version
-        name = quote(ref.name, safe="")
         try:
-            model: dict[str, Any] | None = self._json("GET", f"/models/{name}")
+            model: dict[str, Any] | None = self._shaped(
+                "GET", f"/models/{name}", {"aliases": dict}, optional=shapes.MODEL_OPTIONAL
+            )
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -336,20 +395,25 @@ class Client:
                 return int(model["aliases"][ref.alias])
             known = ", ".join(model["aliases"]) or "none"
             detail = f"Model {ref.name!r} has no alias {ref.alias!r} (aliases: {known})."
-            raise ApiError(404, {"title": "Not Found", "status": 404, "detail": detail})
+            raise ApiError(404, {"title": "Not found", "status": 404, "detail": detail})
         if model is not None and model["latest_version"] is not None:
             return int(model["latest_version"])
         self.request("GET", f"/v2/models/{name}/ready")  # the service's own why: resolved as a prediction's model
         if again:  # ready after all: a version was registered since /models/{name} was asked
             return self.resolve(ref, again=False)
         detail = f"Model {ref.name!r} has no version yet; ask again (one was registered just now)."
-        raise ApiError(404, {"title": "Not Found", "status": 404, "detail": detail})
+        raise ApiError(404, {"title": "Not found", "status": 404, "detail": detail})
 
     def signature(self, ref: ModelRef) -> dict[str, Any]:
         """What a model version takes and answers: ``{"inputs": [...], "outputs": [...], ...}`` (empty lists for a
         version without one)."""
-        version = self._json("GET", f"/models/{ref.name}/versions/{self.resolve(ref)}")
-        return dict(version.get("signature") or {"inputs": [], "outputs": []})
+        path = f"/models/{ref.name}/versions/{self.resolve(ref)}"
+        version = self._shaped("GET", path, {}, optional={"signature": dict})
+        signature = version.get("signature") or {"inputs": [], "outputs": []}
+        inputs = self._check(path, shapes.checked, signature, {"inputs": list})["inputs"]
+        for spec in inputs:
+            self._check(path, shapes.checked, spec, {"type": str}, {"name": str})
+        return dict(signature)
 
     def download(self, ref: ModelRef, dest: str | os.PathLike[str] | None = None) -> Path:
         """Save a model version's archive (``.tar.gz``); returns its path.
@@ -372,7 +436,7 @@ class Client:
             with self._http.stream("GET", path) as response:
                 if response.status_code >= 400:
                     response.read()
-                    _raise_for(response)
+                    raise_for(response)
                 if into:
                     name = attachment_name(response) or f"{ref.name}-v{version}.tar.gz"
                     target = Path(text or ".") / name
@@ -381,50 +445,5 @@ class Client:
                 make_folder(target.parent)
                 save(response, target)
         except httpx.TransportError as exc:
-            raise Unreachable(self._no_answer(exc)) from exc
+            raise self._not_sent(exc) from None
         return target
-
-
-def parse_events(lines: Iterator[str]) -> Iterator[Event]:
-    """Server-Sent Events from the lines of a ``text/event-stream`` body (comments skipped)."""
-    kind, event_id, data = "message", "", list[str]()
-    for line in lines:
-        if not line:
-            if data:
-                yield Event(kind, event_id, json.loads("\n".join(data)))
-            kind, event_id, data = "message", "", []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "event":
-            kind = value
-        elif field == "id":
-            event_id = value
-        elif field == "data":
-            data.append(value)
-
-
-def _raise_for(response: httpx.Response) -> None:
-    if response.status_code < 400:
-        return
-    try:
-        problem = response.json()
-    except ValueError:
-        if response.status_code not in (502, 503, 504):
-            raise NotTheService(_not_the_service(str(response.request.url), response)) from None
-        problem = {"title": response.reason_phrase, "detail": response.text[:200]}
-    if not isinstance(problem, dict):
-        problem = {"detail": str(problem)}
-    if response.status_code in (502, 503, 504):
-        raise Unreachable(f"{response.status_code}: {problem.get('detail') or response.reason_phrase}")
-    raise ApiError(response.status_code, problem)
-
-
-def _not_the_service(url: str, response: httpx.Response) -> str:
-    kind = response.headers.get("content-type", "no content type").split(";")[0]
-    return (
-        f"{url} answered {response.status_code} with {kind}, not as a sparktrain service does: check --url or "
-        "SPARKTRAIN_URL"
-    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 
@@ -39,9 +40,20 @@ class AmbiguousJobId(SparktrainError):
 
 
 class ApiError(SparktrainError):
-    """The service refused the request: its RFC 9457 problem (``status``, ``detail``, ``errors``, ...)."""
+    """The service refused the request (4xx), or failed (a 5xx other than 502/503/504): its RFC 9457 problem
+    (``status``, ``title``, ``detail``, ``errors``, ``request_id``, ...). Said as ``404 Not found: detail``; a problem
+    without a title takes the status's name, and a detail that only repeats the title is said once."""
 
     def __init__(self, status: int, problem: dict[str, Any]) -> None:
         self.status, self.problem = status, problem
-        detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
-        super().__init__(f"{status} {problem.get('title', '')}: {detail}".replace("  ", " "))
+        title = str(problem.get("title") or _phrase(status))
+        detail = problem.get("detail")
+        said = f"{status} {title}" + (f": {detail}" if detail and str(detail) != title else "")
+        super().__init__(said)
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "HTTP error"
