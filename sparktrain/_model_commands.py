@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -81,6 +82,14 @@ def datasets(ctx: typer.Context) -> int:
     return OK
 
 
+class Format(enum.StrEnum):
+    """What ``GET /models/{name}/versions/{v}/artifact?format=`` downloads."""
+
+    archive = "archive"
+    mlflow = "mlflow"
+    onnx = "onnx"
+
+
 @app.command(cls=Command)
 def download(
     ctx: typer.Context,
@@ -95,12 +104,16 @@ def download(
             "not - (stdout).",
         ),
     ] = None,
+    fmt: Annotated[
+        Format,
+        typer.Option("--format", help="archive (.tar.gz), or mlflow or onnx (a .zip): docs/models-elsewhere.md."),
+    ] = Format.archive,
 ) -> int:
-    """Download a model version's archive (it loads without sparktrain: docs/models-elsewhere.md)."""
+    """Download a model version: its archive (it loads without sparktrain), an MLflow model or ONNX."""
     opts = options(ctx)
     ref = _model_ref(model)
     with opts.client() as api:
-        path = api.download(ref, output)
+        path = api.download(ref, output, fmt=fmt.value)
     print_json({"path": str(path)}) if opts.json else out.print(str(path), highlight=False)
     return OK
 

@@ -415,8 +415,8 @@ class Client:
             self._check(path, shapes.checked, spec, {"type": str}, {"name": str})
         return dict(signature)
 
-    def download(self, ref: ModelRef, dest: str | os.PathLike[str] | None = None) -> Path:
-        """Save a model version's archive (``.tar.gz``); returns its path.
+    def download(self, ref: ModelRef, dest: str | os.PathLike[str] | None = None, *, fmt: str = "archive") -> Path:
+        """Save a model version's archive (``.tar.gz``), or ``fmt`` (``mlflow``, ``onnx``: a ``.zip``); its path.
 
         ``dest`` is a file, or a folder when it ends with a slash or is one already: a folder ending with a slash
         is created (with its parents), a file's folder must be there already (:class:`LocalFileError` before any
@@ -431,14 +431,16 @@ class Client:
         if not into:
             check_folder(Path(text).parent)
         version = self.resolve(ref)
-        path = f"/models/{ref.name}/versions/{version}/artifact"
+        path = f"/models/{ref.name}/versions/{version}/artifact" + ("" if fmt == "archive" else f"?format={fmt}")
         try:
             with self._http.stream("GET", path) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise_for(response)
                 if into:
-                    name = attachment_name(response) or f"{ref.name}-v{version}.tar.gz"
+                    name = attachment_name(response) or f"{ref.name}-v{version}" + (
+                        ".tar.gz" if fmt == "archive" else f"-{fmt}.zip"
+                    )
                     target = Path(text or ".") / name
                 else:
                     target = Path(text)

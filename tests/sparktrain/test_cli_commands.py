@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,12 @@ def test_alias_set_and_delete_and_models_piped_is_a_plain_table(svc: Service, tm
     assert header.split() == ["name", "versions", "latest", "aliases", "framework"], table.stdout
     assert "cmd-alias 1 1 champion=v1 spark_ml" in [" ".join(line.split()) for line in lines], table.stdout
     assert cli(svc, "download", "cmd-alias@champion", "-o", f"{tmp_path}/").returncode == 0
+    # the other formats (the CLI fetched only the archive)
+    mlflow = cli(svc, "download", "cmd-alias@champion", "--format", "mlflow", "-o", f"{tmp_path}/")
+    assert mlflow.returncode == 0 and mlflow.stdout.strip() == f"{tmp_path}/cmd-alias-v1-mlflow.zip", mlflow.stderr
+    assert zipfile.is_zipfile(tmp_path / "cmd-alias-v1-mlflow.zip")
+    bad = cli(svc, "download", "cmd-alias@champion", "--format", "pickle")
+    assert bad.returncode == 2 and "pickle" in bad.stderr, bad.stderr
     deleted = cli(svc, "--json", "alias", "--delete", "cmd-alias", "champion")
     assert deleted.returncode == 0 and json.loads(deleted.stdout)["deleted"] is True, deleted.stderr
     listed = {m["name"]: m for m in json.loads(cli(svc, "--json", "models").stdout)}

@@ -87,6 +87,10 @@ def test_settings_the_job_would_not_use_are_warned_about(spark: Any) -> None:
                               "not apply: the network's ")  # fmt: skip
     small["training"]["gradient_sharing"]["exact_below_bytes"] = 0
     assert _plan_without_spark_jobs(spark, small, [REPO / "datasets"]).warnings == ()
+    # one worker thresholds with nobody to share with (it said nothing: walkthrough)
+    small["training"]["num_workers"] = 1
+    (warning,) = _plan_without_spark_jobs(spark, small, [REPO / "datasets"]).warnings
+    assert warning.startswith("training.num_workers is 1: gradient sharing has no other worker to share with")
 
 
 def test_a_validation_fraction_beside_a_validation_set_is_warned_about(spark: Any) -> None:
