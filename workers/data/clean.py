@@ -110,6 +110,7 @@ def _checks(
 
     numeric = set(numeric_columns(ds))
     values: dict[str, Column] = {}
+    read_as: dict[str, str] = {}  # each column's type as the job reads it
     checks: list[tuple[Column, Column]] = []
     corrupt = CORRUPT in df.columns
     if corrupt:
@@ -123,10 +124,13 @@ def _checks(
         if column in ds.categorical:
             parse_checks = _category_checks(column, value, ds.column_types.get(column, "string"), dtype)
         values[column] = value
+        read_as[column] = dtype
         checks += parse_checks + _value_checks(column, value, dtype, array_length)
     if ds.weight:
         checks.append((values[ds.weight] < 0, F.lit(f"{ds.weight} is negative")))
-    if ds.label and ds.task == "classification" and ds.num_classes is not None:
+    # class indices 0..k-1; text classes are indexed by the job (a Spark ML job given num_classes failed casting
+    # 'pricey' to a number here)
+    if ds.label and ds.task == "classification" and ds.num_classes is not None and read_as[ds.label] != "string":
         label = values[ds.label]
         outside = (label < 0) | (label >= ds.num_classes) | (label != F.floor(label))
         checks.append((outside, F.lit(f"{ds.label} is not a class in 0..{ds.num_classes - 1}")))

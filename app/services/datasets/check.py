@@ -10,9 +10,17 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import DatasetRef
-from app.services.datasets import paths, registry
+from app.services.datasets import footers, paths, registry
 from app.services.datasets.numbers import Numbers, count_numbers, shown
-from app.services.datasets.schema import NUMERIC_TYPES, is_numeric_array, read_schema, reader_options
+from app.services.datasets.schema import (
+    NUMERIC_TYPES,
+    is_numeric_array,
+    local_text,
+    parquet_rows,
+    read_schema,
+    reader_options,
+)
+from app.services.datasets.summary import files_bytes, text_summary
 from workers.data.spec import ResolvedDataset
 from workers.inference.sequences import PLACEHOLDER_LABEL
 
@@ -81,18 +89,56 @@ def _default_features(
     features = []
     for column, dtype in schema.items():
         counted = numbers.get(column)
-        if column in taken or not (dtype in NUMERIC_TYPES or (counted is not None and counted.mostly)):
+        if column in taken:
             continue
-        if counted is not None:
-            some = f"{counted.not_numbers} of its {counted.values} values are not numbers{shown(counted.first)}"
+        if counted is not None and not counted.mostly and not counted.none and ref.sequence is None:
+            warnings.append(f"dataset.features: {column!r} is left out of the default features: "
+                            f"{_some(counted)}{_null_hint(counted.first)}; list it in dataset.features to train on "
+                            "it, each such row a bad row")  # fmt: skip
+        if not (dtype in NUMERIC_TYPES or (counted is not None and counted.mostly)):
+            continue
+        if counted is not None and not counted.not_numbers:
+            warnings.append(f"dataset.features: {column!r} is a default feature read as numbers: its "
+                            f"{counted.values} values are numbers written as text")  # fmt: skip
+        elif counted is not None:
             if ref.sequence is not None:
-                warnings.append(f"dataset.features: {column!r} is left out: {some}, and a sequence's features must "
-                                "all be numbers")  # fmt: skip
+                warnings.append(f"dataset.features: {column!r} is left out: {_some(counted)}, and a sequence's "
+                                "features must all be numbers")  # fmt: skip
                 continue
-            warnings.append(f"dataset.features: {column!r} is a default feature read as numbers, although {some}: "
-                            "each such row is a bad row (list dataset.features to leave it out)")  # fmt: skip
+            warnings.append(f"dataset.features: {column!r} is a default feature read as numbers, although "
+                            f"{_some(counted)}: each such row is a bad row (list dataset.features to leave it "
+                            "out)")  # fmt: skip
         features.append(column)
     return features
+
+
+def _some(counted: Numbers) -> str:
+    return f"{counted.not_numbers} of its {counted.values} values are not numbers{shown(counted.first)}"
+
+
+_MISSING = frozenset({"NA", "N/A", "n/a", "na", "NULL", "null", "None", "-", "?", "."})
+"""Tokens that usually mark a missing value (R writes ``NA``)."""
+
+
+def _null_hint(token: str | None) -> str:
+    """How to read a missing-value token (R's ``NA``) as null rather than as text."""
+    if token is None or token.strip() not in _MISSING:
+        return ""
+    return f" (if {token.strip()!r} marks a missing value, set options.nullValue: {token.strip()!r})"
+
+
+def columns_words(schema: dict[str, str]) -> str:
+    """The columns of a dataset for a message: a name with blanks at either end quoted (``' b'`` of a header
+    written ``a, b``); a single column whose name holds a separator says that ``options.sep`` is the fix."""
+    listed = ", ".join(f"{c!r} ({t})" if c != c.strip() or not c else f"{c} ({t})" for c, t in schema.items())
+    if len(schema) == 1:
+        name = next(iter(schema))
+        sep = next((s for s in (";", "\t", "|") if s in name), None)
+        if sep is not None:
+            shown_sep = "\\t" if sep == "\t" else sep
+            listed += (f"; one column whose name holds {sep!r}: the file is likely separated by it, set "
+                       f'options.sep: "{shown_sep}"')  # fmt: skip
+    return listed
 
 
 def _features(
@@ -104,9 +150,12 @@ def _features(
     parsed: bool,
     numbers: dict[str, Numbers],
     warnings: list[str],
+    left_out: set[str],
 ) -> list[str]:
-    available = ", ".join(f"{c} ({t})" for c, t in schema.items())
-    taken = {*labels, *([ref.weight] if ref.weight else [])}
+    """The features: those listed, or by default the numeric columns but the label, weight, sequence keys and
+    ``left_out`` (a pandas index stored in parquet, which may still be listed)."""
+    available = columns_words(schema)
+    taken = {*labels, *([ref.weight] if ref.weight else []), *left_out}
     if ref.sequence is not None:
         taken |= {ref.sequence.sequence_id, ref.sequence.step}
     if ref.features is None:
@@ -195,7 +244,8 @@ def resolve_dataset(
     tell the request (a string column taken as a default feature) is appended to it."""
     path, fmt, options = locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc=f"{loc}.uri")
     schema = read_schema(spark, path, fmt, options, loc=f"{loc}.uri")
-    available = ", ".join(f"{c} ({t})" for c, t in schema.items())
+    _check_rows(ref.uri, path, fmt, options, db=db, loc=f"{loc}.uri")
+    available = columns_words(schema)
     parsed = parse_numbers and fmt in PARSED_FORMATS and ref.sequence is None
     labels = [] if ref.label is None else [ref.label] if isinstance(ref.label, str) else list(ref.label)
     strings = _string_columns(ref, schema, labels) if parse_numbers and fmt in PARSED_FORMATS else []
@@ -228,7 +278,10 @@ def resolve_dataset(
     sequence, labels_path = _sequence(
         ref, schema, labels, settings=settings, spark=spark, db=db, loc=loc, labelled=labelled
     )
-    features = _features(ref, schema, labels, loc, allow_array, parsed, numbers, [] if warnings is None else warnings)
+    index = footers.pandas_index(local[0]) if fmt == "parquet" and (local := local_text(path, {})) else set()
+    features = _features(
+        ref, schema, labels, loc, allow_array, parsed, numbers, [] if warnings is None else warnings, index
+    )
     if sequence is not None:
         sequence["features"] = features
     resolved = ResolvedDataset(
@@ -303,6 +356,35 @@ def _sequence(
         "step": seq.step,
     }
     return spec, labels_path
+
+
+_SMALL = 64 << 10
+"""Local CSV / JSON-lines data up to this size is read whole when a request is checked, for whether it has rows."""
+
+
+def _check_rows(
+    uri: str, path: str, fmt: str, options: dict[str, str], *, db: sessionmaker[Session] | None, loc: str
+) -> None:
+    """A 422 for data known to have no rows (a CSV of only its header, parquet of no rows), rather than a job that
+    fails late or for another reason (a label of 0 classes, no numeric column). Known: local parquet's footers,
+    small local text read whole, or else a registration's exact summary (of data the driver does not read)."""
+    rows: int | None = None
+    found = local_text(path, options) if fmt in ("csv", "json") else None
+    if fmt == "parquet":
+        rows = parquet_rows(path, fmt, options, enough=1)
+    elif found is not None and not found[1] and files_bytes(found[0]) <= _SMALL:
+        summary = text_summary(found[0], fmt, options, sample_rows=0)
+        rows = summary[1] if summary is not None and not summary[3] else None
+    if rows is None and db is not None and found is None:
+        with db() as session:
+            row = registry.registered(session, uri)
+            if row is not None and row.summary == registry.COMPLETE and not row.bad_rows:
+                rows = row.row_count
+    if rows == 0:
+        header = fmt == "csv" and str(options.get("header", "false")).lower() == "true"
+        named = path.rstrip("/").rsplit("/", 1)[-1]  # (a registered dataset's id names no file)
+        raise ValidationFailed.at(loc, f"{named} has no rows{' (only its header)' if header else ''}; add rows, or "
+                                  "name data that has some")  # fmt: skip
 
 
 def _text(counted: Numbers) -> str:

@@ -26,6 +26,7 @@ from app.db.base import utcnow
 from app.db.models import Dataset
 from app.schemas.datasets import DatasetCreate
 from app.services.cursors import decode_cursor, encode_cursor
+from app.services.datasets.footers import SparkRefuses, check_names
 from app.services.datasets.paths import detect_format, missing, resolve_uri
 from app.services.datasets.schema import (
     NUMERIC_TYPES,
@@ -34,7 +35,7 @@ from app.services.datasets.schema import (
     local_text,
     reader_options,
 )
-from app.services.datasets.sniff import not_parquet, not_text
+from app.services.datasets.sniff import not_parquet, not_parquet_words, not_text
 from app.services.datasets.summary import quoted_line_break
 from workers.data.spec import CORRUPT
 
@@ -79,13 +80,17 @@ def register_dataset(
     problem = not_text(path, fmt, options) if fmt in ("csv", "json") else None
     if problem is not None:  # an empty file, or parquet named as text: Spark's own error said neither
         raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as {fmt}: {problem}")
-    local = local_summary(
-        path, fmt, options, sample_rows=SAMPLE_ROWS, infer_partition_types=infers_partition_types(spark)
-    )
+    try:
+        local = local_summary(
+            path, fmt, options, sample_rows=SAMPLE_ROWS, infer_partition_types=infers_partition_types(spark)
+        )
+        if local is not None and fmt == "json":
+            check_names((column["name"] for column in local[0]), "the data")
+    except SparkRefuses as exc:
+        raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as {fmt}: {exc}") from exc
     unreadable = not_parquet(path) if local is None and fmt == "parquet" else None
     if unreadable is not None:
-        raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as parquet: {unreadable.name} is not a "
-                                  "parquet file (no PAR1 at its start or end)")  # fmt: skip
+        raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as parquet: {not_parquet_words(unreadable)}")
     columns, rows, sample, bad_rows, first_bad = local if local is not None else ([], None, [], 0, [])
     if bad_rows and body.bad_rows == "fail":
         raise _malformed(body, fmt, bad_rows, (rows or 0) + bad_rows, first_bad)

@@ -68,13 +68,20 @@ def text_schema(files: list[Path], fmt: str, options: dict[str, str]) -> tuple[d
     if fmt not in ("csv", "json") or not known_options(fmt, options) or not files:
         return None
     lowered = {k.lower(): v for k, v in options.items()}
-    encoding = lowered.get("encoding", lowered.get("charset", "utf-8"))
     try:
-        text, complete = _sample(files[:1] if fmt == "csv" else files, encoding)
+        text, complete = _sample(files[:1] if fmt == "csv" else files, _encoding(lowered))
     except (OSError, LookupError):
         return None
     schema = _csv_schema(text, lowered) if fmt == "csv" else _json_schema(text)
     return (schema, complete) if schema is not None else None
+
+
+def escape_char(options: dict[str, str]) -> str:
+    """The escape character of CSV options as a reader that also reads doubled quotes takes it: none when it is
+    the quote itself (``escape: "\""``, RFC 4180's doubled quotes as pandas and Excel write them; given as the
+    escape character, pyarrow and Python's csv read a closing quote followed by the separator as an escape)."""
+    quote, escape = options.get("quote", '"'), options.get("escape", "\\")
+    return "" if escape == quote else escape
 
 
 def csv_options(options: dict[str, str]) -> tuple[Any, Any, Any, bool] | None:
@@ -88,7 +95,7 @@ def csv_options(options: dict[str, str]) -> tuple[Any, Any, Any, bool] | None:
     parse = pcsv.ParseOptions(
         delimiter=sep,
         quote_char=quote or False,
-        escape_char=escape or False,
+        escape_char=escape_char(options) or False,
         double_quote=True,
         invalid_row_handler=lambda _row: "skip",  # a malformed line is a bad row of the job, not of the schema
     )
@@ -124,8 +131,48 @@ def _csv_schema(text: str, options: dict[str, str]) -> dict[str, str] | None:
     except (pa.ArrowException, ValueError):
         return None
     infer = options.get("inferschema", "false").lower() == "true"
-    names = table.column_names if _header else [f"_c{i}" for i in range(table.num_columns)]
+    names = spark_names(table.column_names, options) if _header else [f"_c{i}" for i in range(table.num_columns)]
     return {name: _spark_type(table.column(i)) if infer else "string" for i, name in enumerate(names)}
+
+
+def spark_names(header: list[str], options: dict[str, str]) -> list[str]:
+    """The column names Spark gives a CSV header's fields: ``_c<position>`` for an empty one (pandas' unnamed
+    index, R's ``""``) or one equal to ``nullValue``; a name given twice, whatever its case (``a,a``,
+    ``Price,price``), with its position appended (``a0``, ``a1``)."""
+    null = options.get("nullvalue", "")
+    given = [name for name in header if name and name != null]
+    lowered = [name.lower() for name in given]
+    twice = {name for name in lowered if lowered.count(name) > 1}
+    return [
+        f"_c{i}" if not name or name == null else f"{name}{i}" if name.lower() in twice else name
+        for i, name in enumerate(header)
+    ]
+
+
+def header_names(file: Path, options: dict[str, str]) -> list[tuple[str, str]] | None:
+    """(Spark's name, the header's own text) of each column of a CSV file with a header line; None when pyarrow
+    cannot read its first line."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    parsed = csv_options(options)
+    if parsed is None:
+        return None
+    parse, _convert, _read, _header = parsed
+    encoding = options.get("encoding", options.get("charset", "utf8"))  # (pyarrow skips a byte order mark)
+    read = pcsv.ReadOptions(autogenerate_column_names=True, encoding=encoding)
+    try:
+        first = pcsv.open_csv(file, read_options=read, parse_options=parse).read_next_batch()
+    except (pa.ArrowException, ValueError, OSError, StopIteration):
+        return None
+    raw = [str(first.column(i)[0].as_py() or "") for i in range(first.num_columns)] if first.num_rows else []
+    return list(zip(spark_names(raw, options), raw, strict=True)) if raw else None
+
+
+def _encoding(options: dict[str, str]) -> str:
+    """The text's encoding for Python's decoding: UTF-8 with its byte order mark skipped, as Spark skips it."""
+    encoding = options.get("encoding", options.get("charset", "utf-8"))
+    return "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
 
 
 def _spark_type(column: pa.ChunkedArray) -> str:
@@ -221,7 +268,8 @@ def column_values(files: list[Path], fmt: str, options: dict[str, str], column: 
         return values
     lowered = {k.lower(): v for k, v in options.items()}
     if fmt == "csv" and lowered.get("header", "false").lower() == "true":  # a repeated header line is no value
-        values = pc.if_else(pc.equal(values, column), None, values)
+        header = dict(header_names(files[0], lowered) or [])
+        values = pc.if_else(pc.equal(values, header.get(column, column)), None, values)
     try:
         return pc.cast(values, pa.float64())
     except (pa.ArrowException, ValueError):
@@ -239,16 +287,23 @@ def text_columns(files: list[Path], fmt: str, options: dict[str, str], columns: 
     if not columns:
         return {}
     chunks: dict[str, list[pa.Array]] = {column: [] for column in columns}
+    header = None  # Spark names the columns by the first file's header, and skips each file's first line
+    if fmt == "csv" and lowered.get("header", "false").lower() == "true":
+        header = [name for name, _text in header_names(files[0], lowered) or []] if files else []
+        if not header:
+            return None
     try:
         for file in files:
-            for column, read in _read_columns(file, fmt, lowered, columns).items():
+            for column, read in _read_columns(file, fmt, lowered, columns, header).items():
                 chunks[column].extend(read)
     except (pa.ArrowException, ValueError, OSError, KeyError):
         return None
     return {column: pa.chunked_array(read, pa.string()) for column, read in chunks.items()}
 
 
-def _read_columns(file: Path, fmt: str, options: dict[str, str], columns: list[str]) -> dict[str, list[pa.Array]]:
+def _read_columns(
+    file: Path, fmt: str, options: dict[str, str], columns: list[str], header: list[str] | None
+) -> dict[str, list[pa.Array]]:
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.json as pjson
@@ -265,12 +320,15 @@ def _read_columns(file: Path, fmt: str, options: dict[str, str], columns: list[s
     parsed = csv_options(options)
     if parsed is None:
         raise ValueError("options")
-    parse, convert, read, header = parsed
+    parse, convert, read, _header = parsed
     names: dict[str, str] = {}
     for column in columns:
-        if not header and not column.startswith("_c"):
+        if header is None and not column.startswith("_c"):
             raise KeyError(column)
-        names[column] = column if header else f"f{int(column[2:])}"
+        names[column] = f"f{header.index(column) if header is not None else int(column[2:])}"
+    if header is not None:  # by position: the header's own text may be empty or given twice
+        read = pcsv.ReadOptions(column_names=[f"f{i}" for i in range(len(header))], skip_rows=1,
+                                encoding=options.get("encoding", options.get("charset", "utf8")))  # fmt: skip
     convert.include_columns = list(dict.fromkeys(names.values()))
     convert.column_types = dict.fromkeys(names.values(), pa.string())
     reader = pcsv.open_csv(file, read_options=read, parse_options=parse, convert_options=convert)
@@ -283,7 +341,7 @@ def _read_columns(file: Path, fmt: str, options: dict[str, str], columns: list[s
 
 def _json_lines(file: Path, columns: list[str]) -> dict[str, list[str | None]]:
     out: dict[str, list[str | None]] = {column: [] for column in columns}
-    with file.open(encoding="utf-8", errors="replace") as f:
+    with file.open(encoding="utf-8-sig", errors="replace") as f:
         for line in f:
             try:
                 record = json.loads(line)
@@ -298,7 +356,7 @@ def _json_lines(file: Path, columns: list[str]) -> dict[str, list[str | None]]:
 def first_json_value(files: list[Path], column: str) -> tuple[bool, Any]:
     """(found, the first non-null value of a JSON-lines column in the sample); not found when the sample has none
     and is not all the data."""
-    text, complete = _sample(files, "utf-8")
+    text, complete = _sample(files, "utf-8-sig")
     for line in text.splitlines():
         try:
             record = json.loads(line)

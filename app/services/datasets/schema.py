@@ -23,8 +23,9 @@ from urllib.parse import unquote, urlparse
 from app.core.errors import ValidationFailed
 from app.services.datasets import sample, summary
 from app.services.datasets.deferred import before_spark_job
+from app.services.datasets.footers import SparkRefuses, check_names, check_parquet
 from app.services.datasets.paths import Format, compressed
-from app.services.datasets.sniff import not_parquet, not_text
+from app.services.datasets.sniff import not_parquet, not_parquet_words, not_text
 from workers.data.spec import CORRUPT
 
 if TYPE_CHECKING:
@@ -55,27 +56,41 @@ def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, 
     module's docstring); anything else by Spark (CSV with header + inference, JSON lines, remote data)."""
     from workers.data.spec import ResolvedDataset, read_dataframe
 
-    if fmt == "parquet" and not options:
-        local = parquet_schema(path, infer_partition_types=infers_partition_types(spark))
-        if local is not None:
-            return local
-        unreadable = not_parquet(path)  # a CSV named as parquet: a 422 now, not a failed job after a Spark job
-        if unreadable is not None:
-            raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as parquet: {unreadable.name} is not a parquet "
-                                      "file (no PAR1 at its start or end); is the format right?")  # fmt: skip
-    if fmt in ("csv", "json"):
-        problem = not_text(path, fmt, options)
-        if problem is not None:
-            raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {problem}")
-        text = text_schema_of(path, fmt, options, infer_partition_types=infers_partition_types(spark))
-        if text is not None:
-            return _data_columns(text)
+    try:
+        local = _local_schema(spark, path, fmt, options, loc=loc)
+    except SparkRefuses as exc:
+        raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {exc}") from exc
+    if local is not None:
+        return local
     before_spark_job(f"the schema of {path} ({_why_spark(path, fmt, options)})")
     probe = ResolvedDataset(path=path, format=fmt, features=(), label=None, task=None, options=options)
     try:
         return _data_columns(dict(read_dataframe(spark, probe).dtypes))
     except Exception as exc:
         raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {spark_reason(exc)[:500]}") from exc
+
+
+def _local_schema(
+    spark: SparkSession, path: str, fmt: Format, options: dict[str, str], *, loc: str
+) -> dict[str, str] | None:
+    """The schema of local data read on the driver; None when Spark must read it."""
+    if fmt == "parquet" and not options:
+        local = parquet_schema(path, infer_partition_types=infers_partition_types(spark))
+        if local is not None:
+            return local
+        unreadable = not_parquet(path)  # a CSV named as parquet: a 422 now, not a failed job after a Spark job
+        if unreadable is not None:
+            raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as parquet: {not_parquet_words(unreadable)}")
+    if fmt in ("csv", "json"):
+        problem = not_text(path, fmt, options)
+        if problem is not None:
+            raise ValidationFailed.at(loc, f"Spark cannot read {path!r} as {fmt}: {problem}")
+        text = text_schema_of(path, fmt, options, infer_partition_types=infers_partition_types(spark))
+        if text is not None:
+            if fmt == "json":
+                check_names(text, "the data")
+            return _data_columns(text)
+    return None
 
 
 def _data_columns(schema: dict[str, str]) -> dict[str, str]:
@@ -190,6 +205,7 @@ def _schema(found: tuple[list[Path], dict[str, str]], infer_partition_types: boo
     files, partitions = found
     if partitions and not infer_partition_types:
         return None
+    check_parquet(files)
     try:
         import pyarrow.parquet as pq
         from pyspark.sql.pandas.types import from_arrow_type

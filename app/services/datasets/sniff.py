@@ -34,6 +34,19 @@ def not_parquet(path: str) -> Path | None:
     return None
 
 
+_NAMED = {".csv": "csv", ".txt": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json"}
+
+
+def not_parquet_words(file: Path) -> str:
+    """That a data file is not parquet, and the format its name says (a directory of ``part-00000.csv`` files
+    registered without ``format`` is read as parquet)."""
+    named = _NAMED.get(file.suffix.lower())
+    fix = f"set format to {named}" if named else "is the format right?"
+    if file.suffix.lower() == ".tsv":
+        fix += ' and options.sep to "\\t"'
+    return f"{file.name} is not a parquet file (no PAR1 at its start or end); {fix}"
+
+
 def not_text(path: str, fmt: Format, options: dict[str, str]) -> str | None:
     """Why local data given as CSV or JSON lines cannot be: an empty file, parquet, or not UTF-8 where the options
     name no other encoding (Spark finds a multi-line JSON file's, and unpacks compressed files); None: it may be."""

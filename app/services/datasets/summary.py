@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.services.datasets.sample import csv_options, json_type, merge_types, text_schema
+from app.services.datasets.sample import csv_options, escape_char, header_names, json_type, merge_types, text_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -138,9 +138,12 @@ def _csv_summary(files: list[Path], options: dict[str, str], sample_rows: int) -
 
     inferred = text_schema(files, "csv", options)
     parsed = csv_options(options)
-    if inferred is None or parsed is None or any(not name for name in inferred[0]):
+    if inferred is None or parsed is None:
         return None
     names, (parse, convert, _read, header) = list(inferred[0]), parsed
+    texts = [text for _name, text in header_names(files[0], options) or []] if header else names  # as written
+    if len(texts) != len(names):
+        return None
     keys = [f"c{i}" for i in range(len(names))]
     encoding = options.get("encoding", options.get("charset", "utf8"))
     try:
@@ -149,7 +152,7 @@ def _csv_summary(files: list[Path], options: dict[str, str], sample_rows: int) -
     except (pa.ArrowException, ValueError):
         return None
     if len(opened.schema) != len(names):
-        return None  # a header naming a column twice: Spark renames them
+        return None
     malformed: list[str] = []
 
     def invalid(row: Any) -> str:
@@ -173,7 +176,8 @@ def _csv_summary(files: list[Path], options: dict[str, str], sample_rows: int) -
             return False
         every.extend(batch.slice(0, max(0, sample_rows - len(every))).to_pylist())
         if header and batch.num_rows:  # a header line repeated in the middle: Spark's inference skips it
-            same = [pc.fill_null(pc.equal(c, name), False) for c, name in zip(columns, names, strict=True)]
+            empty = ("", options.get("nullvalue", ""))  # a header's empty name: that line's field is null too
+            same = [pc.fill_null(pc.equal(c, text), text in empty) for c, text in zip(columns, texts, strict=True)]
             repeated = same[0]
             for other in same[1:]:
                 repeated = pc.and_(repeated, other)
@@ -195,7 +199,7 @@ def _csv_summary(files: list[Path], options: dict[str, str], sample_rows: int) -
         bad: list[str] = []
         split: list[list[str | None]] = []
         tokens: list[list[str | None]] = []
-        quote, escape = options.get("quote", '"'), options.get("escape", "\\")
+        quote, escape = options.get("quote", '"'), escape_char(options)  # none: doubled quotes
         null = options.get("nullvalue", "")
         for text in malformed:  # pyarrow may read an unclosed quote across lines: Spark parses each line alone
             lines = [line for line in text.splitlines() if line.strip()]
@@ -221,11 +225,11 @@ def _csv_summary(files: list[Path], options: dict[str, str], sample_rows: int) -
         return None
     not_numbers = [stats.unparsed[i] if t == "string" else 0 for i, t in enumerate(types)]
     if repeats and set(types) != {"string"}:  # the header's words do not parse as the column's numbers
-        bad += [parse.delimiter.join(names)] * repeats
+        bad += [parse.delimiter.join(texts)] * repeats
     elif repeats:
         rows, first = rows + repeats, every
         not_numbers = [
-            n + (repeats if not re.match(NUMBER, name) else 0) for n, name in zip(not_numbers, names, strict=True)
+            n + (repeats if not re.match(NUMBER, text) else 0) for n, text in zip(not_numbers, texts, strict=True)
         ]
     columns = [{"name": name, "type": t, "nullable": True, "not_numbers": n}
                for name, t, n in zip(names, types, not_numbers, strict=True)]  # fmt: skip
@@ -243,7 +247,7 @@ def _json_summary(files: list[Path], sample_rows: int) -> Summary | None:
     rows = 0
     number = re.compile(NUMBER)
     for file in files:
-        with file.open(encoding="utf-8") as f:
+        with file.open(encoding="utf-8-sig") as f:  # Spark skips a byte order mark
             for line in f:
                 if not line.strip():
                     continue

@@ -1,6 +1,7 @@
 """The classes of a classification job, found in the data when the request does not say: integer indices
-0..k-1 as they are (k from the largest label), or strings mapped to indices in sorted order (the mapping is stored
-with the model). Local parquet, CSV and JSON lines are read on the driver without a Spark job
+0..k-1 as they are (k from the largest label; whole-number doubles too, as pandas writes an integer column with a
+missing value, a fraction being a bad row of the job), or strings mapped to indices in sorted order (the mapping is
+stored with the model). Local parquet, CSV and JSON lines are read on the driver without a Spark job
 (app/services/datasets/schema.py)."""
 
 from __future__ import annotations
@@ -38,11 +39,33 @@ def resolve_classes(
                 "dataset.num_classes", f"{label!r} has {len(names)} distinct labels, not {train.num_classes}"
             )
         return replace(train, num_classes=len(names)), names
-    if dtype not in INTEGER_TYPES:
+    if not is_index_type(dtype):
         raise ValidationFailed.at("dataset.label", f"{label!r} is {dtype}; class labels are integers 0..k-1 or strings")
+    _check_negative(train)
     if train.num_classes is None:
         return replace(train, num_classes=class_count(train, spark)), None
     return train, None
+
+
+def is_index_type(dtype: str) -> bool:
+    """Whether a label column of this type holds class indices: integers, or numbers whose values are whole."""
+    return dtype in INTEGER_TYPES or dtype in ("float", "double") or dtype.startswith("decimal")
+
+
+def _check_negative(train: ResolvedDataset) -> None:
+    """A 422 for a negative class index (``-1``/``1`` labels), read from local data only (else every such row is
+    a bad row of the job)."""
+    label = train.label or ""
+    found = data.distinct_values(train.path, train.format, train.options, label, limit=MAX_STRING_CLASSES)
+    try:
+        lowest = min((float(v) for v in found or () if v is not None), default=0.0)
+    except (TypeError, ValueError):  # not numbers after all: the job's label check says so
+        return
+    if lowest < 0:
+        shown = int(lowest) if lowest == int(lowest) else lowest
+        raise ValidationFailed.at("dataset.label", f"{label!r} has the class {shown}: class labels are integers "
+                                  "0..k-1 (or strings); number the classes from 0 (e.g. -1/1 as 0/1), or give "
+                                  "them as text")  # fmt: skip
 
 
 def class_count(ds: ResolvedDataset, spark: SparkSession) -> int:

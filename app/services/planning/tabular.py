@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.core.errors import ValidationFailed
 from app.schemas.train import TrainRequest
-from app.services.planning.labels import INTEGER_TYPES, class_count, resolve_classes
+from app.services.planning.labels import INTEGER_TYPES, resolve_classes
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
 from workers.training.spark_ml.spec import SparkMLPlan, parse_spark_ml_params
@@ -50,11 +49,9 @@ def plan_spark_ml(
         # counted as xgboost's are: a numeric label's model needs its count (evaluation, the signature's
         # probabilities; text labels are indexed in the job, which counts them), and a single text class is a 422
         numbers = dtype in ("float", "double") or dtype.startswith("decimal")
-        if dtype in INTEGER_TYPES and classes is None:
+        if (dtype in INTEGER_TYPES or numbers) and classes is None:
+            # 0.0, 1.0, 2.0 (pandas, StringIndexer) too: a fraction is a bad row of the job (Spark failed the fit)
             train = resolve_classes(train, dtype, spark)[0]
-            classes = train.num_classes
-        elif numbers and classes is None:  # 0.0, 1.0, 2.0 (pandas, StringIndexer): a fraction is a bad row of the job
-            train = replace(train, num_classes=class_count(train, spark))  # (Spark failed the fit on one)
             classes = train.num_classes
         elif dtype == "string" and classes is None:
             classes = resolve_classes(train, dtype, spark)[0].num_classes
