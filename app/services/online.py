@@ -230,6 +230,27 @@ def check_whole_numbers(x: Any, model: ModelRef, loc: str, *, row_in_loc: bool =
         )
 
 
+def check_booleans(x: Any, model: ModelRef, loc: str) -> None:
+    """A boolean column (``boolean`` in the signature) takes 0 and 1 only (true and false), as the rows of a body do:
+    a 422 at ``loc`` naming the row and the column in the message (V2 tensors, which carry booleans as numbers)."""
+    import numpy as np
+
+    specs = signature.columns(model.signature)
+    positions = [i for i, spec in enumerate(specs) if spec.get("type") == "boolean"]
+    if model.card.get("array_column") or not positions or not len(x) or x.shape[1] != len(specs):
+        return
+    bad = np.argwhere(~np.isin(x[:, positions], (0.0, 1.0)))
+    if len(bad):
+        row, col = int(bad[0][0]), positions[int(bad[0][1])]
+        value = float(x[row, col])
+        given = shown(int(value) if value.is_integer() else value)
+        raise ValidationFailed.at(
+            loc,
+            f"row {row}, column {specs[col]['name']!r} takes booleans: {given} is not a boolean; the model expects "
+            f"{signature.describe(specs[col])}",
+        )
+
+
 _NUMBER_ROWS = TypeAdapter(list[list[StrictFloat]])
 """Rows of JSON numbers, as floats, in one pass of pydantic's core: strict, so a string of digits, a boolean (an
 int to Python) or a null is refused, where numpy's conversion takes the first two (and makes the last NaN)."""

@@ -1,12 +1,14 @@
 """The V2 Open Inference Protocol (KServe, Triton, Seldon) on the same model cache as ``POST /predict``: the model a
 path names, a request's tensors checked and turned into rows, the prediction as output tensors, a model's metadata.
 
-Inputs: one tensor ``[n, width]`` of a model's features in order (any name), or one tensor per feature named
-after it (``[n]`` or ``[n, 1]``; an array feature ``[n, length]``); a sequence model one tensor ``[batch, steps,
-features]``. Outputs: ``predictions`` (class index or value), and for classification ``probabilities``
-``[n, classes]`` and ``label`` (BYTES, when classes have names); a request's ``outputs`` picks some of them. An
-input named twice, a requested output the model does not have, and a value its tensor's datatype cannot hold (a
-fraction in an INT tensor, a number in a BOOL one) are 422s. The routes are app/api/routes/v2.py.
+Inputs: one tensor ``[n, width]`` of a model's features in order (any name but a feature's), or one tensor per
+feature named after it (``[n]`` or ``[n, 1]``, every one the same ``n``; an array feature ``[n, length]``); a
+sequence model one tensor ``[batch, steps, features]``. The signature's column types hold as for ``/predict``
+(booleans 0 or 1, whole numbers whole). Outputs: ``predictions`` (class index, value, or ``[n, k]`` values of k
+label columns), and for classification ``probabilities`` ``[n, classes]`` and ``label`` (BYTES, when classes have
+names); a request's ``outputs`` picks some of them. An input named twice, a requested output the model does not
+have, and a value its tensor's datatype cannot hold (a fraction in an INT tensor, a number in a BOOL one) are 422s.
+The routes are app/api/routes/v2.py.
 """
 
 from __future__ import annotations
@@ -65,10 +67,19 @@ def read_binary_data(*, body: InferRequest, raw: bytes, offset: int) -> None:
             )
         chunk = raw[offset : offset + size]
         offset += size
+        if tensor.datatype == "BOOL" and chunk.translate(None, b"\x00\x01"):  # numpy reads any byte but 0 as true
+            at = next(i for i, b in enumerate(chunk) if b > 1)
+            raise ValidationFailed.at(f"inputs.{tensor.name}.data", f"binary data: byte {at} is {chunk[at]}; BOOL "
+                                      "bytes are 0 (false) or 1 (true)")  # fmt: skip
         try:
             tensor.data = np.frombuffer(chunk, dtype=_DTYPES[tensor.datatype]).tolist()
         except ValueError as exc:  # a size that is not a whole number of elements
             raise ValidationFailed.at(f"inputs.{tensor.name}", f"binary data: {exc}") from exc
+    if offset != len(raw):  # bytes no tensor claims: a binary_data_size too small, or a tensor sent as JSON too
+        raise ValidationFailed.at(
+            "body", f"{len(raw) - offset} bytes after the binary tensor data that no input's binary_data_size "
+            "claims; the sizes must add up to the bytes after the JSON"
+        )  # fmt: skip
 
 
 def infer(
@@ -140,6 +151,7 @@ def _infer_rows(
             "value is NaN, infinite, missing or beyond float32; the model cannot take it",
         )
     online.check_whole_numbers(x, model, "inputs", row_in_loc=False)
+    online.check_booleans(x, model, "inputs")
     x = x.astype(online.feature_dtype(model))
     out = online.predict_rows(model=model, x=x, cache=cache, spark=spark)
     n = len(x)
@@ -178,8 +190,10 @@ def _output_specs(model: ModelRef) -> list[dict[str, Any]]:
     """The outputs infer answers, as the metadata lists them (and a request may ask for them by name)."""
     sequence = model.card.get("sequence")
     lead = [-1, -1] if sequence is not None and sequence["labels"] == "per_step" else [-1]
+    several = model.task != "classification" and len(model.labels) > 1  # a value per label column, as infer answers
+    shape = [*lead, len(model.labels)] if several else lead
     outputs: list[dict[str, Any]] = [{"name": "predictions", "datatype": "INT64" if model.task == "classification"
-                                      else "FP64", "shape": lead}]  # fmt: skip
+                                      else "FP64", "shape": shape}]  # fmt: skip
     if model.task == "classification":
         classes = model.card.get("num_classes", -1)
         outputs.append({"name": "probabilities", "datatype": "FP64", "shape": [*lead, classes]})
@@ -190,8 +204,7 @@ def _output_specs(model: ModelRef) -> list[dict[str, Any]]:
 
 def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
     width = model.width
-    if len(body.inputs) == 1 and (model.card.get("array_column") or len(model.features) != 1 or
-                                  body.inputs[0].name not in model.features):  # fmt: skip
+    if len(body.inputs) == 1 and not _per_feature(body.inputs[0], model):
         tensor = body.inputs[0]
         data = _values(tensor, model)
         shape = list(tensor.shape)
@@ -208,16 +221,48 @@ def _rows(body: InferRequest, model: ModelRef) -> np.ndarray:
     by_name = {t.name: t for t in body.inputs}
     online.check_input_names(list(by_name), model)
     values = {f: _values(by_name[f], model, feature=f) for f in model.features}
-    counts = {f: by_name[f].shape[0] for f in model.features}
-    if len(set(counts.values())) != 1:
-        raise ValidationFailed.at("inputs", f"the inputs hold different numbers of rows: {counts}")
-    n = counts[model.features[0]]
+    n = _feature_rows(by_name, model)
     if n == 0:
         raise ValidationFailed.at("inputs", "no rows to predict; send at least one")
     x = np.concatenate([v.reshape(n, -1) for v in values.values()], axis=1)
     if x.shape[1] != width:
         raise ValidationFailed.at("inputs", f"{x.shape[1]} values per row; the model takes {width}")
     return x
+
+
+def _per_feature(tensor: InferTensor, model: ModelRef) -> bool:
+    """Whether a lone tensor is the per-feature form, which needs every feature: it is named after one (read as whole
+    rows, two rows of ``trip_distance`` were one row of both features). An array feature's one tensor is both forms,
+    and a feature named ``input`` sent as whole rows ``[rows, width]`` is the metadata's advertised form."""
+    if model.card.get("array_column") or tensor.name not in model.features:
+        return False
+    return not (tensor.name == "input" and model.width > 1 and tensor.shape[1:] == [model.width])
+
+
+def _feature_rows(tensors: dict[str, InferTensor], model: ModelRef) -> int:
+    """The rows of per-feature tensors: each one is ``[rows]`` or ``[rows, 1]`` (an array feature ``[rows,
+    length]``), all with the same rows. A ``[3, 2]`` next to a ``[3, 0]`` made rows of the right width with the
+    values shifted into the wrong columns."""
+    array = bool(model.card.get("array_column"))
+    form = f"[rows, {model.width}]" if array else "[rows] or [rows, 1]"
+    for name in model.features:
+        shape = tensors[name].shape
+        fits = len(shape) >= 2 and math.prod(shape[1:]) == model.width if array else shape[1:] in ([], [1])
+        if not fits:
+            raise ValidationFailed.at(
+                f"inputs.{name}.shape", f"{shape}: a feature's tensor is {form}, one value per row (whole rows of "
+                f"every feature are one tensor [rows, {model.width}])"
+            )  # fmt: skip
+    first = model.features[0]
+    rows = tensors[first].shape[0]
+    for name in model.features:
+        shape = tensors[name].shape
+        if shape[0] != rows:
+            raise ValidationFailed.at(
+                f"inputs.{name}.shape", f"{shape} holds {shape[0]} rows, and {first!r} {tensors[first].shape} "
+                f"{rows}: every feature's tensor holds the same rows"
+            )  # fmt: skip
+    return int(rows)
 
 
 _NUMBER_VALUES: frozenset[type] = frozenset((int, float, type(None)))

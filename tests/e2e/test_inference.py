@@ -182,6 +182,29 @@ def test_spark_ml_regression_evaluate_and_predict(svc: Service) -> None:
     np.testing.assert_allclose(online.json()["predictions"], p[:2], rtol=1e-9)
     assert model["model"] == {"name": "taxi-rf", "version": 1}
 
+    # the version's files removed: the cached model still answers online (docs/inference.md says so), and a batch
+    # job names the missing files (it failed as a SPARK_ERROR with a traceback of loading the model)
+    import shutil
+
+    from workers.storage import local_path
+
+    shutil.rmtree(local_path(svc.client.get("/models/taxi-rf/versions/1").json()["artifact_uri"]))
+    again = svc.client.post("/predict", json={"model": {"name": "taxi-rf"}, "dataframe_records": row})
+    assert again.status_code == 200 and again.json()["predictions"] == online.json()["predictions"]
+    batch = svc.client.post("/predict", json={"model": {"name": "taxi-rf"},
+                                              "dataset": {"uri": "taxi-keyed.parquet", "key": "trip_id"}})  # fmt: skip
+    assert batch.status_code == 202, batch.text
+    failed = svc.wait(batch.json()["id"], {"SUCCEEDED", "FAILED"})
+    assert failed["error"]["reason"] == "MODEL_FILES_MISSING", failed["error"]
+    assert failed["error"]["message"].startswith("the files of taxi-rf version 1 are missing: "), failed["error"]
+    assert "is gone (removed or moved since it was registered; it needs metadata, stages)" in failed["error"]["message"]
+    evaluated = svc.client.post(
+        "/evaluate", json={"model": {"name": "taxi-rf"}, "dataset": {"uri": "taxi-keyed.parquet"}}
+    )
+    assert evaluated.status_code == 202, evaluated.text
+    failed = svc.wait(evaluated.json()["id"], {"SUCCEEDED", "FAILED"})
+    assert failed["error"]["reason"] == "MODEL_FILES_MISSING", failed["error"]  # (the evaluation's was a traceback)
+
 
 def _problem(response: Any, status: int) -> dict[str, Any]:
     assert response.status_code == status, response.text

@@ -16,6 +16,7 @@ from workers.data.clean import bad_examples, clean, read_as_numbers
 from workers.data.one_hot import expand
 from workers.data.spec import read_dataframe
 from workers.evaluation.remote import STATE_SCHEMA, model_states, sequence_states, spark_ml_states
+from workers.inference.batch import check_model_files
 from workers.inference.spec import EvaluationPlan, ModelRef
 from workers.numbers import have, n_rows, were
 
@@ -50,6 +51,7 @@ def _bounded(df: DataFrame, eval_workers: int | None, ctx: JobContext) -> DataFr
 
 def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     model, ds = plan.model, plan.dataset
+    check_model_files(model)  # on the driver: a version whose files are gone failed on the executors, a traceback
     options = _state_options(plan)
     ctx.progress(0.05, "evaluating")
     source = read_dataframe(ctx.spark, ds)

@@ -29,7 +29,7 @@ from workers.inference.remote import (
     sequence_output_schema,
     sequence_predictions,
 )
-from workers.inference.spec import OUTPUT_MARKER, PredictionPlan
+from workers.inference.spec import OUTPUT_MARKER, ModelRef, PredictionPlan
 from workers.numbers import have, n_rows, were
 
 MARKER = OUTPUT_MARKER
@@ -40,6 +40,7 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
     from pyspark.sql import functions as F
 
     model, ds = plan.model, plan.dataset
+    check_model_files(model)
     ctx.progress(0.05, "predicting")
     if ds.sequence is not None:
         return _predict_sequences(ctx, plan)
@@ -74,6 +75,29 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
     else:
         raise JobFailure("UNSUPPORTED", f"batch prediction with {model.framework} models is not available yet")
     return _write(ctx, plan, out, dropped)
+
+
+MODEL_FILES = {"torch": ("weights.safetensors",), "xgboost": ("model.json", "card.json"),
+               "spark_ml": ("metadata", "stages")}  # fmt: skip
+"""What each family's loader reads from a model directory (torch also its card: ``spec.json``, or a checkpoint's
+``meta.json``)."""
+
+
+def check_model_files(model: ModelRef) -> None:
+    """The model's files, looked for on the driver before Spark runs: a version whose artifact directory was removed
+    failed on the executors, a SPARK_ERROR with a traceback of ``load_model``. A store that cannot be reached is a
+    :class:`~workers.storage.StorageError` (retried), not this."""
+    names = set(storage.list_dir(model.uri))
+    missing = [n for n in MODEL_FILES.get(model.framework, ()) if n not in names]
+    if model.framework == "torch" and not names & {"spec.json", "meta.json"}:
+        missing.insert(0, "spec.json")
+    if missing:
+        which = f"checkpoint {model.checkpoint_id}" if model.checkpoint_id else f"{model.name} version {model.version}"
+        where = f"{model.uri} is gone" if not names else f"{model.uri} has no {', '.join(missing)}"
+        raise JobFailure(
+            "MODEL_FILES_MISSING", f"the files of {which} are missing: {where} (removed or moved since it was "
+            f"registered; it needs {', '.join(missing)}): predict with another version, or train it again"
+        )  # fmt: skip
 
 
 def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> JobOutcome:

@@ -18,9 +18,11 @@ MAX_VALUES = 4096
 
 
 def _finite(value: Any) -> bool:
+    """A value a model takes: a finite number, or a boolean (a boolean column's: every row of a model with one was
+    dropped, and its download had no example)."""
     if isinstance(value, list | tuple):
         return all(_finite(v) for v in value)
-    return is_finite_number(value)
+    return isinstance(value, bool) or is_finite_number(value)
 
 
 def _size(value: Any) -> int:
@@ -37,7 +39,7 @@ def example_rows(spark: SparkSession, ds: ResolvedDataset) -> list[Any]:
         rows = [r.asDict() for r in frame.select(*_as_trained(frame, ds)).limit(20).collect()]
     except Exception:  # an example is a convenience: never the reason a model is not registered
         return []
-    categories = set(ds.categorical)  # any value but null: the rest must be finite numbers
+    categories = set(ds.categorical)  # any value but null: the rest must be finite numbers or booleans
     usable = [r for r in rows if _finite([v for k, v in r.items() if k not in categories]) and
               all(r[c] is not None for c in categories)]  # fmt: skip
     good = [{k: _plain(v) for k, v in row.items()} for row in usable][:ROWS]

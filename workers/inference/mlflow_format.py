@@ -40,6 +40,10 @@ _REQUIREMENTS = {
     "xgboost": ("xgboost", "numpy", "pandas", "scipy"),
     "spark_ml": ("pyspark", "numpy", "pandas"),
 }
+MLFLOW_VERSION = "3.17.2"
+"""The MLflow release whose ``save_model`` format these files follow (``MLmodel``'s ``mlflow_version``, which MLflow
+writes and tools read): the release the tests load them with (tests/mlflow_env.py pins it; a test holds the two
+equal)."""
 _DISTRIBUTIONS = {"xgboost": ("xgboost", "xgboost-cpu")}
 """A module whose distribution has other names (the CPU-only xgboost wheel installs the same module)."""
 
@@ -147,6 +151,7 @@ def mlflow_files(
     mlmodel: dict[str, Any] = {
         "artifact_path": None,
         "flavors": flavors(framework, card, python),
+        "mlflow_version": MLFLOW_VERSION,
         "model_uuid": uuid.uuid4().hex,
         "utc_time_created": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f"),
         "signature": {

@@ -127,16 +127,26 @@ def _export(graph: nn.Module, example: tuple[torch.Tensor, ...], inputs: list[st
 
 def _name_axes(path: Path, sequence: bool) -> None:
     """Declare the outputs' batch (and step) axes as dynamic: the exporter may fix a per-step output's step count
-    to the example's (the values are right for any length; the declared shape would not be)."""
+    to the example's (the values are right for any length; the declared shape would not be). A per-step model's
+    first output (``probabilities`` or ``prediction``) is ``[batch, steps, units]``; each of its outputs has the
+    step axis second, ``class_index`` ``[batch, steps]`` too (it kept the example's 4 steps, and onnxruntime
+    warned on every run of another length)."""
     import onnx
 
     proto = onnx.load(str(path))
+    outputs = proto.graph.output
+    per_step = sequence and len(outputs) > 0 and len(outputs[0].type.tensor_type.shape.dim) == 3
     if sequence:
         del proto.graph.value_info[:]  # intermediate shapes, optional, that may carry the example's step count
-    for output in proto.graph.output:
-        dims = output.type.tensor_type.shape.dim
-        for axis, name in enumerate(["batch", "steps"] if sequence else ["batch"]):
-            if len(dims) > axis + (1 if name == "steps" else 0):
+    # the inputs too: after other exports in the process, dynamo fixed a sequence input's steps when the example's
+    # (4) was the trained input_shape's; the reference check then runs the graph on other lengths
+    axes = [(value, ["batch", "steps"] if sequence else ["batch"]) for value in proto.graph.input
+            if value.name in ("input", "mask")]  # fmt: skip
+    axes += [(value, ["batch", "steps"] if per_step else ["batch"]) for value in outputs]
+    for value, names in axes:
+        dims = value.type.tensor_type.shape.dim
+        for axis, name in enumerate(names):
+            if len(dims) > axis:
                 dims[axis].ClearField("dim_value")
                 dims[axis].dim_param = name
     onnx.save(proto, str(path))

@@ -6,7 +6,8 @@ card) and ``weights.safetensors`` (the weights). The archive holds one folder, `
     tar xzf model.tar.gz && cd <model name>-v<version>
     python -c "import sparktrain_model as m; model = m.load('.'); print(model.predict([[5.1, 3.5, 1.4, 0.2]]))"
 
-or ``python sparktrain_model.py . '[[5.1, 3.5, 1.4, 0.2]]'``. From Python (Python >= 3.10, torch >= 2.0:
+or ``python sparktrain_model.py . '[[5.1, 3.5, 1.4, 0.2]]'`` (JSON rows held to sparktrain's ``/predict`` checks:
+``model.check(rows)``; one line saying what is wrong, exit 1). From Python (Python >= 3.10, torch >= 2.0:
 ``pip install torch numpy safetensors``)::
 
     import sparktrain_model
@@ -382,6 +383,33 @@ class Model:
                 at += len(levels[column])
         return out
 
+    def check(self, rows: Any) -> None:
+        """JSON rows (the command line's) held to sparktrain's ``POST /predict`` checks, which ``predict`` skips: finite
+        numbers within float32 (a boolean column's true/false/0/1, a whole-number column's whole), no null, no
+        column the model lacks. A ValueError names the row and column (``predict`` reads null as NaN, "2.1" as 2.1)."""
+        rows = [rows] if isinstance(rows, Mapping) else rows
+        if not isinstance(rows, list) or not rows:
+            return  # predict says what is wrong
+        card, cats = self.card, self.card.get("categorical") or {}
+        kinds = {s["name"]: s.get("type") for s in (card.get("signature") or {}).get("inputs") or [] if "name" in s}
+        features = [str(f) for f in card.get("features") or []]
+        if not any(isinstance(r, list | Mapping) for r in rows):  # one flat row, or a one-feature model's values
+            rows = [[v] for v in rows] if math.prod(self.module.input_shape) == 1 else [rows]
+        for i, row in enumerate(rows):
+            if isinstance(row, Mapping):
+                named = features if not cats or all(c in row for c in features) else [str(c) for c in cats["inputs"]]
+                if extra := [str(c) for c in row if c not in named]:
+                    raise ValueError(f"row {i}: unexpected columns {extra}; the model's columns are {named}")
+                items = [(c, row[c]) for c in named if c in row and c not in cats.get("levels", {})]
+            elif isinstance(row, list) and len(row) == len(features) and not self.module.any_length:
+                items = list(zip(features, row, strict=True))
+            else:  # an array column's values, or a sequence's steps
+                items = [(features[0] if card.get("array_column") else "value", row)]
+            for column, value in items:
+                for k, leaf in enumerate(_flat(value)):
+                    name = f"{column}[{k}]" if isinstance(value, list) else column
+                    _check_value(leaf, str(kinds.get(column, "double")), f"row {i}: column {name!r}")
+
     def _rows(self, rows: Any, lengths: Any) -> tuple[np.ndarray, np.ndarray | None]:
         if isinstance(rows, torch.Tensor):
             rows = rows.detach().cpu().numpy()
@@ -441,6 +469,24 @@ def _floats(value: Any, where: str, size: int) -> np.ndarray:
     if out.size != size:
         raise ValueError(f"{where}: {out.size} values, the model takes {size}")
     return out
+
+
+def _flat(value: Any) -> list[Any]:
+    return [leaf for v in value for leaf in _flat(v)] if isinstance(value, list | tuple) else [value]
+
+
+def _check_value(value: Any, kind: str, where: str) -> None:
+    """One JSON value against its column's type (``double``, ``long``, ``boolean``), in /predict's words."""
+    shown, number = json.dumps(value)[:40], isinstance(value, int | float) and not isinstance(value, bool)
+    whole = kind in ("long", "integer")
+    if value is None or (number and not abs(value) <= 3.4028234663852886e38):  # NaN compares false
+        raise ValueError(f"{where} is {shown}: a feature is NaN, infinite, missing or beyond float32")
+    if kind == "boolean" and not (isinstance(value, bool) or (number and value in (0, 1))):
+        raise ValueError(f"{where} takes booleans: {shown} is not a boolean")
+    if kind != "boolean" and not number:
+        raise ValueError(f"{where} takes {'whole numbers' if whole else 'numbers'}: {shown} is not a number")
+    if whole and not float(value).is_integer():
+        raise ValueError(f"{where} takes whole numbers: {shown} is not a whole number")
 
 
 def _category(value: Any, kind: str, where: str) -> str:
@@ -541,6 +587,11 @@ if __name__ == "__main__":  # python sparktrain_model.py [DIR] ['[[...rows as JS
         except json.JSONDecodeError as _exc:
             sys.exit(f"sparktrain_model.py: the rows are not JSON ({_exc}); give a JSON list of rows: "
                      "'[[1.0, 2.0]]', or of objects by column: '[{\"trip_distance\": 2.5}]'")  # fmt: skip
-        print(json.dumps(_model.predict(_rows)) if len(sys.argv) > 2 else _model)
+        _model.check(_rows)  # JSON rows held to /predict's checks (None: nothing to check)
+        _out = _model.predict(_rows) if len(sys.argv) > 2 else None
+        try:
+            print(_model if _out is None else json.dumps(_out, allow_nan=False))
+        except ValueError:
+            sys.exit("sparktrain_model.py: the model answered NaN or infinity for these rows: no JSON for them")
     except (OSError, ValueError) as _exc:
         sys.exit(f"sparktrain_model.py: {_exc}")

@@ -77,3 +77,33 @@ def test_a_key_pyarrow_cannot_count_is_not_checked_and_the_output_is_published(s
     outcome = _write(Ctx(spark), SimpleNamespace(output_path=str(final), key="key"), structs, 0)  # type: ignore[arg-type]
     assert outcome.result is not None and (outcome.result["rows"], outcome.result["repeated_keys"]) == (5, None)
     assert (final / MARKER).exists()
+
+
+@pytest.mark.parametrize(
+    ("framework", "files", "says"),
+    [("torch", [], "is gone (removed or moved since it was registered; it needs spec.json, weights.safetensors)"),
+     ("torch", ["spec.json", "MLmodel"], "has no weights.safetensors (removed"),
+     ("xgboost", ["card.json"], "has no model.json (removed"),
+     ("spark_ml", ["metadata"], "has no stages (removed")],
+)  # fmt: skip
+def test_a_model_whose_files_are_gone_fails_before_spark_runs(
+    spark: Any, tmp_path: Path, framework: str, files: list[str], says: str
+) -> None:
+    """A version whose artifact directory was removed failed as SPARK_ERROR with a traceback of load_model from the
+    executors; the driver now looks first and names what is missing."""
+    from workers.data.spec import ResolvedDataset
+    from workers.inference.batch import predict
+    from workers.inference.spec import ModelRef, PredictionPlan
+
+    directory = tmp_path / "model"
+    for name in files:
+        directory.mkdir(exist_ok=True)
+        (directory / name).write_text("{}")
+    model = ModelRef(framework=framework, uri=str(directory), card={"features": ["x"]}, name="taxi", version=3)
+    ds = ResolvedDataset(path=str(tmp_path / "no-data"), format="parquet", features=("x",), label=None, task=None)
+    ctx = Ctx(spark)
+    with pytest.raises(JobFailure) as failed:
+        predict(ctx, PredictionPlan(model=model, dataset=ds, key="id", output_path=str(tmp_path / "out")))  # type: ignore[arg-type]
+    assert failed.value.reason == "MODEL_FILES_MISSING" and ctx.reported == [], failed.value
+    assert failed.value.message.startswith(f"the files of taxi version 3 are missing: {directory} {says}")
+    assert failed.value.message.endswith("predict with another version, or train it again")

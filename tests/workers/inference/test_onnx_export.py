@@ -55,6 +55,12 @@ NETWORKS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                                            {"type": "output", "units": 2, "activation": "identity", "loss": "mse"}]},
         {"task": "regression"},
     ),
+    "gru-per-step-classes": (
+        {"input_shape": [4, 2], "layers": [{"type": "gru", "units": 4, "return_sequences": True},
+                                           {"type": "output", "units": 3, "activation": "softmax",
+                                            "loss": "cross_entropy"}]},
+        {"task": "classification"},
+    ),
 }  # fmt: skip
 
 
@@ -90,6 +96,9 @@ def test_onnx_agrees_with_torch(tmp_path: Path, name: str) -> None:
     onnx_export.export(directory, out)
     sidecar = json.loads((out / onnx_export.SIDECAR).read_text())
     session = ort.InferenceSession(str(out / onnx_export.MODEL_FILE))
+    per_step = "per-step" in name  # every output has the step axis second, class_index [batch, steps] too
+    for declared in session.get_outputs():  # fixed to the example's 4 steps, onnxruntime warned on every other length
+        assert declared.shape[0] == "batch" and (declared.shape[1:2] == ["steps"]) == per_step, (name, declared)
     model = standalone.load(directory)
     rng = np.random.default_rng(5)
     sequence = network["layers"][0]["type"] in ("lstm", "gru")

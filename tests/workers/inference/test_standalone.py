@@ -648,3 +648,68 @@ def test_the_copied_files_command_line_says_what_is_wrong_in_one_line(tmp_path: 
     run = subprocess.run([sys.executable, "sparktrain_model.py", ".", records], check=False, cwd=tmp_path,
                          capture_output=True, text=True)  # fmt: skip
     assert run.returncode == 0 and json.loads(run.stdout) == standalone.load(tmp_path).predict([[1, 2, 3, 4]])
+
+
+def _signed(directory: Path) -> standalone.Model:
+    """The mlp (f0..f3, three classes) with a recorded signature: f0 a whole number, f2 a boolean."""
+    from workers.inference.signature import build_signature
+
+    fields = {"features": ["f0", "f1", "f2", "f3"], "task": "classification", "labels": ["y"]}
+    types = {"f0": "int", "f1": "double", "f2": "boolean", "f3": "double"}
+    save_with_card(directory, SPECS["mlp"], signature=build_signature(fields, types))
+    shutil.copy(SOURCE, directory / "sparktrain_model.py")
+    return standalone.load(directory)
+
+
+@pytest.mark.parametrize(
+    ("rows", "words"),
+    [("[[1, null, true, 4]]", "row 0: column 'f1' is null: a feature is NaN, infinite, missing or beyond float32"),
+     ("[[1, 2, true, 4], [1, NaN, false, 4]]", "row 1: column 'f1' is NaN: a feature is NaN"),
+     ("[[1, 1e39, true, 4]]", "row 0: column 'f1' is 1e+39: a feature is NaN, infinite, missing or beyond float32"),
+     ("[[1, -Infinity, true, 4]]", "row 0: column 'f1' is -Infinity: a feature"),
+     ("[[1, true, true, 4]]", "row 0: column 'f1' takes numbers: true is not a number"),
+     ('[[1, "2.1", true, 4]]', "row 0: column 'f1' takes numbers: \"2.1\" is not a number"),
+     ("[[1.5, 2, true, 4]]", "row 0: column 'f0' takes whole numbers: 1.5 is not a whole number"),
+     ("[[1, 2, -7, 4]]", "row 0: column 'f2' takes booleans: -7 is not a boolean"),
+     ('[{"f0": 1, "f1": 2, "f2": true, "f3": null}]', "row 0: column 'f3' is null"),
+     ('[{"f0": 1, "f1": 2, "f2": true, "f3": 4, "tip": 1}]',
+      "row 0: unexpected columns ['tip']; the model's columns are ['f0', 'f1', 'f2', 'f3']"),
+     ('{"f0": 1, "f1": 2, "f2": 2, "f3": 4}', "row 0: column 'f2' takes booleans: 2 is not a boolean"),
+     ("[1, 2, true, null]", "row 0: column 'f3' is null")],
+)  # fmt: skip
+def test_json_rows_are_held_to_predicts_checks(tmp_path: Path, rows: str, words: str) -> None:
+    """``python sparktrain_model.py . ROWS`` printed {"probabilities": [[NaN, NaN, NaN]]} (not JSON) for a null, and
+    took true, "2.1", 1.5 for a whole number and an unknown column without a word; /predict refuses each (422)."""
+    model = _signed(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        model.check(json.loads(rows))
+    assert str(refused.value).startswith(words), refused.value
+    assert model.check(json.loads("[[1, 2.5, true, 4], [2, -0.5, 0, 1e30]]")) is None
+    assert model.check([{"f0": 1, "f1": 2.5, "f2": False, "f3": 4}]) is None
+
+
+def test_the_command_line_refuses_bad_rows_and_never_prints_nan(tmp_path: Path) -> None:
+    model = _signed(tmp_path)
+
+    def run(rows: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "sparktrain_model.py", ".", rows], check=False, cwd=cwd,
+                              capture_output=True, text=True)  # fmt: skip
+
+    refusals = [("[[1, null, true, 4]]", "row 0: column 'f1' is null"),
+                ('[{"f0": 1, "f1": 2, "f2": true, "f3": 4, "x": 0}]', "row 0: unexpected columns ['x']")]  # fmt: skip
+    for rows, words in refusals:
+        refused = run(rows, tmp_path)
+        assert refused.returncode == 1 and refused.stdout == "", refused
+        assert refused.stderr.startswith(f"sparktrain_model.py: {words}") and len(refused.stderr.splitlines()) == 1
+    answered = run("[[1, 2.5, true, 4]]", tmp_path)
+    assert answered.returncode == 0 and json.loads(answered.stdout) == model.predict([[1, 2.5, 1, 4]])
+    big = tmp_path / "big"  # finite rows, weights that overflow float32: an infinite answer, which JSON cannot hold
+    save_with_card(big, net([2], dense(2), output(1)))
+    shutil.copy(SOURCE, big / "sparktrain_model.py")
+    weights = load_file(str(big / "weights.safetensors"))
+    save_file({k: torch.full_like(v, 1e30) for k, v in weights.items()}, str(big / "weights.safetensors"))
+    assert standalone.load(big).predict([[1e20, 1e20]])["prediction"] == [float("inf")]
+    overflow = run("[[1e20, 1e20]]", big)
+    assert (overflow.returncode, overflow.stdout) == (1, ""), overflow
+    said = "sparktrain_model.py: the model answered NaN or infinity for these rows: no JSON for them\n"
+    assert overflow.stderr == said
