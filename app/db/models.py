@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.db.base import Base, BigId, UTCDateTime, utcnow
@@ -195,3 +195,5 @@ class Dataset(Base):
     summary_error: Mapped[str | None] = mapped_column(Text)
     bad_rows_policy: Mapped[str] = mapped_column(String(8), default="fail", server_default="fail")
     """The registration's ``bad_rows`` (``fail`` or ``skip``): what a ``pending`` summary's read does with them."""
+    warnings: Mapped[list[str]] = mapped_column(JSON, default=list, server_default=text("'[]'"))
+    """What the registration warned about (a CSV that doubles its quotes without ``options.escape``)."""

@@ -63,6 +63,11 @@ class DatasetRead(BaseModel):
         "answer; `failed`: that read failed, `summary_error` says why.",
     )
     summary_error: str | None = None
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What the data will not be read as it looks: a CSV that writes a quote inside a quoted field by "
+        'doubling it (pandas, Excel), which Spark reads only with `options.escape` set to `"`.',
+    )
 
     model_config = ConfigDict(populate_by_name=True)
 

@@ -115,6 +115,14 @@ def test_pandas_files_register_as_spark_reads_them(svc: Service) -> None:
     assert quoted.json()["row_count"] == 300 and quoted.json()["bad_rows"] == 0
     assert quoted.json()["sample"][1]["street"] == 'East "side" 1, st'
     assert {c["name"]: c["type"] for c in quoted.json()["schema"]} == {"street": "string", "x": "double", "y": "double"}
+    assert quoted.json()["warnings"] == []
+    # without the option the registration warns, and keeps saying so (Spark reads the values with their quotes)
+    plain = svc.client.post("/datasets", json={"uri": "pandas_na.csv"})
+    assert plain.status_code == 201, plain.text
+    (warning,) = plain.json()["warnings"]
+    assert warning.startswith("pandas_na.csv writes a quote inside a quoted field by doubling it (line 3: ")
+    assert warning.endswith('register it with options {"escape": "\\""}'), warning
+    assert svc.client.get(f"/datasets/{plain.json()['id']}").json()["warnings"] == [warning]
 
     refused = {
         "stamps.parquet": "column 't' of stamps.parquet is a timestamp in nanoseconds",

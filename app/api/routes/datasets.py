@@ -34,6 +34,7 @@ def to_dataset_read(row: Dataset) -> DatasetRead:
         created_at=row.created_at,
         summary=row.summary,
         summary_error=row.summary_error,
+        warnings=list(row.warnings or []),
     )
 
 

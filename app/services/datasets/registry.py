@@ -35,7 +35,7 @@ from app.services.datasets.schema import (
     local_text,
     reader_options,
 )
-from app.services.datasets.sniff import not_parquet, not_parquet_words, not_text
+from app.services.datasets.sniff import doubled_quotes, not_parquet, not_parquet_words, not_text
 from app.services.datasets.summary import quoted_line_break
 from workers.data.spec import CORRUPT
 
@@ -109,6 +109,7 @@ def register_dataset(
         created_at=utcnow(),
         summary=COMPLETE if local is not None else PENDING,
         bad_rows_policy=body.bad_rows,
+        warnings=[w for w in (doubled_quotes(path, fmt, options),) if w],
     )
     session.add(row)
     session.flush()

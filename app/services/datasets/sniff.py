@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 from pathlib import Path
 
 from app.services.datasets.paths import Format, compressed
@@ -71,3 +72,38 @@ def not_text(path: str, fmt: Format, options: dict[str, str]) -> str | None:
     except OSError:
         return None
     return None
+
+
+def _doubled(sep: str) -> re.Pattern[str]:
+    """A quote doubled inside a field (East ""side""); an empty quoted field (two quotes between separators) is not
+    one."""
+    other = re.escape(sep) if len(sep) == 1 else ""
+    return re.compile(rf'[^\s"{other}]""|""[^\s"{other}]')
+
+
+def doubled_quotes(path: str, fmt: Format, options: dict[str, str]) -> str | None:
+    """A warning for local CSV that writes a quote inside a quoted field by doubling it (pandas, Excel, RFC 4180)
+    while ``options`` leave Spark's escape at its default, a backslash: Spark then keeps the quotes in the value and
+    may shift the rest of the line into the next columns; None when there is none, or Spark must look."""
+    named = {k.lower(): v for k, v in options.items()}
+    if fmt != "csv" or "escape" in named or named.get("quote", '"') != '"':
+        return None
+    found = local_files(path)
+    if not found or compressed(found[0][:1], options):
+        return None
+    first = found[0][0]
+    encoding = named.get("encoding") or named.get("charset") or "utf-8"
+    try:
+        with first.open("rb") as f:
+            head = f.read(1 << 16).decode(encoding, errors="replace")
+    except (OSError, LookupError):
+        return None
+    seen = _doubled(named.get("sep", named.get("delimiter", ","))).search(head)
+    if seen is None:
+        return None
+    line = head.count("\n", 0, seen.start()) + 1
+    return (
+        f"{first.name} writes a quote inside a quoted field by doubling it (line {line}: {seen.group(0)!r}), as "
+        "pandas and Excel do; Spark reads such a value with its quotes, and may shift the rest of the line into the "
+        'next columns, unless options.escape is a quote: register it with options {"escape": "\\""}'
+    )

@@ -136,7 +136,7 @@ def test_an_upgrade_that_fails_midway_leaves_the_database_as_it_was_and_the_next
     with engine.connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0011"
         assert not conn.execute(text("SELECT name FROM sqlite_master WHERE name LIKE '_alembic_tmp%'")).all()
-    upgrade_database(engine)  # the next start
+    upgrade_database(engine)  # the next start, to the newest revision
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0012"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0013"
     engine.dispose()
