@@ -192,6 +192,8 @@ def _train(
     strategy = make_strategy(
         cfg.mode, model, flat, optimizer, comm, sharing=cfg.sharing, averaging_frequency=cfg.averaging_frequency
     )
+    if device.type == "cpu" and not getattr(strategy, "exact", True):
+        native.library()  # the C codec's one build (per machine) before the clock runs: it was step 1's encode_s
     classification = cfg.data.task == "classification"
     global_step = resume(cfg, rank, comm, model, optimizer, scheduler, strategy, reporter) if cfg.resume_dir else 0
     stopping = EarlyStopping.start(cfg, rank, model)
