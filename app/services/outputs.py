@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 from app.core.errors import ValidationFailed
 from app.core.jobstates import JobStatus, JobType
 from app.db.models import Job
-from app.services.datasets.paths import missing
+from app.services.datasets.paths import links_below, missing
 from workers.data.spec import ResolvedDataset
 from workers.inference.spec import OUTPUT_MARKER
 
@@ -111,6 +111,17 @@ def check_read(
     for where, records in _recorded(session, candidates, since).items():
         if _owner(session, where, records) not in (None, owner):
             raise missing(uri, roots, loc)
+    _holds_none(session, target, owner=owner, uri=uri, loc=loc, since=since)
+    for linked in links_below(target):  # a link in a dataset directory to another owner's output: Spark reads it
+        recorded = _recorded(session, [str(p) for p in (linked, *linked.parents)], since)
+        if any(_owner(session, where, rows) not in (None, owner) for where, rows in recorded.items()):
+            raise ValidationFailed.at(loc, f"{uri!r} holds a link to another owner's batch prediction output; name "
+                                      "a path that does not hold it")  # fmt: skip
+        _holds_none(session, linked, owner=owner, uri=uri, loc=loc, since=since)
+
+
+def _holds_none(session: Session, target: Path, *, owner: str, uri: str, loc: str, since: datetime | None) -> None:
+    """A 422 when ``target`` holds another owner's batch prediction output."""
     below = _below(session, target, statuses=LIVE, since=since)
     for where, records in _recorded(session, below).items():
         if _owner(session, where, records) not in (None, owner) and (Path(where).exists() or records[-1].status

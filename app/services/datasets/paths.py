@@ -107,6 +107,31 @@ def _check_tree(path: Path, roots: Sequence[Path], uri: str, loc: str) -> None:
                 )
 
 
+def links_below(path: Path) -> list[Path]:
+    """Where the links below a local dataset directory lead (resolved, each once): Spark reads through them, so what
+    they lead to is read as part of the dataset (at most :data:`MAX_ENTRIES` entries looked at)."""
+    if not path.is_dir():
+        return []
+    found: dict[str, Path] = {}
+    seen: set[str] = set()
+    count = 0
+    for top, dirs, files in os.walk(path, followlinks=True):
+        real_top = os.path.realpath(top)
+        if real_top in seen:
+            dirs[:] = []
+            continue
+        seen.add(real_top)
+        for name in (*dirs, *files):
+            count += 1
+            if count > MAX_ENTRIES:
+                return list(found.values())
+            joined = os.path.join(top, name)
+            if os.path.islink(joined):
+                real = os.path.realpath(joined)
+                found.setdefault(real, Path(real))
+    return list(found.values())
+
+
 def resolve_uri(
     uri: str, *, roots: Sequence[Path], remote_prefixes: Sequence[str] = (), loc: str, walk: bool = True
 ) -> str:

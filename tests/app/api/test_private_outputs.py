@@ -92,6 +92,28 @@ def test_a_directory_holding_another_owners_output_is_refused(world: dict[str, A
     assert bob.post("/datasets", json={"uri": "bob.csv"}).status_code == 201
 
 
+def test_a_link_in_a_directory_to_another_owners_output_is_refused(world: dict[str, Any]) -> None:
+    """A link inside a data root ("latest", made by a team) to alice's output, or to a file of it: bob registered
+    and trained on her predictions (operator walkthrough)."""
+    bob: httpx.Client = world["bob"]
+    output = world["data"] / "alice-out"
+    part = next(p for p in output.iterdir() if p.name.startswith("part-"))
+    made = []
+    for name, entry, target in (("linked-file", "part-0.parquet", part), ("linked-dir", "p=1", output)):
+        (world["data"] / name).mkdir()
+        (world["data"] / name / entry).symlink_to(target)
+        made.append(world["data"] / name)
+    try:
+        for name in ("linked-file", "linked-dir"):
+            for path, body in (("/datasets", {"uri": name}), ("/train", _train("bob-model-3", name))):
+                problem = _problem(bob.post(path, json=body), 422)
+                assert "holds a link to another owner's batch prediction output" in problem["detail"], problem
+            assert world["alice"].post("/datasets", json={"uri": name}).status_code == 201  # hers to read
+    finally:
+        for directory in made:
+            shutil.rmtree(directory)
+
+
 def test_the_unfinished_output_is_hidden_too(world: dict[str, Any]) -> None:
     """The directory a prediction writes before its rename (``.<name>.partial-<job>-<attempt>``)."""
     partial = world["data"] / f".late.partial-{world['job']['id']}-1"
