@@ -129,11 +129,16 @@ class ServiceCollector(Collector):
         rt = getattr(app.state, "runtime", None)
         if rt is None:  # not started yet
             return
-        with rt.db() as session:
-            counts, durations = monitoring.job_summary(session=session)
-            live = monitoring.running_torch(session=session)
-        yield from _job_metrics(counts, durations)
-        yield from _torch_metrics(live)
+        read = monitoring.job_figures(rt.db)  # None while the database is away: the driver's own figures still go out
+        if read is not None:
+            counts, durations, live = read
+            yield from _job_metrics(counts, durations)
+            yield from _torch_metrics(live)
+        yield GaugeMetricFamily(
+            "sparktrain_database_up",
+            "1 when the database answered this scrape; 0: it did not, and the job figures (read there) are left out",
+            value=0 if read is None else 1,
+        )
         cache = rt.model_cache
         yield CounterMetricFamily(
             "sparktrain_model_cache_hits", "Online-predict model lookups answered from the cache", value=cache.hits

@@ -20,17 +20,21 @@ DATABASE_AWAY: tuple[type[Exception], ...] = (exc.OperationalError, exc.Interfac
 cannot be reached: the API answers them 503."""
 
 
+def readiness_of_database(engine: Engine) -> str:
+    """``ok`` when the database answers a query, else ``failed: <why>``."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        return "ok"
+    except Exception as exc:
+        return f"failed: {type(exc).__name__}"
+
+
 def readiness(
     *, engine: Engine, celery: Celery, spark: SparkSession, consumer: Any | None, expect_consumer: bool
 ) -> dict[str, str]:
     """Each part's state: ``ok``, or ``failed: <why>``."""
-    checks: dict[str, str] = {}
-    try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-        checks["database"] = "ok"
-    except Exception as exc:
-        checks["database"] = f"failed: {type(exc).__name__}"
+    checks: dict[str, str] = {"database": readiness_of_database(engine)}
     try:
         with celery.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)

@@ -27,11 +27,12 @@ from sqlalchemy import (
     select,
     union_all,
 )
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.core.jobstates import TERMINAL, JobStatus
 from app.db.models import Job, JobMetric
+from app.db.session import unavailable
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
 """Seconds: from an online-sized evaluation to a long training run."""
@@ -67,6 +68,18 @@ class TorchLive:
 
 def family(framework: str | None) -> str:
     return framework or "none"
+
+
+def job_figures(db: sessionmaker[Session]) -> tuple[Any, Any, list[TorchLive]] | None:
+    """:func:`job_summary` and :func:`running_torch` in one session; None when the database does not answer (a
+    scrape of ``/metrics`` was a 503 then, the driver's own figures lost with the rest)."""
+    try:
+        with db() as session:
+            return (*job_summary(session=session), running_torch(session=session))
+    except Exception as exc:
+        if not unavailable(exc):
+            raise
+        return None
 
 
 def job_summary(

@@ -32,9 +32,18 @@ def test_a_postgresql_restart_mid_job_is_a_503_for_requests_and_nothing_for_the_
         answers = []
         for path in (f"/jobs/{job_id}", "/jobs", f"/jobs/{job_id}/metrics", "/models"):
             answers.append(svc.client.get(path))
+        # V2's readiness said 200 while its infer answered 503; /metrics was a 503, the driver's own figures too
+        v2_ready = svc.client.get("/v2/health/ready")
+        scraped = svc.client.get("/metrics")
         time.sleep(3)  # the job keeps training and tries to write meanwhile
         answers.append(svc.client.get(f"/jobs/{job_id}"))
         pg.start()
+        assert v2_ready.status_code == 503 and "database" in v2_ready.json()["detail"], v2_ready.text
+        assert scraped.status_code == 200, scraped.text
+        assert (
+            "sparktrain_database_up 0.0" in scraped.text and "sparktrain_http_request_duration_seconds" in scraped.text
+        )
+        assert "sparktrain_queue_depth" not in scraped.text  # a job figure: read from the database
 
         for answer in answers:
             assert answer.status_code == 503, answer.text
@@ -44,6 +53,8 @@ def test_a_postgresql_restart_mid_job_is_a_503_for_requests_and_nothing_for_the_
             assert problem["type"].endswith("/database-unavailable") and "psycopg" not in answer.text, problem
         job = svc.wait(job_id, {"SUCCEEDED", "FAILED"}, timeout=600)
         assert job["status"] == "SUCCEEDED", job["error"]
+        assert svc.client.get("/v2/health/ready").status_code == 200
+        assert "sparktrain_database_up 1.0" in svc.client.get("/metrics").text
         assert job["attempt"] == 1, "the restart cost the job nothing"
         epochs = [c["epoch"] for c in svc.client.get(f"/jobs/{job_id}/checkpoints").json()["checkpoints"]]
         assert len(epochs) > before and len(epochs) == len(set(epochs)), "checkpoints were recorded after it"

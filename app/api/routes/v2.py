@@ -20,6 +20,7 @@ from app.api.errors import problem_response
 from app.core.errors import AppError, ServiceUnavailable, ValidationFailed
 from app.schemas.inference import InferRequest, InferResponse
 from app.services import v2_infer
+from app.services.health import readiness_of_database
 from app.spark.session import spark_alive
 
 router = APIRouter(prefix="/v2", tags=["v2 inference protocol"])
@@ -49,13 +50,15 @@ def live() -> Response:
 
 @router.get(
     "/health/ready",
-    summary="V2 readiness: the SparkSession answers",
+    summary="V2 readiness: the database and the SparkSession answer (what inference needs)",
     response_class=Response,
     responses=_EMPTY_200,
 )
 def ready(rt: RuntimeDep) -> Response:
     if not spark_alive(rt.spark):
         raise ServiceUnavailable("The SparkSession does not answer (SparkContext stopped or JVM gone).")
+    if readiness_of_database(rt.engine) != "ok":  # models are looked up there: infer was 503 while this said 200
+        raise ServiceUnavailable("The service's database does not answer; inference needs it to find models.")
     return Response(status_code=200)
 
 
