@@ -13,6 +13,7 @@ from collections.abc import Callable
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
@@ -116,6 +117,12 @@ def _redirect_to(page: str) -> Callable[[Request], RedirectResponse]:
 
 for _spelling, _page_path in OTHER_SPELLINGS.items():
     router.add_api_route(_spelling, _redirect_to(_page_path), methods=["GET"], response_class=RedirectResponse)
+
+
+@router.get("/ui/jobs/{job_id}/", response_class=RedirectResponse)
+def job_page_with_a_slash(request: Request, job_id: str) -> RedirectResponse:
+    """A job's page with a trailing slash (it was a 404, unlike every other page's)."""
+    return _redirect_to(f"/ui/jobs/{quote(job_id, safe='')}")(request)
 
 
 @router.get(PLOTLY)

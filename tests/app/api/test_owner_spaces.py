@@ -101,6 +101,9 @@ def test_batch_predictions_go_into_the_own_space_only(world: dict[str, Any]) -> 
     assert root.status_code == 202 and root.json()["request"]["output_uri"] == str(world["spaces"] / "root/preds/out")
     world["svc"].wait(root.json()["id"], TERMINAL)
     assert not (world["spaces"] / "preds").exists()
+    # outside every root, an admin is told so (it was told that its key writes only into its own space)
+    away = _problem(world["root"].post("/predict", json={**batch, "dataset": mine, "output_uri": "/tmp/x/out"}), 422)
+    assert "lies outside the configured data roots" in away["detail"], away
 
 
 def test_an_admin_reads_every_space(world: dict[str, Any]) -> None:

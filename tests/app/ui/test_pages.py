@@ -73,6 +73,8 @@ def test_the_pages_have_an_inline_icon(keyed: str) -> None:
         ("/ui/models/", "/ui/models"),
         ("/ui/compare/?ids=a,b", "/ui/compare?ids=a,b"),
         ("/ui/cluster/", "/ui/cluster"),
+        ("/ui/jobs/abc123/", "/ui/jobs/abc123"),  # a job's page was a 404
+        ("/ui/jobs/abc123/?tab=logs", "/ui/jobs/abc123?tab=logs"),
     ],
 )
 def test_other_spellings_of_a_page_redirect_to_it_without_a_key(keyed: str, path: str, page: str) -> None:
