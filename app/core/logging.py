@@ -10,6 +10,7 @@ the thread that runs a job. Threads a job starts itself (the torch trainer's mon
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,11 +36,31 @@ class ContextFilter(logging.Filter):
         if getattr(record, "request_id", None) is None:
             record.request_id = REQUEST_ID.get()
         if getattr(record, "job_id", None) is None:
-            record.job_id = JOB_ID.get()
+            record.job_id = JOB_ID.get() or _named_job(record)
         if record.name == "uvicorn.access" and isinstance(record.args, tuple) and len(record.args) == 5:
             for name, value in zip(_ACCESS_FIELDS, record.args, strict=True):
                 setattr(record, name, value)
         return True
+
+
+_JOB_ID = re.compile(r"\b[0-9a-f]{32}\b")
+_A_JOB = re.compile(r"\bjob ([0-9a-f]{32})\b")
+
+
+def _named_job(record: logging.LogRecord) -> str | None:
+    """The job a line outside any job's scope is about: the argument of Celery's task line (``Task train.torch[...]
+    succeeded``: a job's message holds its id), or the job our own lines name (``reconciler: job <id> woken``)."""
+    if record.name.startswith("celery") and isinstance(record.args, dict):
+        found = _JOB_ID.search(str(record.args.get("args", "")))
+        return found.group(0) if found else None
+    if record.name.startswith(("sparktrain", "app")):
+        try:
+            said = record.getMessage()
+        except (TypeError, ValueError):
+            return None
+        named = _A_JOB.search(said)
+        return named.group(1) if named else None
+    return None
 
 
 def json_formatter() -> logging.Formatter:

@@ -43,6 +43,30 @@ def test_each_line_is_one_object_with_level_logger_and_ids(lines: io.StringIO) -
     assert (third["request_id"], third["job_id"]) == (None, None)
 
 
+def test_lines_about_a_job_outside_its_scope_carry_its_id(lines: io.StringIO) -> None:
+    """Celery's task lines (after the runner's scope ended) and the reconciler's "job <id> woken" had job_id null
+    (operator walkthrough); Celery's line is logged here with Celery's own format and arguments."""
+    from celery.app.trace import LOG_SUCCESS
+
+    job = "6243" + "0" * 28
+    logging.getLogger("celery.app.trace").info(
+        LOG_SUCCESS.strip(),
+        {
+            "id": "task-1",
+            "name": "train.torch",
+            "return_value": "None",
+            "runtime": 1.5,
+            "args": f"['{job}']",
+            "kwargs": "{}",
+        },
+    )
+    logging.getLogger("sparktrain").info("reconciler: job %s woken", job)
+    logging.getLogger("sparktrain").info("a request id %s is not a job", "f" * 32)
+    celery, ours, other = _records(lines)
+    assert celery["message"].startswith("Task train.torch[task-1] succeeded") and celery["job_id"] == job
+    assert ours["job_id"] == job and other["job_id"] is None
+
+
 def test_requests_log_their_request_id(lines: io.StringIO, make_service: Any) -> None:
     with make_service(api_keys="alice-0123456789abcdef:alice", in_process_consumer=False) as svc:
         answer = svc.client.get("/jobs", headers={"X-Request-ID": "abc-123"})
