@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import platform
 import re
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -206,6 +208,40 @@ def say_if_waiting(ctx: JobContext, needed: int) -> None:
     if waiting is not None:
         ctx.progress(0.0, waiting)
         ctx.log(waiting)
+
+
+@contextmanager
+def slots_watched(ctx: JobContext, needed: int, *, interval_s: float = 1.0) -> Iterator[None]:
+    """While a barrier stage of ``needed`` tasks is submitted: when Spark holds it back (none of its tasks runs) for
+    other jobs' tasks, say so as :func:`say_if_waiting` does. The look before submitting missed two jobs submitted
+    at once: both saw the slots free, and the second sat at "preparing the data" with no word of why."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        tracker = ctx.spark.sparkContext.statusTracker()
+        while not stop.wait(interval_s):
+            try:
+                stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup(ctx.job_id)
+                          if (info := tracker.getJobInfo(j)) is not None for s in info.stageIds]  # fmt: skip
+                pending = [s for s in stages if s is not None and s.numCompletedTasks < s.numTasks]
+                if any(s.numActiveTasks > 0 for s in pending):
+                    return  # its tasks run
+                if pending:
+                    waiting = slot_count(ctx.spark).waiting_for(needed)
+                    if waiting is not None:
+                        ctx.progress(0.0, waiting)
+                        ctx.log(waiting)
+                        return
+            except Exception:  # the tracker is best effort
+                continue
+
+    thread = threading.Thread(target=watch, name=f"slots-{ctx.job_id[:8]}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
 
 
 def task_slots(spark: SparkSession) -> int:

@@ -152,3 +152,51 @@ def test_the_busy_slots_of_the_real_session_are_its_running_tasks(spark: Any, tm
     while slot_count(spark).busy and time.monotonic() < deadline:
         time.sleep(0.1)
     assert slot_count(spark).busy == 0 and slot_count(spark).waiting_for(2) is None
+
+
+def test_a_barrier_stage_held_back_by_other_jobs_tasks_says_so(spark: Any, tmp_path: Any) -> None:
+    """Two jobs submitted at once both saw the slots free before submitting; the second's barrier stage then waited
+    with no word of why (torch walkthrough). While it is submitted and none of its tasks runs, the job says so."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from workers.cluster import slots_watched
+
+    sc = spark.sparkContext
+    released = str(tmp_path / "released")
+    said: list[str | None] = []
+    ctx = SimpleNamespace(job_id="slots-watch-job", spark=spark, progress=lambda f, m=None: said.append(m),
+                          log=lambda m, level="INFO": None)  # fmt: skip
+
+    def hold(_: Any) -> None:
+        import os
+        import time
+
+        deadline = time.monotonic() + 60
+        while not os.path.exists(released) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    holder = threading.Thread(target=lambda: sc.parallelize(range(2), 2).foreach(hold))
+    holder.start()
+    deadline = time.monotonic() + 60
+    while slot_count(spark).busy < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    def barrier_job() -> None:
+        sc.setJobGroup(ctx.job_id, "the watched job")
+        sc.parallelize(range(2), 2).barrier().mapPartitions(lambda rows: iter([sum(1 for _ in rows)])).collect()
+
+    try:
+        with slots_watched(ctx, 2, interval_s=0.2):  # type: ignore[arg-type]
+            waiter = threading.Thread(target=barrier_job)
+            waiter.start()
+            deadline = time.monotonic() + 30
+            while not said and time.monotonic() < deadline:
+                time.sleep(0.1)
+            (tmp_path / "released").touch()
+            waiter.join(60)
+    finally:
+        (tmp_path / "released").touch()
+        holder.join(60)
+    assert said and str(said[0]).startswith("waiting for task slots: 2 of 2 are running other jobs' tasks"), said

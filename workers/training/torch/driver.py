@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from workers import storage
-from workers.cluster import say_if_waiting
+from workers.cluster import say_if_waiting, slots_watched
 from workers.context import JobCancelled, JobContext, JobFailure, JobOutcome, ModelArtifact
 from workers.data.normalize import Normalizer
 from workers.environment.driver import check_executors
@@ -199,6 +199,7 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         Monitor(ctx, host=host, on_checkpoint=ctx.checkpoint) as monitor,
         rendezvous(host, cfg) as address,
         ctx.cancel_grace(CANCEL_GRACE_S),
+        slots_watched(ctx, plan.num_workers),
     ):
         cfg = replace(cfg, monitor=(monitor.address[0], monitor.address[1], monitor.token), rendezvous=address)
         collected = data.frame.mapInArrow(shipped_function(cfg.to_dict()), RESULT_SCHEMA, barrier=True).collect()
