@@ -212,26 +212,47 @@ def say_if_waiting(ctx: JobContext, needed: int) -> None:
 
 @contextmanager
 def slots_watched(ctx: JobContext, needed: int, *, interval_s: float = 1.0) -> Iterator[None]:
-    """While a barrier stage of ``needed`` tasks is submitted: when Spark holds it back (none of its tasks runs) for
-    other jobs' tasks, say so as :func:`say_if_waiting` does. The look before submitting missed two jobs submitted
-    at once: both saw the slots free, and the second sat at "preparing the data" with no word of why."""
+    """While the Spark job started inside runs: when its last stage (the training's barrier stage of ``needed``
+    tasks) is held back for other jobs' tasks, say so as :func:`say_if_waiting` does. The look before submitting
+    missed two jobs submitted at once: both saw the slots free, and the second sat at "preparing the data" with no
+    word of why. Its earlier stages (a shuffle) run first: while any task of this job runs, the busy slots are partly
+    its own, and nothing is said."""
     stop = threading.Event()
+    tracker = ctx.spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(ctx.job_id))  # the job's earlier Spark jobs (reading, counting)
+
+    def ours() -> tuple[Any, list[Any]] | None:
+        started = [j for j in tracker.getJobIdsForGroup(ctx.job_id) if j not in before]
+        info = tracker.getJobInfo(max(started)) if started else None
+        if info is None or not info.stageIds:
+            return None
+        stages = [tracker.getStageInfo(s) for s in sorted(info.stageIds)]
+        return stages[-1], [s for s in stages if s is not None]
+
+    def held_back() -> bool:
+        found = ours()
+        if found is None or found[0] is None:
+            return False
+        last, stages = found
+        return last.numCompletedTasks == 0 and not any(s.numActiveTasks for s in stages)
 
     def watch() -> None:
-        tracker = ctx.spark.sparkContext.statusTracker()
         while not stop.wait(interval_s):
             try:
-                stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup(ctx.job_id)
-                          if (info := tracker.getJobInfo(j)) is not None for s in info.stageIds]  # fmt: skip
-                pending = [s for s in stages if s is not None and s.numCompletedTasks < s.numTasks]
-                if any(s.numActiveTasks > 0 for s in pending):
-                    return  # its tasks run
-                if pending:
-                    waiting = slot_count(ctx.spark).waiting_for(needed)
-                    if waiting is not None:
-                        ctx.progress(0.0, waiting)
-                        ctx.log(waiting)
-                        return
+                found = ours()
+                if (
+                    found is not None
+                    and found[0] is not None
+                    and (found[0].numActiveTasks or found[0].numCompletedTasks)
+                ):
+                    return  # the barrier stage runs
+                if not held_back():
+                    continue
+                waiting = slot_count(ctx.spark).waiting_for(needed)
+                if waiting is not None and held_back():  # again: its tasks may have started meanwhile
+                    ctx.progress(0.0, waiting)
+                    ctx.log(waiting)
+                    return
             except Exception:  # the tracker is best effort
                 continue
 

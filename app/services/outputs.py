@@ -112,12 +112,17 @@ def check_read(
         if _owner(session, where, records) not in (None, owner):
             raise missing(uri, roots, loc)
     _holds_none(session, target, owner=owner, uri=uri, loc=loc, since=since)
-    for linked in links_below(target):  # a link in a dataset directory to another owner's output: Spark reads it
-        recorded = _recorded(session, [str(p) for p in (linked, *linked.parents)], since)
+    linked = links_below(target, roots, uri, loc)
+    if linked:  # links in a dataset directory: Spark reads what they lead to (a link made after the request too)
+        around = sorted({str(p) for link in linked for p in (link, *link.parents)})
+        recorded = {
+            k: v for i in range(0, len(around), 500) for k, v in _recorded(session, around[i : i + 500]).items()
+        }
         if any(_owner(session, where, rows) not in (None, owner) for where, rows in recorded.items()):
             raise ValidationFailed.at(loc, f"{uri!r} holds a link to another owner's batch prediction output; name "
                                       "a path that does not hold it")  # fmt: skip
-        _holds_none(session, linked, owner=owner, uri=uri, loc=loc, since=since)
+        for directory in sorted({link for link in linked if link.is_dir()}):
+            _holds_none(session, directory, owner=owner, uri=uri, loc=loc, since=None)
 
 
 def _holds_none(session: Session, target: Path, *, owner: str, uri: str, loc: str, since: datetime | None) -> None:

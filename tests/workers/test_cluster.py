@@ -185,7 +185,8 @@ def test_a_barrier_stage_held_back_by_other_jobs_tasks_says_so(spark: Any, tmp_p
 
     def barrier_job() -> None:
         sc.setJobGroup(ctx.job_id, "the watched job")
-        sc.parallelize(range(2), 2).barrier().mapPartitions(lambda rows: iter([sum(1 for _ in rows)])).collect()
+        shuffled = sc.parallelize(range(4), 2).map(lambda x: (x, x)).partitionBy(2)  # a stage before the barrier's
+        shuffled.barrier().mapPartitions(lambda rows: iter([sum(1 for _ in rows)])).collect()
 
     try:
         with slots_watched(ctx, 2, interval_s=0.2):  # type: ignore[arg-type]

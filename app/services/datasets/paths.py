@@ -107,9 +107,10 @@ def _check_tree(path: Path, roots: Sequence[Path], uri: str, loc: str) -> None:
                 )
 
 
-def links_below(path: Path) -> list[Path]:
+def links_below(path: Path, roots: Sequence[Path], uri: str, loc: str) -> list[Path]:
     """Where the links below a local dataset directory lead (resolved, each once): Spark reads through them, so what
-    they lead to is read as part of the dataset (at most :data:`MAX_ENTRIES` entries looked at)."""
+    they lead to is read as part of the dataset. A link that leads out of the roots, or more than
+    :data:`MAX_ENTRIES` entries, is the 422 :func:`_check_tree` answers (before any other check of what is below)."""
     if not path.is_dir():
         return []
     found: dict[str, Path] = {}
@@ -124,11 +125,16 @@ def links_below(path: Path) -> list[Path]:
         for name in (*dirs, *files):
             count += 1
             if count > MAX_ENTRIES:
-                return list(found.values())
+                raise ValidationFailed.at(loc, f"{uri!r} holds more than {MAX_ENTRIES} files; split the dataset")
             joined = os.path.join(top, name)
-            if os.path.islink(joined):
-                real = os.path.realpath(joined)
-                found.setdefault(real, Path(real))
+            if not os.path.islink(joined):
+                continue
+            real = Path(os.path.realpath(joined))
+            if not any(_inside(real, root) for root in roots):  # (not walked into: it could be /sys)
+                inner = os.path.relpath(joined, path)
+                raise ValidationFailed.at(loc, f"{uri!r} holds {inner!r}, a link that leads outside the configured "
+                                          "data roots")  # fmt: skip
+            found.setdefault(str(real), real)
     return list(found.values())
 
 

@@ -109,6 +109,26 @@ def test_a_link_in_a_directory_to_another_owners_output_is_refused(world: dict[s
                 problem = _problem(bob.post(path, json=body), 422)
                 assert "holds a link to another owner's batch prediction output" in problem["detail"], problem
             assert world["alice"].post("/datasets", json={"uri": name}).status_code == 201  # hers to read
+        # a link made after a job was queued, to an output older than the job, is refused when the job starts too
+        from datetime import timedelta
+
+        from app.core.errors import ValidationFailed
+        from app.db.base import utcnow
+        from app.db.session import transaction
+        from app.services import jobs, outputs
+        from workers.data.spec import ResolvedDataset
+
+        svc, later = world["svc"], world["data"] / "linked-later"
+        later.mkdir()
+        made.append(later)
+        (later / "bob.csv").write_text(ROWS)
+        with transaction(svc.runtime.db) as session:
+            queued, _ = jobs.create_job(session=session, job_type="train", request={}, owner="bob")
+            queued.created_at = utcnow() + timedelta(minutes=1)  # queued after alice's output was written
+        plan = ResolvedDataset(path=str(later), format="csv", features=("x1",), label="y", task="regression")
+        (later / "p=1").symlink_to(output)
+        with svc.runtime.db() as session, pytest.raises(ValidationFailed, match="holds a link to another owner's"):
+            outputs.check_job(session, job_id=queued.id, owner="bob", plan=plan, roots=[world["data"]])
     finally:
         for directory in made:
             shutil.rmtree(directory)
