@@ -291,13 +291,12 @@ def test_a_classifier_of_integer_labels_knows_its_classes_and_is_evaluated(servi
     other = {**evaluation, "dataset": {**evaluation["dataset"], "label": "hour"}}
     refused = problem(service.client.post("/evaluate", json=other), 422)
     assert refused["errors"][0]["loc"] == "dataset.label" and "the model predicts 'rate_code'" in refused["detail"]
-    # a double label: whole numbers (0.0, 1.0: pandas, StringIndexer) are classes; a fraction is a bad row, named,
-    # where Spark failed the fit ("Labels MUST be Integers")
+    # a double label: whole numbers (0.0, 1.0: pandas, StringIndexer) are classes; fractions (local data) are a 422
+    # at once, where Spark failed the fit ("Labels MUST be Integers") and then the job failed BAD_ROWS
     fractional = {**body, "name": "fare-class", "dataset": {**body["dataset"], "label": "fare_amount",
                   "features": TAXI_FEATURES}}  # fmt: skip
-    failed = service.wait(service.train(fractional)["id"], {"SUCCEEDED", "FAILED"}, timeout=300)
-    assert failed["error"]["reason"] == "BAD_ROWS", failed["error"]
-    assert "fare_amount is not a class in 0.." in failed["error"]["message"], failed["error"]
+    refused = problem(service.client.post("/train", json=fractional), 422)
+    assert refused["errors"][0]["loc"] == "dataset.label" and "holds fractions" in refused["detail"], refused
 
 
 def test_a_single_text_class_is_a_422_for_spark_ml_too(make_service: Callable[..., Any], tmp_path: Path) -> None:

@@ -282,7 +282,12 @@ def test_binary_classification_with_weights(svc: Service) -> None:
 @pytest.mark.parametrize(
     ("params", "task", "where", "says"),
     [
-        ({"max_dept": 8, "lerning_rate": 0.1}, "regression", "params.lerning_rate", "'lerning_rate', 'max_dept'"),
+        (
+            {"max_dept": 8, "lerning_rate": 0.1},
+            "regression",
+            "params.lerning_rate",
+            "'lerning_rate'; known: ",
+        ),  # max_dept: its own entry
         ({"objective": "binary:logistic"}, "regression", "params.objective", "classification objective"),
         ({"objective": "reg:squarederror"}, "classification", "params.objective", "regression objective"),
         ({"objective": "multi:softmax"}, "classification", "params.objective", "multi:softprob"),
@@ -413,3 +418,27 @@ def test_integer_classes_with_no_rows_are_warned_about(svc: Service) -> None:
     said = ("dataset.label 'rate_code' has no rows of class 0, 4 of 0..5 (integer labels are class indices): the "
             "model learns 6 classes, 2 never seen; number the classes from 0, or give them as text")  # fmt: skip
     assert said in job["warnings"], job["warnings"]
+
+
+@pytest.mark.parametrize("params", [{"max_bin": 64}, {"tree_method": "approx"}], ids=["max_bin", "approx"])
+def test_max_bin_and_approx_train_on_one_worker(svc: Service, params: dict[str, Any]) -> None:
+    """Every one-worker CPU job with max_bin other than 256 or tree_method approx failed with a C++ backtrace."""
+    job = finished(svc, xgb_request(f"xgb-{'-'.join(params)}", {"num_round": 2, "num_workers": 1, **params}))
+    assert job["result"]["rounds"]["trained"] == 2 and job["result"]["num_workers"] == 1
+
+
+def test_a_continuous_label_is_not_a_class(svc: Service) -> None:
+    """Classification of fare_amount was accepted and failed with BAD_ROWS "label outside 0..106"."""
+    response = svc.client.post("/train", json=xgb_request("xgb-fares", {"num_round": 2}, task="classification"))
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["loc"] == "dataset.label"
+    assert "'fare_amount' holds fractions" in response.json()["detail"], response.text
+
+
+def test_resume_from_says_what_an_xgboost_job_can_do(svc: Service) -> None:
+    """It said "xgboost takes params, not training (torch's)": a dead end for a user with a checkpoint id."""
+    body = {**xgb_request("xgb-resume", {"num_round": 2}), "training": {"resume_from": "0" * 32}}
+    response = svc.client.post("/train", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["loc"] == "training.resume_from"
+    assert "a new xgboost job cannot continue from a checkpoint yet" in response.json()["detail"], response.text

@@ -135,14 +135,16 @@ def spark_ml_states(model: ModelRef, options: dict[str, Any]) -> Callable[[Itera
             seen, bad = seen + len(y), bad + int(bad_y.sum())
             if not keep.any():
                 continue
+            pred = table.column("prediction").to_numpy(zero_copy_only=False).astype(np.float64)
             if options["task"] == "classification":
                 probs = table.column("_probability").combine_chunks()
                 width = len(probs[0]) if len(probs) else 0
                 p = probs.flatten().to_numpy(zero_copy_only=False).reshape(len(probs), width)
-                update_states(states, y[keep], probabilities=p[keep])
+                # the model's own decision (a logistic regression's threshold), as /predict gives it; the
+                # probabilities feed top-k, ROC and log-loss
+                update_states(states, y[keep], probabilities=p[keep], predictions=pred[keep])
             else:
-                pred = table.column("prediction").to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, 1)
-                update_states(states, y[keep], predictions=pred[keep])
+                update_states(states, y[keep], predictions=pred.reshape(-1, 1)[keep])
         yield state_row(json.dumps(states_to_dict(states)), seen, bad)
 
     return evaluate_partition

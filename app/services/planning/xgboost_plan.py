@@ -11,7 +11,7 @@ from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainRequest
 from app.services.planning.labels import resolve_classes, unused_classes
-from app.services.planning.tabular import SPLIT_UNUSED, check_tabular
+from app.services.planning.tabular import SPLIT_UNUSED, check_tabular, check_whole_labels
 from workers import cluster
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
@@ -45,7 +45,10 @@ def plan_xgboost(
     _check_feature_names(request, train)
     class_labels = None
     if train.task == "classification":
-        train, class_labels = resolve_classes(train, schema[train.label or ""], spark)
+        dtype = schema[train.label or ""]
+        if dtype in ("float", "double") or dtype.startswith("decimal"):
+            check_whole_labels(train)  # a fare is not a class: each row was a bad row of the job
+        train, class_labels = resolve_classes(train, dtype, spark)
     try:
         spec = parse_xgboost_params(request.params, task=train.task, num_classes=train.num_classes)
     except SpecError as exc:

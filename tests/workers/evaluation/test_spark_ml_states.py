@@ -36,3 +36,20 @@ def test_a_class_the_model_does_not_know_is_a_bad_row_not_class_0() -> None:
     assert (scored["count"], scored["accuracy"]) == (3, 1.0), scored  # "luxury" scored as cheap made 5 and 1.0
     known, _, _ = _evaluated([labels[i] for i in (0, 1, 4)], [probabilities[i] for i in (0, 1, 4)])
     assert known == result
+
+
+def test_the_class_is_the_models_prediction_not_the_largest_probability() -> None:
+    """A binary logistic regression trained with threshold 0.3 predicts class 1 from P(1) > 0.3: /evaluate scored
+    the argmax of the probabilities instead, unlike /predict and the training result (walkthrough)."""
+    labels = ["cheap", "expensive", "expensive", "expensive"]
+    probabilities = [[0.9, 0.1], [0.6, 0.4], [0.2, 0.8], [0.65, 0.35]]
+    batch = pa.RecordBatch.from_pydict({"size": labels, "_probability": probabilities,
+                                        "prediction": [float(p[1] > 0.3) for p in probabilities]})  # fmt: skip
+    model = ModelRef(framework="spark_ml", uri="file:///unused", card=CARD)
+    options = {**OPTIONS, "groups": ["classification", "roc"], "roc_steps": 100, "exact_auc": True}
+    (row,) = list(spark_ml_states(model, options)(iter([batch])))
+    result = dict(results(merge_states([json.loads(row.column("states")[0].as_py())])))
+    scored = result["classification"]
+    assert scored["accuracy"] == 1.0, scored  # the argmax of the probabilities: 0.5
+    assert scored["confusion_matrix"] == [[1, 0], [0, 3]], scored
+    assert result["roc"]["auc"] == 1.0, "ROC still ranks by the probabilities"

@@ -39,6 +39,8 @@ def train(ctx: JobContext, plan: SparkMLPlan) -> JobOutcome:
     from pyspark.sql import functions as F
 
     spec, ds = plan.spec, plan.train
+    for warning in plan.warnings:
+        ctx.warn(warning)
     ctx.progress(0.0, "reading data")
     source = read_dataframe(ctx.spark, ds, malformed=True)
     if plan.validation is not None:

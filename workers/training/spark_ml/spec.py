@@ -11,10 +11,11 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from workers.data.spec import ResolvedDataset
-from workers.errors import SpecError
+from workers.errors import Problems, SpecError
 from workers.numbers import INT32_MAX, INT64_MAX, is_finite_number, shown
 
 Task = Literal["classification", "regression"]
@@ -167,6 +168,19 @@ class SparkMLSpec:
             raise SpecError(path, f"binomial supports 1 or 2 classes and the label has {num_classes}: use auto or "
                             "multinomial")  # fmt: skip
 
+    def class_warnings(self, num_classes: int) -> list[str]:
+        """What a label of ``num_classes`` classes makes Spark ignore: a logistic regression's threshold (binary
+        only; Spark decides a multinomial one by the largest probability)."""
+        path, thresholds = self.searched("threshold", 0.5)
+        if self.algorithm == "logistic_regression" and num_classes > 2 and path.startswith("params.grid."):
+            return [f"{path} is not used: threshold applies to a binary logistic regression, and the label has "
+                    f"{num_classes} classes (each row gets the class of largest probability)"]  # fmt: skip
+        if self.algorithm == "logistic_regression" and num_classes > 2 and "threshold" in self.params:
+            return [f"params.threshold {shown(thresholds[0])} is not used: threshold applies to a binary logistic "
+                    f"regression, and the label has {num_classes} classes (each row gets the class of largest "
+                    "probability)"]  # fmt: skip
+        return []
+
     @property
     def cv_fits(self) -> int:
         """Fits of the cross-validation (folds x parameter maps; 0 without one), the units its checkpoints count."""
@@ -206,6 +220,8 @@ class SparkMLPlan:
     spec: SparkMLSpec
     resume: SparkMLResume | None = None
     """Set on a retry of a cross-validation that continues from a checkpoint (app/services/resume.py)."""
+    warnings: tuple[str, ...] = ()
+    """Said in the 202 and again when the job starts."""
 
 
 _KINDS = {bool: "true or false", int: "a whole number", float: "a finite number", str: "text"}
@@ -285,50 +301,51 @@ def parse_spark_ml_params(
             f"{algorithm} does not do {task}; it does {', '.join(by_task)} (see dataset.task)",
         )
     estimator_class, rules = by_task[task]
+    problems = Problems()  # every problem in one SpecError; a rule of several fields once they are valid
+    bad: set[str] = set()
+
+    def check(name: str, run: Callable[[], Any], default: Any) -> Any:
+        found = len(problems.found)
+        with problems.field():
+            return run()
+        if len(problems.found) > found:
+            bad.add(name)
+        return default
 
     estimator_params: dict[str, Scalar] = {}
     for name, value in params.items():
         if name in CONTROL_KEYS:
             continue
         if name not in rules:
-            raise _unknown(f"params.{name}", name, rules, algorithm)
-        estimator_params[name] = _check_value(f"params.{name}", name, rules[name], value)
+            with problems.field():
+                raise _unknown(f"params.{name}", name, rules, algorithm)
+            continue
+        checked = check(name, partial(_check_value, f"params.{name}", name, rules[name], value), None)
+        if name not in bad:
+            estimator_params[name] = checked
 
+    grid: dict[str, tuple[Scalar, ...]] = {}
     grid_in = params.get("grid") or {}
     if not isinstance(grid_in, Mapping):
-        raise SpecError("params.grid", "must be an object mapping parameter names to lists of values")
-    grid: dict[str, tuple[Scalar, ...]] = {}
+        check("grid", partial(_refuse, "params.grid", "must be an object mapping parameter names to lists of values"),
+              None)  # fmt: skip
+        grid_in = {}
     for name, values in grid_in.items():
-        path = f"params.grid.{name}"
-        if name not in rules:
-            raise _unknown(path, name, rules, algorithm)
-        if not isinstance(values, list) or not values:
-            raise SpecError(path, "must be a non-empty list of values")
-        grid[name] = tuple(_check_value(path, name, rules[name], v) for v in values)
-        if name in estimator_params:
-            raise SpecError(path, f"{name} is both fixed in params and searched in the grid; keep one")
+        searched = check(name, partial(_grid_values, name, values, rules, algorithm, estimator_params), None)
+        if searched is not None:
+            grid[name] = searched
     size = math.prod(len(v) for v in grid.values()) if grid else 1
     if size > MAX_GRID_POINTS:
-        raise SpecError("params.grid", f"{size} combinations; at most {MAX_GRID_POINTS} are allowed")
+        check("grid", partial(_refuse, "params.grid", f"{size} combinations; at most {MAX_GRID_POINTS} are allowed"),
+              None)  # fmt: skip
 
-    num_folds = params.get("num_folds")
-    if num_folds is not None and (
-        not isinstance(num_folds, int) or isinstance(num_folds, bool) or not 2 <= num_folds <= 20
-    ):
-        raise SpecError("params.num_folds", f"must be an integer between 2 and 20, got {shown(num_folds)}")
-    if grid and num_folds is None:
+    num_folds = check("num_folds", partial(_num_folds, params.get("num_folds")), None)
+    if grid and num_folds is None and "num_folds" not in bad:
         num_folds = 3
-
-    metric = params.get("metric", METRICS[task][0])
-    if metric not in METRICS[task]:
-        raise SpecError("params.metric", f"for {task} one of {', '.join(METRICS[task])}, got {shown(metric)}")
-    standardize = params.get("standardize", True)
-    if not isinstance(standardize, bool):
-        raise SpecError("params.standardize", f"must be true or false, got {shown(standardize)}")
-    seed = check_seed(params.get("seed", 42))
-    fraction = params.get("validation_fraction", 0.2)
-    if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
-        raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {shown(fraction)}")
+    metric = check("metric", partial(_metric, task, params.get("metric", METRICS[task][0])), METRICS[task][0])
+    standardize = check("standardize", partial(_flag, "params.standardize", params.get("standardize", True)), True)
+    seed = check("seed", partial(check_seed, params.get("seed", 42)), 42)
+    fraction = check("validation_fraction", partial(_fraction_of, params.get("validation_fraction", 0.2)), 0.2)
     spec = SparkMLSpec(
         algorithm=algorithm,
         task=task,
@@ -341,7 +358,53 @@ def parse_spark_ml_params(
         seed=seed,
         validation_fraction=float(fraction),
     )
-    _check_together(spec)
-    if num_classes is not None:
-        spec.check_classes(num_classes)
+    if not bad & {"loss", "elasticNetParam", "solver"}:
+        with problems.field():
+            _check_together(spec)
+    if num_classes is not None and "family" not in bad:
+        with problems.field():
+            spec.check_classes(num_classes)
+    problems.raise_found()
     return spec
+
+
+def _refuse(path: str, message: str) -> None:
+    raise SpecError(path, message)
+
+
+def _grid_values(
+    name: str, values: Any, rules: Mapping[str, ParamRule], algorithm: str, fixed: Mapping[str, Scalar]
+) -> tuple[Scalar, ...]:
+    path = f"params.grid.{name}"
+    if name not in rules:
+        raise _unknown(path, name, rules, algorithm)
+    if not isinstance(values, list) or not values:
+        raise SpecError(path, "must be a non-empty list of values")
+    checked = tuple(_check_value(path, name, rules[name], v) for v in values)
+    if name in fixed:
+        raise SpecError(path, f"{name} is both fixed in params and searched in the grid; keep one")
+    return checked
+
+
+def _num_folds(value: Any) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 2 <= value <= 20):
+        raise SpecError("params.num_folds", f"must be an integer between 2 and 20, got {shown(value)}")
+    return value
+
+
+def _metric(task: Task, metric: Any) -> str:
+    if metric not in METRICS[task]:
+        raise SpecError("params.metric", f"for {task} one of {', '.join(METRICS[task])}, got {shown(metric)}")
+    return str(metric)
+
+
+def _flag(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(path, f"must be true or false, got {shown(value)}")
+    return value
+
+
+def _fraction_of(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1:
+        raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {shown(value)}")
+    return float(value)

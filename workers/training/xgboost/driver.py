@@ -130,7 +130,8 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     per_round = _round_metrics(histories, offset=done)
     ctx.metrics(reports.missing(per_round))  # the rounds whose report did not arrive while the fit ran
     kept = booster.num_boosted_rounds()
-    recorded = {(p.key, p.step) for p in per_round}  # xgboost's own value for that round stays the one shown
+    # xgboost's own value for that round stays the one shown (an earlier attempt's, for a round before `done`)
+    recorded = {(p.key, p.step if kept > done else kept) for p in per_round}
     final = [MetricPoint(f"validation_{k}", v, step=kept) for k, v in val_metrics.items()]
     ctx.metrics(p for p in reports.missing(final) if (p.key, p.step) not in recorded)
 
@@ -159,8 +160,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         "best_iteration": best,
         "validation": val_metrics,
         "feature_importance": importance,
-        # each metric at the kept round (after early stopping, not the last one trained)
-        "history": {k: v[max(0, min(kept - 1 - done, len(v) - 1))] for k, v in histories.items() if v},
+        "history": _kept_history(histories, kept, done, plan),
     }
     if dropped or ds.bad_rows == "skip":
         result["bad_rows"] = dropped
@@ -227,10 +227,17 @@ def _estimator(
     import xgboost
     from xgboost.spark import SparkXGBClassifier, SparkXGBRegressor
 
-    from workers.training.xgboost.remote import checkpoint_callback, initial_model, round_callback
+    from workers.training.xgboost.remote import (
+        checkpoint_callback,
+        continued_early_stopping,
+        initial_history,
+        initial_model,
+        round_callback,
+    )
 
     spec, ds = plan.spec, plan.train
-    start = initial_model(plan.resume.uri if plan.resume else None)
+    resume_uri = plan.resume.uri if plan.resume else None
+    start = initial_model(resume_uri)
     kwargs: dict[str, Any] = {
         "features_col": list(ds.features) if columnar else FEATURES_COL,
         "label_col": label_col,
@@ -249,14 +256,15 @@ def _estimator(
         kwargs["weight_col"] = ds.weight
     if start is not None:
         kwargs["xgb_model"] = xgboost.Booster(model_file=start)
-    kwargs["callbacks"] = [round_callback(reports)]
+    # early stopping continued from a checkpoint's best round: its two callbacks come first and last
+    stopping = () if spec.early_stopping_rounds is None else continued_early_stopping(spec.early_stopping_rounds)
+    kwargs["callbacks"] = [*stopping[:1], round_callback(reports)]
     if checkpoints is not None:
-        kwargs["callbacks"].append(checkpoint_callback(*checkpoints))
+        kwargs["callbacks"].append(checkpoint_callback(*checkpoints, earlier=initial_history(resume_uri)))
+    kwargs["callbacks"].extend(stopping[1:])
     metrics = spec.fit_eval_metrics()
     if metrics:
         kwargs["eval_metric"] = list(metrics) if len(metrics) > 1 else metrics[0]
-    if spec.early_stopping_rounds is not None:
-        kwargs["early_stopping_rounds"] = spec.early_stopping_rounds
     cls: Any = SparkXGBRegressor if spec.task == "regression" else SparkXGBClassifier
     if spec.task == "regression":
         kwargs["objective"] = spec.objective
@@ -342,6 +350,23 @@ def _histories(model: Any) -> dict[str, list[float]]:
                             ("validation", summary.validation_objective_history)):  # fmt: skip
         for metric, values in (history or {}).items():
             out[f"{prefix}_{metric}"] = [float(v) for v in values]
+    return out
+
+
+def _kept_history(histories: dict[str, list[float]], kept: int, done: int, plan: XGBoostPlan) -> dict[str, float]:
+    """Each metric at the kept round (after early stopping, not the last one trained). ``histories`` hold the rounds
+    after the ``done`` ones of the checkpoint the fit continued from; a kept round among those is read from the
+    checkpoint's history (left out when it has none)."""
+    if kept > done:
+        return {k: v[kept - 1 - done] for k, v in histories.items() if len(v) > kept - 1 - done}
+    from workers.training.xgboost.remote import EVAL_PREFIXES, initial_history
+
+    earlier = initial_history(plan.resume.uri if plan.resume else None)
+    out = {}
+    for name, by_metric in earlier.items():
+        for metric, values in by_metric.items() if name in EVAL_PREFIXES else ():
+            if f"{EVAL_PREFIXES[name]}_{metric}" in histories and len(values) >= kept:
+                out[f"{EVAL_PREFIXES[name]}_{metric}"] = float(values[kept - 1])
     return out
 
 

@@ -25,6 +25,8 @@ import numpy as np
 
 TRAIN_SCHEMA = "model binary, history string, validation string"
 MODEL_FILE = "model.json"
+HISTORY_FILE = "history.json"
+"""Beside a checkpoint's booster: xgboost's evaluation log of every round up to it (``{data: {metric: [...]}}``)."""
 EVAL_PREFIXES = {"training": "train", "validation": "validation"}
 """xgboost's evaluation sets (xgboost.spark's names; one-worker training has only ``validation``) -> metric prefix."""
 ReportTarget = tuple[str, int, str]
@@ -43,9 +45,13 @@ def parse_checkpoint_name(name: str) -> tuple[int, str] | None:
     return int(parts[1]), parts[2]
 
 
-def checkpoint_callback(directory: str, every: int, run: str) -> Any:
+def checkpoint_callback(
+    directory: str, every: int, run: str, earlier: dict[str, dict[str, list[float]]] | None = None
+) -> Any:
     """An xgboost training callback that writes the booster every ``every`` rounds (rank 0 of a distributed fit
-    only: every rank holds the same trees)."""
+    only: every rank holds the same trees), with the evaluation history of every round so far (``earlier``: that
+    of the checkpoint this fit continues from). The booster carries early stopping's best round and score (its
+    attributes): a fit continued from it goes on with them (:func:`continued_early_stopping`)."""
     import xgboost
     from xgboost import collective
 
@@ -56,10 +62,67 @@ def checkpoint_callback(directory: str, every: int, run: str) -> Any:
             rounds = model.num_boosted_rounds()
             if rounds % every == 0 and collective.get_rank() == 0:
                 raw = bytes(model.save_raw("json"))
-                storage.publish_files(directory, checkpoint_name(rounds, run), {MODEL_FILE: raw})
+                history = {name: _joined((earlier or {}).get(name, {}), log) for name, log in evals_log.items()}
+                # the booster first: a directory on a store lists once its first object is there, and the driver
+                # may register it then (a missing history only leaves the result's history out)
+                files = {MODEL_FILE: raw, HISTORY_FILE: json.dumps(history).encode()}
+                storage.publish_files(directory, checkpoint_name(rounds, run), files)
             return False
 
     return RoundCheckpoints()
+
+
+def _joined(before: dict[str, list[float]], log: dict[str, list[Any]]) -> dict[str, list[float]]:
+    """One evaluation set's log: the rounds of the checkpoint continued from, then this fit's."""
+    return {metric: [*before.get(metric, []), *(float(v[0] if isinstance(v, tuple) else v) for v in values)]
+            for metric, values in log.items()}  # fmt: skip
+
+
+def continued_early_stopping(rounds: int) -> tuple[Any, Any]:
+    """xgboost's EarlyStopping (as ``early_stopping_rounds`` adds it) that, on a booster continued from a checkpoint,
+    goes on from the checkpoint's best round and score (the booster's ``best_iteration``/``best_score``) instead of
+    starting afresh: the fit stops ``rounds`` rounds after the best one, whichever attempt trained it, as the
+    uninterrupted fit would.
+
+    Two callbacks, the first and the last of a fit's: the first keeps the best round (so a checkpoint of the round
+    holds it), the last stops the fit (xgboost skips the callbacks after one that stops: the others see the round)."""
+    import xgboost
+
+    class ContinuedEarlyStopping(xgboost.callback.EarlyStopping):
+        def __init__(self) -> None:
+            super().__init__(rounds=rounds)
+            self._best: tuple[float, int] | None = None
+            self.stop = False
+
+        def before_training(self, model: Any) -> Any:
+            model = super().before_training(model)
+            best, score = model.attr("best_iteration"), model.attr("best_score")
+            if self.starting_round > 0 and best is not None and score is not None:
+                self._best = (float(score), int(best))
+            return model
+
+        def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
+            self.stop = bool(super().after_iteration(model, epoch, evals_log))
+            return False
+
+        def _update_rounds(self, *, score: Any, name: str, metric: str, model: Any, epoch: int) -> bool:
+            if self._best is not None and not self.stopping_history:
+                best_score, best_round = self._best
+                self.stopping_history = {name: {metric: [best_score]}}
+                self.best_scores = {name: {metric: [best_score]}}
+                self.current_rounds = epoch - 1 - best_round  # rounds without improvement before this one
+            return bool(super()._update_rounds(score=score, name=name, metric=metric, model=model, epoch=epoch))
+
+    class Stop(xgboost.callback.TrainingCallback):
+        def __init__(self, watching: ContinuedEarlyStopping) -> None:
+            super().__init__()
+            self.watching = watching
+
+        def after_iteration(self, model: Any, epoch: int, evals_log: Any) -> bool:
+            return self.watching.stop
+
+    watching = ContinuedEarlyStopping()
+    return watching, Stop(watching)
 
 
 def accuracy_key(key: str) -> str | None:
@@ -134,6 +197,32 @@ def initial_model(uri: str | None) -> str | None:
     return str(storage.attempt("reading the checkpoint", uri, lambda: storage.fetch_dir(uri)) / MODEL_FILE)
 
 
+def initial_history(uri: str | None) -> dict[str, dict[str, list[float]]]:
+    """The evaluation log of every round of a checkpoint (empty without one, or for a checkpoint without it)."""
+    if uri is None:
+        return {}
+    from workers import storage
+
+    path = storage.attempt("reading the checkpoint", uri, lambda: storage.fetch_dir(uri)) / HISTORY_FILE
+    return dict(json.loads(path.read_text())) if path.exists() else {}
+
+
+def matrices(xgboost: Any, x: np.ndarray, y: np.ndarray, w: np.ndarray | None, valid: np.ndarray,
+             names: list[str], threads: int, params: dict[str, Any]) -> tuple[Any, Any]:  # fmt: skip
+    """The training and validation matrices: quantised once (QuantileDMatrix, the validation one on the training
+    one's bins, both with ``max_bin``) for the hist tree method, plain DMatrix for approx, which refuses the other."""
+    train_w = None if w is None else w[~valid]
+    if params.get("tree_method", "hist") != "hist":
+        return (xgboost.DMatrix(x[~valid], label=y[~valid], weight=train_w, nthread=threads, feature_names=names),
+                xgboost.DMatrix(x[valid], label=y[valid], nthread=threads, feature_names=names))  # fmt: skip
+    bins = params.get("max_bin", 256)
+    dtrain = xgboost.QuantileDMatrix(x[~valid], label=y[~valid], weight=train_w, nthread=threads,
+                                     feature_names=names, max_bin=bins)  # fmt: skip
+    dvalid = xgboost.QuantileDMatrix(x[valid], label=y[valid], ref=dtrain, nthread=threads, feature_names=names,
+                                     max_bin=bins)  # fmt: skip
+    return dtrain, dvalid
+
+
 def _column(table: Any, name: str, dtype: Any) -> np.ndarray:
     return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
 
@@ -175,6 +264,8 @@ def single_worker(
     """``rounds`` rounds (more, after the ones of the checkpoint ``resume_uri``); ``checkpoints`` = (directory,
     every, run) writes one every ``every`` rounds; ``reports``: where each round's evaluation is sent."""
 
+    stop_after = early_stopping
+
     def train_partition(batches: Iterator[Any]) -> Iterator[Any]:
         import os
 
@@ -186,7 +277,10 @@ def single_worker(
         from workers.training.xgboost.remote import (
             _column,
             checkpoint_callback,
+            continued_early_stopping,
+            initial_history,
             initial_model,
+            matrices,
             round_callback,
             validation_metrics,
         )
@@ -198,19 +292,19 @@ def single_worker(
         x = np.column_stack([_column(table, c, np.float32) for c in features])
         y = _column(table, label, np.float64)
         w = _column(table, weight, np.float64) if weight else None
-        names = list(features)
-        train_w = None if w is None else w[~valid]
-        dtrain = xgboost.QuantileDMatrix(x[~valid], label=y[~valid], weight=train_w, nthread=threads,
-                                         feature_names=names, max_bin=params.get("max_bin", 256))  # fmt: skip
-        dvalid = xgboost.QuantileDMatrix(x[valid], label=y[valid], ref=dtrain, nthread=threads, feature_names=names)
+        dtrain, dvalid = matrices(xgboost, x, y, w, valid, list(features), threads, params)
         history: dict[str, Any] = {}
-        callbacks = [checkpoint_callback(*checkpoints)] if checkpoints and checkpoints[1] > 0 else []
+        first, last = continued_early_stopping(stop_after) if stop_after is not None else (None, None)
+        callbacks = [first] if first is not None else []
+        if checkpoints and checkpoints[1] > 0:
+            callbacks.append(checkpoint_callback(*checkpoints, earlier=initial_history(resume_uri)))
         if reports is not None:
             callbacks.append(round_callback(reports))
+        if last is not None:
+            callbacks.append(last)
         booster = xgboost.train({**params, "nthread": threads}, dtrain, num_boost_round=rounds,
-                                evals=[(dvalid, "validation")], evals_result=history,
-                                early_stopping_rounds=early_stopping, verbose_eval=False, callbacks=callbacks or None,
-                                xgb_model=initial_model(resume_uri))  # fmt: skip
+                                evals=[(dvalid, "validation")], evals_result=history, verbose_eval=False,
+                                callbacks=callbacks or None, xgb_model=initial_model(resume_uri))  # fmt: skip
         best = booster.attr("best_iteration")  # the driver keeps the trees up to it
         kept = int(best) + 1 if best is not None else booster.num_boosted_rounds()
         out = booster.inplace_predict(x[valid], iteration_range=(0, kept))

@@ -9,8 +9,9 @@ estimator so it cannot drift.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from workers.data.spec import ResolvedDataset
@@ -183,13 +184,41 @@ def _int(path: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-def _canonical(params: Mapping[str, Any]) -> dict[str, Any]:
+def _optional_int(name: str, raw: Mapping[str, Any], high: int, low: int = 1) -> int | None:
+    return None if raw.get(name) is None else _int(f"params.{name}", raw[name], low, high)
+
+
+def _seed(value: Any, said: str) -> int:
+    try:
+        return check_seed(value)
+    except SpecError as exc:  # random_state, as given
+        raise SpecError(f"params.{said}", exc.message) from None
+
+
+def _fraction_of(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1:
+        raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {shown(value)}")
+    return float(value)
+
+
+def _checkpoint_every(every: int | None, num_round: int) -> int:
+    """``checkpoint_rounds``: at most ``num_round``; by default about every 10% of the rounds."""
+    return (
+        default_checkpoint_rounds(num_round) if every is None else _int("params.checkpoint_rounds", every, 0, num_round)
+    )
+
+
+def _canonical(params: Mapping[str, Any], problems: Problems) -> dict[str, Any]:
+    """The parameters under their canonical names; a name given twice (eta and learning_rate) is a problem, and
+    the first one given is checked."""
     out: dict[str, Any] = {}
     given_as: dict[str, str] = {}
     for name, value in params.items():
         canon = ALIASES.get(name, name)
         if canon in out:
-            raise SpecError(f"params.{name}", f"{given_as[canon]} and {name} are the same parameter; give one")
+            with problems.field():
+                raise SpecError(f"params.{name}", f"{given_as[canon]} and {name} are the same parameter; give one")
+            continue
         out[canon], given_as[canon] = value, name
     return out
 
@@ -261,26 +290,37 @@ def _objective(task: Task, num_classes: int | None, given: Any) -> str:
     return given
 
 
-def _objective_checks(objective: str, booster: Mapping[str, Scalar], metrics: tuple[str, ...]) -> list[str]:
+def _objective_checks(
+    objective: str, booster: Mapping[str, Scalar], metrics: tuple[str, ...], problems: Problems, bad: set[str]
+) -> list[str]:
     """422s for what xgboost refuses only when the fit starts (or would train into saturated predictions), and a
-    warning for each parameter it would ignore."""
+    warning for each parameter it would ignore. ``booster`` holds the valid booster parameters, ``bad`` names the
+    invalid ones."""
     chosen = {f"objective {objective}", f"booster {booster.get('booster', 'gbtree')}"}
     chosen |= {f"eval_metric {m.split('@', 1)[0]}" for m in metrics}
-    if chosen & {"objective reg:quantileerror", "eval_metric quantile"} and "quantile_alpha" not in booster:
-        raise SpecError("params.quantile_alpha", "reg:quantileerror and the quantile metric need quantile_alpha: the "
-                        "quantile, in (0, 1) (0.5 is the median)")  # fmt: skip
+    with problems.field():
+        if chosen & {"objective reg:quantileerror", "eval_metric quantile"} and not {"quantile_alpha"} & {
+            *booster,
+            *bad,
+        }:
+            raise SpecError("params.quantile_alpha", "reg:quantileerror and the quantile metric need quantile_alpha: "
+                            "the quantile, in (0, 1) (0.5 is the median)")  # fmt: skip
     base = booster.get("base_score")
-    if isinstance(base, int | float) and objective in ("binary:logistic", "reg:logistic") and not 0 < base < 1:
-        raise SpecError(
-            "params.base_score", f"{objective} takes a base_score in (0, 1) (a probability), got {shown(base)}"
-        )
-    if isinstance(base, int | float) and objective in ("reg:gamma", "reg:tweedie", "count:poisson") and base <= 0:
-        raise SpecError("params.base_score", f"{objective} takes a base_score > 0, got {shown(base)}")
+    with problems.field():
+        if isinstance(base, int | float) and objective in ("binary:logistic", "reg:logistic") and not 0 < base < 1:
+            raise SpecError(
+                "params.base_score", f"{objective} takes a base_score in (0, 1) (a probability), got {shown(base)}"
+            )
+        if isinstance(base, int | float) and objective in ("reg:gamma", "reg:tweedie", "count:poisson") and base <= 0:
+            raise SpecError("params.base_score", f"{objective} takes a base_score > 0, got {shown(base)}")
     warnings = []
     for name, settings in APPLIES_TO.items():
         if name in booster and not chosen.intersection(settings):
             warnings.append(f"params.{name} is not used: xgboost reads it only with {' or '.join(settings)} (this "
                             f"job's objective is {objective})")  # fmt: skip
+    if "max_cat_to_onehot" in booster:
+        warnings.append("params.max_cat_to_onehot is not used: sparktrain one-hot encodes dataset.categorical "
+                        "columns itself, and xgboost sees only numbers")  # fmt: skip
     return warnings
 
 
@@ -307,80 +347,72 @@ def _eval_metrics(task: Task, num_classes: int | None, given: Any) -> tuple[str,
     return tuple(names)
 
 
-def _check_known(unknown: list[str]) -> None:
-    if not unknown:
-        return
+def _check_known(unknown: list[str], problems: Problems) -> None:
+    """One problem per name: what to use instead for one sparktrain sets itself, else the known names."""
     known = ", ".join(sorted((*BOOSTER_PARAMS, *CONTROL_KEYS)))
-    names = ", ".join(repr(n) for n in unknown)
-    plural = "s" if len(unknown) > 1 else ""
-    hint = UNKNOWN_HINTS.get(unknown[0])
-    if hint is not None:
-        raise SpecError(f"params.{unknown[0]}", f"{unknown[0]!r} is not a parameter here: {hint}")
-    raise SpecError(f"params.{unknown[0]}", f"unknown xgboost parameter{plural} {names}; known: {known}")
+    for name in unknown:
+        with problems.field():
+            hint = UNKNOWN_HINTS.get(name)
+            if hint is not None:
+                raise SpecError(f"params.{name}", f"{name!r} is not a parameter here: {hint}")
+            raise SpecError(f"params.{name}", f"unknown xgboost parameter {name!r}; known: {known}")
 
 
 def parse_xgboost_params(
     params: Mapping[str, Any] | None, *, task: Task | None, num_classes: int | None = None
 ) -> XGBoostSpec:
-    """Validate ``params`` of an xgboost training request (paths in errors start at ``params``)."""
+    """Validate ``params`` of an xgboost training request (paths in errors start at ``params``). Every problem is
+    in one SpecError (``also``): each field's, and those of the checks that read several fields whose values are
+    each valid."""
     if task is None:
         raise SpecError("dataset.task", "required for xgboost: classification or regression")
-    raw = _canonical(params or {})
+    problems = Problems()
+    raw = _canonical(params or {}, problems)
     given = {ALIASES.get(k, k): k for k in params or {}}  # errors name a parameter as the request did (eta)
     unknown = sorted(name for name in raw if name not in BOOSTER_PARAMS and name not in CONTROL_KEYS)
-    problems = Problems()  # each field's problem, all in one 422 (a dependent check runs after raise_found)
-    with problems.field():
-        _check_known(unknown)
-    warnings: list[str] = []
+    _check_known(unknown, problems)
+    bad: set[str] = set()  # the fields found invalid: the checks that read them are left out
+
+    def check(name: str, run: Callable[[], Any], default: Any) -> Any:
+        found = len(problems.found)
+        with problems.field():
+            return run()
+        if len(problems.found) > found:
+            bad.add(name)
+        return default
+
     booster: dict[str, Scalar] = {}
     for name, value in raw.items():
         if name in BOOSTER_PARAMS:
             said = given.get(name, name)
             label = name if said == name else f"{said} ({name})"
-            with problems.field():
-                booster[name] = _check_value(f"params.{said}", label, BOOSTER_PARAMS[name], value)
+            checked = check(name, partial(_check_value, f"params.{said}", label, BOOSTER_PARAMS[name], value), None)
+            if name not in bad:
+                booster[name] = checked
     rounds_at = f"params.{given.get('num_round', 'num_round')}"  # n_estimators, num_boost_round
-    num_round, early, workers, threads, seed, fraction = 100, None, None, None, 0, 0.2
-    with problems.field():
-        num_round = _int(rounds_at, raw["num_round"], 1, MAX_ROUNDS) if "num_round" in raw else 100
-    with problems.field():
-        if raw.get("early_stopping_rounds") is not None:
-            early = _int("params.early_stopping_rounds", raw["early_stopping_rounds"], 1, MAX_ROUNDS)
-    with problems.field():
-        if raw.get("num_workers") is not None:
-            workers = _int("params.num_workers", raw["num_workers"], 1, 10_000)
-    with problems.field():
-        if raw.get("threads_per_worker") is not None:
-            threads = _int("params.threads_per_worker", raw["threads_per_worker"], 1, 1024)
-    with problems.field():
-        try:
-            seed = check_seed(raw.get("seed", 0))
-        except SpecError as exc:  # random_state, as given
-            raise SpecError(f"params.{given.get('seed', 'seed')}", exc.message) from None
-    with problems.field():
-        fraction = raw.get("validation_fraction", 0.2)
-        if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction < 1:
-            raise SpecError("params.validation_fraction", f"must be a number in (0, 1), got {shown(fraction)}")
-    every = raw.get("checkpoint_rounds")
-    with problems.field():  # a whole number here; at most num_round once that is known to be valid (below)
-        every = None if every is None else _int("params.checkpoint_rounds", every, 0, MAX_ROUNDS)
-    objective = ""  # both set below unless their checks fail (raise_found then raises)
-    metrics: tuple[str, ...] = ()
-    with problems.field():
-        objective = _objective(task, num_classes, raw.get("objective"))
-    with problems.field():
-        metrics = _eval_metrics(task, num_classes, raw.get("eval_metric"))
-    problems.raise_found()
-    # Checks that read more than one field: only once each field is known to be valid.
-    every = (
-        default_checkpoint_rounds(num_round) if every is None else _int("params.checkpoint_rounds", every, 0, num_round)
-    )
+    num_round = check("num_round", lambda: _int(rounds_at, raw.get("num_round", 100), 1, MAX_ROUNDS), 100)
+    early = check("early_stopping_rounds", lambda: _optional_int("early_stopping_rounds", raw, MAX_ROUNDS), None)
+    workers = check("num_workers", lambda: _optional_int("num_workers", raw, 10_000), None)
+    threads = check("threads_per_worker", lambda: _optional_int("threads_per_worker", raw, 1024), None)
+    seed = check("seed", lambda: _seed(raw.get("seed", 0), given.get("seed", "seed")), 0)
+    fraction = check("validation_fraction", lambda: _fraction_of(raw.get("validation_fraction", 0.2)), 0.2)
+    every = check("checkpoint_rounds", lambda: _optional_int("checkpoint_rounds", raw, MAX_ROUNDS, low=0), None)
+    objective = check("objective", lambda: _objective(task, num_classes, raw.get("objective")), "")
+    metrics = check("eval_metric", lambda: _eval_metrics(task, num_classes, raw.get("eval_metric")), ())
+    # Checks that read more than one field: each once the fields it reads are valid.
+    warnings: list[str] = []
+    if not bad & {"checkpoint_rounds", "num_round"}:
+        every = check("checkpoint_rounds", lambda: _checkpoint_every(every, num_round), every)
     if booster.get("tree_method") == "gpu_hist":
         booster["tree_method"] = "hist"
         warnings.append('tree_method "gpu_hist" was removed in xgboost 2.0: training with "hist" on the job\'s device')
-    if booster.get("max_depth") == 0 and booster.get("grow_policy") != "lossguide":
-        raise SpecError("params.max_depth", 'max_depth 0 (no limit) needs grow_policy "lossguide"')
-    warnings += _objective_checks(objective, booster, metrics)
+    if not bad & {"max_depth", "grow_policy"} and booster.get("max_depth") == 0:
+        with problems.field():
+            if booster.get("grow_policy") != "lossguide":
+                raise SpecError("params.max_depth", 'max_depth 0 (no limit) needs grow_policy "lossguide"')
+    if not bad & {"objective", "eval_metric", "booster"}:
+        warnings += _objective_checks(objective, booster, metrics, problems, bad)
+    problems.raise_found()
     return XGBoostSpec(
         task=task,
         objective=objective,

@@ -192,3 +192,40 @@ def test_what_is_refused_is_what_spark_fails(spark: Any, estimator: str, params:
         cls(**params).fit(frame)
     fixed = {**params, "elasticNetParam": 0.0, "solver": "auto"} if classes == 0 else {"family": "multinomial"}
     cls(maxIter=5, **fixed).fit(frame)
+
+
+def test_every_problem_is_in_one_error() -> None:
+    """Only numTrees was named; the request was refused four more times, one field each (walkthrough)."""
+    params = {"algorithm": "random_forest", "numTrees": 0, "maxDepth": 31, "maxBins": 1, "foo": 1,
+              "subsamplingRate": 0, "grid": {"impurity": ["gini", "nope"], "bar": [1]}, "num_folds": 1,
+              "metric": "auc", "standardize": "yes", "seed": 1.5, "validation_fraction": 2}  # fmt: skip
+    with pytest.raises(SpecError) as caught:
+        parse_spark_ml_params(params, task="classification")
+    assert [p.path for p in caught.value.problems] == [
+        "params.numTrees", "params.maxDepth", "params.maxBins", "params.foo", "params.subsamplingRate",
+        "params.grid.impurity", "params.grid.bar", "params.num_folds", "params.metric", "params.standardize",
+        "params.seed", "params.validation_fraction",
+    ]  # fmt: skip
+    assert "unknown parameter 'foo' for random_forest" in caught.value.problems[3].message
+
+
+def test_a_rule_of_several_fields_is_named_with_the_other_problems() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spark_ml_params({"algorithm": "linear_regression", "loss": "huber", "elasticNetParam": 0.5,
+                               "maxIter": -1}, task="regression")  # fmt: skip
+    assert [p.path for p in caught.value.problems] == ["params.maxIter", "params.elasticNetParam"]
+    with pytest.raises(SpecError) as caught:  # the loss itself is bad: only its own problem
+        parse_spark_ml_params({"algorithm": "linear_regression", "loss": "hub", "elasticNetParam": 0.5},
+                              task="regression")  # fmt: skip
+    assert [p.path for p in caught.value.problems] == ["params.loss"]
+
+
+def test_a_multiclass_threshold_is_warned_about() -> None:
+    """Spark decides a multinomial logistic regression by the largest probability: threshold did nothing."""
+    spec = parse_spark_ml_params({"algorithm": "logistic_regression", "threshold": 0.3}, task="classification")
+    assert spec.class_warnings(2) == []
+    (said,) = spec.class_warnings(3)
+    assert said.startswith("params.threshold 0.3 is not used: threshold applies to a binary logistic regression")
+    searched = parse_spark_ml_params({"algorithm": "logistic_regression", "grid": {"threshold": [0.3, 0.6]}},
+                                     task="classification")  # fmt: skip
+    assert searched.class_warnings(4)[0].startswith("params.grid.threshold is not used")

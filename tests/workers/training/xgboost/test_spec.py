@@ -184,3 +184,53 @@ def test_a_check_of_two_fields_waits_for_both_to_be_valid() -> None:
     with pytest.raises(SpecError) as caught:  # its type is its own: named with the others (review)
         parse_xgboost_params({"eta": -1, "checkpoint_rounds": "x"}, task="regression")
     assert [p.path for p in caught.value.problems] == ["params.eta", "params.checkpoint_rounds"]
+
+
+def _paths(params: dict[str, Any], task: Any = "regression", classes: int | None = None) -> list[tuple[str, str]]:
+    with pytest.raises(SpecError) as caught:
+        parse_xgboost_params(params, task=task, num_classes=classes)
+    return [(p.path, p.message) for p in caught.value.problems]
+
+
+def test_every_unknown_name_is_named_on_its_own_with_its_hint() -> None:
+    """{"nthread": 2, "missing": 0} named only missing; with "foo" added, the three were one entry at params.foo
+    without their hints (walkthrough)."""
+    found = _paths({"nthread": 2, "missing": 0})
+    assert [path for path, _ in found] == ["params.missing", "params.nthread"]
+    assert "a null or NaN feature is a bad row" in found[0][1] and "params.threads_per_worker" in found[1][1]
+    found = _paths({"nthread": 2, "missing": 0, "foo": 1})
+    assert [path for path, _ in found] == ["params.foo", "params.missing", "params.nthread"]
+    assert found[0][1].startswith("unknown xgboost parameter 'foo'; known: ")
+    assert "bad row" in found[1][1] and "threads_per_worker" in found[2][1]
+
+
+def test_an_alias_clash_is_named_with_the_other_problems() -> None:
+    found = _paths({"eta": 0.1, "learning_rate": 0.2, "subsample": 2})
+    assert [path for path, _ in found] == ["params.learning_rate", "params.subsample"]
+    assert "eta and learning_rate are the same parameter" in found[0][1]
+
+
+@pytest.mark.parametrize(
+    ("params", "task", "classes", "expected"),
+    [
+        ({"objective": "reg:quantileerror", "subsample": 2}, "regression", None,
+         ["params.subsample", "params.quantile_alpha"]),
+        ({"base_score": 5, "max_bin": 1}, "classification", 2, ["params.max_bin", "params.base_score"]),
+        ({"max_depth": 0, "eta": -1}, "regression", None, ["params.eta", "params.max_depth"]),
+        ({"checkpoint_rounds": 50, "num_round": 10, "subsample": 2}, "regression", None,
+         ["params.subsample", "params.checkpoint_rounds"]),
+        # the field a rule reads is bad itself: only its own problem
+        ({"objective": "reg:quantileerror", "quantile_alpha": 2}, "regression", None, ["params.quantile_alpha"]),
+    ],
+)  # fmt: skip
+def test_a_rule_of_several_fields_is_named_once_its_fields_are_valid(
+    params: dict[str, Any], task: Any, classes: int | None, expected: list[str]
+) -> None:
+    """Those rules waited for every field of the request to be valid (walkthrough)."""
+    assert [path for path, _ in _paths(params, task, classes)] == expected
+
+
+def test_max_cat_to_onehot_is_warned_about() -> None:
+    """sparktrain one-hot encodes categorical columns itself: xgboost never sees a categorical feature."""
+    spec = parse_xgboost_params({"max_cat_to_onehot": 4}, task="regression")
+    assert any(w.startswith("params.max_cat_to_onehot is not used: sparktrain one-hot encodes") for w in spec.warnings)
