@@ -21,6 +21,7 @@ class Distribution(Body):
     low: int | float | None = Field(None, description="uniform, loguniform, int: the smallest value.")
     high: int | float | None = Field(None, description="uniform, loguniform, int: the largest value.")
     step: int | float | None = Field(None, gt=0, description="int (and uniform): sample on this grid from low.")
+    log: bool | None = Field(None, description="int: sample on a log scale (low >= 1, no step), as Optuna's int.")
     values: list[Any] | None = Field(None, min_length=1, max_length=1000, description="choice: the candidates.")
 
     @model_validator(mode="after")
@@ -41,8 +42,14 @@ class Distribution(Body):
             raise ValueError("an int distribution needs a whole step")
         if self.type == "loguniform" and self.step is not None:
             raise ValueError("a loguniform distribution takes no step (Optuna's neither)")
+        if self.log and self.type != "int":
+            raise ValueError("log applies to int; for a float range on a log scale use type loguniform")
+        if self.log and (self.low < 1 or (self.step is not None and self.step != 1)):
+            raise ValueError("an int on a log scale needs low >= 1 and no step (Optuna's neither)")
         if self.step is not None:  # Optuna would quietly move high down onto the grid
             steps = (self.high - self.low) / self.step
+            if not math.isfinite(steps):  # 0 to 1e308 by 1e-300: no grid, and round() of it raised (a 500)
+                raise ValueError("the range holds more steps than a float counts: use a larger step")
             if abs(steps - round(steps)) > 1e-9 * max(1.0, abs(steps)):
                 below = self.low + int(steps) * self.step
                 raise ValueError(f"high must be low plus a whole number of steps: {below:g} or {below + self.step:g}")
@@ -58,12 +65,26 @@ class Distribution(Body):
         return None
 
     def extremes(self) -> list[Any]:
-        """The values that bound the range: every value a sample can take lies between them (or is one of them)."""
+        """The values that bound the range, as the sampler gives them (a uniform's as floats: Optuna samples ``8.0``,
+        never ``8``): every value a sample can take lies between them (or is one of them)."""
         if self.type == "choice":
             return list(self.values or [])
         if self.type == "int":
             return [int(self.low or 0), int(self.high or 0)]
-        return [self.low, self.high]
+        return [float(self.low or 0), float(self.high or 0)]
+
+    def inside(self) -> float | None:
+        """A float range's value strictly inside it, as the sampler gives it (with a step, ``low + step``); None for
+        an int or a choice, whose extremes are of the kind every sample is, and for a range of one value. A field
+        that takes whole numbers passes a uniform's whole ends and refuses this."""
+        if self.type not in ("uniform", "loguniform") or self.low == self.high:
+            return None
+        low, high = float(self.low or 0), float(self.high or 0)
+        if self.step is not None:
+            return round(low + float(self.step), 12)
+        if self.type == "loguniform":
+            return math.exp(math.log(low) * 0.623 + math.log(high) * 0.377)
+        return low * 0.623 + high * 0.377
 
 
 class TuneRequest(Body):
@@ -77,6 +98,14 @@ class TuneRequest(Body):
     )
     sampler: Literal["random", "tpe", "grid"] = "tpe"
     pruner: Literal["none", "asha", "median"] = "none"
+    min_resource: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="The epochs (torch) or boosting rounds (xgboost) a trial runs before a pruner judges it: ASHA's "
+        "first rung (Optuna's min_resource, Ray's grace_period), the median pruner's warm-up. Default: 1 epoch for "
+        "torch; for xgboost 3% of num_round, at least 5 rounds (median: from the first).",
+    )
     trials: int = Field(  # type: ignore[assignment]  # None until _every_point: an int on every validated request
         None,
         ge=1,
@@ -95,6 +124,12 @@ class TuneRequest(Body):
         None, gt=0, le=7 * 24 * 60, description="No new trial starts after this long; running ones are cancelled."
     )
     seed: int | None = Field(None, ge=0, le=2**31 - 1, description="The sampler's seed (reproducible searches).")
+
+    @model_validator(mode="after")
+    def _judged(self) -> TuneRequest:
+        if self.min_resource is not None and self.pruner == "none":
+            raise ValueError("min_resource is when a pruner first judges a trial: set pruner asha or median")
+        return self
 
     @model_validator(mode="after")
     def _every_point(self) -> TuneRequest:

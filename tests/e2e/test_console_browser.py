@@ -783,3 +783,38 @@ def test_over_the_keys_request_rate_the_pages_wait_and_read_again(spark: Any, tm
             assert 429 in statuses, "the pages never went over the rate: the test tests nothing"
         finally:
             driver.quit()
+
+
+def test_a_choice_among_layer_stacks_shows_each_stack_as_json(svc: Service, browser: Any, tmp: Path) -> None:
+    """Tuning walkthrough: a choice among layer stacks read "[object Object],[object Object]" in the leaderboard and
+    on the parallel-coordinates axis, every stack alike. Two long stacks alike in their first characters get two
+    ticks."""
+    from selenium.webdriver.common.by import By
+
+    head = [{"type": "dense", "units": 64, "activation": "relu"}, {"type": "dense", "units": 32, "activation": "relu"}]
+    stacks = [
+        [{"type": "dense", "units": 16, "activation": "relu"}],
+        [*head, {"type": "output", "units": 10, "activation": "softmax"}],
+        [*head, {"type": "output", "units": 10, "activation": "log_softmax"}],
+    ]
+    board = [{"trial": n, "params": {"network.layers": stack, "training.optimizer.learning_rate": 0.001 * (n + 1)},
+              "metric": 0.9 - 0.1 * n, "state": "COMPLETE", "epochs": 2, "duration_s": 3.5, "job_id": None,
+              "model": None} for n, stack in enumerate(stacks)]  # fmt: skip
+    result = {"metric": "accuracy", "mode": "max", "trials": 3, "leaderboard": board, "best": board[0]}
+    tune = _fake_job(svc, "stacks", JobStatus.SUCCEEDED, job_type="tune", result=result)
+
+    browser.get(svc.url + f"/ui/jobs/{tune}")
+    rows = _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#leaderboard tbody tr"), "the leaderboard", 30)
+    cells = [row.find_elements(By.TAG_NAME, "td")[5] for row in rows]
+    assert "[object Object]" not in browser.find_element(By.ID, "tune").text
+    compact = json.dumps(stacks[0], separators=(",", ":"))
+    assert cells[0].text == f"network.layers = {compact}, training.optimizer.learning_rate = 0.001000", cells[0].text
+    assert cells[1].text.endswith("…, training.optimizer.learning_rate = 0.002000"), cells[1].text  # cut at 80
+    assert json.loads(cells[2].get_attribute("title").split(" = ")[1].rsplit(", training", 1)[0]) == stacks[2]
+    ticks = _until(browser, lambda d: _js(d, "document.getElementById('tune-parallel').data?.[0].dimensions[0]"),
+                   "the parallel coordinates", 30)  # fmt: skip
+    assert ticks["label"] == "network.layers" and len(set(ticks["ticktext"])) == 3, ticks
+    assert ticks["ticktext"][0] == compact[:31] + "…", ticks
+    assert [t.rsplit(" ", 1)[1] for t in ticks["ticktext"][1:]] == ["#1", "#2"], ticks  # alike in 31 characters
+    assert all("object" not in t for t in ticks["ticktext"]), ticks
+    _shot(browser, tmp, "tune-layer-stacks")

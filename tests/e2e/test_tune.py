@@ -276,6 +276,15 @@ def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -
          "space.network.layers.00.units"),
         ({"space": {"training.epochs": {"type": "uniform", "low": 1, "high": 3, "step": 0.5}}, "sampler": "grid",
           "trials": 5}, "space.training.epochs"),
+        # tuning walkthrough: a float range over a whole-number field inside network (or params) was a 202, then
+        # every trial failed; a grid of two axes of 10,000 values was listed (10^8 points) before it was refused
+        ({"space": {"network.layers.0.units": {"type": "loguniform", "low": 8, "high": 64}}},
+         "space.network.layers.0.units"),
+        ({"space": {"network.layers.0.units": {"type": "uniform", "low": 8, "high": 64, "step": 8}}},
+         "space.network.layers.0.units"),
+        ({"space": {"network.layers.0.units": {"type": "int", "low": 1, "high": 10_000},
+                    "training.batch_size_per_worker": {"type": "int", "low": 1, "high": 10_000}}, "sampler": "grid"},
+         "trials"),
     ]  # fmt: skip
     for search, loc in cases:
         response = svc.client.post("/tune", json=_tune("tune-bad", **search))
@@ -284,6 +293,16 @@ def test_bad_searches_are_422_naming_the_field_and_write_nothing(svc: Service) -
         assert response.json()["errors"][0]["loc"] == loc, response.json()
     momentum = svc.client.post("/tune", json=_tune("tune-bad", **cases[0][0])).json()
     assert "give base.training.optimizer.momentum a value first" in momentum["detail"], momentum
+    units = svc.client.post("/tune", json=_tune("tune-bad", **cases[-3][0])).json()
+    assert 'use type "int"' in units["detail"] and units["inner"] == "network.layers[0].units", units
+    # inner: the field inside the /train body, whichever check refused it (it said base.training.batch_size_per_worker)
+    for search, inner in ((cases[3][0], "training.batch_size_per_worker"), (cases[2][0], "training.epochs")):
+        problem = svc.client.post("/tune", json=_tune("tune-bad", **search)).json()
+        assert problem["inner"] == inner, problem
+    undescribed = _tune("tune-bad", space=lr)
+    del undescribed["base"]["dataset"]
+    problem = svc.client.post("/tune", json=undescribed).json()
+    assert (problem["errors"][0]["loc"], problem.get("inner")) == ("base.dataset", "dataset"), problem
     broken = _tune("tune-bad", space=lr)
     broken["base"]["dataset"]["uri"] = "datasets/digits/nothing.parquet"
     response = svc.client.post("/tune", json=broken)

@@ -91,15 +91,20 @@ def leaderboard(records: list[TrialRecord], mode: str) -> list[TrialRecord]:
     return sorted(done, key=lambda r: (sign * float(r.metric or 0), r.number)) + rest
 
 
-MIN_IMPORTANCE_TRIALS = 2
-"""Completed trials below which importances are None: PED-ANOVA answers from one (``{"a": 0.5, "b": 0.5}``), which
-says nothing."""
+MIN_IMPORTANCE_TRIALS = 4
+"""Completed trials below which importances are None: from one, PED-ANOVA answered ``{"a": 0.5, "b": 0.5}``, and
+from three fANOVA ranked a parameter that drives the metric first in 30 of 40 random searches (37 of 40 from four)."""
+FANOVA_MAX_TRIALS = 100
+"""Completed trials up to which importances are fANOVA's; PED-ANOVA's above. PED-ANOVA compares the best tenth of
+the trials with the rest, and on small searches it ranked backwards: in 40 random searches of a metric that one
+parameter drives, it put that parameter first in none from 4 to 10 trials, 27 at 15, 39 at 30 (fANOVA: 37 at 4,
+every one from 6). fANOVA fits a random forest: 0.05 s for 10 trials, 1.4 s for 100, a minute for 2,000."""
 
 
 def importances(study: optuna.Study) -> dict[str, float] | None:
-    """Optuna's parameter importances (PED-ANOVA: quick, and defined from a couple of completed trials); None when
-    they cannot be computed or would mean nothing: fewer than MIN_IMPORTANCE_TRIALS completed trials, or one metric
-    in all of them."""
+    """Optuna's parameter importances (fANOVA for up to FANOVA_MAX_TRIALS completed trials, seeded; PED-ANOVA,
+    which needs many trials and takes milliseconds, above); None when they cannot be computed or would mean nothing:
+    fewer than MIN_IMPORTANCE_TRIALS completed trials, or one metric in all of them."""
     import optuna
 
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -111,11 +116,15 @@ def importances(study: optuna.Study) -> dict[str, float] | None:
                      or all(isinstance(c, None | bool | int | float | str) for c in dist.choices)})  # fmt: skip
     if not params:
         return None
+    evaluator: optuna.importance.BaseImportanceEvaluator = (
+        optuna.importance.FanovaImportanceEvaluator(seed=0)
+        if len(done) <= FANOVA_MAX_TRIALS
+        else optuna.importance.PedAnovaImportanceEvaluator()
+    )
     try:
-        evaluator = optuna.importance.PedAnovaImportanceEvaluator()
         found = optuna.importance.get_param_importances(study, evaluator=evaluator, params=params)
         return {k: float(v) for k, v in found.items()}
-    except Exception as exc:  # too few trials, a single parameter, a constant metric, ...
+    except Exception as exc:  # a single parameter, a constant metric, ...
         log.info("no parameter importances: %s: %s", type(exc).__name__, exc)
         return None
 

@@ -88,7 +88,7 @@ class _Search:
         self.framework = str(self.base.get("framework"))
         self.dists = {path: spaces.to_optuna(d) for path, d in self.tune.space.items()}
         self._curve = functools.partial(metric_curve, framework=self.framework, metric=self.metric)
-        self.points = spaces.grid(self.tune.space) if self.tune.sampler == "grid" else None
+        self.points = spaces.grid(self.tune.space, self.tune.trials) if self.tune.sampler == "grid" else None
         self.study = optuna.create_study(
             direction="maximize" if self.mode == "max" else "minimize", sampler=sampler(self.tune),
             pruner=pruner(self.tune),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,7 @@ def to_optuna(dist: Distribution) -> BaseDistribution:
         return CategoricalDistribution(list(dist.values or []))
     low, high = float(dist.low or 0), float(dist.high or 0)
     if dist.type == "int":
-        return IntDistribution(int(low), int(high), step=int(dist.step or 1))
+        return IntDistribution(int(low), int(high), step=int(dist.step or 1), log=bool(dist.log))
     if dist.type == "loguniform":
         return FloatDistribution(low, high, log=True)
     return FloatDistribution(low, high, step=dist.step)
@@ -89,19 +90,33 @@ def to_optuna(dist: Distribution) -> BaseDistribution:
 MAX_GRID_AXIS = 10_000
 
 
-def grid(space: dict[str, Distribution]) -> list[dict[str, Any]] | None:
-    """Every point of a grid search, in the order the values are listed (None: a range without a grid; ValueError:
-    an axis of more than MAX_GRID_AXIS points)."""
-    axes: list[list[Any]] = []
+def grid_size(space: dict[str, Distribution]) -> int | None:
+    """How many points a grid search has: the product of its axes' sizes, counted without listing any (None: a range
+    without a grid; ValueError: an axis of more than MAX_GRID_AXIS points)."""
+    counts = []
     for path, dist in space.items():
+        count = dist.points()
+        if count is None:
+            return None
+        if dist.type != "choice" and count > MAX_GRID_AXIS:
+            raise ValueError(f"{path}: {count:,} grid points; a grid axis takes at most {MAX_GRID_AXIS:,}")
+        counts.append(count)
+    return math.prod(counts)
+
+
+def grid(space: dict[str, Distribution], limit: int | None = None) -> list[dict[str, Any]] | None:
+    """The points of a grid search in the order the values are listed, the first ``limit`` of them (a search runs
+    ``trials`` points: two axes of 10,000 values hold 10^8, which no search lists); None: a range without a grid;
+    ValueError: an axis of more than MAX_GRID_AXIS points."""
+    if grid_size(space) is None:
+        return None
+    axes: list[list[Any]] = []
+    for dist in space.values():
         if dist.type == "choice":
             axes.append(list(dist.values or []))
-        elif (count := dist.points()) is not None:
-            low, step = float(dist.low or 0), float(dist.step or 1)
-            if count > MAX_GRID_AXIS:
-                raise ValueError(f"{path}: {count:,} grid points; a grid axis takes at most {MAX_GRID_AXIS:,}")
-            points = [round(low + i * step, 12) for i in range(count)]  # 0.30000000000000004 is 0.3
-            axes.append([int(p) for p in points] if dist.type == "int" else points)
-        else:
-            return None
-    return [dict(zip(space, combo, strict=True)) for combo in itertools.product(*axes)]
+            continue
+        low, step = float(dist.low or 0), float(dist.step or 1)
+        points = [round(low + i * step, 12) for i in range(dist.points() or 0)]  # 0.30000000000000004 is 0.3
+        axes.append([int(p) for p in points] if dist.type == "int" else points)
+    combos = itertools.islice(itertools.product(*axes), limit)
+    return [dict(zip(space, combo, strict=True)) for combo in combos]

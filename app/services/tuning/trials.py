@@ -4,6 +4,7 @@ per trial, and pruner) and told how it ended; and the sending again of a trial's
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from workers.errors import SpecError
 from workers.families import task_name
 from workers.training.torch.config import ADAM_FAMILY, default_initial_threshold
 from workers.training.torch.spec import parse_optimizer
+from workers.training.xgboost.spec import ALIASES, XGBoostSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -155,13 +157,36 @@ def ask(study: Any, tune: TuneRequest, number: int, dists: dict[str, Any]) -> An
     return study.ask(dists)
 
 
+XGBOOST_MIN_ROUNDS, XGBOOST_MIN_SHARE = 5, 0.03
+"""ASHA's first rung for xgboost where the search leaves it out: 3% of num_round, at least 5 rounds. At round 1 every
+trial is a handful of trees from the base score, and a slow learning rate that would win is judged by them."""
+
+
+def min_resource(tune: TuneRequest) -> int:
+    """When ASHA first judges a trial (its first rung): the request's ``min_resource``, else one epoch for torch (an
+    epoch is a pass over the data) and for xgboost :data:`XGBOOST_MIN_SHARE` of the base's ``num_round`` (or its
+    aliases; 100 by default), at least :data:`XGBOOST_MIN_ROUNDS`."""
+    if tune.min_resource is not None:
+        return tune.min_resource
+    if tune.base.get("framework") != "xgboost":
+        return 1
+    params = tune.base.get("params")
+    named = {ALIASES.get(k, k): v for k, v in params.items()} if isinstance(params, dict) else {}
+    rounds = named.get("num_round")
+    rounds = rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else XGBoostSpec.num_round
+    return max(XGBOOST_MIN_ROUNDS, math.ceil(rounds * XGBOOST_MIN_SHARE))
+
+
 def pruner(tune: TuneRequest) -> Any:
+    """ASHA (reduction factor 2), first judging a trial at step :func:`min_resource` (epochs and rounds count from 1);
+    the median pruner after one finished trial, from the first step, or from ``min_resource`` where the request
+    gives it."""
     import optuna
 
     if tune.pruner == "asha":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource(tune), reduction_factor=2)
     if tune.pruner == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0)
+        return optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=tune.min_resource or 0)
     return optuna.pruners.NopPruner()
 
 

@@ -5,10 +5,32 @@
 const TuneView = (() => {
   const { el, clear } = ST;
 
-  function fmt(value) {
+  /* A value as the leaderboard shows it: a number to 4 digits; a list or an object (a choice among layer stacks) as
+   * its JSON, cut at `longest` characters (the whole of it in the cell's title); text as it is. */
+  function fmt(value, longest = 80) {
     if (value === null || value === undefined) return "—";
     if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toPrecision(4);
-    return String(value);
+    if (typeof value !== "object") return String(value);
+    const json = JSON.stringify(value);
+    return json.length > longest ? json.slice(0, longest - 1) + "…" : json;
+  }
+
+  /* A parallel axis of values that are not all numbers: one tick per distinct value, told apart by its whole JSON;
+   * lists and objects labelled by fmt(), and two whose labels the cut makes equal numbered (#1, #2). */
+  function categories(raw) {
+    const key = (v) => JSON.stringify(v === undefined ? null : v);
+    const keys = [...new Set(raw.map(key))];
+    const labels = keys.map((k) => {
+      const v = JSON.parse(k);
+      return v !== null && typeof v === "object" ? fmt(v, 32) : String(v);
+    });
+    const count = {};
+    const ticks = labels.map((l) => {
+      if (labels.indexOf(l) === labels.lastIndexOf(l)) return l;
+      count[l] = (count[l] || 0) + 1;
+      return l + " #" + count[l];
+    });
+    return { values: raw.map((v) => keys.indexOf(key(v))), tickvals: keys.map((_, i) => i), ticktext: ticks.map(text) };
   }
 
   /* Plotly reads a few HTML-like tags in its labels; entities show the text as it is. */
@@ -30,9 +52,7 @@ const TuneView = (() => {
     const dims = Object.keys(done[0].params).map((p) => {
       const raw = done.map((r) => r.params[p]);
       if (raw.every((v) => typeof v === "number")) return { label: text(p), values: raw };
-      const labels = [...new Set(raw.map(String))];
-      return { label: text(p), values: raw.map((v) => labels.indexOf(String(v))), tickvals: labels.map((_, i) => i),
-        ticktext: labels.map(text) };
+      return { label: text(p), ...categories(raw) };
     });
     dims.push({ label: text(result.metric), values: done.map((r) => r.metric) });
     const line = { color: done.map((r) => r.metric), colorscale: "Viridis", reversescale: result.mode === "min", showscale: true };
@@ -55,11 +75,12 @@ const TuneView = (() => {
     const unit = (row) => (row.rounds !== undefined ? row.rounds : row.epochs);
     for (const row of result.leaderboard) {
       const params = Object.entries(row.params).map(([k, v]) => k + " = " + fmt(v)).join(", ");
+      const whole = Object.entries(row.params).map(([k, v]) => k + " = " + JSON.stringify(v)).join(", ");
       const model = row.model ? row.model.name + " v" + row.model.version : "—";
       const best = result.best && result.best.trial === row.trial ? " ★" : "";
       body.appendChild(el("tr", {}, el("td", {}, row.trial + best), el("td", {}, row.state), el("td", {}, fmt(row.metric)),
-        el("td", {}, fmt(unit(row))), el("td", {}, fmt(row.duration_s)), el("td", {}, params), el("td", {}, model),
-        el("td", {}, jobLink(row.job_id))));
+        el("td", {}, fmt(unit(row))), el("td", {}, fmt(row.duration_s)), el("td", { title: whole }, params),
+        el("td", {}, model), el("td", {}, jobLink(row.job_id))));
     }
     document.getElementById("tune-metric").textContent = result.metric + " (" + result.mode + ")";
     drawParallel(document.getElementById("tune-parallel"), result.leaderboard, result);
