@@ -233,10 +233,22 @@ class _InterruptOnce:
         raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The console script: runs a command and turns what went wrong into an exit code."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where SIGINT is ignored (started with &)
+def main(argv: list[str] | None = None, *, whole_process: bool = False) -> int:
+    """The console script: runs a command and turns what went wrong into an exit code. Called in a process that goes
+    on (``whole_process`` false: tests, scripts), it leaves Ctrl-C as it found it."""
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.default_int_handler:  # not where SIGINT is ignored (started with &)
         signal.signal(signal.SIGINT, _InterruptOnce())
+    try:
+        return _run(argv)
+    finally:
+        if not whole_process and before is signal.default_int_handler:
+            signal.signal(signal.SIGINT, before)
+            if hasattr(signal, "pthread_sigmask"):
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         try:
             code = app(args=argv, prog_name="sparktrain", standalone_mode=False)
@@ -254,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    sys.exit(main(whole_process=True))
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def _named_job(record: logging.LogRecord) -> str | None:
     if record.name.startswith(("sparktrain", "app")):
         try:
             said = record.getMessage()
-        except (TypeError, ValueError):
+        except Exception:  # a bad format or argument: the handler reports it, this filter must not raise
             return None
         named = _A_JOB.search(said)
         return named.group(1) if named else None

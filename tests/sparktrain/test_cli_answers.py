@@ -222,3 +222,15 @@ def test_models_follows_next_cursor_to_the_last_page() -> None:
     api, _ = _pages({None: {"items": [model], "next_cursor": "c1"}, "c1": {"items": [model], "next_cursor": "c1"}})
     with pytest.raises(NotTheService, match="a next_cursor it gave before"):
         api.models()
+
+
+def test_main_in_a_process_that_goes_on_leaves_ctrl_c_as_it_was() -> None:
+    """main() installed its once-only Ctrl-C handler for good: after it, an in-process caller's Ctrl-C was ignored
+    after the first (review)."""
+    import signal
+
+    from sparktrain.cli import main
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert main(["--version"]) == 0
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -91,7 +91,7 @@ def _default_features(
         counted = numbers.get(column)
         if column in taken:
             continue
-        if counted is not None and not counted.mostly and not counted.none and ref.sequence is None:
+        if counted is not None and counted.values and not counted.mostly and not counted.none and ref.sequence is None:
             warnings.append(f"dataset.features: {column!r} is left out of the default features: "
                             f"{_some(counted)}{_null_hint(counted.first)}; list it in dataset.features to train on "
                             "it, each such row a bad row")  # fmt: skip
@@ -244,7 +244,7 @@ def resolve_dataset(
     tell the request (a string column taken as a default feature) is appended to it."""
     path, fmt, options = locate(ref.uri, ref.format, ref.options, settings=settings, db=db, loc=f"{loc}.uri")
     schema = read_schema(spark, path, fmt, options, loc=f"{loc}.uri")
-    _check_rows(ref.uri, path, fmt, options, db=db, loc=f"{loc}.uri")
+    _check_rows(path, fmt, options, loc=f"{loc}.uri")
     available = columns_words(schema)
     parsed = parse_numbers and fmt in PARSED_FORMATS and ref.sequence is None
     labels = [] if ref.label is None else [ref.label] if isinstance(ref.label, str) else list(ref.label)
@@ -362,12 +362,10 @@ _SMALL = 64 << 10
 """Local CSV / JSON-lines data up to this size is read whole when a request is checked, for whether it has rows."""
 
 
-def _check_rows(
-    uri: str, path: str, fmt: str, options: dict[str, str], *, db: sessionmaker[Session] | None, loc: str
-) -> None:
+def _check_rows(path: str, fmt: str, options: dict[str, str], *, loc: str) -> None:
     """A 422 for data known to have no rows (a CSV of only its header, parquet of no rows), rather than a job that
-    fails late or for another reason (a label of 0 classes, no numeric column). Known: local parquet's footers,
-    small local text read whole, or else a registration's exact summary (of data the driver does not read)."""
+    fails late or for another reason (a label of 0 classes, no numeric column). Known: local parquet's footers, or
+    small local text read whole, now (a registration's summary may be older than the data: rows added since)."""
     rows: int | None = None
     found = local_text(path, options) if fmt in ("csv", "json") else None
     if fmt == "parquet":
@@ -375,11 +373,6 @@ def _check_rows(
     elif found is not None and not found[1] and files_bytes(found[0]) <= _SMALL:
         summary = text_summary(found[0], fmt, options, sample_rows=0)
         rows = summary[1] if summary is not None and not summary[3] else None
-    if rows is None and db is not None and found is None:
-        with db() as session:
-            row = registry.registered(session, uri)
-            if row is not None and row.summary == registry.COMPLETE and not row.bad_rows:
-                rows = row.row_count
     if rows == 0:
         header = fmt == "csv" and str(options.get("header", "false")).lower() == "true"
         named = path.rstrip("/").rsplit("/", 1)[-1]  # (a registered dataset's id names no file)

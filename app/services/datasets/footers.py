@@ -63,6 +63,16 @@ def _spark_type(t: pa.DataType) -> str:
         return str(t)
 
 
+_WIDTHS = ({"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}, {"float": 1, "double": 2})
+"""Types Spark's parquet reader widens to a wider one of the same kind (int32 read as bigint, float as double)."""
+
+
+def _widens(part: str, schema: str) -> bool:
+    """Whether Spark reads a part file's ``part`` type as the dataset's ``schema`` type (the first file's): the same
+    kind of number, no wider (a first file of int64 and a part of int32 read as bigint; the other way fails)."""
+    return any(part in kind and schema in kind and kind[part] <= kind[schema] for kind in _WIDTHS)
+
+
 def check_parquet(files: list[Path]) -> None:
     """Raise :class:`SparkRefuses` for parquet part files Spark cannot read as one dataset; a footer pyarrow cannot
     read is left to Spark."""
@@ -86,7 +96,7 @@ def check_parquet(files: list[Path]) -> None:
         for field in schema:
             spark_type = _spark_type(field.type)
             first = seen.setdefault(field.name, (spark_type, file))
-            if first[0] != spark_type:
+            if first[0] != spark_type and not _widens(spark_type, first[0]):
                 raise SparkRefuses(f"column {field.name!r} is {first[0]} in {first[1].name} but {spark_type} in "
                                    f"{file.name}: Spark reads every part file with one type, and fails on the "
                                    "other; write the parts with one type")  # fmt: skip

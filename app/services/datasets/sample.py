@@ -150,22 +150,25 @@ def spark_names(header: list[str], options: dict[str, str]) -> list[str]:
 
 
 def header_names(file: Path, options: dict[str, str]) -> list[tuple[str, str]] | None:
-    """(Spark's name, the header's own text) of each column of a CSV file with a header line; None when pyarrow
-    cannot read its first line."""
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
+    """(Spark's name, the header's own text) of each column of a CSV file with a header line; None when its first
+    line cannot be read. The line is read as text (pyarrow's reading made ``0`` an empty name and ``2019``
+    ``2019.0``)."""
+    import csv
 
-    parsed = csv_options(options)
-    if parsed is None:
+    sep = options.get("sep", options.get("delimiter", ","))
+    quote, escape = options.get("quote", '"'), options.get("escape", "\\")
+    if len(sep) != 1 or len(quote) > 1 or len(escape) > 1:
         return None
-    parse, _convert, _read, _header = parsed
-    encoding = options.get("encoding", options.get("charset", "utf8"))  # (pyarrow skips a byte order mark)
-    read = pcsv.ReadOptions(autogenerate_column_names=True, encoding=encoding)
+    dialect: dict[str, Any] = {"delimiter": sep, "doublequote": True, "strict": False}
+    if quote:
+        dialect.update(quotechar=quote, escapechar=escape if escape and escape != quote else None)
+    else:
+        dialect.update(quoting=csv.QUOTE_NONE, escapechar=escape or None)
     try:
-        first = pcsv.open_csv(file, read_options=read, parse_options=parse).read_next_batch()
-    except (pa.ArrowException, ValueError, OSError, StopIteration):
+        with file.open(encoding=_encoding(options), newline="") as f:
+            raw = next(csv.reader(f, **dialect), None)
+    except (OSError, UnicodeDecodeError, LookupError, csv.Error):
         return None
-    raw = [str(first.column(i)[0].as_py() or "") for i in range(first.num_columns)] if first.num_rows else []
     return list(zip(spark_names(raw, options), raw, strict=True)) if raw else None
 
 

@@ -78,7 +78,7 @@ def _doubled(sep: str) -> re.Pattern[str]:
     """A quote doubled inside a field (East ""side""); an empty quoted field (two quotes between separators) is not
     one."""
     other = re.escape(sep) if len(sep) == 1 else ""
-    return re.compile(rf'[^\s"{other}]""|""[^\s"{other}]')
+    return re.compile(rf'[^\s"\\{other}]""|""[^\s"{other}]')  # \"" : Spark's own escape, then the closing quote
 
 
 def doubled_quotes(path: str, fmt: Format, options: dict[str, str]) -> str | None:

@@ -6,6 +6,7 @@ stored with the model). Local parquet, CSV and JSON lines are read on the driver
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from app.core.errors import ValidationFailed
 from app.services.datasets import schema as data
 from app.services.datasets.deferred import before_spark_job
 from workers.data.spec import ResolvedDataset
+from workers.numbers import shown
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,12 +60,17 @@ def _check_negative(train: ResolvedDataset) -> None:
     label = train.label or ""
     found = data.distinct_values(train.path, train.format, train.options, label, limit=MAX_STRING_CLASSES)
     try:
-        lowest = min((float(v) for v in found or () if v is not None), default=0.0)
+        values = [float(v) for v in found or () if v is not None]
     except (TypeError, ValueError):  # not numbers after all: the job's label check says so
         return
+    odd = next((v for v in values if not math.isfinite(v)), None)
+    if odd is not None:  # (int(-inf) was a 500)
+        raise ValidationFailed.at("dataset.label", f"{label!r} has the value {shown(odd)}, which is not a class: "
+                                  "class labels are integers 0..k-1 (or strings)")  # fmt: skip
+    lowest = min(values, default=0.0)
     if lowest < 0:
-        shown = int(lowest) if lowest == int(lowest) else lowest
-        raise ValidationFailed.at("dataset.label", f"{label!r} has the class {shown}: class labels are integers "
+        said = int(lowest) if lowest == int(lowest) else lowest
+        raise ValidationFailed.at("dataset.label", f"{label!r} has the class {said}: class labels are integers "
                                   "0..k-1 (or strings); number the classes from 0 (e.g. -1/1 as 0/1), or give "
                                   "them as text")  # fmt: skip
 

@@ -373,12 +373,11 @@ def ignored_settings(options: TrainingOptions, sharing: SharingConfig, parameter
     thresholding = sorted(given & {"threshold_algorithm", "residual_clipping", "index_coding", "bitmap_ratio",
                                    "encoding_debug"})  # fmt: skip
     if options.mode == "gradient_sharing" and exact and thresholding:
-        named = thresholding[0] + (f" (and {', '.join(thresholding[1:])})" if thresholding[1:] else "")
-        verb = "do" if thresholding[1:] else "does"
-        out.append(f"training.gradient_sharing.{named} {verb} not apply: the network's {parameters:,} "
-                   f"parameters ({dense:,} bytes, at most exact_below_bytes {sharing.exact_below_bytes:,}) are "
-                   "exchanged exactly on every step, with no threshold; set exact_below_bytes to 0 to threshold "
-                   "them")  # fmt: skip
+        for name in thresholding:  # one each, named first (a search drops the one about a threshold it wrote in)
+            out.append(f"training.gradient_sharing.{name} does not apply: the network's {parameters:,} parameters "
+                       f"({dense:,} bytes, at most exact_below_bytes {sharing.exact_below_bytes:,}) are exchanged "
+                       "exactly on every step, with no threshold; set exact_below_bytes to 0 to threshold "
+                       "them")  # fmt: skip
     elif options.mode == "gradient_sharing" and not exact and options.num_workers == 1:
         out.append("training.num_workers is 1: gradient sharing has no other worker to share with, and its threshold "
                    "only holds updates back (the shipped LSTM thresholded alone: 0.932 against Adam's 0.985); mode "

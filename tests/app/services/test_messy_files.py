@@ -45,6 +45,8 @@ def _texts(tmp_path: Path) -> list[tuple[Path, dict[str, str]]]:
     (tmp_path / "r.csv").write_text('"","a","b","y"\n"1",1,2,0\n"2",3,4,1\n')
     (tmp_path / "twice.csv").write_text("a,,a,A,,y\n1,2,3,4,5,0\n6,7,8,9,10,1\n")
     (tmp_path / "case.csv").write_text("Price,price,y\n1,2,0\n3,4,1\n")
+    # headers that look like numbers or a missing value (read through type inference: _c0, 1.0, 2019.0, _c1)
+    (tmp_path / "numbered.csv").write_text("0,1,2019,NA,y\n0.5,1.5,2.5,3.5,1\n1.5,2.5,3.5,4.5,0\n")
     (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + b"".join(json.dumps({"a": i, "y": i % 2}).encode() + b"\n"
                                                                     for i in range(200)))  # fmt: skip
     doubled = {"escape": '"'}
@@ -55,6 +57,7 @@ def _texts(tmp_path: Path) -> list[tuple[Path, dict[str, str]]]:
         (tmp_path / "r.csv", reader_options("csv", {})),
         (tmp_path / "twice.csv", reader_options("csv", {})),
         (tmp_path / "case.csv", reader_options("csv", {})),
+        (tmp_path / "numbered.csv", reader_options("csv", {})),
         (tmp_path / "bom.json", reader_options("json", {})),
     ]
 
@@ -80,6 +83,10 @@ def test_the_driver_reads_pandas_and_r_files_as_spark_does(spark: Any, tmp_path:
     assert names["indexed.csv"] == ["_c0", "x", "y"] and names["r.csv"] == ["_c0", "a", "b", "y"]
     assert names["twice.csv"] == ["a0", "_c1", "a2", "A3", "_c4", "y"]
     assert names["case.csv"] == ["Price0", "price1", "y"]
+    assert names["numbered.csv"] == ["0", "1", "2019", "NA", "y"]
+    from app.services.datasets.sample import header_names
+
+    assert header_names(tmp_path / "numbered.csv", {}) == [(n, n) for n in names["numbered.csv"]]  # (as text)
     quoted = local_summary(str(tmp_path / "pandas_na.csv"), "csv", _texts(tmp_path)[0][1], sample_rows=2)
     assert quoted is not None and quoted[2][1]["name"] == 'East "side" 1, st' and quoted[3] == 1
 
@@ -112,6 +119,15 @@ def test_parquet_spark_cannot_read_is_refused_before_a_job(spark: Any, tmp_path:
         spark.read.parquet(str(parts)).collect()
     assert ("column 'k' is bigint in part-00000.parquet but double in part-00001.parquet"
             in _refusal(spark, parts))  # fmt: skip
+    # a narrower integer after a wider one Spark reads (as the first file's bigint): not refused (review)
+    widened = tmp_path / "widened"
+    widened.mkdir()
+    pq.write_table(pa.table({"k": pa.array([1, 2], pa.int64()), "y": [0, 1]}), widened / "part-00000.parquet")
+    pq.write_table(pa.table({"k": pa.array([3, 4], pa.int32()), "y": [0, 1]}), widened / "part-00001.parquet")
+    assert spark.read.parquet(str(widened)).count() == 4
+    from app.services.datasets.footers import check_parquet
+
+    check_parquet(sorted(widened.iterdir()))
 
     pq.write_table(pa.table({"Price": [1.0], "price": [2.0], "y": [1]}), tmp_path / "case.parquet")
     (tmp_path / "case.json").write_text('{"Price": 1, "price": 2, "y": 1}\n')
@@ -209,3 +225,7 @@ def test_whole_number_doubles_are_classes_and_negative_classes_are_refused(spark
             "'signed' has the class -1: class labels are integers 0..k-1 (or strings); number the classes from 0 "
             "(e.g. -1/1 as 0/1), or give them as text"
         )
+    # an infinite label (int(-inf) was a 500; review)
+    (tmp_path / "labels.csv").write_text("x,cls,signed\n" + "".join(rows) + "0.5,-inf,1\n")
+    with pytest.raises(ValidationFailed, match="'cls' has the value -Infinity, which is not a class"):
+        _plan(spark, tmp_path, "xgboost", "cls")
