@@ -262,7 +262,7 @@ def test_bad_torch_requests(service: Service) -> None:
                                "label": "fare_amount", "task": "classification", "num_classes": 10}  # fmt: skip
     del float_labels["validation"]
     problem = _problem(service, float_labels)
-    assert problem["errors"][0]["loc"] == "dataset.label" and "integers" in problem["detail"]
+    assert problem["errors"][0]["loc"] == "dataset.label" and "holds fractions" in problem["detail"], problem
 
     bad_threshold = digits(MLP, gradient_sharing={"threshold_algorithm": {"type": "adaptive", "decay": 2}})
     assert "threshold_algorithm" in _problem(service, bad_threshold)["errors"][0]["loc"]

@@ -231,6 +231,9 @@ def test_main_in_a_process_that_goes_on_leaves_ctrl_c_as_it_was() -> None:
 
     from sparktrain.cli import main
 
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert main(["--version"]) == 0
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # (pytest-xdist's workers ignore SIGINT)
+    try:
+        assert main(["--version"]) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)

@@ -43,6 +43,8 @@ def resolve_classes(
         return replace(train, num_classes=len(names)), names
     if not is_index_type(dtype):
         raise ValidationFailed.at("dataset.label", f"{label!r} is {dtype}; class labels are integers 0..k-1 or strings")
+    if dtype not in INTEGER_TYPES:
+        check_whole_labels(train)  # a fare is not a class (torch's job failed BAD_ROWS)
     _check_negative(train)
     if train.num_classes is None:
         return replace(train, num_classes=class_count(train, spark)), None
@@ -130,3 +132,22 @@ def unused_classes(train: ResolvedDataset, dtype: str) -> str | None:
     return (f"dataset.label {train.label!r} has no rows of class {shown} of 0..{train.num_classes - 1} (integer "
             f"labels are class indices): the model learns {train.num_classes} classes, {len(missing)} never seen; "
             "number the classes from 0, or give them as text")  # fmt: skip
+
+
+def check_whole_labels(train: ResolvedDataset) -> None:
+    """A 422 for a classification label of fractions (a continuous value such as a fare, not a class), read from
+    local data only (else every such row is a bad row of the job)."""
+    found = data.distinct_values(train.path, train.format, train.options, train.label or "", limit=MAX_STRING_CLASSES)
+    try:
+        values = [float(v) for v in found or () if v is not None]
+    except (TypeError, ValueError):  # not numbers after all: the job's label check says so
+        return
+    odd = next((v for v in values if not math.isfinite(v)), None)
+    if odd is not None:
+        raise ValidationFailed.at("dataset.label", f"{train.label!r} has the value {shown(odd)}, which is not a "
+                                  "class: class labels are integers 0..k-1 (or strings)")  # fmt: skip
+    fraction = next((v for v in values if not v.is_integer()), None)
+    if fraction is not None:
+        raise ValidationFailed.at("dataset.label", f"{train.label!r} holds fractions (such as {fraction:g}), not "
+                                  "classes: class labels are whole numbers 0..k-1 or strings; for a continuous label "
+                                  "set dataset.task to regression")  # fmt: skip

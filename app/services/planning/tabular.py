@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.core.errors import ValidationFailed
 from app.schemas.train import TrainRequest
-from app.services.datasets import schema as data
-from app.services.planning.labels import INTEGER_TYPES, MAX_STRING_CLASSES, resolve_classes
+from app.services.planning.labels import INTEGER_TYPES, check_whole_labels, resolve_classes
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
-from workers.numbers import shown
 from workers.training.spark_ml.spec import SparkMLPlan, parse_spark_ml_params
 
 if TYPE_CHECKING:
@@ -97,22 +94,3 @@ def _check_counted(train: ResolvedDataset, counted: int | None) -> None:
         raise ValidationFailed.at("dataset.num_classes", f"{train.label!r} has labels 0..{counted - 1}, {counted} "
                                   f"classes, not {train.num_classes}: leave dataset.num_classes out, or number the "
                                   "classes 0..k-1")  # fmt: skip
-
-
-def check_whole_labels(train: ResolvedDataset) -> None:
-    """A 422 for a classification label of fractions (a continuous value such as a fare, not a class), read from
-    local data only (else every such row is a bad row of the job)."""
-    found = data.distinct_values(train.path, train.format, train.options, train.label or "", limit=MAX_STRING_CLASSES)
-    try:
-        values = [float(v) for v in found or () if v is not None]
-    except (TypeError, ValueError):  # not numbers after all: the job's label check says so
-        return
-    odd = next((v for v in values if not math.isfinite(v)), None)
-    if odd is not None:
-        raise ValidationFailed.at("dataset.label", f"{train.label!r} has the value {shown(odd)}, which is not a "
-                                  "class: class labels are integers 0..k-1 (or strings)")  # fmt: skip
-    fraction = next((v for v in values if not v.is_integer()), None)
-    if fraction is not None:
-        raise ValidationFailed.at("dataset.label", f"{train.label!r} holds fractions (such as {fraction:g}), not "
-                                  "classes: class labels are whole numbers 0..k-1 or strings; for a continuous label "
-                                  "set dataset.task to regression")  # fmt: skip

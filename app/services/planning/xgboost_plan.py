@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Literal
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainRequest
-from app.services.planning.labels import resolve_classes, unused_classes
-from app.services.planning.tabular import SPLIT_UNUSED, check_tabular, check_whole_labels
+from app.services.planning.labels import check_whole_labels, resolve_classes, unused_classes
+from app.services.planning.tabular import SPLIT_UNUSED, check_tabular
 from workers import cluster
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
