@@ -84,10 +84,12 @@ MAX_ENTRIES = 100_000
 """Files a dataset directory may hold; each one is checked to stay inside the data roots."""
 
 
-def _check_tree(path: Path, roots: Sequence[Path], uri: str, loc: str) -> None:
+def _check_tree(path: Path, roots: Sequence[Path], uri: str, loc: str) -> list[Path]:
     """Every file and directory below a dataset directory must resolve inside a data root: Spark follows links, so
-    one link in a parquet directory would otherwise read a file from anywhere."""
+    one link in a parquet directory would otherwise read a file from anywhere. An entry is checked before the walk
+    goes into it (a link to /sys is refused, not walked). Returns where the links lead (resolved, each once)."""
     seen: set[str] = set()
+    links: dict[str, Path] = {}
     count = 0
     for top, dirs, files in os.walk(path, followlinks=True):
         real_top = os.path.realpath(top)
@@ -99,43 +101,22 @@ def _check_tree(path: Path, roots: Sequence[Path], uri: str, loc: str) -> None:
             count += 1
             if count > MAX_ENTRIES:
                 raise ValidationFailed.at(loc, f"{uri!r} holds more than {MAX_ENTRIES} files; split the dataset")
-            real = Path(os.path.realpath(os.path.join(top, name)))
+            joined = os.path.join(top, name)
+            real = Path(os.path.realpath(joined))
             if not any(_inside(real, root) for root in roots):
-                inner = os.path.relpath(os.path.join(top, name), path)
+                inner = os.path.relpath(joined, path)
                 raise ValidationFailed.at(
                     loc, f"{uri!r} holds {inner!r}, a link that leads outside the configured data roots"
                 )
+            if os.path.islink(joined):
+                links.setdefault(str(real), real)
+    return list(links.values())
 
 
 def links_below(path: Path, roots: Sequence[Path], uri: str, loc: str) -> list[Path]:
-    """Where the links below a local dataset directory lead (resolved, each once): Spark reads through them, so what
-    they lead to is read as part of the dataset. A link that leads out of the roots, or more than
-    :data:`MAX_ENTRIES` entries, is the 422 :func:`_check_tree` answers (before any other check of what is below)."""
-    if not path.is_dir():
-        return []
-    found: dict[str, Path] = {}
-    seen: set[str] = set()
-    count = 0
-    for top, dirs, files in os.walk(path, followlinks=True):
-        real_top = os.path.realpath(top)
-        if real_top in seen:
-            dirs[:] = []
-            continue
-        seen.add(real_top)
-        for name in (*dirs, *files):
-            count += 1
-            if count > MAX_ENTRIES:
-                raise ValidationFailed.at(loc, f"{uri!r} holds more than {MAX_ENTRIES} files; split the dataset")
-            joined = os.path.join(top, name)
-            if not os.path.islink(joined):
-                continue
-            real = Path(os.path.realpath(joined))
-            if not any(_inside(real, root) for root in roots):  # (not walked into: it could be /sys)
-                inner = os.path.relpath(joined, path)
-                raise ValidationFailed.at(loc, f"{uri!r} holds {inner!r}, a link that leads outside the configured "
-                                          "data roots")  # fmt: skip
-            found.setdefault(str(real), real)
-    return list(found.values())
+    """Where the links below a local dataset directory lead: Spark reads through them, so what they lead to is read
+    as part of the dataset (the walk and its 422s are :func:`_check_tree`'s)."""
+    return _check_tree(path, roots, uri, loc) if path.is_dir() else []
 
 
 def resolve_uri(
