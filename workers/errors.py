@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,6 +33,17 @@ class Problems:
 
     def __init__(self) -> None:
         self.found: list[SpecError] = []
+        self.bad: set[str] = set()
+        """The fields :meth:`check` found invalid: the rules that read them are left out."""
+
+    def check(self, name: str, run: Callable[[], Any], default: Any) -> Any:
+        """``run()``'s value, or ``default`` when it raised a SpecError (kept, and ``name`` marked bad)."""
+        found = len(self.found)
+        with self.field():
+            return run()
+        if len(self.found) > found:
+            self.bad.add(name)
+        return default
 
     @contextmanager
     def field(self) -> Iterator[None]:

@@ -302,15 +302,7 @@ def parse_spark_ml_params(
         )
     estimator_class, rules = by_task[task]
     problems = Problems()  # every problem in one SpecError; a rule of several fields once they are valid
-    bad: set[str] = set()
-
-    def check(name: str, run: Callable[[], Any], default: Any) -> Any:
-        found = len(problems.found)
-        with problems.field():
-            return run()
-        if len(problems.found) > found:
-            bad.add(name)
-        return default
+    bad, check = problems.bad, problems.check  # the fields found invalid: the checks that read them are left out
 
     estimator_params: dict[str, Scalar] = {}
     for name, value in params.items():

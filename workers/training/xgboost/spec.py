@@ -9,7 +9,7 @@ estimator so it cannot drift.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -371,15 +371,7 @@ def parse_xgboost_params(
     given = {ALIASES.get(k, k): k for k in params or {}}  # errors name a parameter as the request did (eta)
     unknown = sorted(name for name in raw if name not in BOOSTER_PARAMS and name not in CONTROL_KEYS)
     _check_known(unknown, problems)
-    bad: set[str] = set()  # the fields found invalid: the checks that read them are left out
-
-    def check(name: str, run: Callable[[], Any], default: Any) -> Any:
-        found = len(problems.found)
-        with problems.field():
-            return run()
-        if len(problems.found) > found:
-            bad.add(name)
-        return default
+    bad, check = problems.bad, problems.check  # the fields found invalid: the checks that read them are left out
 
     booster: dict[str, Scalar] = {}
     for name, value in raw.items():
