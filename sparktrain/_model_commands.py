@@ -1,4 +1,5 @@
-"""The registry's commands: ``models``, ``alias``, ``datasets``, ``download`` and ``predict`` (docs/cli.md).
+"""The registry's commands: ``models`` (and ``models delete``, ``tag``, ``untag``), ``alias``, ``datasets``,
+``download`` and ``predict`` (docs/cli.md).
 :mod:`sparktrain.cli` imports this module after its own commands, so ``--help`` lists these after them."""
 
 from __future__ import annotations
@@ -7,24 +8,37 @@ import enum
 import json
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 
+from sparktrain._answers import not_the_service
 from sparktrain._app import app, err, options, out, print_json
 from sparktrain._csv import CellError, at_lines, is_stdin, model_columns, read_records, source_name, typed_rows
 from sparktrain._exits import OK
-from sparktrain._help import Command
+from sparktrain._help import Command, Group
 from sparktrain._outcome import submitted
+from sparktrain._refs import MODEL_NAME, NAME_RULE
 from sparktrain._table import datasets_table, models_table
-from sparktrain.client import ApiError, LocalFileError, ModelRef, UsageError
+from sparktrain.client import ApiError, Client, LocalFileError, ModelRef, NotTheService, UsageError
 
 INLINE_ROWS = 10_000
 """Rows ``predict --csv`` sends inline; more become a batch job (the service's SPARKTRAIN_MAX_PREDICT_ROWS default)."""
 
 
-@app.command(cls=Command)
-def models(ctx: typer.Context) -> int:
-    """Registered models: their versions, aliases and framework."""
+models_app = typer.Typer(
+    cls=Group,
+    no_args_is_help=False,
+    help="Registered models: their versions, aliases and framework (with no command); delete, tag and untag.",
+)
+app.add_typer(models_app, name="models")
+
+
+@models_app.callback(invoke_without_command=True)
+def models(ctx: typer.Context) -> int | None:
+    """Registered models: their versions, aliases and framework; or one of the commands below."""
+    if ctx.invoked_subcommand is not None:
+        return None
     opts = options(ctx)
     with opts.client() as api:
         items = api.models()
@@ -38,29 +52,119 @@ def models(ctx: typer.Context) -> int:
     return OK
 
 
+VersionOption = Annotated[
+    int | None, typer.Option("--version", min=1, metavar="N", help="The version (else: the model itself).")
+]
+
+
+@models_app.command("delete", cls=Command)
+def delete_model(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The model.")],
+    version: VersionOption = None,
+) -> int:
+    """Delete a model version (--version N), or the whole model with every version, alias and tag. Asks nothing:
+    a job that still uses it makes the service refuse (409, exit 2); a deleted number is never given again."""
+    opts = options(ctx)
+    path = _model_path(name) + (f"/versions/{version}" if version is not None else "")
+    with opts.client() as api:
+        api.request("DELETE", path)
+    said = f"model {name} version {version} deleted" if version is not None else f"model {name} deleted"
+    answer = {"name": name, "version": version, "deleted": True}
+    print_json(answer) if opts.json else out.print(said, highlight=False)
+    return OK
+
+
+@models_app.command("tag", cls=Command)
+def tag(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The model.")],
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The tag's key: letters, digits, _ . - and spaces.")],
+    value: Annotated[str, typer.Argument(metavar="VALUE", help="The tag's value (any text; '' is a value too).")],
+    version: VersionOption = None,
+) -> int:
+    """Set a tag on a model, or on one of its versions (--version N): created, or its value replaced."""
+    opts = options(ctx)
+    with opts.client() as api:
+        answer = _json(api, "PUT", _tag_path(name, version, key), json={"value": value})
+    where = f"{name} version {version}" if version is not None else name
+    print_json(answer) if opts.json else out.print(f"tag {key} of {where} set", highlight=False)
+    return OK
+
+
+@models_app.command("untag", cls=Command)
+def untag(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The model.")],
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The tag's key.")],
+    version: VersionOption = None,
+) -> int:
+    """Remove a tag from a model, or from one of its versions (--version N); one it does not have is exit 2."""
+    opts = options(ctx)
+    with opts.client() as api:
+        api.request("DELETE", _tag_path(name, version, key))
+    where = f"{name} version {version}" if version is not None else name
+    answer = {"name": name, "version": version, "key": key, "deleted": True}
+    print_json(answer) if opts.json else out.print(f"tag {key} of {where} removed", highlight=False)
+    return OK
+
+
+def _model_path(name: str) -> str:
+    """``/models/{name}``; a name no model can have (``foo/bar``, ``m:3``) is a usage error with the rule."""
+    if not MODEL_NAME.match(name):
+        hint = " (a version is --version N)" if ":" in name or "@" in name else ""
+        raise UsageError(f"no model is named {name!r}: {NAME_RULE}{hint}")
+    return f"/models/{quote(name, safe='')}"
+
+
+def _tag_path(name: str, version: int | None, key: str) -> str:
+    versioned = f"/versions/{version}" if version is not None else ""
+    return f"{_model_path(name)}{versioned}/tags/{quote(key, safe='')}"
+
+
+def _json(api: Client, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    """The service's answer, an object; anything else is not the service."""
+    response = api.request(method, path, **kwargs)
+    try:
+        answer = response.json()
+    except ValueError:
+        raise NotTheService(not_the_service(api.url, response)) from None
+    if not isinstance(answer, dict):
+        raise NotTheService(not_the_service(api.url, response))
+    return answer
+
+
 @app.command(cls=Command)
 def alias(
     ctx: typer.Context,
     model: Annotated[
-        str, typer.Argument(metavar="MODEL", help="NAME:VERSION, the version the alias names; with --delete, NAME.")
+        str,
+        typer.Argument(
+            metavar="MODEL",
+            help="NAME:VERSION, the version the alias names; NAME alone shows the version it names (or, with "
+            "--delete, removes it).",
+        ),
     ],
     name: Annotated[str, typer.Argument(metavar="ALIAS", help="The alias: champion, production, ...")],
     delete: Annotated[bool, typer.Option("--delete", help="Remove the alias from the model instead.")] = False,
 ) -> int:
-    """Point a model's alias at a version (NAME@ALIAS then names it in predict, download and evaluate bodies), or
-    remove one with --delete."""
+    """Point a model's alias at a version (NAME@ALIAS then names it in predict, download and evaluate bodies), show
+    the version an alias names (NAME ALIAS), or remove one with --delete."""
     opts = options(ctx)
     ref = _model_ref(model)
-    if ref.alias is not None or (ref.version is None) != delete:
-        shape = "NAME (the model whose alias goes)" if delete else "NAME:VERSION (the version the alias names)"
+    if ref.alias is not None or (delete and ref.version is not None):
+        shape = "NAME (the model whose alias goes)" if delete else "NAME:VERSION (the version the alias names) or NAME"
         raise typer.BadParameter(f"{model!r}: give {shape}", param_hint="MODEL")
     with opts.client() as api:
         if delete:
             api.delete_alias(ref.name, name)
             answer: dict[str, Any] = {"name": ref.name, "alias": name, "deleted": True}
             said = f"alias {name} of {ref.name} removed"
+        elif ref.version is None:
+            answer = _json(api, "GET", f"{_model_path(ref.name)}/aliases/{quote(name, safe='')}")
+            said = f"alias {name} of {ref.name} names version {answer.get('version')}"
         else:
-            answer = api.set_alias(ref.name, name, int(ref.version or 0))
+            answer = api.set_alias(ref.name, name, int(ref.version))
             said = f"alias {name} of {ref.name} names version {answer['version']}"
     print_json(answer) if opts.json else out.print(said, highlight=False)
     return OK

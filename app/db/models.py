@@ -121,6 +121,8 @@ class Model(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     owner: Mapped[str] = mapped_column(String(200), default="anonymous")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """The highest version number ever given (migration 0014): a deleted version's number is never given again."""
 
     versions: Mapped[list[ModelVersion]] = relationship(
         back_populates="model", order_by="ModelVersion.version", lazy="selectin"
@@ -159,6 +161,32 @@ class ModelAlias(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     version: Mapped[ModelVersion] = relationship(lazy="joined")
+
+
+class ModelTag(Base):
+    """A key/value string tag of a model, as MLflow's registered model tags (``PUT /models/{name}/tags/{key}``)."""
+
+    __tablename__ = "model_tags"
+    __table_args__ = (UniqueConstraint("model_id", "key", name="uq_model_tags_model_id_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(250))
+    value: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ModelVersionTag(Base):
+    """A key/value string tag of one model version, as MLflow's model version tags."""
+
+    __tablename__ = "model_version_tags"
+    __table_args__ = (UniqueConstraint("version_id", "key", name="uq_model_version_tags_version_id_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(250))
+    value: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class Checkpoint(Base):

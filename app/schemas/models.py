@@ -5,10 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.schemas.body import Body
 
 VERSION_MAX = 2**31 - 1  # model_versions.version is a 32-bit integer column
 ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9._-]{0,99}$"
+TAG_KEY_MAX, TAG_VALUE_MAX = 250, 5000  # MLflow's limits for registry tags
+TAG_KEY_PATTERN = r"^[A-Za-z0-9_.-](?:[A-Za-z0-9_. -]{0,248}[A-Za-z0-9_.-])?$"
+TAG_KEY_RULE = (
+    f"1 to {TAG_KEY_MAX} letters, digits, '_', '.', '-' or spaces (no space first or last): a key is a path "
+    "segment, so no '/'"
+)
 ArtifactFormat = Literal["archive", "mlflow", "onnx"]
 ARTIFACT_FORMATS: tuple[str, ...] = ("archive", "mlflow", "onnx")
 FAMILY_FORMATS: dict[str, tuple[str, ...]] = {
@@ -76,6 +84,8 @@ class ModelVersionRead(BaseModel):
     formats: list[str] = Field(
         default_factory=list, description="What GET .../artifact?format= can download for this version."
     )
+    aliases: list[str] = Field(default_factory=list, description="The model's aliases that name this version.")
+    tags: dict[str, str] = Field(default_factory=dict, description="The version's tags (PUT .../tags/{key}).")
 
 
 class ModelRead(BaseModel):
@@ -84,6 +94,7 @@ class ModelRead(BaseModel):
     created_at: datetime
     latest_version: int | None
     aliases: dict[str, int] = {}
+    tags: dict[str, str] = Field(default_factory=dict, description="The model's tags (PUT /models/{name}/tags/{key}).")
     versions: list[ModelVersionRead]
 
 
@@ -92,3 +103,23 @@ class ModelPage(BaseModel):
     next_cursor: str | None = Field(
         None, description="Pass as `cursor` for the next page (the models after these by name); null on the last page."
     )
+
+
+class TagBody(Body):
+    """``PUT /models/{name}/tags/{key}`` (and a version's): the tag's value, any text up to 5,000 characters."""
+
+    value: str = Field(max_length=TAG_VALUE_MAX, examples=["fraud-team"])
+
+    @field_validator("value")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        # PostgreSQL's text holds no NUL and no lone surrogate, and no other control character is one a person meant
+        bad = next((c for c in value if _unstorable(c)), None)
+        if bad is not None:
+            raise ValueError(f"holds {bad!r}; a tag's value is text: no control character but tabs and line breaks")
+        return value
+
+
+def _unstorable(char: str) -> bool:
+    code = ord(char)
+    return (code < 32 and char not in "\t\n\r") or code == 127 or 0xD800 <= code <= 0xDFFF

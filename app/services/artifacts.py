@@ -222,11 +222,18 @@ def _export(model_dir: Path, target: Path) -> Path:
     return target
 
 
+def onnx_dir(row_id: int, name: str, number: int, uri: str, *, artifact_root: Path) -> Path:
+    """Where a version's ONNX export is kept (deleting the version removes it too)."""
+    digest = hashlib.sha256(f"{row_id}:{uri}".encode()).hexdigest()[:16]
+    return artifact_root / "onnx" / f"{name}-v{number}-{digest}"
+
+
 def onnx_zip(version: ModelVersion, *, artifact_root: Path) -> Iterator[bytes]:
     """``model.onnx`` and its sidecar (``sparktrain_onnx.json``), zipped under ``<name>-v<version>-onnx/``. The
     calling thread waits for the export thread (:class:`_Exports`)."""
-    digest = hashlib.sha256(f"{version.id}:{version.artifact_uri}".encode()).hexdigest()[:16]
-    target = artifact_root / "onnx" / f"{version.model.name}-v{version.version}-{digest}"
+    target = onnx_dir(
+        version.id, version.model.name, version.version, version.artifact_uri, artifact_root=artifact_root
+    )
     model_dir = fetch_dir(version.artifact_uri)
     if not (model_dir / "spec.json").is_file():
         raise NotFound(f"The files of this artifact are gone from {model_dir}.")

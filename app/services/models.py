@@ -11,14 +11,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.core.errors import Conflict, NotFound, ValidationFailed
 from app.core.jobstates import JobStatus
 from app.db.base import utcnow
-from app.db.models import Job, Model, ModelAlias, ModelVersion
+from app.db.models import Job, Model, ModelAlias, ModelTag, ModelVersion
 from app.db.session import savepoint
 from app.schemas.models import ALIAS_PATTERN
 from app.services.cursors import decode_name_cursor, encode_name_cursor
@@ -66,9 +66,10 @@ def register_version(
             )
     for _ in range(5):
         latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.model_id == model.id))
+        number = max(latest or 0, model.last_version or 0) + 1  # a deleted version's number is never given again
         version = ModelVersion(
             model_id=model.id,
-            version=(latest or 0) + 1,
+            version=number,
             framework=framework,
             status="READY",
             artifact_uri=artifact_uri,
@@ -80,6 +81,7 @@ def register_version(
         try:
             with savepoint(session):
                 session.add(version)
+                model.last_version = number
             return version
         except IntegrityError:
             if job_id is not None and session.scalar(select(ModelVersion).where(ModelVersion.job_id == job_id)):
@@ -123,10 +125,19 @@ def _no_model(session: Session, name: str, owner: str | None) -> NotFound:
 
 
 def page_models(
-    *, session: Session, limit: int = 100, cursor: str | None = None, owner: str | None = None
+    *,
+    session: Session,
+    limit: int = 100,
+    cursor: str | None = None,
+    owner: str | None = None,
+    tags: Sequence[tuple[str, str | None]] = (),
 ) -> tuple[Sequence[Model], str | None]:
-    """In name order (``owner``'s; None: anyone's): a page and the cursor of the next one (None at the end)."""
+    """In name order (``owner``'s; None: anyone's): a page and the cursor of the next one (None at the end).
+    ``tags``: only models with every one of these tags, (key, value), or (key, None) for any value."""
     stmt = select(Model) if owner is None else select(Model).where(Model.owner == owner)
+    for key, value in tags:
+        has = select(ModelTag.id).where(ModelTag.model_id == Model.id, ModelTag.key == key)
+        stmt = stmt.where(exists(has if value is None else has.where(ModelTag.value == value)))
     if cursor:
         stmt = stmt.where(Model.name > decode_name_cursor(cursor))
     rows = session.scalars(stmt.order_by(Model.name).limit(limit + 1)).all()
@@ -145,10 +156,12 @@ def get_version(*, session: Session, name: str, version: int, owner: str | None 
     stmt = select(ModelVersion).join(Model).where(Model.name == name, ModelVersion.version == version)
     row = session.scalar(stmt if owner is None else stmt.where(Model.owner == owner))
     if row is None:
-        exists = session.scalar(_model_named(name, owner).with_only_columns(Model.id))
-        if exists is None:
+        model = session.scalar(_model_named(name, owner))
+        if model is None:
             raise _no_model(session, name, owner)
-        raise NotFound(f"Model {name!r} has no version {version}.")
+        deleted = version <= model.last_version
+        gone = " (it was deleted; a deleted version's number is not given again)" if deleted else ""
+        raise NotFound(f"Model {name!r} has no version {version}{gone}.")
     return row
 
 
@@ -178,7 +191,8 @@ def resolve_version(
             raise NotFound(f"Model {name!r} has no alias {alias!r} (aliases: {known}).")
         return row.version
     if not model.versions:
-        raise NotFound(f"Model {name!r} has no versions yet.")
+        gone = f" (all {model.last_version} were deleted)" if model.last_version else " yet"
+        raise NotFound(f"Model {name!r} has no versions{gone}.")
     return model.versions[-1]
 
 
@@ -210,6 +224,16 @@ def _failed_training(session: Session, name: str, owner: str | None) -> NotFound
 
 def aliases_of(*, session: Session, model_id: int) -> Sequence[ModelAlias]:
     return session.scalars(select(ModelAlias).where(ModelAlias.model_id == model_id).order_by(ModelAlias.alias)).all()
+
+
+def get_alias(*, session: Session, name: str, alias: str, owner: str | None = None) -> ModelVersion:
+    """The version an alias names (MLflow's ``get_model_version_by_alias``): 404 for an unknown model or alias."""
+    model = get_model(session=session, name=name, owner=owner)
+    row = session.scalar(select(ModelAlias).where(ModelAlias.model_id == model.id, ModelAlias.alias == alias))
+    if row is None:
+        known = ", ".join(a.alias for a in aliases_of(session=session, model_id=model.id)) or "none"
+        raise NotFound(f"Model {name!r} has no alias {alias!r} (aliases: {known}).")
+    return row.version
 
 
 def set_alias(*, session: Session, name: str, alias: str, version: int, owner: str | None = None) -> ModelAlias:

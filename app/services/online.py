@@ -14,6 +14,7 @@ from app.core.errors import PayloadTooLarge, ValidationFailed
 from app.core.settings import Settings
 from app.schemas.inference import PredictRequest
 from app.services.categorical_rows import categorical_matrix
+from app.services.resolved_models import loaded
 from workers import storage
 from workers.errors import SpecError
 from workers.inference import signature
@@ -342,12 +343,12 @@ def check_row_limit(count: int, settings: Settings, loc: str = "inputs") -> None
 def predict_rows(*, model: ModelRef, x: Any, cache: Any, spark: SparkSession, as_lists: bool = True) -> dict[str, Any]:
     """Predictions for a (n, width) matrix from the driver's model cache (numpy arrays with ``as_lists=False``)."""
     if model.framework == "torch":
-        net = cache.get(model.uri, lambda: _load_online(model.uri))
+        net = loaded(cache, model, _load_online)
         shape = model.card.get("input_shape") or [model.width]
         out: dict[str, Any] = net.predict(x.reshape(-1, *shape), as_lists=as_lists)
         return out
     if model.framework == "xgboost":
-        booster = cache.get(model.uri, lambda: _load_xgboost(model.uri))
+        booster = loaded(cache, model, _load_xgboost)
         answer: dict[str, Any] = booster.predict(x, as_lists=as_lists)
         return answer
     if model.framework == "spark_ml":
@@ -382,7 +383,7 @@ def predict_sequences(*, model: ModelRef, rows: list[Any], cache: Any, loc: str 
         x, lengths = pad_inline(sequences, width)
     except ValueError as exc:
         raise ValidationFailed.at(loc, f"{exc} (one row is one sequence: a list of steps)") from exc
-    net = cache.get(model.uri, lambda: _load_online(model.uri))
+    net = loaded(cache, model, _load_online)
     out = net.outputs(x, lengths)
     classification = model.task == "classification"
     labels = list(model.class_labels) if model.class_labels else None
@@ -417,7 +418,7 @@ def _spark_ml_rows(model: ModelRef, x: Any, cache: Any, spark: SparkSession) -> 
     import pandas as pd
     from pyspark.ml import PipelineModel
 
-    pipeline = cache.get(model.uri, lambda: PipelineModel.load(str(storage.fetch_dir(model.uri))))
+    pipeline = loaded(cache, model, lambda uri: PipelineModel.load(str(storage.fetch_dir(uri))))
     frame = spark.createDataFrame(pd.DataFrame(x.astype("float64"), columns=list(model.features)))
     rows = pipeline.transform(frame).collect()
     if model.task != "classification":

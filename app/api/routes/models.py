@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 from fastapi import APIRouter, Path, Query, Response
@@ -12,14 +13,16 @@ from app.api.deps import CallerDep, RuntimeDep, SessionDep, SettingsDep
 from app.schemas.body import Body
 from app.schemas.models import (
     FAMILY_FORMATS,
+    TAG_KEY_RULE,
     VERSION_MAX,
     ArtifactFormat,
     ModelPage,
     ModelRead,
     ModelSignature,
     ModelVersionRead,
+    TagBody,
 )
-from app.services import artifacts, models
+from app.services import artifacts, model_tags, models, registry_edits
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -27,10 +30,21 @@ if TYPE_CHECKING:
     from app.db.models import Model, ModelVersion
 
 router = APIRouter(tags=["models"])
+DELETE_HELP = (
+    "The model's owner (or an admin) deletes; another owner's model is a 404, as an unknown one. An unfinished job "
+    "(QUEUED, STARTING, RUNNING, CANCELLING) that uses what would go is a 409 naming it in `jobs`: an evaluation or "
+    "batch prediction of the version, training starting from it (`training.init_from`), a running tune whose trials "
+    "registered it; for a whole model also a training job or tune into it. Aliases and tags go with what they are "
+    "on. A deleted version's number is never given again. The artifact files are removed once the rows are gone "
+    "(files that cannot be removed are logged; the entry is gone either way). Predictions stop at once on the driver "
+    "that answered, within 2 s on the others."
+)
 VersionPath = Annotated[int, Path(ge=1, le=VERSION_MAX)]
 
 
-def to_version_read(v: ModelVersion) -> ModelVersionRead:
+def to_version_read(
+    v: ModelVersion, aliases: list[str] | None = None, tags: dict[str, str] | None = None
+) -> ModelVersionRead:
     return ModelVersionRead(
         name=v.model.name,
         version=v.version,
@@ -43,17 +57,25 @@ def to_version_read(v: ModelVersion) -> ModelVersionRead:
         created_at=v.created_at,
         signature=ModelSignature.model_validate(models.signature(v)),
         formats=list(FAMILY_FORMATS.get(v.framework, ("archive",))),
+        aliases=aliases or [],
+        tags=tags or {},
     )
 
 
-def to_model_read(m: Model, aliases: dict[str, int]) -> ModelRead:
-    versions = [to_version_read(v) for v in m.versions]
+def to_model_read(
+    m: Model, aliases: dict[str, int], tags: dict[str, str], version_tags: dict[int, dict[str, str]]
+) -> ModelRead:
+    named: dict[int, list[str]] = {}
+    for alias, number in aliases.items():
+        named.setdefault(number, []).append(alias)
+    versions = [to_version_read(v, named.get(v.version), version_tags.get(v.id)) for v in m.versions]
     return ModelRead(
         name=m.name,
         owner=m.owner,
         created_at=m.created_at,
         latest_version=versions[-1].version if versions else None,
         aliases=aliases,
+        tags=tags,
         versions=versions,
     )
 
@@ -62,12 +84,26 @@ def _aliases(session: Session, m: Model) -> dict[str, int]:
     return {a.alias: a.version.version for a in models.aliases_of(session=session, model_id=m.id)}
 
 
+def _model_reads(session: Session, page: Sequence[Model]) -> list[ModelRead]:
+    ids = [m.id for m in page]
+    tags = model_tags.model_tags(session=session, model_ids=ids)
+    version_tags = model_tags.version_tags(session=session, model_ids=ids)
+    return [to_model_read(m, _aliases(session, m), tags[m.id], version_tags) for m in page]
+
+
+def _version_read(session: Session, v: ModelVersion) -> ModelVersionRead:
+    aliases = [a.alias for a in models.aliases_of(session=session, model_id=v.model_id) if a.version_id == v.id]
+    return to_version_read(v, aliases, model_tags.of_version(session=session, version_id=v.id))
+
+
 @router.get(
     "/models",
     response_model=ModelPage,
     summary="Registered models with their versions, by name",
     description="At most `limit` models in name order; `next_cursor` (null on the last page) passed as `cursor` "
-    "gives the next ones, as `GET /jobs` pages. A cursor this service did not issue is a 400.",
+    "gives the next ones, as `GET /jobs` pages. A cursor this service did not issue is a 400. `tag=key:value` "
+    "(or `tag=key`, any value; repeat it for several, all must match) lists only the models with that tag; pass it "
+    "again with `cursor`.",
     responses={400: {"description": "A `cursor` this service did not issue."}},
 )
 def list_models(
@@ -75,15 +111,17 @@ def list_models(
     caller: CallerDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=300)] = None,
+    tag: Annotated[list[str] | None, Query(description=f"key:value or key; a key is {TAG_KEY_RULE}")] = None,
 ) -> ModelPage:
-    page, next_cursor = models.page_models(session=session, limit=limit, cursor=cursor, owner=caller.scope)
-    return ModelPage(items=[to_model_read(m, _aliases(session, m)) for m in page], next_cursor=next_cursor)
+    page, next_cursor = models.page_models(
+        session=session, limit=limit, cursor=cursor, owner=caller.scope, tags=model_tags.parse_filters(tag or [])
+    )
+    return ModelPage(items=_model_reads(session, page), next_cursor=next_cursor)
 
 
-@router.get("/models/{name}", response_model=ModelRead, summary="One model: its versions and aliases")
+@router.get("/models/{name}", response_model=ModelRead, summary="One model: its versions, aliases and tags")
 def get_model(name: str, session: SessionDep, caller: CallerDep) -> ModelRead:
-    m = models.get_model(session=session, name=name, owner=caller.scope)
-    return to_model_read(m, _aliases(session, m))
+    return _model_reads(session, [models.get_model(session=session, name=name, owner=caller.scope)])[0]
 
 
 @router.get(
@@ -92,11 +130,84 @@ def get_model(name: str, session: SessionDep, caller: CallerDep) -> ModelRead:
     summary="One version: framework, metrics, artifact URI, training job, signature, download formats",
 )
 def get_version(name: str, version: VersionPath, session: SessionDep, caller: CallerDep) -> ModelVersionRead:
-    return to_version_read(models.get_version(session=session, name=name, version=version, owner=caller.scope))
+    return _version_read(session, models.get_version(session=session, name=name, version=version, owner=caller.scope))
+
+
+@router.delete(
+    "/models/{name}/versions/{version}",
+    status_code=204,
+    summary="Delete a version: its aliases and tags go with it, its number is never given again",
+    description=DELETE_HELP,
+    responses={409: {"description": "An unfinished job uses the version; the problem's `jobs` lists them."}},
+)
+def delete_version(
+    name: str, version: VersionPath, session: SessionDep, caller: CallerDep, rt: RuntimeDep, settings: SettingsDep
+) -> Response:
+    removal = registry_edits.delete_version(session=session, name=name, version=version, owner=caller.scope)
+    session.commit()
+    rt.resolved_models.forget(name, versions=True)  # this driver stops serving it now; another within 2 s
+    registry_edits.remove_files(removal, settings=settings)
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/models/{name}",
+    status_code=204,
+    summary="Delete a model: every version, alias and tag; the name is free again",
+    description=DELETE_HELP,
+    responses={409: {"description": "An unfinished job uses a version, or will register one; `jobs` lists them."}},
+)
+def delete_model(name: str, session: SessionDep, caller: CallerDep, rt: RuntimeDep, settings: SettingsDep) -> Response:
+    removal = registry_edits.delete_model(session=session, name=name, owner=caller.scope)
+    session.commit()
+    rt.resolved_models.forget(name, versions=True)
+    registry_edits.remove_files(removal, settings=settings)
+    return Response(status_code=204)
+
+
+@router.put("/models/{name}/tags/{key}", summary="Set a model's tag (created, or its value replaced)")
+def put_model_tag(name: str, key: str, body: TagBody, session: SessionDep, caller: CallerDep) -> dict[str, Any]:
+    model_tags.set_model_tag(session=session, name=name, key=key, value=body.value, owner=caller.scope)
+    session.commit()
+    return {"name": name, "key": key, "value": body.value}
+
+
+@router.delete("/models/{name}/tags/{key}", status_code=204, summary="Remove a model's tag")
+def delete_model_tag(name: str, key: str, session: SessionDep, caller: CallerDep) -> Response:
+    model_tags.delete_model_tag(session=session, name=name, key=key, owner=caller.scope)
+    session.commit()
+    return Response(status_code=204)
+
+
+@router.put("/models/{name}/versions/{version}/tags/{key}", summary="Set a version's tag (created, or replaced)")
+def put_version_tag(
+    name: str, version: VersionPath, key: str, body: TagBody, session: SessionDep, caller: CallerDep
+) -> dict[str, Any]:
+    model_tags.set_version_tag(
+        session=session, name=name, version=version, key=key, value=body.value, owner=caller.scope
+    )
+    session.commit()
+    return {"name": name, "version": version, "key": key, "value": body.value}
+
+
+@router.delete("/models/{name}/versions/{version}/tags/{key}", status_code=204, summary="Remove a version's tag")
+def delete_version_tag(name: str, version: VersionPath, key: str, session: SessionDep, caller: CallerDep) -> Response:
+    model_tags.delete_version_tag(session=session, name=name, version=version, key=key, owner=caller.scope)
+    session.commit()
+    return Response(status_code=204)
 
 
 class AliasBody(Body):
     version: int = Field(ge=1, le=VERSION_MAX)
+
+
+@router.get(
+    "/models/{name}/aliases/{alias}",
+    response_model=ModelVersionRead,
+    summary="The version an alias names (MLflow's get_model_version_by_alias)",
+)
+def get_alias(name: str, alias: str, session: SessionDep, caller: CallerDep) -> ModelVersionRead:
+    return _version_read(session, models.get_alias(session=session, name=name, alias=alias, owner=caller.scope))
 
 
 @router.put("/models/{name}/aliases/{alias}", summary="Point an alias (champion, production, ...) at a version")

@@ -138,5 +138,5 @@ def test_an_upgrade_that_fails_midway_leaves_the_database_as_it_was_and_the_next
         assert not conn.execute(text("SELECT name FROM sqlite_master WHERE name LIKE '_alembic_tmp%'")).all()
     upgrade_database(engine)  # the next start, to the newest revision
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0013"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == "0014"
     engine.dispose()
