@@ -10,7 +10,8 @@ renamed into place, an evaluation's result is stored, all at the very end), so r
 - A kind that writes checkpoints has a :class:`Resume` rule in :data:`RULES`: the next attempt continues from its
   newest checkpoint (torch: epochs, with every rank's optimizer and residual state; xgboost: boosting rounds, from
   the saved booster; a Spark ML cross-validation: the (fold, parameter map) fits done, with their metrics).
-  Without a checkpoint yet it starts from scratch.
+  Without a checkpoint yet it starts from scratch, or from where the request said (an xgboost plan's
+  ``started_from``, another job's checkpoint named by ``training.resume_from``, stays its resume point).
 - Every other kind (Spark ML fits without cross-validation, evaluation, batch prediction, recipes, tune jobs, which
   rebuild their study from their trial jobs, and any kind added later) starts from scratch with its stored plan
   unchanged. A new kind that checkpoints adds its rule here;

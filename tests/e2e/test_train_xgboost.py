@@ -436,9 +436,10 @@ def test_a_continuous_label_is_not_a_class(svc: Service) -> None:
 
 
 def test_resume_from_says_what_an_xgboost_job_can_do(svc: Service) -> None:
-    """It said "xgboost takes params, not training (torch's)": a dead end for a user with a checkpoint id."""
+    """It said "xgboost takes params, not training (torch's)": a dead end for a user with a checkpoint id. A new job
+    continues a checkpoint now (tests/e2e/test_xgboost_resume_from.py); an unknown one is named."""
     body = {**xgb_request("xgb-resume", {"num_round": 2}), "training": {"resume_from": "0" * 32}}
     response = svc.client.post("/train", json=body)
     assert response.status_code == 422, response.text
     assert response.json()["errors"][0]["loc"] == "training.resume_from"
-    assert "a new xgboost job cannot continue from a checkpoint yet" in response.json()["detail"], response.text
+    assert response.json()["detail"] == f"training.resume_from: no checkpoint with id {'0' * 32!r}", response.text

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.errors import ValidationFailed
 from app.services.datasets import schema as data
-from app.services.datasets.deferred import before_spark_job
+from app.services.datasets.deferred import before_spark_job, in_request
 from workers.data.spec import ResolvedDataset
 from workers.numbers import shown
 
@@ -99,6 +99,30 @@ def top_label(ds: ResolvedDataset, spark: SparkSession) -> Any:
 
     row = read_dataframe(spark, ds).agg(F.max(label).alias("m")).first()
     return None if row is None else row["m"]
+
+
+def check_counted(train: ResolvedDataset, counted: int | None) -> None:
+    """A 422 when ``dataset.num_classes`` is not the number of classes integer labels name (the largest + 1): Spark
+    ML counts them itself and ignores it; xgboost would learn classes no row has, or fail on a label past them."""
+    if counted is not None and train.num_classes is not None and counted != train.num_classes:
+        raise ValidationFailed.at("dataset.num_classes", f"{train.label!r} has labels 0..{counted - 1}, {counted} "
+                                  f"classes, not {train.num_classes}: leave dataset.num_classes out, or number the "
+                                  "classes 0..k-1")  # fmt: skip
+
+
+def local_count(train: ResolvedDataset, spark: SparkSession) -> int | None:
+    """The classes integer labels name, where that needs no Spark job in a request: read from local data (a
+    registered dataset's files too), or, when the job plans its request, by Spark; None otherwise (a label past the
+    classes is then a bad row of the job)."""
+    top = data.max_value(train.path, train.format, train.options, train.label or "")
+    if top is data.NOT_LOCAL:
+        if in_request():
+            return None
+        top = top_label(train, spark)
+    try:
+        return None if top is None else max(2, int(float(top)) + 1)
+    except (TypeError, ValueError, OverflowError):  # not numbers after all: the job's label check says so
+        return None
 
 
 def _distinct(ds: ResolvedDataset, label: str, spark: SparkSession) -> list[Any]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.errors import ValidationFailed
 from app.schemas.train import TrainRequest
-from app.services.planning.labels import INTEGER_TYPES, check_whole_labels, resolve_classes
+from app.services.planning.labels import INTEGER_TYPES, check_counted, check_whole_labels, resolve_classes
 from workers.data.spec import ResolvedDataset
 from workers.errors import SpecError
 from workers.training.spark_ml.spec import SparkMLPlan, parse_spark_ml_params
@@ -17,13 +17,10 @@ if TYPE_CHECKING:
 
 
 RESUME_HINT = {
-    "xgboost": "a new xgboost job cannot continue from a checkpoint yet: xgboost's checkpoints serve the retries of "
-    "the job that wrote them (after a lost driver or executor), and a cancelled job is not retried. Train again: "
-    "leave training out and put the same settings in params",
     "spark_ml": "a new spark_ml job cannot continue from a checkpoint: spark_ml's checkpoints serve the retries of "
     "the cross-validation that wrote them. Train again: leave training out and put the settings in params",
 }
-"""What to do instead of ``training.resume_from``, which only torch jobs take."""
+"""What to do instead of ``training.resume_from``, which torch and xgboost jobs take."""
 
 SPLIT_UNUSED = "dataset.split is not used: validation names the validation data, and every training row trains"
 
@@ -33,7 +30,11 @@ def check_tabular(request: TrainRequest, train: Any, *, family: str, normalize_h
     for given in ("network", "training"):
         if getattr(request, given) is None:
             continue
-        if given == "training" and getattr(request.training, "resume_from", None) is not None:
+        resume_from = getattr(request.training, "resume_from", None) if given == "training" else None
+        if resume_from is not None and family == "xgboost":
+            _only_resume_from(request.training)
+            continue
+        if resume_from is not None:
             raise ValidationFailed.at("training.resume_from", RESUME_HINT[family])
         raise ValidationFailed.at(given, f"{family} takes params, not {given} (torch's): put {family}'s settings in "
                                   "params")  # fmt: skip
@@ -43,6 +44,19 @@ def check_tabular(request: TrainRequest, train: Any, *, family: str, normalize_h
         raise ValidationFailed.at("dataset.normalize", normalize_hint)
     if train.sequence is not None:
         raise ValidationFailed.at("dataset.sequence", "sequence datasets train lstm/gru networks (framework torch)")
+
+
+def _only_resume_from(options: Any) -> None:
+    """xgboost's ``training`` holds ``resume_from`` only: a 422 names another field set (to other than its default:
+    a stored request has them all)."""
+    defaults = type(options)().model_dump()
+    for name, value in options.model_dump().items():
+        if name != "resume_from" and value != defaults[name]:
+            raise ValidationFailed.at(
+                f"training.{name}",
+                "xgboost takes only resume_from in training (torch's): put "
+                "xgboost's settings in params (num_round for epochs, num_workers, seed, ...)",
+            )
 
 
 def plan_spark_ml(
@@ -69,7 +83,7 @@ def plan_spark_ml(
             train = resolve_classes(train, dtype, spark)[0]
             classes = train.num_classes
         elif dtype in INTEGER_TYPES or numbers:
-            _check_counted(train, resolve_classes(replace(train, num_classes=None), dtype, spark)[0].num_classes)
+            check_counted(train, resolve_classes(replace(train, num_classes=None), dtype, spark)[0].num_classes)
         elif dtype == "string":  # a given num_classes is checked against the distinct labels
             classes = resolve_classes(train, dtype, spark)[0].num_classes
         else:
@@ -85,12 +99,3 @@ def plan_spark_ml(
     if validation is not None and "validation_fraction" in (request.params or {}):
         warnings.append("params.validation_fraction is not used: validation names the validation data")
     return SparkMLPlan(train=train, validation=validation, spec=spec, warnings=tuple(warnings))
-
-
-def _check_counted(train: ResolvedDataset, counted: int | None) -> None:
-    """Spark ML counts a numeric label's classes itself (the largest label + 1) and ignores dataset.num_classes:
-    a count that differs is a 422, as xgboost's for text labels."""
-    if counted is not None and train.num_classes is not None and counted != train.num_classes:
-        raise ValidationFailed.at("dataset.num_classes", f"{train.label!r} has labels 0..{counted - 1}, {counted} "
-                                  f"classes, not {train.num_classes}: leave dataset.num_classes out, or number the "
-                                  "classes 0..k-1")  # fmt: skip

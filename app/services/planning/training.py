@@ -17,6 +17,7 @@ from app.services.datasets.schema import NUMERIC_TYPES
 from app.services.planning.tabular import check_tabular, plan_spark_ml
 from app.services.planning.torch_plan import check_options, check_request, plan_torch
 from app.services.planning.xgboost_plan import plan_xgboost
+from app.services.planning.xgboost_resume import check_early, source
 from workers.data.clean import numeric_columns
 from workers.errors import SpecError
 from workers.families import FRAMEWORKS
@@ -93,7 +94,7 @@ def plan_training(
         plan = plan_spark_ml(request=request, train=train, validation=validation, schema=schema, spark=spark)
     elif request.framework == "xgboost":
         plan = plan_xgboost(
-            request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark
+            request=request, train=train, validation=validation, schema=schema, settings=settings, spark=spark, db=db
         )
     else:
         raise AssertionError(f"no planner for {request.framework}")
@@ -158,6 +159,8 @@ def plan_deferred(
         if request.framework == "xgboost":
             hint = "trees do not need scaled features; leave normalize out"
         check_tabular(request, seen, family=request.framework, normalize_hint=hint)
+        found = source(request, db) if request.framework == "xgboost" else None
+        spec = None
         try:
             if request.framework == "spark_ml":
                 parse_spark_ml_params(request.params, task=ds.task, num_classes=ds.num_classes)
@@ -166,4 +169,6 @@ def plan_deferred(
                 workers = spec.num_workers or 1
         except SpecError as exc:
             raise ValidationFailed.of(exc) from exc
+        if found is not None:  # the rest (features, classes) once the job reads the data
+            check_early(request, found, spec)
     return DeferredPlan(deferred_checks=(deferred,), num_workers=workers)

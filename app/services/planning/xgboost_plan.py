@@ -7,10 +7,19 @@ from dataclasses import replace
 from importlib import metadata
 from typing import TYPE_CHECKING, Literal
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainRequest
-from app.services.planning.labels import check_whole_labels, resolve_classes, unused_classes
+from app.services.planning import xgboost_resume
+from app.services.planning.labels import (
+    check_counted,
+    check_whole_labels,
+    local_count,
+    resolve_classes,
+    unused_classes,
+)
 from app.services.planning.tabular import SPLIT_UNUSED, check_tabular
 from workers import cluster
 from workers.data.spec import ResolvedDataset
@@ -38,17 +47,22 @@ def plan_xgboost(
     schema: dict[str, str],
     settings: Settings,
     spark: SparkSession,
+    db: sessionmaker[Session] | None = None,
 ) -> XGBoostPlan:
     check_tabular(
         request, train, family="xgboost", normalize_hint="trees do not need scaled features; leave normalize out"
     )
     _check_feature_names(request, train)
+    found = xgboost_resume.source(request, db)  # training.resume_from: the checkpoint it names, if any
     class_labels = None
     if train.task == "classification":
         dtype = schema[train.label or ""]
         if dtype in ("float", "double") or dtype.startswith("decimal"):
             check_whole_labels(train)  # a fare is not a class: each row was a bad row of the job
+        given = train.num_classes
         train, class_labels = resolve_classes(train, dtype, spark)
+        if class_labels is None and given is not None:  # as Spark ML's: integer labels say how many classes
+            check_counted(train, local_count(train, spark))
     try:
         spec = parse_xgboost_params(request.params, task=train.task, num_classes=train.num_classes)
     except SpecError as exc:
@@ -57,6 +71,10 @@ def plan_xgboost(
         raise ValidationFailed.at("params.num_round", f"at most {settings.max_epochs * 100} rounds on this service")
 
     warnings = list(spec.warnings)
+    resume, categories = None, None
+    if found is not None:
+        resume, categories = xgboost_resume.resume_point(request, found, train=train, spec=spec,
+                                                         class_labels=class_labels, warnings=warnings)  # fmt: skip
     if train.task == "classification" and (unused := unused_classes(train, schema[train.label or ""])):
         warnings.append(unused)
     if validation is not None and "validation_fraction" in (request.params or {}):
@@ -125,6 +143,9 @@ def plan_xgboost(
         device=device,
         class_labels=class_labels,
         warnings=tuple(warnings),
+        resume=resume,
+        started_from=resume,
+        categories=categories,
     )
 
 

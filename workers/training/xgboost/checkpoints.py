@@ -5,26 +5,37 @@ checkpoint directory (on the store when there is one, else under the job's work 
 :class:`RoundCheckpoints` watches that directory and registers each new one of its own run as the job's checkpoint
 for round ``n`` (``ctx.checkpoint``: one per job and round; a replayed round replaces the row). Directories left by
 a run of the job that died (partial writes, rounds past the one this attempt continues from) are removed first.
+Beside each booster is the job's card (what the trees were trained on), which a new job that continues it
+(``training.resume_from``) is checked against when it is planned; that job one-hot encodes with the checkpoint's
+categories (:func:`encode`).
 
-Driver side (no pyspark needed here): stdlib and workers.storage.
+Driver side: stdlib and workers.storage (pyspark only inside :func:`workers.data.one_hot.expand`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import uuid
+from dataclasses import replace
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from workers import storage
 from workers.context import JobCancelled, JobContext
+from workers.data.categories import Categories
+from workers.data.one_hot import Encoded, expand, one_hot
 from workers.training.xgboost.remote import parse_checkpoint_name
 from workers.training.xgboost.spec import XGBoostPlan
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 log = logging.getLogger(__name__)
-CheckpointTarget = tuple[str, int, str] | None
-"""(directory, every, run) handed to the training task; None: no checkpoints."""
+CheckpointTarget = tuple[str, int, str, str] | None
+"""(directory, every, run, card as JSON) handed to the training task; None: no checkpoints."""
 POLL_S = 0.5
 
 
@@ -36,16 +47,36 @@ def checkpoint_dir(ctx: JobContext) -> str:
 
 def resumed_rounds(ctx: JobContext, plan: XGBoostPlan) -> int:
     """Rounds the job's checkpoint already holds (0 without one), said in the job's log."""
-    if plan.resume is None:
+    resume = plan.resume
+    if resume is None:
         return 0
-    ctx.log(f"continuing from checkpoint {plan.resume.checkpoint_id} after {plan.resume.rounds} of "
+    source = f" of job {resume.job_id} (training.resume_from)" if resume.job_id != ctx.job_id else ""
+    ctx.log(f"continuing from checkpoint {resume.checkpoint_id}{source} after {resume.rounds} of "
             f"{plan.spec.num_round} rounds")  # fmt: skip
-    return plan.resume.rounds
+    if not resume.keep_best and plan.spec.early_stopping_rounds is not None:
+        ctx.log("early stopping counts from this job's first round (the checkpoint watched another metric)")
+    return resume.rounds
+
+
+def encode(ctx: JobContext, plan: XGBoostPlan, frames: tuple[DataFrame, ...], fit_on: DataFrame) -> Encoded:
+    """The one-hot columns of ``dataset.categorical``: fitted on the training rows, or, continuing another job's
+    checkpoint, that checkpoint's (its trees split on them: a category this data lacks stays a column, a new one is
+    all zeros)."""
+    ds = plan.train
+    if plan.categories is None or not ds.categorical:
+        return one_hot(ctx, ds, frames, fit_on)
+    categories = Categories.from_dict(plan.categories)
+    ctx.log(f"one-hot encoded with the categories of the checkpoint it continues: {len(categories.names)} features")
+    encoded = replace(ds, features=categories.names, categorical=())
+    return Encoded(categories, ds, encoded, tuple(expand(categories, frame) for frame in frames))
 
 
 class RoundCheckpoints:
-    def __init__(self, ctx: JobContext, plan: XGBoostPlan) -> None:
+    """``card``: what the booster was trained on, written beside it (a job that continues it is checked against it)."""
+
+    def __init__(self, ctx: JobContext, plan: XGBoostPlan, card: dict[str, Any] | None = None) -> None:
         self._ctx = ctx
+        self._card = json.dumps(card) if card is not None else ""
         self._every = plan.spec.checkpoint_rounds
         self._kept = plan.resume.rounds if plan.resume else 0
         self._directory = checkpoint_dir(ctx)
@@ -56,7 +87,7 @@ class RoundCheckpoints:
 
     @property
     def target(self) -> CheckpointTarget:
-        return (self._directory, self._every, self._run) if self._every > 0 else None
+        return (self._directory, self._every, self._run, self._card) if self._every > 0 else None
 
     def __enter__(self) -> RoundCheckpoints:
         if self._every > 0:

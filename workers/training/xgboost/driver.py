@@ -17,7 +17,6 @@ from workers import storage
 from workers.cluster import say_if_waiting
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 from workers.data.clean import clean, clean_holdout
-from workers.data.one_hot import one_hot
 from workers.data.spec import read_dataframe
 from workers.environment.driver import check_executors
 from workers.inference.examples import example_rows
@@ -26,7 +25,7 @@ from workers.inference.signature import build_signature
 from workers.inference.xgboost_model import CARD_FILE, MODEL_FILE
 from workers.training.labels import drop_or_refuse_unknown
 from workers.training.validation import validation_metrics
-from workers.training.xgboost.checkpoints import CheckpointTarget, RoundCheckpoints, resumed_rounds
+from workers.training.xgboost.checkpoints import CheckpointTarget, RoundCheckpoints, encode, resumed_rounds
 from workers.training.xgboost.remote import ReportTarget, accuracy_key
 from workers.training.xgboost.rounds import RoundReports
 from workers.training.xgboost.spec import LABEL_DOMAINS, XGBoostPlan, label_problem
@@ -88,7 +87,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
             _index_labels(val_df, label_col, plan.class_labels),
         )
         label_col = LABEL_INDEX_COL
-    encoded = one_hot(ctx, ds, (train_df, val_df), fit_on)
+    encoded = encode(ctx, plan, (train_df, val_df), fit_on)
     if encoded.categories is not None:
         ds, (train_df, val_df) = encoded.dataset, encoded.frames
         plan = replace(plan, train=ds, validation=replace(plan.validation, features=ds.features, categorical=())
@@ -109,8 +108,11 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         train_df, val_df = _with_features(train_df, ds.features), _with_features(val_df, ds.features)
     data = train_df.withColumn(VALIDATION_COL, _lit(False)).unionByName(val_df.withColumn(VALIDATION_COL, _lit(True)))
     single = plan.num_workers == 1 and plan.device == "cpu"
+    card = _card(plan)  # what the model (and each checkpoint: a job that continues it) was trained on
+    if encoded.categories is not None:
+        card["categorical"] = encoded.card()
     with (
-        RoundCheckpoints(ctx, plan) as checkpoints,
+        RoundCheckpoints(ctx, plan, card) as checkpoints,
         RoundReports(ctx, _driver_host(ctx), num_round=spec.num_round, resumed=done, low=0.05, high=0.85) as reports,
     ):
         if single:
@@ -136,9 +138,6 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
     ctx.metrics(p for p in reports.missing(final) if (p.key, p.step) not in recorded)
 
     ctx.progress(0.95, "saving the model")
-    card = _card(plan)
-    if encoded.categories is not None:
-        card["categorical"] = encoded.card()
     card["signature"] = build_signature(card, encoded.column_types(), "xgboost")
     card["input_example"] = example_rows(session, encoded.source)
     local = ctx.work_dir / "model"
@@ -162,6 +161,10 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         "feature_importance": importance,
         "history": _kept_history(histories, kept, done, plan),
     }
+    if plan.started_from is not None:  # training.resume_from
+        origin = plan.started_from
+        result["started_from"] = {"checkpoint_id": origin.checkpoint_id, "job_id": origin.job_id,
+                                  "rounds": origin.rounds}  # fmt: skip
     if dropped or ds.bad_rows == "skip":
         result["bad_rows"] = dropped
     ctx.progress(1.0, "done")
@@ -224,20 +227,19 @@ def _driver_host(ctx: JobContext) -> str:
 def _estimator(
     plan: XGBoostPlan, label_col: str, columnar: bool, checkpoints: CheckpointTarget, reports: ReportTarget
 ) -> Any:
-    import xgboost
     from xgboost.spark import SparkXGBClassifier, SparkXGBRegressor
 
     from workers.training.xgboost.remote import (
         checkpoint_callback,
         continued_early_stopping,
         initial_history,
-        initial_model,
         round_callback,
+        starting_booster,
     )
 
     spec, ds = plan.spec, plan.train
     resume_uri = plan.resume.uri if plan.resume else None
-    start = initial_model(resume_uri)
+    start = starting_booster(resume_uri, plan.resume.keep_best if plan.resume else True)
     kwargs: dict[str, Any] = {
         "features_col": list(ds.features) if columnar else FEATURES_COL,
         "label_col": label_col,
@@ -254,8 +256,9 @@ def _estimator(
     }
     if ds.weight:
         kwargs["weight_col"] = ds.weight
-    if start is not None:
-        kwargs["xgb_model"] = xgboost.Booster(model_file=start)
+    if start is not None:  # without names: a one-worker fit's have them, xgboost.spark's array column has none
+        start.feature_names, start.feature_types = None, None
+        kwargs["xgb_model"] = start
     # early stopping continued from a checkpoint's best round: its two callbacks come first and last
     stopping = () if spec.early_stopping_rounds is None else continued_early_stopping(spec.early_stopping_rounds)
     kwargs["callbacks"] = [*stopping[:1], round_callback(reports)]
@@ -328,7 +331,7 @@ def _fit_single(
     rounds = spec.num_round - (resume.rounds if resume else 0)
     train = single_worker(list(ds.features), label_col, ds.weight, VALIDATION_COL, spec.task, params, rounds,
                           spec.early_stopping_rounds, threads, checkpoints, resume.uri if resume else None,
-                         reports)  # fmt: skip
+                          reports, keep_best=resume.keep_best if resume else True)  # fmt: skip
     columns = [*ds.features, label_col, *([ds.weight] if ds.weight else []), VALIDATION_COL]
     rows = data.select(*columns).coalesce(1).mapInArrow(train, TRAIN_SCHEMA).collect()
     if not rows:

@@ -27,6 +27,9 @@ TRAIN_SCHEMA = "model binary, history string, validation string"
 MODEL_FILE = "model.json"
 HISTORY_FILE = "history.json"
 """Beside a checkpoint's booster: xgboost's evaluation log of every round up to it (``{data: {metric: [...]}}``)."""
+CARD_FILE = "card.json"
+"""Beside a checkpoint's booster: what it was trained on (the model card's columns, task, classes, parameters), which
+a new job that continues it (``training.resume_from``) is checked against."""
 EVAL_PREFIXES = {"training": "train", "validation": "validation"}
 """xgboost's evaluation sets (xgboost.spark's names; one-worker training has only ``validation``) -> metric prefix."""
 ReportTarget = tuple[str, int, str]
@@ -46,12 +49,12 @@ def parse_checkpoint_name(name: str) -> tuple[int, str] | None:
 
 
 def checkpoint_callback(
-    directory: str, every: int, run: str, earlier: dict[str, dict[str, list[float]]] | None = None
+    directory: str, every: int, run: str, card: str = "", earlier: dict[str, dict[str, list[float]]] | None = None
 ) -> Any:
     """An xgboost training callback that writes the booster every ``every`` rounds (rank 0 of a distributed fit
     only: every rank holds the same trees), with the evaluation history of every round so far (``earlier``: that
-    of the checkpoint this fit continues from). The booster carries early stopping's best round and score (its
-    attributes): a fit continued from it goes on with them (:func:`continued_early_stopping`)."""
+    of the checkpoint this fit continues from) and ``card`` (JSON). The booster carries early stopping's best round
+    and score (its attributes): a fit continued from it goes on with them (:func:`continued_early_stopping`)."""
     import xgboost
     from xgboost import collective
 
@@ -66,6 +69,8 @@ def checkpoint_callback(
                 # the booster first: a directory on a store lists once its first object is there, and the driver
                 # may register it then (a missing history only leaves the result's history out)
                 files = {MODEL_FILE: raw, HISTORY_FILE: json.dumps(history).encode()}
+                if card:
+                    files[CARD_FILE] = card.encode()
                 storage.publish_files(directory, checkpoint_name(rounds, run), files)
             return False
 
@@ -197,6 +202,21 @@ def initial_model(uri: str | None) -> str | None:
     return str(storage.attempt("reading the checkpoint", uri, lambda: storage.fetch_dir(uri)) / MODEL_FILE)
 
 
+def starting_booster(uri: str | None, keep_best: bool = True) -> Any:
+    """The booster of a checkpoint to continue from (None without one); ``keep_best`` False drops early stopping's
+    best round and score from it, so that a fit without early stopping keeps every round it trains, and one that
+    watches another metric counts from its own first round."""
+    path = initial_model(uri)
+    if path is None:
+        return None
+    import xgboost
+
+    booster = xgboost.Booster(model_file=path)
+    if not keep_best:
+        booster.set_attr(best_iteration=None, best_score=None)
+    return booster
+
+
 def initial_history(uri: str | None) -> dict[str, dict[str, list[float]]]:
     """The evaluation log of every round of a checkpoint (empty without one, or for a checkpoint without it)."""
     if uri is None:
@@ -257,12 +277,14 @@ def single_worker(
     rounds: int,
     early_stopping: int | None,
     threads: int,
-    checkpoints: tuple[str, int, str] | None = None,
+    checkpoints: tuple[str, int, str, str] | None = None,
     resume_uri: str | None = None,
     reports: ReportTarget | None = None,
+    keep_best: bool = True,
 ) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """``rounds`` rounds (more, after the ones of the checkpoint ``resume_uri``); ``checkpoints`` = (directory,
-    every, run) writes one every ``every`` rounds; ``reports``: where each round's evaluation is sent."""
+    """``rounds`` rounds (more, after the ones of the checkpoint ``resume_uri``; ``keep_best``: see
+    :func:`starting_booster`); ``checkpoints`` = (directory, every, run, card) writes one every ``every`` rounds;
+    ``reports``: where each round's evaluation is sent."""
 
     stop_after = early_stopping
 
@@ -279,9 +301,9 @@ def single_worker(
             checkpoint_callback,
             continued_early_stopping,
             initial_history,
-            initial_model,
             matrices,
             round_callback,
+            starting_booster,
             validation_metrics,
         )
 
@@ -304,7 +326,8 @@ def single_worker(
             callbacks.append(last)
         booster = xgboost.train({**params, "nthread": threads}, dtrain, num_boost_round=rounds,
                                 evals=[(dvalid, "validation")], evals_result=history, verbose_eval=False,
-                                callbacks=callbacks or None, xgb_model=initial_model(resume_uri))  # fmt: skip
+                                callbacks=callbacks or None,
+                                xgb_model=starting_booster(resume_uri, keep_best))  # fmt: skip
         best = booster.attr("best_iteration")  # the driver keeps the trees up to it
         kept = int(best) + 1 if best is not None else booster.num_boosted_rounds()
         out = booster.inplace_predict(x[valid], iteration_range=(0, kept))

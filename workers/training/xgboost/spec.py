@@ -148,12 +148,16 @@ class XGBoostSpec:
 
 @dataclass(frozen=True)
 class XGBoostResume:
-    """Where a retried xgboost job continues: a checkpoint of its own (the booster after ``rounds`` rounds)."""
+    """Where an xgboost job continues: a checkpoint (the booster after ``rounds`` rounds) of its own (a retry), or of
+    the job ``training.resume_from`` names."""
 
     checkpoint_id: str
     uri: str
     rounds: int
     job_id: str
+    keep_best: bool = True
+    """Whether early stopping goes on from the booster's best round and score; False starts it afresh (a new job
+    that early-stops on another metric, or not at all, than the checkpoint's)."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,12 @@ class XGBoostPlan:
     class_labels: tuple[str, ...] | None = None
     warnings: tuple[str, ...] = ()
     resume: XGBoostResume | None = None
-    """Set on a retry that continues from a checkpoint (app/services/resume.py); None trains from scratch."""
+    """Where the fit continues (``training.resume_from``; a retry's own checkpoint, app/services/resume.py); None
+    trains from scratch."""
+    started_from: XGBoostResume | None = None
+    """The checkpoint ``training.resume_from`` named: where the job's first attempt starts, kept through retries."""
+    categories: dict[str, Any] | None = None
+    """That checkpoint's categories (``dataset.categorical``): its trees split on those one-hot columns."""
 
 
 def default_checkpoint_rounds(num_round: int) -> int:
