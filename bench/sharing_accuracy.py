@@ -33,13 +33,16 @@ pruner sees of a trial in its first epochs, 2 minutes, bench/results/sharing_acc
 w4_planned``: the planned-length rule, fitted at W = 2, checked at W = 4 on the CNN and the 1.1M MLP over 20 and 40
 epochs, the defaults against one step and ``allreduce``, bench/results/sharing_accuracy_w4_planned.json; ``--set
 under_step``: tau0 at the learning rate against 63/64 of it, the CNN over 1, 2 and 4 epochs and the 1.1M MLP at W = 4,
-3 minutes, bench/results/sharing_accuracy_under_step.json).
+3 minutes, bench/results/sharing_accuracy_under_step.json; ``--set rmsprop``: RMSprop, whose first step is about
+lr / sqrt(1 - alpha), tau0 at one Adam step against one RMSprop first step and with residual clipping off, the
+CNN over 1, 2, 4 and 20 epochs and the 1.1M MLP at W = 4, 12 minutes, bench/results/sharing_accuracy_rmsprop.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import tempfile
 from pathlib import Path
@@ -116,9 +119,34 @@ RUNS_UNDER_STEP: list[tuple[str, dict[str, Any], float, int, int]] = [
     ("mlp_1m_under", WIDE, 1e-3, 5, 4),
 ]
 
+# --set rmsprop: torch's RMSprop has no bias correction, so its first step is lr * |g| / (sqrt(1 - alpha) * |g| + eps),
+# about lr / sqrt(1 - alpha) (ten times lr at alpha 0.99), coming down towards lr over about 1 / (1 - alpha) steps.
+# tau0 at one Adam step (ONE_STEP * lr, the defaults for RMSprop) against one RMSprop first step (ONE_STEP * lr /
+# sqrt(1 - alpha)), each times what the defaults plan for the run's length, and the first with residual clipping off.
+# under_step's CNN runs at RMSprop's usual lr (1e-3) and at under_step's (3e-3), the CNN at alpha 0.9 and over 20
+# epochs at batch 32 (440 steps per worker: 6.5 steps planned), and under_step's 1.1M MLP at W = 4.
+RMSPROP_ALPHA = {"cnn_rms_a0.9_lr0.001_b64": 0.9}
+RUNS_RMSPROP: list[tuple[str, dict[str, Any], float, int, int]] = [
+    *(
+        (f"cnn_rms_lr{lr:g}_b{batch}", CNN, lr, epochs, 2)
+        for lr in (1e-3, 3e-3)
+        for batch in (16, 64)
+        for epochs in (1, 2, 4)
+    ),
+    *(("cnn_rms_a0.9_lr0.001_b64", CNN, 1e-3, epochs, 2) for epochs in (1, 4)),
+    ("cnn_rms_lr0.001_b32", CNN, 1e-3, 20, 2),
+    ("mlp_1m_rms", WIDE, 1e-3, 5, 4),
+]
+
+
+def _optimizer(model: str, lr: float) -> dict[str, Any]:
+    if "_rms" not in model:
+        return {"type": "adam", "learning_rate": lr}
+    return {"type": "rmsprop", "learning_rate": lr, "alpha": RMSPROP_ALPHA.get(model, 0.99)}
+
 
 def _batch(model: str) -> int:
-    return int(model.rsplit("_b", 1)[1]) if model.startswith(("cnn_early_b", "cnn_under_b")) else 32
+    return int(model.rsplit("_b", 1)[1]) if model.startswith(("cnn_early_b", "cnn_under_b", "cnn_rms_")) else 32
 
 
 def _variants(model: str, lr: float, world: int, epochs: int, steps_per_epoch: int = 0,
@@ -138,6 +166,19 @@ def _variants(model: str, lr: float, world: int, epochs: int, steps_per_epoch: i
             "allreduce": ("allreduce", None),
             "one_step": ("gradient_sharing", {"threshold_algorithm": {"initial_threshold": lr}}),
             "under_one_step": ("gradient_sharing", {"threshold_algorithm": {"initial_threshold": ONE_STEP * lr}}),
+        }
+    if "_rms" in model:  # --set rmsprop: tau0 times what the defaults plan for this length (1 up to 88 steps)
+        planned = planned_threshold_multiple(steps_per_epoch * epochs)
+        first = 1 / math.sqrt(1 - RMSPROP_ALPHA.get(model, 0.99))
+        adam_step = {"threshold_algorithm": {"initial_threshold": planned * ONE_STEP * lr}}
+        return {
+            "allreduce": ("allreduce", None),
+            "adam_step": ("gradient_sharing", adam_step),
+            "adam_step_no_clipping": ("gradient_sharing", {**adam_step, "residual_clipping": False}),
+            "rmsprop_step": (
+                "gradient_sharing",
+                {"threshold_algorithm": {"initial_threshold": planned * first * ONE_STEP * lr}},
+            ),
         }
     if model.endswith("_w4planned"):  # --set w4_planned
         return {
@@ -181,9 +222,8 @@ def _variants(model: str, lr: float, world: int, epochs: int, steps_per_epoch: i
     return variants
 
 
-def _config(network: dict[str, Any], lr: float, mode: str, sharing: dict[str, Any] | None, *, epochs: int,
-            world: int, seed: int, tmp: str, batch: int = 32) -> TrainerConfig:  # fmt: skip
-    optimizer = {"type": "adam", "learning_rate": lr}
+def _config(network: dict[str, Any], optimizer: dict[str, Any], mode: str, sharing: dict[str, Any] | None, *,
+            epochs: int, world: int, seed: int, tmp: str, batch: int = 32) -> TrainerConfig:  # fmt: skip
     return TrainerConfig(
         job_id="sharing-accuracy",
         network=network,
@@ -211,8 +251,9 @@ def _summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     sent = sum(r["bytes_sent"] for r in ranks)
     dense = sum(r["dense_bytes_per_step"] * r["steps"] for r in ranks)
     tau = (r0.get("threshold") or {}).get("threshold")
+    clipped = statistics.fmean(r.get("clipped_mass") or 0.0 for r in ranks)
     return {"accuracy": r0["validation"]["accuracy"], "compression": dense / max(1, sent), "tau_end": tau,
-            "steps": r0["steps"]}  # fmt: skip
+            "steps": r0["steps"], "clipped_mass": clipped}  # fmt: skip
 
 
 def run(model: str, network: dict[str, Any], lr: float, epochs: int, world: int, seeds: list[int]) -> dict[str, Any]:
@@ -228,7 +269,15 @@ def run(model: str, network: dict[str, Any], lr: float, epochs: int, world: int,
             length = epochs * (3 if name.endswith("3x_epochs") else 1)
             configs = [
                 _config(
-                    network, lr, mode, sharing, epochs=length, world=world, seed=seed, tmp=f"{tmp}/{name}", batch=batch
+                    network,
+                    _optimizer(model, lr),
+                    mode,
+                    sharing,
+                    epochs=length,
+                    world=world,
+                    seed=seed,
+                    tmp=f"{tmp}/{name}",
+                    batch=batch,
                 )
                 for seed in seeds
             ]
@@ -245,6 +294,15 @@ def run(model: str, network: dict[str, Any], lr: float, epochs: int, world: int,
                 if model.startswith("cnn_early") and sharing
                 else {}
             ),
+            # the residual mass clipping discarded, per worker (L1, parameter units)
+            **(
+                {
+                    "tau0": sharing["threshold_algorithm"]["initial_threshold"],
+                    "clipped_mass": round(statistics.fmean(r["clipped_mass"] for r in runs), 2),
+                }
+                if "_rms" in model and sharing
+                else {}
+            ),
         }
     return out
 
@@ -254,14 +312,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one seed")
     parser.add_argument(
         "--set",
-        choices=["short", "w4_10m", "tau0_steps", "early", "w4_planned", "under_step"],
+        choices=["short", "w4_10m", "tau0_steps", "early", "w4_planned", "under_step", "rmsprop"],
         default="short",
         help="short: the runs above (default); w4_10m: the 9.7M MLP at W = 4 over 4, 8 and 12 epochs, allreduce "
         "against the defaults; tau0_steps: the 9.7M MLP at W = 2 over 4, 10 and 20 epochs and the CNN over 10, the "
         "first threshold at 1 to 10 steps; early: the CNN at batch 16 and 64 over 1, 2, 4 and 20 epochs, tau0 one "
         "step against what the defaults plan for 20 epochs; w4_planned: the CNN and the 1.1M MLP at W = 4 over 20 and "
         "40 epochs, the defaults against one step; under_step: tau0 at one step against just under it, the CNN over "
-        "1, 2 and 4 epochs and the 1.1M MLP at W = 4 "
+        "1, 2 and 4 epochs and the 1.1M MLP at W = 4; rmsprop: under_step's runs with RMSprop, and the CNN at alpha "
+        "0.9 and over 20 epochs, tau0 at one Adam step against one RMSprop first step (lr / sqrt(1 - alpha)) "
         "(written to bench/results/sharing_accuracy_<set>.json)",
     )
     parser.add_argument("--out", default=None)
@@ -273,6 +332,7 @@ def main() -> None:
         "early": RUNS_EARLY,
         "w4_planned": RUNS_W4_PLANNED,
         "under_step": RUNS_UNDER_STEP,
+        "rmsprop": RUNS_RMSPROP,
     }[args.set]
     name = "sharing_accuracy" if args.set == "short" else f"sharing_accuracy_{args.set}"
     out = args.out or str(REPO / f"bench/results/{name}.json")
@@ -287,6 +347,7 @@ def main() -> None:
         for name, f in figures.items():
             base = figures["allreduce_3x_epochs" if name.endswith("3x_epochs") else "allreduce"]["mean_accuracy"]
             tau = f"{f['tau_end']:.2e}" if f["tau_end"] else "-"
+            tau += f" clipped {f['clipped_mass']:.3g}" if "clipped_mass" in f else ""
             per_seed = " ".join(f"{a:.4f}" for a in f["accuracy"])
             print(f"{model:<7} {world:>2} {name:<22} {f['steps_per_worker']:>5} {per_seed:<26} "
                   f"{f['mean_accuracy']:>6.4f} {100 * (f['mean_accuracy'] - base):>+11.2f}p {f['compression']:>8.1f} "

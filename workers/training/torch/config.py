@@ -86,7 +86,15 @@ def default_initial_threshold(optimizer: OptimizerSpec) -> float:
     110 steps per worker, tau0 = lr with the mean of the messages reached allreduce's accuracy at W = 2
     (0.985 against 0.986; tau0 = 1e-2 with their sum: 0.967) and came within 0.8 point at W = 4 (0.974 against
     0.981; before: 0.897), at a fifth of the compression over so short a run (the adaptive rule raises tau
-    afterwards)."""
+    afterwards).
+
+    RMSprop keeps Adam's one step although torch's, with no bias correction, starts at about ``lr / sqrt(1 - alpha)``
+    (ten times lr at alpha 0.99). A first threshold at that step was measured (2026-12-07, ``bench.sharing_accuracy
+    --set rmsprop``, three seeds) and not taken: less accurate than one Adam step in 14 of 16 runs (the digits CNN at
+    lr 1e-3 after 44 to 176 steps 0.7 to 3 points under ``allreduce``, against 0.1 under to 0.9 over), at 1.1 to 7.5
+    times the compression; much better only over 11 steps at batch 64 (2.6 points under against 14.8). Residual
+    clipping, which drops part of the first steps, is not what costs accuracy: off, 4 runs gained up to 0.5 point
+    and 8 lost up to 1.5."""
     step = ONE_STEP * optimizer.learning_rate if optimizer.type in ADAM_FAMILY else 1e-2
     return min(max(step, TAU_FLOOR), TAU_CEILING / MAX_INITIAL_MULTIPLE)  # a learning rate of 1e30 is not a 422 here
 
