@@ -664,6 +664,78 @@ def test_models_and_cluster_pages(svc: Service, browser: Any, tmp: Path) -> None
     _shot(browser, tmp, "cluster")
 
 
+def test_models_page_shows_tags_and_aliases_and_a_delete_in_use_names_its_jobs(
+    svc: Service, browser: Any, tmp: Path
+) -> None:
+    """A model registered without training (the page reads the registry only), tagged and aliased through the API as
+    a client would: the model's tags, and each version's aliases and tags, show on its card (a value holding markup as
+    text, a long one cut in its badge and whole in its title). A delete asks first; a 409 lists the unfinished job
+    that uses the version, linked; once that job has ended the delete goes through."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+
+    name, long = "tagged", "x" * 100
+    for _ in (1, 2):
+        with transaction(svc.runtime.db) as s:
+            models.register_version(session=s, name=name, framework="xgboost", job_id=None,
+                                    artifact_uri="file:///nowhere", metrics={}, params={})  # fmt: skip
+    edits = [(f"/models/{name}/tags/team", {"value": "fraud"}), (f"/models/{name}/versions/1/tags/validated",
+             {"value": ""}), (f"/models/{name}/versions/1/tags/stage", {"value": HOSTILE}),
+             (f"/models/{name}/versions/2/tags/notes", {"value": long}), (f"/models/{name}/aliases/production",
+             {"version": 1}), (f"/models/{name}/aliases/champion", {"version": 1}),
+             (f"/models/{name}/aliases/challenger", {"version": 2})]  # fmt: skip
+    for url, body in edits:
+        assert svc.client.put(url, json=body).status_code == 200, url
+    with transaction(svc.runtime.db) as s:  # an evaluation of version 1 still queued
+        job, _ = jobs.create_job(session=s, job_type="evaluate", request={}, framework="xgboost", name=name)
+        job.model_name, job.model_version = name, 1
+        user = job.id
+
+    browser.get(svc.url + f"/ui/models#{name}")
+    row = f"#{name} tr[data-version='%d']"
+    texts = lambda css: [e.text for e in browser.find_elements(By.CSS_SELECTOR, css)]  # noqa: E731
+    _until(browser, lambda d: texts(f"#{name} .model-tags"), "the model's tags", 30)
+    assert texts(f"#{name} .model-tags") == ["Tags: team = fraud"]
+    assert texts(f"{row % 1} .badge.alias") == ["champion", "production"]
+    assert texts(f"{row % 2} .badge.alias") == ["challenger"]
+    assert texts(f"{row % 1} td.tags .badge") == [f"stage = {HOSTILE}", "validated"]
+    notes = browser.find_element(By.CSS_SELECTOR, f"{row % 2} td.tags .badge")
+    assert notes.text == "notes = " + long[:80] + "…" and notes.get_attribute("title") == "notes = " + long
+    assert _js(browser, "document.querySelectorAll('main script').length") == 0
+    _usable(browser)
+    _shot(browser, tmp, "models-tags")
+
+    def delete(css: str, answer: bool) -> str:
+        browser.find_element(By.CSS_SELECTOR, css).click()
+        alert = _until(browser, expected_conditions.alert_is_present(), "a confirmation", 5)
+        said = str(alert.text)
+        alert.accept() if answer else alert.dismiss()
+        return said
+
+    said = delete(f"{row % 1} button.delete", answer=False)
+    assert said.startswith(f"Delete {name} v1? Its aliases and tags go with it"), said
+    time.sleep(0.5)
+    assert svc.client.get(f"/models/{name}/versions/1").status_code == 200
+    delete(f"{row % 1} button.delete", answer=True)
+    refusal = _until(browser, lambda d: d.find_element(By.CSS_SELECTOR, f"#{name} .delete-error").text, "the 409", 30)
+    assert refusal.startswith(f"{name} v1 was not deleted: Model '{name}' version 1 is in use"), refusal
+    links = browser.find_elements(By.CSS_SELECTOR, f"#{name} .delete-error a")
+    assert [a.get_attribute("href") for a in links] == [svc.url + f"/ui/jobs/{user}"]
+    _shot(browser, tmp, "models-delete-in-use")
+    with transaction(svc.runtime.db) as s:
+        jobs.transition(session=s, job_id=user, sources=[JobStatus.QUEUED], target=JobStatus.CANCELLED,
+                        finished_at=utcnow(), error_reason="CANCELLED", error_message="a fixture")  # fmt: skip
+    delete(f"{row % 1} button.delete", answer=True)
+    _until(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, row % 1), "the version goes", 30)
+    assert not browser.find_element(By.CSS_SELECTOR, f"#{name} .delete-error").is_displayed()
+    assert svc.client.get(f"/models/{name}/versions/1").status_code == 404
+    assert texts(f"{row % 2} .badge.alias") == ["challenger"]
+    said = delete(f"#{name} .model-head button.delete", answer=True)
+    assert said.startswith(f"Delete model {name} with its version, aliases and tags?"), said
+    _until(browser, lambda d: not d.find_elements(By.ID, name), "the model goes", 30)
+    assert svc.client.get(f"/models/{name}").status_code == 404
+
+
 def test_console_urls_land_on_their_pages(svc: Service, browser: Any) -> None:
     """Other spellings of the pages' URLs redirect to them, and the pages carry their icon (no /favicon.ico, a 404)."""
     from selenium.webdriver.common.by import By

@@ -1,4 +1,5 @@
-/* Models page: every model with its versions, metrics and aliases; set, move and remove aliases; download. */
+/* Models page: every model with its tags and versions (metrics, aliases, tags); set, move and remove aliases;
+ * download; delete a version or a model, after a confirmation. */
 "use strict";
 
 (() => {
@@ -116,15 +117,84 @@
     }));
   }
 
+  const TAG_SHOWN = 80; // characters of a tag's value in its badge (a value holds up to 5,000): the rest in its title
+
+  /* A tag as "key = value" (a tag with an empty value is a label: its key alone). */
+  function tagBadge(key, value) {
+    const cut = value.length > TAG_SHOWN ? value.slice(0, TAG_SHOWN) + "…" : value;
+    return el("span", { class: "badge tag", "data-key": key, title: value ? key + " = " + value : key },
+      value ? key + " = " + cut : key);
+  }
+
+  function tagBadges(tags) {
+    return Object.keys(tags || {}).sort().map((key) => tagBadge(key, tags[key]));
+  }
+
+  function modelTags(model) {
+    const badges = tagBadges(model.tags);
+    return badges.length ? el("p", { class: "model-tags" }, "Tags: ", badges) : null;
+  }
+
+  /* The version's number and the model's aliases that name it. */
+  function versionCell(v) {
+    const aliases = (v.aliases || []).slice().sort().map((alias) => el("span", { class: "badge alias", "data-alias": alias }, alias));
+    return el("td", { class: "version" }, "v" + v.version, aliases.length ? el("div", { class: "labels" }, aliases) : null);
+  }
+
+  /* DELETE after a confirmation. A refusal shows under the model's heading, with the jobs a 409 names (unfinished
+   * jobs that use what would go), each linked to its page. */
+  async function deleteEntry(model, version, refusal) {
+    const what = version === null ? "model " + model.name : model.name + " v" + version;
+    const count = model.versions.length;
+    const goes = version === null
+      ? " with " + (count === 1 ? "its version" : "its " + count + " versions") + ", aliases and tags? Its files are removed and the name is free again."
+      : "? Its aliases and tags go with it, its files are removed, and its number is never given again.";
+    if (!window.confirm("Delete " + what + goes)) return;
+    try {
+      await api(path(model.name) + (version === null ? "" : "/versions/" + version), { method: "DELETE" });
+      refresh();
+    } catch (e) {
+      if (e.status === 401) return;
+      const jobs = e.problem && Array.isArray(e.problem.jobs) ? e.problem.jobs : [];
+      clear(refusal).hidden = false;
+      refusal.append(el("p", {}, (version === null ? "Model " + model.name : what) + " was not deleted: " + e.message));
+      if (jobs.length) {
+        refusal.append(el("p", {}, jobs.length === 1 ? "The job that uses it:" : "The jobs that use it:"),
+          el("ul", { class: "in-use" }, jobs.map((id) => el("li", {}, el("a", { href: ST.jobUrl(id), "data-job": id }, id)))));
+      }
+    }
+  }
+
+  function deleteButton(model, version, refusal) {
+    const title = version === null ? "Delete the model: every version, alias and tag" : "Delete v" + version + " (its aliases and tags go with it)";
+    const button = el("button", { type: "button", class: "delete", title: title }, version === null ? "Delete model" : "Delete");
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        await deleteEntry(model, version, refusal);
+      } finally {
+        button.disabled = false;
+      }
+    });
+    return button;
+  }
+
   function card(model) {
+    const refusal = el("div", { class: "error delete-error", role: "alert", hidden: true });
     const rows = model.versions.slice().reverse().map((v) => el("tr", { "data-version": v.version },
-      el("td", {}, "v" + v.version), el("td", {}, v.framework), el("td", {}, time(v.created_at)),
-      el("td", {}, metricsText(v.metrics)),
-      el("td", {}, v.job_id ? el("a", { href: ST.jobUrl(v.job_id) }, v.job_id.slice(0, 12)) : "—"), el("td", {}, downloads(model, v))));
+      versionCell(v), el("td", {}, v.framework), el("td", {}, time(v.created_at)),
+      el("td", {}, metricsText(v.metrics)), el("td", { class: "tags" }, tagBadges(v.tags)),
+      el("td", {}, v.job_id ? el("a", { href: ST.jobUrl(v.job_id) }, v.job_id.slice(0, 12)) : "—"), el("td", {}, downloads(model, v)),
+      el("td", {}, deleteButton(model, v.version, refusal))));
+    const columns = ["version", "framework", "created", "metrics", "tags", "job", "download", "delete"];
     return el("div", { class: "model", id: model.name },
-      el("h2", {}, model.name, " ", el("span", { class: "muted" }, "owner " + model.owner)),
+      el("div", { class: "model-head" },
+        el("h2", {}, model.name, " ", el("span", { class: "muted" }, "owner " + model.owner)), deleteButton(model, null, refusal)),
+      refusal,
+      modelTags(model),
       aliasList(model),
-      el("table", { class: "small" }, el("thead", {}, el("tr", {}, ["Version", "Framework", "Created", "Metrics", "Training job", "Download"].map((h) => el("th", {}, h)))),
+      el("table", { class: "small versions" }, el("colgroup", {}, columns.map((c) => el("col", { class: c }))),
+        el("thead", {}, el("tr", {}, ["Version", "Framework", "Created", "Metrics", "Tags", "Training job", "Download", ""].map((h) => el("th", {}, h)))),
         el("tbody", {}, rows)),
       aliasForm(model));
   }

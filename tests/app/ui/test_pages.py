@@ -11,18 +11,26 @@ from urllib.parse import urljoin, urlparse
 import httpx
 import pytest
 
-from tests.helpers import running_service
+from app.db.session import transaction
+from app.services import models
+from tests.helpers import Service, running_service
 
-KEYS = "alice-0123456789abcdef:alice"
+KEY = "alice-0123456789abcdef"
+KEYS = f"{KEY}:alice"
 PAGES = ["/ui", "/ui/jobs/0123456789abcdef0123456789abcdef", "/ui/compare?ids=a,b", "/ui/models", "/ui/cluster"]
 _REFERENCE = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']""")
 
 
 @pytest.fixture(scope="module")
-def keyed(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def keyed_service(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     base: Path = tmp_path_factory.mktemp("ui")
     with running_service(spark, base, api_keys=KEYS, in_process_consumer=False) as svc:
-        yield svc.url
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def keyed(keyed_service: Service) -> str:
+    return keyed_service.url
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -88,3 +96,26 @@ def test_the_root_redirects_to_the_console_without_a_key(keyed: str) -> None:
     answer = httpx.get(keyed + "/")
     assert answer.status_code == 307 and answer.headers["location"] == "/ui"
     assert httpx.get(keyed + "/jobs").status_code == 401  # the API behind it is not
+
+
+def test_the_models_page_reads_tags_and_aliases_where_its_script_looks_and_deletes_with_the_key(
+    keyed_service: Service,
+) -> None:
+    """What app/ui/static/models.js draws, as it asks for it (``GET /models?limit=100`` with the key): the model's
+    ``tags``, and each version's ``aliases`` and ``tags``. The page is public; its delete is not (the browser test,
+    tests/e2e/test_console_browser.py, checks what the page shows)."""
+    url, auth = keyed_service.url, {"Authorization": f"Bearer {KEY}"}
+    with transaction(keyed_service.runtime.db) as s:
+        models.register_version(session=s, name="ui-tagged", framework="xgboost", owner="alice", job_id=None,
+                                artifact_uri="file:///nowhere", metrics={}, params={})  # fmt: skip
+    for path, body in (("tags/team", {"value": "fraud"}), ("versions/1/tags/stage", {"value": "staging"}),
+                       ("aliases/champion", {"version": 1})):  # fmt: skip
+        assert httpx.put(f"{url}/models/ui-tagged/{path}", json=body, headers=auth).status_code == 200, path
+    listed = httpx.get(url + "/models", params={"limit": 100}, headers=auth).json()["items"]
+    (model,) = [m for m in listed if m["name"] == "ui-tagged"]
+    (version,) = model["versions"]
+    assert model["tags"] == {"team": "fraud"}
+    assert version["aliases"] == ["champion"] and version["tags"] == {"stage": "staging"}
+    assert httpx.get(url + "/ui/models").status_code == 200
+    assert httpx.delete(url + "/models/ui-tagged/versions/1").status_code == 401
+    assert httpx.get(url + "/models/ui-tagged/versions/1", headers=auth).status_code == 200
