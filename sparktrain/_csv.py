@@ -172,10 +172,21 @@ def _quote_line(field: str, lines: int) -> int:
     return lines - len(_BREAK.findall(_LAST_BREAK.sub("", field, count=1)))
 
 
+def shown_name(name: str, index: int) -> str:
+    """A column as a message names it: by its name, or an unnamed one (an empty header cell) by its place; the first
+    is most often pandas' index, which ``DataFrame.to_csv(path)`` writes unless given ``index=False``."""
+    if name.strip():
+        return name
+    if index == 0:
+        return "the unnamed first column (pandas' index? to_csv(..., index=False) leaves it out)"
+    return f"the unnamed column {index + 1}"
+
+
 def model_columns(
     columns: list[str], rows: list[list[Any]], inputs: list[str]
 ) -> tuple[list[str], list[list[Any]], list[str]]:
-    """The columns among ``inputs`` (the model signature's names), in the file's order, with the names left out.
+    """The columns among ``inputs`` (the model signature's names), in the file's order, with the names left out
+    (:func:`shown_name`: an unnamed one by its place).
 
     A file holds ids and labels beside the features more often than not, and the service refuses a column the model
     does not take; a feature the file lacks stays lacking, for the service's 422 to name. A row shorter or longer
@@ -184,7 +195,7 @@ def model_columns(
         return columns, rows, []
     wanted = set(inputs)
     keep = [i for i, name in enumerate(columns) if name in wanted]
-    dropped = [name for name in columns if name not in wanted]
+    dropped = [shown_name(name, i) for i, name in enumerate(columns) if name not in wanted]
     if not dropped:
         return columns, rows, []
     kept_rows = [[row[i] for i in keep] if len(row) == len(columns) else row for row in rows]

@@ -3,6 +3,7 @@ runs, and how its end is reported (on stdout, its reason on stderr) and turned i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -67,6 +68,8 @@ def report(job: dict[str, Any], to: Console) -> int:
         if isinstance(validation, dict):
             shown = ", ".join(f"{k} {v:.4g}" for k, v in validation.items() if isinstance(v, int | float))
             to.print(f"validation: {shown}", highlight=False)
+        if isinstance(result, dict) and isinstance(result.get("best"), dict):  # a tune: its best trial
+            to.print(best_trial(result), highlight=False)
         if isinstance(result, dict) and result.get("output_uri"):  # a batch prediction's parquet output
             counts = [f"{result['rows']} rows"] if isinstance(result.get("rows"), int) else []
             if result.get("bad_rows"):
@@ -76,6 +79,26 @@ def report(job: dict[str, Any], to: Console) -> int:
     error = job.get("error") or {}
     err.print(f"{status} job {job['id']}: {error.get('reason', '?')}: {error.get('message', '')}", highlight=False)
     return OUTCOME.get(status, FAILED)
+
+
+def best_trial(result: dict[str, Any]) -> str:
+    """A tune's best trial on one line: ``best: accuracy 0.9694 (trial 5 of 20: learning_rate 0.0133, units 80)``."""
+    best = result["best"]
+    metric = best.get("metric")
+    value = f"{metric:.4g}" if isinstance(metric, int | float) and not isinstance(metric, bool) else str(metric)
+    params = best.get("params") if isinstance(best.get("params"), dict) else {}
+    shown = ", ".join(f"{name} {_value(v)}" for name, v in params.items())
+    of = f" of {result['trials']}" if isinstance(result.get("trials"), int) else ""
+    return (
+        f"best: {result.get('metric', 'metric')} {value} (trial {best.get('trial')}{of}{': ' if shown else ''}{shown})"
+    )
+
+
+def _value(value: Any) -> str:
+    """A parameter's value as the line shows it: a number to 4 significant digits, anything else as compact JSON."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
 def submitted(opts: Options, api: Client, job: dict[str, Any], wait: bool, to: Console = out) -> int:

@@ -1,13 +1,25 @@
 """The documentation holds together: every relative link in README.md, CHANGELOG.md, bench/README.md,
 docker/README.md and docs/ resolves inside the repository (files and ``#anchors``), the README stays a front door,
-and no page points at documents outside the repository."""
+and no page points at documents outside the repository. The examples of the pages a newcomer follows first run as
+written: one ``post`` helper, request bodies that are valid requests, files that ship, shell that parses, and Python
+that defines what it uses."""
 
 from __future__ import annotations
 
+import ast
+import builtins
+import itertools
+import json
 import os
 import re
+import shlex
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote
+from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -178,3 +190,185 @@ def test_the_checker_finds_broken_links(tmp_path: Path) -> None:
     assert any("missing.md" in p for p in problems)
     assert any("leaves the repository" in p for p in problems)
     assert any("other.md#title" in p for p in problems)
+
+
+# --- the examples in the pages a newcomer follows first run as written ------------------------------------------
+
+WALKED = ("README.md", "docs/examples.md", "docs/cli.md", "docs/inference.md", "docs/tuning.md", "docs/testing.md")
+"""The pages whose commands a newcomer pastes: their shell and Python examples are checked below."""
+_BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def blocks(path: Path, language: str) -> list[str]:
+    """The fenced code blocks of ``language`` in ``path`` (list items' indented blocks too, dedented)."""
+    text = re.sub(r"^ {2,4}(```)", r"\1", path.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    found = []
+    for lang, body in _BLOCK.findall(text):
+        if lang == language:
+            lines = body.splitlines()
+            indent = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
+            found.append("\n".join(line[indent:] for line in lines) + "\n")
+    return found
+
+
+def shell_tokens(block: str) -> list[str]:
+    """``block`` as the shell splits it into words: quotes joined across lines, comments dropped, and ``|``, ``;``,
+    ``(`` and ``)`` words of their own."""
+    lexer = shlex.shlex(block.replace("\\\n", " "), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    return list(lexer)
+
+
+def _helpers(path: Path) -> list[str]:
+    return [line for block in blocks(path, "bash") for line in block.splitlines() if line.startswith("post() {")]
+
+
+def test_the_post_helper_is_the_same_wherever_it_is_defined() -> None:
+    """README.md's ``post`` took ``@file`` or inline JSON, examples.md's a file name: after examples.md, the README's
+    inline ``post /predict '{...}'`` sent an empty body (curl's warning hidden by ``-s``)."""
+    defined = {name: _helpers(REPO / name) for name in ("README.md", "docs/examples.md")}
+    assert all(len(lines) == 1 for lines in defined.values()), defined
+    assert defined["README.md"] == defined["docs/examples.md"], defined
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: list[tuple[str, str, bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.seen.append((self.path, self.headers.get("content-type", ""), body))
+        self.send_response(202)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"id": "abc"}')
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.mark.skipif(shutil.which("curl") is None or shutil.which("bash") is None, reason="needs bash and curl")
+def test_the_post_helper_sends_a_file_and_inline_json_and_ends_its_line(tmp_path: Path) -> None:
+    (tmp_path / "body.json").write_text('{"from": "a file"}\n')
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Recorder.seen = []
+    try:
+        helper = _helpers(REPO / "README.md")[0].replace("localhost:8000", f"127.0.0.1:{server.server_port}")
+        script = f"{helper}\npost /train @body.json\npost /predict '{{\"inline\": [1,\n 2]}}'\n"
+        run = subprocess.run(
+            ["bash", "-c", script], check=False, cwd=tmp_path, capture_output=True, text=True, timeout=30
+        )
+    finally:
+        server.shutdown()
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == '{"id": "abc"}\n{"id": "abc"}\n', "each answer on a line of its own"
+    sent = [(path, kind, json.loads(body)) for path, kind, body in _Recorder.seen]
+    assert sent == [("/train", "application/json", {"from": "a file"}),
+                    ("/predict", "application/json", {"inline": [1, 2]})]  # fmt: skip
+
+
+def _body_model(path: str) -> Any:
+    from app.api.routes.models import AliasBody
+    from app.schemas.datasets import DatasetCreate
+    from app.schemas.inference import EvaluateRequest, PredictRequest
+    from app.schemas.recipes import GpuSmokeRequest
+    from app.schemas.train import TrainRequest
+
+    if re.fullmatch(r"/models/[^/]+/aliases/[^/]+", path):
+        return AliasBody
+    models = {"/train": TrainRequest, "/predict": PredictRequest, "/evaluate": EvaluateRequest,
+              "/recipes/gpu-smoke": GpuSmokeRequest, "/datasets": DatasetCreate}  # fmt: skip
+    return models[path]
+
+
+def requests_in(path: Path) -> list[tuple[str, Any]]:
+    """(endpoint, body) of every request body the page's shell examples send: ``post PATH BODY`` (``@file`` or
+    inline JSON), ``curl ... localhost:8000/PATH ... -d BODY`` and ``echo BODY | sparktrain evaluate -``."""
+    found: list[tuple[str, Any]] = []
+    for block in blocks(path, "bash"):
+        words = shell_tokens(block)
+        for i, word in enumerate(words):
+            if word == "post" and i + 2 < len(words) and words[i + 1].startswith("/"):
+                body = words[i + 2]
+                text = (REPO / body[1:]).read_text() if body.startswith("@") else body
+                found.append((words[i + 1], json.loads(text)))
+            elif word == "curl":
+                command = list(itertools.takewhile(lambda w: w not in "|;()", words[i + 1 :]))
+                url = next((w for w in command if "localhost:8000" in w), "")
+                if "-d" in command and not command[command.index("-d") + 1].startswith("$"):  # not a helper's
+                    endpoint = urlparse("http://" + url.split("localhost:8000", 1)[0] + url).path
+                    found.append((endpoint or "/", json.loads(command[command.index("-d") + 1])))
+            elif word == "echo" and words[i + 2 : i + 6] == ["|", "sparktrain", "evaluate", "-"]:
+                found.append(("/evaluate", json.loads(words[i + 1])))
+    return found
+
+
+@pytest.mark.parametrize("name", WALKED)
+def test_every_body_the_shell_examples_send_is_a_valid_request(name: str) -> None:
+    for endpoint, body in requests_in(REPO / name):
+        _body_model(endpoint).model_validate(body)  # raises, naming the field, when the page is wrong
+
+
+def test_the_request_finder_finds_the_readmes_requests() -> None:
+    found = [endpoint for endpoint, _ in requests_in(REPO / "README.md")]
+    assert found == ["/train", "/train", "/predict", "/train", "/evaluate"], found
+
+
+@pytest.mark.parametrize("name", WALKED)
+def test_the_files_the_examples_use_are_shipped(name: str) -> None:
+    """``sparktrain submit FILE``, ``predict --csv FILE`` and ``post ... @FILE`` name files of the repository (cli.md
+    used ``rows.csv`` and ``body.json``, which no newcomer has)."""
+    for block in blocks(REPO / name, "bash"):
+        words = shell_tokens(block)
+        for i, word in enumerate(words[:-1]):
+            if word in ("submit", "--csv") or (word.startswith("@") and words[i - 1] != "-d"):
+                file = words[i + 1] if not word.startswith("@") else word[1:]
+                if file != "-" and not file.startswith("$"):
+                    assert (REPO / file).is_file(), f"{name}: {word} {file}: not in the repository"
+
+
+def test_the_shipped_rows_fit_the_taxi_models() -> None:
+    header = (REPO / "examples" / "taxi-rows.csv").read_text().splitlines()[0].split(",")
+    features = json.loads((REPO / "examples" / "xgboost-taxi.json").read_text())["dataset"]["features"]
+    assert set(features) <= set(header) and header[0], header
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("name", WALKED)
+def test_the_shell_examples_parse(name: str) -> None:
+    for block in blocks(REPO / name, "bash"):
+        script = re.sub(r"<([a-z][a-z0-9 -]*)>", "PLACEHOLDER", block)  # <id> stands for a value
+        run = subprocess.run(["bash", "-n"], check=False, input=script, capture_output=True, text=True, timeout=30)
+        assert run.returncode == 0, f"{name}: {run.stderr}\n{block}"
+
+
+def undefined_names(source: str) -> set[str]:
+    """Names a snippet reads that it neither defines, imports nor gets from builtins (examples.md's ``job_id``)."""
+    tree = ast.parse(source)
+    defined = set(dir(builtins))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            defined.add(node.id)
+        elif isinstance(node, ast.alias):
+            defined.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - defined
+
+
+@pytest.mark.parametrize("name", WALKED)
+def test_the_python_examples_define_what_they_use(name: str) -> None:
+    for block in blocks(REPO / name, "python"):
+        assert not undefined_names(block), f"{name}: {undefined_names(block)} undefined in\n{block}"
+
+
+def test_the_name_checker_finds_an_undefined_name() -> None:
+    assert undefined_names("import httpx\njob = httpx.get(f'/jobs/{job_id}')\nprint(job, e.x)") == {"job_id", "e"}
+    assert not undefined_names("with open('x') as f:\n    rows = [r for r in f]\nprint(rows, len)")
+
+
+def test_the_readme_starts_with_the_two_set_up_commands() -> None:
+    first = blocks(REPO / "README.md", "bash")[0]
+    assert [line.split("#")[0].strip() for line in first.splitlines()] == ["make run", "make test"]

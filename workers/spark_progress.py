@@ -79,7 +79,12 @@ class StageProgress:
         partial = running_done / running_tasks if running_tasks else 0.0
         done = 1.0 - 0.5**stages_done * (1.0 - 0.5 * partial)
         self._reported = max(self._reported, self.low + (self.high - self.low) * done)
-        message = f"{self.label}: {stages_done}/{stages} Spark stages, {tasks_done}/{tasks} tasks done"
+        # before its first Spark stage starts, the label alone ("0/0 Spark stages" said nothing)
+        message = (
+            f"{self.label}: {stages_done}/{stages} Spark stages, {tasks_done}/{tasks} tasks done"
+            if stages
+            else self.label
+        )
         if message != self._last_message:
             self._last_message = message
             self.ctx.progress(self._reported, message)

@@ -12,6 +12,15 @@ from app.schemas.models import ALIAS_PATTERN, VERSION_MAX
 from app.schemas.train import ID_PATTERN, NAME_PATTERN, DatasetRef
 
 MetricGroup = Literal["classification", "roc", "regression"]
+PREDICT_BATCH_EXAMPLE: dict[str, Any] = {
+    "summary": "Batch: every row of a dataset, keyed by a column unique in it, written as parquet by a job",
+    "description": "The key is what joins each prediction back to its row, so it must be unique: your data's id "
+    "column. The shipped taxi sample has none, and `pickup_longitude` is unique in its eval.parquet (3,000 values "
+    "for 3,000 rows); a key that repeats (`hour`) makes the job warn, with `repeated_keys` in its result.",
+    "value": {"model": {"name": "taxi-fare-rf"},
+              "dataset": {"uri": "datasets/taxi/eval.parquet", "key": "pickup_longitude"}},
+}  # fmt: skip
+"""Swagger's batch prediction (app/api/openapi.py shows it in place of app/api/routes/inference.py's own)."""
 
 
 class ModelSelector(Body):
@@ -130,6 +139,34 @@ class InferRequest(BaseModel):
     parameters: dict[str, Any] | None = None
     inputs: list[InferTensor] = Field(min_length=1)
     outputs: list[dict[str, Any]] | None = None
+
+
+_TAXI_ROW = [1, 2.1, -73.98, 40.75, 1, -73.96, 40.77, 9, 2, 0, 2.7]
+INFER_EXAMPLES: dict[str, dict[str, Any]] = {
+    "rows": {
+        "summary": "Whole rows: one tensor [rows, n], the features in the model metadata's order",
+        "description": "Two rows of the taxi-fare models' 11 features (`GET /v2/models/{name}` lists them under "
+        "`parameters.features`); `[n]` is one row.",
+        "value": {"id": "fares-1", "inputs": [{"name": "input", "shape": [2, 11], "datatype": "FP32",
+                                               "data": [_TAXI_ROW, [2, 7.5, -73.99, 40.73, 1, -73.87, 40.77, 18, 4,
+                                                                    0, 11.2]]}]},
+    },
+    "features": {
+        "summary": "One tensor per feature, named after it, each [rows]",
+        "value": {"inputs": [{"name": name, "shape": [1], "datatype": "INT32" if isinstance(value, int) else "FP64",
+                              "data": [value]}
+                             for name, value in zip(
+                                 ("passenger_count", "trip_distance", "pickup_longitude", "pickup_latitude",
+                                  "rate_code", "dropoff_longitude", "dropoff_latitude", "hour", "day_of_week",
+                                  "is_weekend", "h_distance"), _TAXI_ROW, strict=True)]},
+    },
+    "image": {
+        "summary": "The digits CNN: one 8x8 image, asking for its probabilities only",
+        "value": {"inputs": [{"name": "input", "shape": [1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}],
+                  "outputs": [{"name": "probabilities"}]},
+    },
+}  # fmt: skip
+"""Swagger's V2 ``infer`` bodies (app/api/routes/v2.py: its body is read by hand, so the examples are given there)."""
 
 
 class InferResponse(BaseModel):

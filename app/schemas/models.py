@@ -77,7 +77,11 @@ class ModelVersionRead(BaseModel):
     status: str
     artifact_uri: str
     metrics: dict[str, Any]
-    params: dict[str, Any]
+    params: dict[str, Any] = Field(
+        description="What the version was trained with (the family's parameters, features, label, classes, an input "
+        "example). The signature the model was recorded with is `signature`, not repeated here; only a model with "
+        "categorical features keeps its MLflow signature (of the one-hot columns) here too."
+    )
     job_id: str | None
     created_at: datetime
     signature: ModelSignature | None = None
@@ -118,6 +122,12 @@ class TagBody(Body):
         if bad is not None:
             raise ValueError(f"holds {bad!r}; a tag's value is text: no control character but tabs and line breaks")
         return value
+
+
+TAG_EXAMPLES: dict[str, dict[str, Any]] = {
+    "team": {"summary": "Set the tag to a value", "value": {"value": "fraud-team"}},
+    "empty": {"summary": "A tag whose value is empty: a label alone", "value": {"value": ""}},
+}
 
 
 def _unstorable(char: str) -> bool:

@@ -99,6 +99,16 @@ def signature(version: ModelVersion) -> dict[str, Any]:
     return ModelRef(framework=version.framework, uri=version.artifact_uri, card=version.params).signature
 
 
+def shown_params(version: ModelVersion, shown: dict[str, Any]) -> dict[str, Any]:
+    """The version's params as a read shows them: without the recorded ``signature`` when it is ``shown``, the
+    signature the read shows beside them (every model but one with categorical features, whose recorded signature
+    lists the one-hot columns MLflow feeds it). ``GET /models`` gave each version's signature twice."""
+    params = version.params or {}
+    if params.get("signature") != shown:
+        return params
+    return {key: value for key, value in params.items() if key != "signature"}
+
+
 def check_name(*, session: Session, name: str, owner: str | None) -> None:
     """Whether ``owner`` may train into ``name``: a name another owner registered first is a 409 (None: an admin,
     who may train into any name)."""

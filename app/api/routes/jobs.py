@@ -102,7 +102,6 @@ def _read_job(rt: ServiceRuntime, job_id: str, caller: Caller) -> JobRead:
     "same `key` and `since_step`) for the points after them. Paging by cursor returns every point exactly once, "
     "in order, whatever the limit; `since_step` alone cannot continue a page that ended inside a step. A cursor "
     "this service did not issue is a 400.",
-    responses={400: {"description": "A `cursor` this service did not issue."}},
 )
 def get_metrics(
     job_id: str,

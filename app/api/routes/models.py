@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 from fastapi import APIRouter, Path, Query, Response
+from fastapi import Body as BodyOf
 from fastapi.responses import StreamingResponse
 from pydantic import Field
 
@@ -13,6 +14,7 @@ from app.api.deps import CallerDep, RuntimeDep, SessionDep, SettingsDep
 from app.schemas.body import Body
 from app.schemas.models import (
     FAMILY_FORMATS,
+    TAG_EXAMPLES,
     TAG_KEY_RULE,
     VERSION_MAX,
     ArtifactFormat,
@@ -40,11 +42,13 @@ DELETE_HELP = (
     "that answered, within 2 s on the others."
 )
 VersionPath = Annotated[int, Path(ge=1, le=VERSION_MAX)]
+TagValue = Annotated[TagBody, BodyOf(openapi_examples=TAG_EXAMPLES)]
 
 
 def to_version_read(
     v: ModelVersion, aliases: list[str] | None = None, tags: dict[str, str] | None = None
 ) -> ModelVersionRead:
+    signature = models.signature(v)
     return ModelVersionRead(
         name=v.model.name,
         version=v.version,
@@ -52,10 +56,10 @@ def to_version_read(
         status=v.status,
         artifact_uri=v.artifact_uri,
         metrics=v.metrics,
-        params=v.params,
+        params=models.shown_params(v, signature),
         job_id=v.job_id,
         created_at=v.created_at,
-        signature=ModelSignature.model_validate(models.signature(v)),
+        signature=ModelSignature.model_validate(signature),
         formats=list(FAMILY_FORMATS.get(v.framework, ("archive",))),
         aliases=aliases or [],
         tags=tags or {},
@@ -104,7 +108,6 @@ def _version_read(session: Session, v: ModelVersion) -> ModelVersionRead:
     "gives the next ones, as `GET /jobs` pages. A cursor this service did not issue is a 400. `tag=key:value` "
     "(or `tag=key`, any value; repeat it for several, all must match) lists only the models with that tag; pass it "
     "again with `cursor`.",
-    responses={400: {"description": "A `cursor` this service did not issue."}},
 )
 def list_models(
     session: SessionDep,
@@ -138,7 +141,6 @@ def get_version(name: str, version: VersionPath, session: SessionDep, caller: Ca
     status_code=204,
     summary="Delete a version: its aliases and tags go with it, its number is never given again",
     description=DELETE_HELP,
-    responses={409: {"description": "An unfinished job uses the version; the problem's `jobs` lists them."}},
 )
 def delete_version(
     name: str, version: VersionPath, session: SessionDep, caller: CallerDep, rt: RuntimeDep, settings: SettingsDep
@@ -155,7 +157,6 @@ def delete_version(
     status_code=204,
     summary="Delete a model: every version, alias and tag; the name is free again",
     description=DELETE_HELP,
-    responses={409: {"description": "An unfinished job uses a version, or will register one; `jobs` lists them."}},
 )
 def delete_model(name: str, session: SessionDep, caller: CallerDep, rt: RuntimeDep, settings: SettingsDep) -> Response:
     removal = registry_edits.delete_model(session=session, name=name, owner=caller.scope)
@@ -166,7 +167,7 @@ def delete_model(name: str, session: SessionDep, caller: CallerDep, rt: RuntimeD
 
 
 @router.put("/models/{name}/tags/{key}", summary="Set a model's tag (created, or its value replaced)")
-def put_model_tag(name: str, key: str, body: TagBody, session: SessionDep, caller: CallerDep) -> dict[str, Any]:
+def put_model_tag(name: str, key: str, body: TagValue, session: SessionDep, caller: CallerDep) -> dict[str, Any]:
     model_tags.set_model_tag(session=session, name=name, key=key, value=body.value, owner=caller.scope)
     session.commit()
     return {"name": name, "key": key, "value": body.value}
@@ -181,7 +182,7 @@ def delete_model_tag(name: str, key: str, session: SessionDep, caller: CallerDep
 
 @router.put("/models/{name}/versions/{version}/tags/{key}", summary="Set a version's tag (created, or replaced)")
 def put_version_tag(
-    name: str, version: VersionPath, key: str, body: TagBody, session: SessionDep, caller: CallerDep
+    name: str, version: VersionPath, key: str, body: TagValue, session: SessionDep, caller: CallerDep
 ) -> dict[str, Any]:
     model_tags.set_version_tag(
         session=session, name=name, version=version, key=key, value=body.value, owner=caller.scope
@@ -201,6 +202,9 @@ class AliasBody(Body):
     version: int = Field(ge=1, le=VERSION_MAX)
 
 
+ALIAS_EXAMPLES = {"version": {"summary": "Point the alias at version 1", "value": {"version": 1}}}
+
+
 @router.get(
     "/models/{name}/aliases/{alias}",
     response_model=ModelVersionRead,
@@ -212,7 +216,12 @@ def get_alias(name: str, alias: str, session: SessionDep, caller: CallerDep) -> 
 
 @router.put("/models/{name}/aliases/{alias}", summary="Point an alias (champion, production, ...) at a version")
 def put_alias(
-    name: str, alias: str, body: AliasBody, session: SessionDep, caller: CallerDep, rt: RuntimeDep
+    name: str,
+    alias: str,
+    body: Annotated[AliasBody, BodyOf(openapi_examples=ALIAS_EXAMPLES)],
+    session: SessionDep,
+    caller: CallerDep,
+    rt: RuntimeDep,
 ) -> dict[str, Any]:
     row = models.set_alias(session=session, name=name, alias=alias, version=body.version, owner=caller.scope)
     session.commit()
@@ -243,14 +252,8 @@ FORMAT_HELP = (
     summary="Download the model: a .tar.gz archive, an MLflow model directory (zip) or ONNX (zip)",
     description=FORMAT_HELP,
     response_class=StreamingResponse,
-    responses={
-        200: {"content": {"application/gzip": {}, "application/zip": {}}, "description": "The file."},
-        422: {"description": "An unknown format, a format this family does not have, or a network ONNX cannot "
-              "express (the layer is named)."},
-        503: {"description": "format=onnx: the export is still running (the first download of a version starts it); "
-              "`Retry-After` says when to ask again."},
-    },
-)  # fmt: skip
+    responses={200: {"content": {"application/gzip": {}, "application/zip": {}}, "description": "The file."}},
+)
 def download(
     name: str,
     version: VersionPath,

@@ -26,7 +26,6 @@ def healthz() -> Health:
     "/readyz",
     response_model=Readiness,
     summary="Readiness: database, broker and SparkSession answer",
-    responses={503: {"description": "What failed, as problem+json with `checks`."}},
 )
 def readyz(rt: RuntimeDep, request: Request) -> Readiness | JSONResponse:
     checks = readiness(

@@ -23,12 +23,7 @@ router = APIRouter(tags=["train"])
     summary="Queue a training job",
     description="Checks the request against the data (columns, types, the family's parameters), writes a QUEUED "
     "job and queues it. Poll `Location` (`GET /jobs/{id}`) for progress and the result.",
-    responses={
-        202: {"description": "Queued; `Location` names the job."},
-        409: {"description": "The model name belongs to another owner (with API keys)."},
-        422: {"description": "The request cannot work (the problem names the field)."},
-        503: {"description": "The job broker is unreachable; nothing was queued."},
-    },
+    responses={202: {"description": "Queued; `Location` names the job."}},
 )
 def train(
     request: Annotated[TrainRequest, Body(openapi_examples=TRAIN_EXAMPLES)],

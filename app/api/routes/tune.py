@@ -24,12 +24,7 @@ router = APIRouter(tags=["tune"])
     description="Checks the base /train body and the ends of every range against the data, writes a QUEUED tune "
     "job and queues it. Its result holds the leaderboard and the best trial; the best trial's model version gets "
     "the alias `best` (docs/tuning.md).",
-    responses={
-        202: {"description": "Queued; `Location` names the job."},
-        409: {"description": "The model name belongs to another owner (with API keys)."},
-        422: {"description": "The search cannot work (the problem names the field: a space path, trials, parallel)."},
-        503: {"description": "The job broker is unreachable; nothing was queued."},
-    },
+    responses={202: {"description": "Queued; `Location` names the job."}},
 )
 def tune(
     request: Annotated[TuneRequest, Body(openapi_examples=TUNE_EXAMPLE)],

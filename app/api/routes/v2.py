@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from app.api.deps import CallerDep, RuntimeDep
 from app.api.errors import problem_response
 from app.core.errors import AppError, ServiceUnavailable, ValidationFailed
-from app.schemas.inference import InferRequest, InferResponse
+from app.schemas.inference import INFER_EXAMPLES, InferRequest, InferResponse
 from app.services import v2_infer
 from app.services.health import readiness_of_database
 from app.spark.session import spark_alive
@@ -100,7 +100,8 @@ def _infer_body() -> dict[str, Any]:
     binary tensors), so FastAPI does not see it. ``InferTensor`` is a component already (``InferResponse``)."""
     schema = InferRequest.model_json_schema(ref_template="#/components/schemas/{model}")
     schema.pop("$defs", None)
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+    media = {"schema": schema, "examples": INFER_EXAMPLES}
+    return {"requestBody": {"required": True, "content": {"application/json": media}}}
 
 
 _INFER_BODY = _infer_body()

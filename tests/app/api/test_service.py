@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from tests.helpers import Service
 
@@ -73,9 +74,13 @@ def test_openapi_documents_errors_as_problem_json(service: Service) -> None:
             responses = operation["responses"]
             assert {"4XX", "5XX"} <= set(responses), (method, path)
             for code, response in responses.items():
-                if code[0] in "45":
-                    assert response["content"] == {
-                        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
-                    }, (method, path, code)
-    refs = re.findall(r'"\$ref": ?"([^"]+)"', json.dumps(schema))
-    assert {r.removeprefix("#/components/schemas/") for r in refs} <= set(definitions), "unresolvable references"
+                if code[0] in "45":  # with an example of each kind (tests/app/api/test_openapi_problems.py)
+                    assert set(response["content"]) == {"application/problem+json"}, (method, path, code)
+                    media = response["content"]["application/problem+json"]
+                    assert media["schema"] == {"$ref": "#/components/schemas/Problem"}, (method, path, code)
+    refs = set(re.findall(r'"\$ref": ?"([^"]+)"', json.dumps(schema)))
+    for ref in refs:  # schemas, and the examples of problems that operations share (components.examples)
+        target: Any = schema
+        for part in ref.removeprefix("#/").split("/"):
+            assert isinstance(target, dict) and part in target, f"unresolvable reference {ref}"
+            target = target[part]

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from pyspark.ml import Estimator
     from pyspark.sql import DataFrame
 
+READ_SHARE = 0.05
+"""The share of the progress bar that reading and checking the data takes; the fits share the rest up to 0.9."""
 FEATURES_COL = "features"
 LABEL_INDEX_COL = "_label_index"
 SPLIT_COL = "_split"
@@ -42,23 +44,27 @@ def train(ctx: JobContext, plan: SparkMLPlan) -> JobOutcome:
     for warning in plan.warnings:
         ctx.warn(warning)
     ctx.progress(0.0, "reading data")
-    source = read_dataframe(ctx.spark, ds, malformed=True)
-    if plan.validation is not None:
-        train_df, rows, dropped = clean(ctx, source, ds)
-        fit_on = train_df
-        validation = read_dataframe(ctx.spark, plan.validation, malformed=True)
-        val_df, val_rows, val_dropped = clean(ctx, validation, plan.validation)
-        dropped += val_dropped
-    else:
-        fraction = ds.validation_fraction or spec.validation_fraction
-        frame, rows, val_rows, dropped = clean_holdout(ctx, source, ds, fraction, SPLIT_COL)
-        fit_on = frame  # every row: the categories do not follow the split
-        train_df = frame.where(F.col(SPLIT_COL) == 0).drop(SPLIT_COL)
-        val_df = frame.where(F.col(SPLIT_COL) == 1).drop(SPLIT_COL)
-        ctx.log(f"no validation set given: {val_rows} of {rows + val_rows} rows held out ({fraction:.0%})")
-    if rows == 0:
-        raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
-    encoded = one_hot(ctx, ds, (train_df, val_df), fit_on)
+    both = " and the validation data" if plan.validation is not None else ""
+    ctx.log(f"reading the training data{both}: counting and checking the rows (Spark jobs; the first on a new "
+            "session take longest)")  # fmt: skip
+    with StageProgress(ctx, low=0.0, high=READ_SHARE, label="reading data"):  # the bar moves with Spark's stages
+        source = read_dataframe(ctx.spark, ds, malformed=True)
+        if plan.validation is not None:
+            train_df, rows, dropped = clean(ctx, source, ds)
+            fit_on = train_df
+            validation = read_dataframe(ctx.spark, plan.validation, malformed=True)
+            val_df, val_rows, val_dropped = clean(ctx, validation, plan.validation)
+            dropped += val_dropped
+        else:
+            fraction = ds.validation_fraction or spec.validation_fraction
+            frame, rows, val_rows, dropped = clean_holdout(ctx, source, ds, fraction, SPLIT_COL)
+            fit_on = frame  # every row: the categories do not follow the split
+            train_df = frame.where(F.col(SPLIT_COL) == 0).drop(SPLIT_COL)
+            val_df = frame.where(F.col(SPLIT_COL) == 1).drop(SPLIT_COL)
+            ctx.log(f"no validation set given: {val_rows} of {rows + val_rows} rows held out ({fraction:.0%})")
+        if rows == 0:
+            raise JobFailure("EMPTY_DATASET", f"{ds.path} has no usable rows")
+        encoded = one_hot(ctx, ds, (train_df, val_df), fit_on)
     ds, (train_df, val_df) = encoded.dataset, encoded.frames
     ctx.log(f"training on {rows} rows with {len(ds.features)} features, validating on {val_rows}")
     train_df = train_df.cache()
@@ -232,6 +238,8 @@ def _cross_validate(
     done = sum(m is not None for row in metrics for m in row)
     resumed = f"; {done} done before, continuing from checkpoint {plan.resume.checkpoint_id}" if plan.resume else ""
     ctx.log(f"cross-validating {len(param_maps)} parameter combinations x {folds} folds = {total} fits{resumed}")
+    combos = [{name: pm[estimator.getParam(name)] for name in names} for pm in param_maps]
+    share = (0.9 - READ_SHARE) / total
     if not names and plan.resume is None:  # a retry's first attempt said so already
         ctx.warn(f"num_folds without a grid: cross-validates the one configuration ({total} fits) and trains it once "
                  "more on all rows")  # fmt: skip
@@ -246,27 +254,44 @@ def _cross_validate(
         try:
             for j in todo:
                 ctx.check_cancelled()
-                model = pipeline.fit(fold_train, param_maps[j])
-                value = float(evaluator.evaluate(model.transform(fold_validation, param_maps[j])))
+                low = READ_SHARE + share * done
+                # "cross-validation fit N of T" says that N fits are done (tests/e2e/test_driver_lost_kinds.py waits
+                # for it): the message while the next one runs starts so too
+                running = f"fit {done + 1} running (fold {i + 1} of {folds})"
+                label = (
+                    f"cross-validation fit {done} of {total} done, {running}"
+                    if done
+                    else f"cross-validating: {running}"
+                )
+                ctx.progress(low, label)
+                with StageProgress(ctx, low=low, high=low + share, label=label):  # moves while the fit runs
+                    model = pipeline.fit(fold_train, param_maps[j])
+                    value = float(evaluator.evaluate(model.transform(fold_validation, param_maps[j])))
                 metrics[i][j] = value
                 done += 1
                 ctx.metrics([MetricPoint(f"cv_{spec.metric}", value, step=done)])
+                shown = ", ".join(f"{name}={combos[j][name]}" for name in names) or "the one configuration"
+                ctx.log(f"fit {done} of {total}: fold {i + 1} of {folds}, {shown}: {spec.metric} {value:.6g}")
                 _save_cv_checkpoint(ctx, metrics, done)
-                ctx.progress(0.05 + 0.85 * done / total, f"cross-validation fit {done} of {total}")
+                ctx.progress(READ_SHARE + share * done, f"cross-validation fit {done} of {total}")
         finally:
             fold_train.unpersist()
             fold_validation.unpersist()
     matrix = np.array(metrics, dtype=np.float64)
     means, stds = matrix.mean(axis=0), matrix.std(axis=0)
     best = int(np.argmax(means) if evaluator.isLargerBetter() else np.argmin(means))
-    combos = [{name: pm[estimator.getParam(name)] for name in names} for pm in param_maps]
     table = [
         {"params": combo, spec.metric: float(m), "std": float(s)}
         for combo, m, s in zip(combos, means, stds, strict=True)
     ]
     ctx.check_cancelled()
-    ctx.progress(0.9, "fitting the best parameters on all the training data")
-    return pipeline.fit(train_df, param_maps[best]), table, {**spec.params, **combos[best]}
+    label = "fitting the best parameters on all the training data"
+    ctx.progress(0.9, label)
+    ctx.log(f"best of the grid: {', '.join(f'{k}={v}' for k, v in combos[best].items()) or 'the one configuration'} "
+            f"({spec.metric} {means[best]:.6g} over {folds} folds); {label}")  # fmt: skip
+    with StageProgress(ctx, low=0.9, high=0.92, label=label):
+        model = pipeline.fit(train_df, param_maps[best])
+    return model, table, {**spec.params, **combos[best]}
 
 
 CV_FILE = "cv.json"
