@@ -31,6 +31,7 @@ from app.core.errors import message
 from app.core.logging import configure_logging
 from app.core.settings import Settings, load_settings
 from app.core.variables import unknown_variables
+from app.spark.jvm_watch import JVM_DIED
 from app.spark.session import SPARK_LOST_EXIT, SPARK_LOST_LOG, SPARK_PROBE_S, spark_alive
 
 log = logging.getLogger("sparktrain")
@@ -55,7 +56,8 @@ class DriverServer(uvicorn.Server):
         """uvicorn's tick (every 0.1 s), and every 5 s whether Spark's JVM still answers: one that died on its own
         (killed, out of memory) leaves a driver that can run no job, yet kept taking them from the queue and losing
         them. It stops as for a signal (its jobs are handed back), and exits with :data:`SPARK_LOST_EXIT` so that a
-        supervisor (``restart:`` in docker-compose.yml, systemd's ``Restart=``) starts it again with a new JVM."""
+        supervisor (``restart:`` in docker-compose.yml, systemd's ``Restart=``) starts it again with a new JVM. A
+        call into the JVM that found it dead (``JVM_DIED``, app/spark/jvm_watch.py) makes it ask at the next tick."""
         should_exit = await super().on_tick(counter)
         if self._probe is not None and self._probe.done():
             alive, self._probe = self._probe.result(), None
@@ -64,7 +66,7 @@ class DriverServer(uvicorn.Server):
                 log.error(SPARK_LOST_LOG, "driver")
                 self.spark_lost = True
                 self.handle_exit(signal.SIGTERM, None)
-        elif self._probe is None and counter % round(SPARK_PROBE_S * 10) == 0:  # a tick is 0.1 s
+        elif self._probe is None and (counter % round(SPARK_PROBE_S * 10) == 0 or JVM_DIED.is_set()):  # tick: 0.1 s
             runtime = getattr(self.app.state, "runtime", None)
             if runtime is not None and not runtime.jobs.stopping:  # in a thread: a hung JVM must not hang the loop
                 self._probe = asyncio.ensure_future(asyncio.to_thread(spark_alive, runtime.spark))
@@ -89,8 +91,9 @@ class DriverServer(uvicorn.Server):
             self._exiting = True
             threading.Thread(target=_exit_after, args=(handing,), name="exit", daemon=True).start()
             return
-        why = "Spark's JVM is gone" if self.spark_lost else signal.Signals(sig).name  # no signal came then
-        log.warning("%s: stopping; running jobs are handed back, a second signal exits once they are", why)
+        if not self.spark_lost:  # then SPARK_LOST_LOG said it all: no signal came
+            log.warning("%s: stopping; running jobs are handed back, a second signal exits once they are",
+                        signal.Signals(sig).name)  # fmt: skip
         runtime = getattr(self.app.state, "runtime", None)
         if runtime is not None:
             self._hand_back = threading.Thread(target=runtime.begin_stop, name="hand-back", daemon=True)

@@ -63,6 +63,44 @@ def _named_job(record: logging.LogRecord) -> str | None:
     return None
 
 
+class RequeueIsNotAnError(logging.Filter):
+    """A message a driver puts back on the queue is no fault, yet two libraries log it as one (any other record of
+    their loggers passes unchanged):
+
+    - ``celery.app.trace``: a driver that is stopping, or whose Spark JVM is gone, rejects a message it takes, to be
+      queued again for another driver (``Reject(requeue=True)``, app/jobs/celery_app.py). Celery logged each as a
+      WARNING with the ``Reject``'s traceback (``Task train.torch[...] reject requeue=True: driver ... is stopping``):
+      kept at INFO, without the traceback.
+    - ``kombu.transport.virtual.base``: a stopping consumer cancels its consumption while a poll of the broker
+      (Redis' BRPOP) is in flight, and the message that poll brings back has no consumer left, so kombu puts it back
+      on the queue (``Requeuing undeliverable message for queue 'sparktrain': No consumers.``, a WARNING): at DEBUG,
+      which kombu never logs at here (it is usually the message of a job just handed back, which said so).
+
+    An operator read either in the log of a clean stop as a failure; nothing was lost."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if type(error).__name__ == "Reject" and getattr(error, "requeue", False):
+            record.exc_info, record.exc_text, level = None, None, logging.INFO
+        elif record.name.startswith("kombu") and str(record.msg).startswith("Requeuing undeliverable"):
+            level = logging.DEBUG
+        else:
+            return True
+        record.levelno, record.levelname = level, logging.getLevelName(level)
+        return logging.getLogger(record.name).isEnabledFor(level)
+
+
+REQUEUE_LOGGERS = ("celery.app.trace", "kombu.transport.virtual.base")
+
+
+def quiet_requeues() -> None:
+    """Install :class:`RequeueIsNotAnError` on the loggers it is for (once)."""
+    for name in REQUEUE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RequeueIsNotAnError) for f in logger.filters):
+            logger.addFilter(RequeueIsNotAnError())
+
+
 def json_formatter() -> logging.Formatter:
     return JsonFormatter(
         "{levelname}{name}{message}{request_id}{job_id}",
@@ -87,6 +125,7 @@ def configure_logging(*, level: str, fmt: Literal["text", "json"], stream: Any =
     root.addHandler(handler)
     root.setLevel(level)
     debug = level.upper() == "DEBUG"
+    quiet_requeues()
     for name, quiet in LIBRARIES.items():  # at DEBUG they write their internals (Celery's generated source, ...)
         kept = max(QUIET_ALWAYS[name], root.level) if name in QUIET_ALWAYS else logging.NOTSET  # ERROR: not WARNING
         logging.getLogger(name).setLevel(quiet if debug else kept)

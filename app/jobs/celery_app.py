@@ -17,7 +17,7 @@ from celery import Celery, Task
 from celery.exceptions import CPendingDeprecationWarning, Reject
 from kombu.transport import sqlalchemy as sqla_transport
 from kombu.utils.encoding import bytes_to_str
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.core.logging import job_scope
@@ -96,8 +96,16 @@ class EmbeddedChannel(sqla_transport.Channel):
         raw["properties"] = {**raw["properties"], "delivery_tag": self._next_delivery_tag()}
         raw["redelivered"] = True
         info = message.delivery_info
-        for queue in self._lookup(info["exchange"], info["routing_key"]):
-            self._put(queue, raw)
+        # The copy is written on a connection of its own, as kombu's _put would write it: a requeue (a stopping
+        # driver's Reject) comes from a pool thread, and _put used the channel's session, which the consuming thread
+        # was using at that moment (concurrent requeues failed with "database is locked", "This session is in
+        # 'prepared' state", and a message was lost)
+        engine, _ = self._open()
+        queues, messages = self.queue_cls.__table__, self.message_cls.__table__
+        with engine.begin() as conn:
+            for queue in self._lookup(info["exchange"], info["routing_key"]):
+                queue_id = conn.execute(select(queues.c.id).where(queues.c.name == queue)).scalar_one()
+                conn.execute(messages.insert().values(payload=json.dumps(raw), queue_id=queue_id))
         self._delete_row(message.delivery_tag)
 
     def _delete_row(self, delivery_tag: str) -> None:
@@ -218,7 +226,8 @@ def register_tasks(app: Celery) -> None:
         if rt.stopping:  # a stopping driver takes nothing more: the message goes back for another driver
             raise Reject(f"driver {rt.worker_id} is stopping", requeue=True)
         if not spark_alive(rt.spark):  # its JVM died: ``python -m app`` stops within seconds (app/__main__.py)
-            log.error("job %s goes back to the queue: Spark's JVM on driver %s is gone", job_id, rt.worker_id)
+            # the death itself is logged once, at ERROR, by the driver's probe (SPARK_LOST_LOG)
+            log.info("job %s goes back to the queue: Spark's JVM on driver %s is gone", job_id, rt.worker_id)
             time.sleep(1.0)  # a consumer with no such stop (an external Celery worker) must not spin on the message
             raise Reject(f"driver {rt.worker_id} lost its SparkSession", requeue=True)
         routing = (self.request.delivery_info or {}).get("routing_key")

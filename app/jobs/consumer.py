@@ -94,8 +94,8 @@ class InProcessConsumer:
     def stop(self, timeout: float = 30.0) -> None:
         """Warm shutdown of this consumer only: take no new messages, let running jobs finish for up to
         ``timeout`` seconds (then leave them to end with the process; their messages are not acknowledged)."""
-        thread = self._thread
-        if self._controller is None or thread is None:
+        thread, controller = self._thread, self._controller
+        if controller is None or thread is None:
             return
         deadline = time.monotonic() + timeout
         self.stop_taking()
@@ -106,7 +106,23 @@ class InProcessConsumer:
         # the consumer loop notices within one broker poll (up to ~2 s)
         thread.join(max(3.0, deadline - time.monotonic()))
         if stopper.is_alive() or thread.is_alive():
-            log.warning("job consumer still busy after %.0f s; leaving it to end with the process", timeout)
+            _no_restore_at_exit(controller)
+            log.info("job consumer: a job thread is still unwinding after %.0f s (SPARKTRAIN_STOP_GRACE_S); its job "
+                     "was handed back, so the driver goes on stopping without it", timeout)  # fmt: skip
         with InProcessConsumer._active_lock:
             if InProcessConsumer._active is self:
                 InProcessConsumer._active = None
+
+
+def _no_restore_at_exit(controller: WorkController) -> None:
+    """The messages a consumer that did not stop in time still holds are those of jobs it runs, each handed back
+    already with a message of its own (app/jobs/stop.py). kombu puts such held messages back on the queue when the
+    process exits (``QoS.restore_unacked_once``, a multiprocessing finalizer): on a channel the stop had half closed
+    it printed "Restoring 1 unacknowledged message(s)" and an AttributeError traceback, and at best it made a
+    duplicate delivery, which the job's state guard drops. Told not to: a held message stays with the broker (a
+    hidden row of the embedded broker is made visible at its next start, Redis's after its visibility timeout) and
+    is dropped the same way when it comes back."""
+    task_consumer = getattr(getattr(controller, "consumer", None), "task_consumer", None)
+    qos = getattr(getattr(task_consumer, "channel", None), "qos", None)  # kombu's virtual transports: Redis, SQL
+    if qos is not None and hasattr(qos, "restore_at_shutdown"):
+        qos.restore_at_shutdown = False

@@ -35,6 +35,7 @@ from app.jobs.runtime import JobRuntime, RunningJob, Send, spark_call
 from app.jobs.settle import settle
 from app.jobs.watcher import Watcher
 from app.services import attempts, jobs, quotas, reconcile
+from app.spark.session import tag_job_logs
 
 log = logging.getLogger("sparktrain.jobs")
 
@@ -125,6 +126,7 @@ def _run(rt: JobRuntime, job: TakenJob, running: RunningJob, send: Send | None) 
     try:
         work_dir.mkdir(parents=True, exist_ok=True)  # inside: a full or unwritable disk settles the job, not STARTING
         sc.setJobGroup(job_id, f"sparktrain {job.type} job {job_id}", interruptOnCancel=True)
+        tag_job_logs(rt.spark, job_id)  # Spark's JVM lines about its work carry its job_id
         watcher.start()
         ctx.log(f"attempt {job.attempt} started on {rt.worker_id} (Spark application {sc.applicationId})")
         rt.write(lambda s: jobs.transition(session=s, job_id=job_id, sources=[JobStatus.STARTING],
@@ -144,6 +146,7 @@ def _run(rt: JobRuntime, job: TakenJob, running: RunningJob, send: Send | None) 
     finally:
         watcher.stop()
         spark_call(lambda: sc._jsc.clearJobGroup())  # noqa: PLW0108 (_jsc is None once Spark stopped)
+        spark_call(lambda: tag_job_logs(rt.spark, None))  # the thread runs other jobs next
         _drop_empty(rt, job_id, work_dir)
 
 

@@ -86,11 +86,11 @@ def hand_back_all(rt: JobRuntime, *, quiet: bool = True) -> list[dict[str, Any]]
     done: list[dict[str, Any]] = []
     for running in rt.running.stop():
         with job_scope(running.job_id):  # its lines carry its job_id, as every line of a running job
-            done += _hand_back_one(rt, running)
+            done += _hand_back_one(rt, running, spark_stops=quiet)
     return done
 
 
-def _hand_back_one(rt: JobRuntime, running: RunningJob) -> list[dict[str, Any]]:
+def _hand_back_one(rt: JobRuntime, running: RunningJob, *, spark_stops: bool) -> list[dict[str, Any]]:
     outcome: dict[str, Any] | None = None
     if rt.send is not None:
         try:
@@ -104,12 +104,20 @@ def _hand_back_one(rt: JobRuntime, running: RunningJob) -> list[dict[str, Any]]:
         log.warning("stopping: job %s attempt %d handed back (%s)", running.job_id, running.attempt,
                     outcome.get("how") or outcome["action"])  # fmt: skip
     running.cancel.set()
-    _cancel_group(rt, running.job_id)
+    _cancel_group(rt, running.job_id, future=spark_stops)
     return [] if outcome is None else [outcome]
 
 
-def _cancel_group(rt: JobRuntime, job_id: str) -> None:
-    spark_call(lambda: rt.spark.sparkContext.cancelJobGroup(job_id))
+def _cancel_group(rt: JobRuntime, job_id: str, *, future: bool) -> None:
+    """Cancel the job's Spark jobs. With ``future`` (this driver stops Spark next), also those its thread submits
+    after this: a Spark ML fit runs one Spark job after another, and a cancel that came between two of them (Spark:
+    "Cannot find active jobs for it") left the fit running until Spark stopped, past the consumer's
+    ``SPARKTRAIN_STOP_GRACE_S``. Not otherwise: the job may run again on this SparkContext, in the same group."""
+    sc = rt.spark.sparkContext
+    if future:
+        spark_call(lambda: sc._jsc.sc().cancelJobGroupAndFutureJobs(job_id))
+    else:
+        spark_call(lambda: sc.cancelJobGroup(job_id))
 
 
 def stop_spark(spark: SparkSession) -> None:

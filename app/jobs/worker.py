@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from celery import Celery, signals
@@ -26,9 +25,14 @@ _app: Celery | None = None
 
 
 def build_worker_app() -> Celery:
+    from app.core.logging import quiet_requeues
     from app.core.settings import load_settings
     from app.jobs.celery_app import create_celery
 
+    quiet_requeues()  # a message put back by a stopping worker is not a failure (app/core/logging.py)
+    # as python -m app: py4j's INFO lines are each connection's opening and closing, and when the JVM dies a traceback
+    # of every connection it broke, before the one line that says so (app/spark/jvm_watch.py)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     settings = load_settings()
     celery = create_celery(settings)
     started: list[Any] = []
@@ -63,13 +67,14 @@ def _watch_spark(rt: Any, hostname: Any) -> None:
     for a signal, its running jobs handed back, and exits with SPARK_LOST_EXIT so that a supervisor restarts it."""
     from celery.worker import state
 
+    from app.spark.jvm_watch import JVM_DIED
     from app.spark.session import SPARK_LOST_EXIT, SPARK_LOST_LOG, SPARK_PROBE_S, spark_alive
 
     def stopping() -> bool:  # Celery's own flags are set first on a signal; the runtime's once it hands back
         return rt.jobs.stopping or state.should_stop not in (None, False) or state.should_terminate not in (None, False)
 
     while not stopping():
-        time.sleep(SPARK_PROBE_S)
+        JVM_DIED.wait(SPARK_PROBE_S)  # at once when a call into the JVM found it dead (app/spark/jvm_watch.py)
         if stopping() or spark_alive(rt.spark):  # a hung JVM blocks here: the worker then stays, as it did
             continue
         log.error(SPARK_LOST_LOG, "worker")

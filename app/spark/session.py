@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.core.settings import Settings
+from app.spark.jvm_watch import watch_jvm_death
 from app.spark.profile import merge_conf, read_conf_file, recorded_keys, resolve_profile
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ def build_spark_session(settings: Settings) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = _start(builder, settings.spark_local_nice if settings.spark_master.startswith("local") else 0)
+    watch_jvm_death()  # its death is told in one line, not in py4j's tracebacks
     spark.sparkContext.setLogLevel("WARN")
     if not str(spark.sparkContext.master).startswith("local"):
         ship_executor_code(spark, scratch)
@@ -114,6 +116,32 @@ def _start(builder: SparkSession.Builder, nice: int) -> SparkSession:
 
 
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+JOB_ID_MDC = "mdc.job_id"
+"""The log4j MDC key of the running job's id on Spark's JVM lines (``job_id`` in ``log4j2-json.properties``,
+``[job <id>]`` in ``log4j2.properties``); see :func:`tag_job_logs`."""
+
+
+def tag_job_logs(spark: SparkSession, job_id: str | None) -> None:
+    """Make the JVM lines of ``job_id``'s work carry it, from the thread that runs the job (None: stop). Two ways in:
+    the SparkContext local property ``mdc.job_id`` of this thread, next to its job group, which Spark copies into the
+    MDC of every executor thread that runs a task of its Spark jobs (``Executor.setMDCForTask``); and the MDC of the
+    JVM thread that serves this Python thread (pinned thread mode: one JVM thread per Python thread), for the lines
+    Spark logs while this thread calls it ("Starting job: ..."). The scheduler's own threads (DAGScheduler's event
+    loop, the task-result getters) have neither, nor have threads the job starts itself, but for the local property
+    that pyspark's ``InheritableThread`` passes on (docs/configuration.md#which-spark-lines-carry-a-job_id)."""
+    from py4j.clientserver import ClientServer
+
+    sc = spark.sparkContext
+    sc._jsc.setLocalProperty(JOB_ID_MDC, job_id)  # None removes it
+    jvm = sc._jvm
+    if jvm is None or not isinstance(sc._gateway, ClientServer):  # no pinned threads: any JVM thread may serve a call
+        return
+    context = jvm.org.apache.logging.log4j.ThreadContext
+    if job_id is None:
+        context.remove(JOB_ID_MDC)
+    else:
+        context.put(JOB_ID_MDC, job_id)
 
 
 JSON_LOG4J = "log4j2-json.properties"
@@ -163,10 +191,11 @@ because Spark's JVM died under it: a supervisor's ``restart: on-failure`` starts
 SPARK_PROBE_S = 5.0
 """How often a driver process asks whether its JVM still answers."""
 SPARK_LOST_LOG = (
-    f"Spark's JVM is gone (killed, or out of memory): this %s can run no job, so it stops and exits with status "
-    f"{SPARK_LOST_EXIT}; start it again (its jobs are queued again)"
+    f"Spark's JVM is gone (killed, or out of memory): this %s can run no job, so its jobs go back to the queue and "
+    f"it stops and exits with status {SPARK_LOST_EXIT}, for its supervisor to start it again with a new JVM"
 )
-"""What a driver process logs (``%s``: driver or worker) when its probe finds the JVM gone."""
+"""What a driver process logs (``%s``: driver or worker) when its probe finds the JVM gone: the one line that tells
+of the death (py4j's own complaints about it are dropped, app/spark/jvm_watch.py)."""
 
 
 def spark_alive(spark: SparkSession) -> bool:

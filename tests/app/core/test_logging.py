@@ -5,8 +5,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,3 +126,51 @@ def test_a_level_above_warning_keeps_sqlalchemy_above_it_too() -> None:
     with _logging_at("ERROR"):
         assert not logging.getLogger("sqlalchemy.pool").isEnabledFor(logging.WARNING)
     assert logging.getLogger("sqlalchemy").level == logging.WARNING
+
+
+def test_a_message_put_back_on_the_queue_is_logged_as_information_not_as_a_failure(
+    lines: io.StringIO, tmp_path: Path
+) -> None:
+    """A stopping driver rejects the messages it still takes, to be queued again (``Reject(requeue=True)``); Celery
+    logged each as a WARNING with the Reject's traceback, and an operator read the clean stop as a failed one. Here
+    a real consumer on the embedded broker runs a task that rejects its message once, as a stopping driver does."""
+    from celery.exceptions import Reject
+
+    from app.core.settings import Settings
+    from app.jobs.celery_app import create_celery
+    from app.jobs.consumer import InProcessConsumer
+
+    settings = Settings(var_dir=tmp_path / "var", queue=f"requeue-{uuid.uuid4().hex[:8]}")
+    app = create_celery(settings)
+    job = "7e57" + "0" * 28
+    ran: list[str] = []
+    done = threading.Event()
+
+    @app.task(name="t.later", shared=False, acks_late=True)
+    def later(job_id: str) -> None:
+        ran.append(job_id)
+        if len(ran) == 1:
+            raise Reject(f"driver d1 is stopping (job {job_id})", requeue=True)
+        done.set()
+
+    consumer = InProcessConsumer(app, concurrency=1, queue=settings.queue)
+    consumer.start()
+    try:
+        app.send_task("t.later", args=[job], queue=settings.queue)
+        assert done.wait(30), ran
+    finally:
+        consumer.stop(10)
+    [reject] = [r for r in _records(lines) if r["logger"] == "celery.app.trace" and "reject" in r["message"]]
+    assert reject["level"] == "INFO" and "exc_info" not in reject, reject
+    assert reject["message"].endswith(f"driver d1 is stopping (job {job})") and reject["job_id"] == job
+
+
+def test_kombus_requeue_of_a_message_without_a_consumer_is_not_a_warning(lines: io.StringIO) -> None:
+    """A stopping consumer cancels its consumption while a poll of Redis is in flight; kombu puts the message that
+    poll brings back on the queue, and said so as a WARNING (kombu's own format and logger, as it logs it)."""
+    from kombu.transport.virtual.base import W_NO_CONSUMERS
+
+    logging.getLogger("kombu.transport.virtual.base").warning(W_NO_CONSUMERS, "sparktrain")
+    logging.getLogger("kombu.transport.virtual.base").warning("any other warning of kombu's")
+    [other] = _records(lines)
+    assert (other["level"], other["message"]) == ("WARNING", "any other warning of kombu's")

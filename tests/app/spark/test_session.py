@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,38 @@ spark.stop()
     assert error["level"] == "ERROR" and error["message"] == "task failed" and error["time"].endswith("+00:00")
     assert error["exception"].startswith("java.lang.IllegalStateException: x\n\tat ")
     assert not [r for r in records if "quieted" in r["message"]]
+
+
+@pytest.mark.slow
+def test_plain_spark_lines_of_a_jobs_tasks_name_the_job_and_others_are_unchanged(tmp_path: Path) -> None:
+    """log4j2.properties' pattern: a line an executor thread logs for a task of a tagged job (``tag_job_logs``, as
+    the runner does) reads ``Executor: [job <id>] Running task ...``, as sparktrain's own job lines name their job;
+    a task of untagged work logs exactly as before. The Executor logger is at INFO here (WARN ships)."""
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO_ROOT / "spark-conf", conf)
+    with (conf / "log4j2.properties").open("a") as out:
+        out.write("\nlogger.test.name = org.apache.spark.executor.Executor\nlogger.test.level = info\n")
+    job = "ab" * 16
+    code = f"""
+from app.core.settings import Settings
+from app.spark.session import build_spark_session, tag_job_logs
+spark = build_spark_session(Settings(var_dir={str(tmp_path)!r}, spark_master="local[1]", spark_conf_dir={str(conf)!r},
+                                     spark_conf={{"spark.ui.enabled": "false"}}))
+tag_job_logs(spark, {job!r})
+spark.sparkContext.parallelize([1, 2], 1).count()
+tag_job_logs(spark, None)
+spark.sparkContext.parallelize([1, 2], 1).count()
+spark.stop()
+"""
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                         timeout=300, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    said = [line.split(" INFO Executor: ", 1)[-1] for line in run.stderr.splitlines() if " INFO Executor: " in line]
+    tasks = [words for words in said if "Running task" in words]
+    assert len(tasks) == 2, run.stderr[-3000:]
+    assert tasks[0].startswith(f"[job {job}] Running task 0.0 in stage 0.0"), tasks
+    assert tasks[1].startswith("Running task 0.0 in stage 1.0"), tasks
 
 
 def test_the_driver_jvm_runs_with_the_options_of_spark_defaults_and_derbys_home(spark: Any) -> None:
