@@ -14,10 +14,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## Start the driver process on the embedded default: http://127.0.0.1:8000 (Swagger UI at /docs). The default data
-## root var/data/ (where your own files go: README.md) is made first, unless SPARKTRAIN_DATA_ROOTS names others.
+## Start the driver process on the embedded default: http://127.0.0.1:8000 (Swagger UI at /docs).
 run: install
-	@[ -n "$$SPARKTRAIN_DATA_ROOTS" ] || mkdir -p "$${SPARKTRAIN_VAR_DIR:-var}/data"
 	$(BIN)/python -m app
 
 ## Lint, type-check, check the import contracts (lint-imports) and run every test (slow ones included; two pytest-xdist

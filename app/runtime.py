@@ -165,11 +165,15 @@ def start_runtime(
 
     settings.var_dir.mkdir(parents=True, exist_ok=True)
     settings.artifact_root.mkdir(parents=True, exist_ok=True)
+    own_data = (settings.var_dir / "data").resolve()  # the default data root: where a newcomer's own files go
+    if own_data in settings.data_roots:
+        own_data.mkdir(parents=True, exist_ok=True)
     engine = create_db_engine(settings.database_url)
     upgrade_database(engine)
     db = create_sessionmaker(engine)
     owns_spark, owns_celery = spark is None, celery is None
     if spark is None:
+        log.info("starting Spark (master %s): usually 10 to 60 s", settings.spark_master)
         with jvm_in_its_own_session():
             spark = build_spark_session(settings)
     celery = celery or create_celery(settings)
