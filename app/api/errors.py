@@ -39,7 +39,24 @@ def problem_response(body: dict[str, Any], request: Request, headers: dict[str, 
     if request_id:
         body.setdefault("request_id", request_id)
     body.setdefault("instance", request.url.path)
-    return JSONResponse(jsonable_encoder(body), status_code=body["status"], media_type=PROBLEM_JSON, headers=headers)
+    content = _encodable(jsonable_encoder(body))
+    return JSONResponse(content, status_code=body["status"], media_type=PROBLEM_JSON, headers=headers)
+
+
+_UNENCODABLE = re.compile("[\ud800-\udfff]")
+"""Lone surrogates: JSON text may escape them (``"\\ud800"``), UTF-8 cannot hold them."""
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with every lone surrogate in its text written as its escape (``\\ud800``): a problem that echoes
+    one (a path, a name) failed to encode as UTF-8, and the 422 became a 500."""
+    if isinstance(value, str):
+        return _UNENCODABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", value) if _UNENCODABLE.search(value) else value
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    return value
 
 
 async def _app_error(request: Request, exc: Exception) -> JSONResponse:

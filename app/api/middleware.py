@@ -1,9 +1,15 @@
 """Pure ASGI middleware, in this order: a request id, no NUL bytes in URLs, the API key (``app/api/auth.py``), JSON-only
-bodies, a body size limit and a nesting limit (both checked before the body is parsed)."""
+bodies, a body size limit and a nesting limit (both checked before the body is parsed).
+
+The size limit is :data:`OTHER_BODY_BYTES` except where rows travel (``/predict``, the V2 protocol under ``/v2/``):
+FastAPI parses a body on the event loop, and an 8 MB ``/train`` body held every other request (health checks too)
+for seconds, while no such body needs more than a few kilobytes. ``/predict`` parses large bodies off the loop
+(app/api/json_body.py)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from typing import Any
@@ -62,27 +68,27 @@ class RequestGuard:
             length = _header(scope, b"content-length")
             chunked = _header(scope, b"transfer-encoding") is not None
             has_body = chunked or (length is not None and length.strip() not in ("", "0"))
-            if length is not None and length.strip().isdigit() and int(length) > self.max_body_bytes:
+            v2 = scope.get("path", "").startswith("/v2/")  # JSON, or JSON + binary tensors (its own extension)
+            limit = self.max_body_bytes if v2 or scope.get("path") == "/predict" else OTHER_BODY_BYTES
+            limit = min(limit, self.max_body_bytes)
+            if length is not None and length.strip().isdigit() and int(length) > limit:
                 await _drain(receive, DRAIN_BYTES)
-                await _too_large(
-                    send_with_id,
-                    scope,
-                    f"The body has {int(length)} bytes; at most {self.max_body_bytes} are accepted.",
-                )
+                await _too_large(send_with_id, scope, f"The body has {int(length)} bytes; at most {limit} are "
+                                 f"accepted{_WHERE_ROWS if limit < self.max_body_bytes else ''}.")  # fmt: skip
                 return
             media = (_header(scope, b"content-type") or "").split(";")[0].strip().lower()
-            v2 = scope.get("path", "").startswith("/v2/")  # JSON, or JSON + binary tensors (its own extension)
             if has_body and not _JSON_TYPE.match(media) and not v2:
                 detail = f"Send the body as application/json (got {media or 'no Content-Type'})."
                 await _problem(send_with_id, scope, UnsupportedMediaType(detail))
                 return
             if v2 or not has_body:
-                receive = _limited(receive, self.max_body_bytes)
+                receive = _limited(receive, limit)
             else:
-                body = await _read_body(receive, self.max_body_bytes)
+                body = await _read_body(receive, limit)
                 if body is None:
                     await _drain(receive, DRAIN_BYTES)
-                    await _too_large(send_with_id, scope, f"The body is larger than {self.max_body_bytes} bytes.")
+                    await _too_large(send_with_id, scope, f"The body is larger than {limit} bytes"
+                                     f"{_WHERE_ROWS if limit < self.max_body_bytes else ''}.")  # fmt: skip
                     return
                 depth = json_depth(body)
                 if depth > MAX_JSON_DEPTH:
@@ -94,6 +100,32 @@ class RequestGuard:
                     return
                 receive = _replay(body, receive)
         await self.app(scope, receive, send_with_id)
+
+
+OTHER_BODY_BYTES = 1024 * 1024
+"""The largest body of an endpoint that takes no rows (everything but ``/predict`` and ``/v2/``)."""
+_WHERE_ROWS = " (rows go to /predict, whose bodies may be larger, or into a dataset)"
+
+
+class _PrintableArgs(logging.Filter):
+    """A logged request's fields with their control characters escaped: ``GET /x%0A<a forged line>`` without a key
+    wrote a second, made-up line into the text log (``refused GET /x`` and then the client's words)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(printable(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (line breaks among them) written as escapes (``\\n``, ``\\x1b``)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+logging.getLogger("sparktrain.api.auth").addFilter(_PrintableArgs())  # its "refused" line names the path
 
 
 MAX_JSON_DEPTH = 64

@@ -365,6 +365,13 @@ class Settings(BaseSettings):
                     "and the service's own files as datasets (and write batch predictions among them); put the "
                     "data roots beside them"
                 )
+        for setting, url in (("SPARKTRAIN_DATABASE_URL", updates.get("database_url", self.database_url)),
+                             ("SPARKTRAIN_BROKER_URL", updates.get("broker_url", self.broker_url))):  # fmt: skip
+            file = sqlite_file(url)
+            inside = [d for d in [*updates["data_roots"], *([spaces] if spaces else [])] if file and holds(d, file)]
+            if inside:  # outside the var dir: a key could read every owner's jobs as a CSV dataset
+                problems.append(f"{setting}: the SQLite file {file} lies in {inside[0]}, where keys read datasets; "
+                                "put it beside the data roots")  # fmt: skip
         if spaces is not None and (any(overlap(spaces, m) for m in models) or holds(spaces, var)):
             problems.append(
                 f"SPARKTRAIN_OWNER_ROOT {spaces} overlaps the artifact root {artifacts} or holds the var dir {var}: "
@@ -408,6 +415,19 @@ class Settings(BaseSettings):
 
 _SECRET_PARAM = re.compile(r"([?&;](?:[^=&;#]*(?:password|passwd|pwd|secret|token|key)[^=&;#]*)=)[^&;#]*", re.I)
 """A query parameter whose name says it holds a secret (``password=``, ``sslkey=``, ``access_token=``)."""
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The resolved file of a SQLite database or broker URL (``sqlite:///``, ``sqla+sqlite:///``); None otherwise."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url.removeprefix("sqla+"))
+    except Exception:  # checked, and said, by the URL's own validator
+        return None
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database).resolve()
 
 
 def load_settings(**overrides: Any) -> Settings:

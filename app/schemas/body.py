@@ -14,6 +14,7 @@ import difflib
 import functools
 import json
 import math
+import re
 import types
 from collections.abc import Hashable
 from typing import Annotated, Any, Union, cast, get_args, get_origin
@@ -28,6 +29,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from app.schemas import reader_options
 
 _SCALARS = (bool, int, float)
 
@@ -115,19 +118,33 @@ class Body(BaseModel):
 
     @field_validator("options", mode="after", check_fields=False)
     @classmethod
-    def _no_paths_in_options(cls, value: Any) -> Any:
-        """Reader options pass to Spark as they are: ``path``, ``paths`` and ``basePath`` name files too, and only
-        the ``uri`` (checked against the data roots) may say which files are read."""
-        named = sorted(k for k in value or {} if isinstance(k, str) and k.lower() in _PATH_OPTIONS)
-        if named:
-            raise ValueError(f"{', '.join(named)}: the uri says which files are read, not a reader option")
+    def _reader_options(cls, value: Any, info: ValidationInfo) -> Any:
+        """Reader options pass to Spark, which copies each into the Hadoop configuration the files are read with:
+        only Spark's documented options of the format are taken (app/schemas/reader_options.py), and its true/false
+        ones take true or false."""
+        wrong = reader_options.problem(info.data.get("format"), value or {})
+        if wrong:
+            raise ValueError(wrong)
         for key, given in (value or {}).items():  # Spark reads anything but "true" as false: header "maybe" was
             if isinstance(key, str) and key.lower() in _SWITCHES and str(given).lower() not in ("true", "false"):
                 raise ValueError(f"{key}: true or false, got {json.dumps(given)}")  # read as no header, silently
         return value
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _valid_text(cls, value: Any) -> Any:
+        """A lone surrogate (``"\\ud800"``, which JSON allows and UTF-8 cannot hold) in a text field: a 422 here,
+        not a failure of whatever stores, logs or answers it."""
+        found = _SURROGATE.search(value) if isinstance(value, str) else None
+        if found:
+            raise ValueError(f"holds an unpaired surrogate (\\u{ord(found.group()):04x} at character "
+                             f"{found.start() + 1}): send text as valid Unicode")  # fmt: skip
+        return value
 
-_PATH_OPTIONS = frozenset({"path", "paths", "basepath"})
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 _SWITCHES = frozenset(o.lower() for o in (
     "header", "inferSchema", "multiLine", "enforceSchema", "ignoreLeadingWhiteSpace", "ignoreTrailingWhiteSpace",
     "allowComments", "allowUnquotedFieldNames", "allowSingleQuotes", "allowNumericLeadingZeros",

@@ -85,12 +85,16 @@ def submit_prediction(
     model, plan, output = plan_or_defer(
         planned, lambda what: defer_prediction(request=request, settings=settings, db=db, deferred=what)
     )
-    with db() as session:
-        outputs.check_target(session, target=output, given=request.output_uri or output)
     body = {**pinned(request.model_dump(mode="json", exclude_none=True), model), "output_uri": output}
     limits = quotas.limits_for(settings=settings, owner=owner)
-    return _submit(db, enqueue, JobType.PREDICT, model, plan, body, owner=owner, idempotency_key=idempotency_key,
-                   limits=limits, fingerprint=fingerprint, output=output)  # fmt: skip
+    with outputs.claim(db):  # the check and the job that claims the path, with no other submission between them
+        first = jobs.replayed(db=db, owner=owner, idempotency_key=idempotency_key, fingerprint=fingerprint)
+        if first is not None:  # the same key sent twice at once: the second is a replay, not a path taken
+            return first, False
+        with db() as session:
+            outputs.check_target(session, target=output, given=request.output_uri or output)
+        return _submit(db, enqueue, JobType.PREDICT, model, plan, body, owner=owner, idempotency_key=idempotency_key,
+                       limits=limits, fingerprint=fingerprint, output=output)  # fmt: skip
 
 
 def _replayed_or_checked(

@@ -18,7 +18,9 @@ nothing). Jobs check again when they start (:func:`check_job`), for outputs reco
 directory that held nothing private when the request was checked may hold another owner's output by then.
 
 A new ``output_uri`` may not lie inside an output (written or about to be: Spark would write a directory into a
-dataset), nor hold or be the path of a queued or running prediction.
+dataset), nor hold or be the path of a queued or running prediction. That check and the insert of the job that
+claims the path are one step (:func:`claim`): two predictions sent at once to one path were both queued, and the
+later one replaced the other's finished output.
 """
 
 from __future__ import annotations
@@ -26,15 +28,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import select, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
 
-from app.core.errors import ValidationFailed
+from app.core.errors import ServiceUnavailable, ValidationFailed
 from app.core.jobstates import JobStatus, JobType
 from app.db.models import Job
 from app.services.datasets.paths import links_below, missing
@@ -152,6 +157,43 @@ def check_target(session: Session, *, target: str, given: str, loc: str = "outpu
     if _below(session, path, statuses=ACTIVE, since=None):
         raise ValidationFailed.at(loc, f"{given[:200]!r} would hold the output of a queued batch prediction; "
                                   "name another path")  # fmt: skip
+
+
+_CLAIMING = threading.Lock()
+"""This process's submissions of batch predictions, one at a time from :func:`check_target` to the job's insert."""
+CLAIM_LOCK = int.from_bytes(hashlib.sha256(b"sparktrain: batch prediction outputs").digest()[:8], "big", signed=True)
+"""The PostgreSQL advisory lock every driver on the database takes for the same step."""
+CLAIM_WAIT_S = 60.0
+
+
+@contextmanager
+def claim(db: sessionmaker[Session]) -> Iterator[None]:
+    """While open, no other submission of a batch prediction checks an output path or records one: open it around
+    :func:`check_target` and the insert of the job, so that of two predictions sent at once to one path (or to a
+    path inside the other's) the second sees the first's job and is refused. Within a process a lock does it
+    (SQLite's only writer is the one driver); on PostgreSQL a session advisory lock on a connection of its own
+    does it for every driver, taken after the process lock so that one connection per driver waits at most."""
+    if not _CLAIMING.acquire(timeout=CLAIM_WAIT_S):
+        raise ServiceUnavailable("Other batch predictions are being submitted; try again in a moment.")
+    try:
+        bind = db.kw.get("bind")
+        if bind is None or bind.dialect.name != "postgresql":
+            yield
+            return
+        with bind.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # never idle in a transaction
+            conn.execute(text("SELECT set_config('lock_timeout', :t, false)"), {"t": f"{CLAIM_WAIT_S:.0f}s"})
+            try:
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": CLAIM_LOCK})
+            except OperationalError as exc:  # another driver held it all that time
+                raise ServiceUnavailable("Other batch predictions are being submitted; try again in a moment.") from exc
+            finally:
+                conn.execute(text("RESET lock_timeout"))
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": CLAIM_LOCK})
+    finally:
+        _CLAIMING.release()
 
 
 def _datasets(value: Any) -> Iterator[ResolvedDataset]:

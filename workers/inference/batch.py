@@ -8,13 +8,19 @@ The output is written to a private directory next to the output path (``.<name>.
 from readers of the parent) and renamed into place once complete, so a retried job never leaves a mix of two
 attempts' files, and a reader never sees half of one. The directory holds a marker with the job's id
 (``_SPARKTRAIN_JOB``): an attempt that finds the output already written by an earlier attempt of the same job (it
-died after the rename) replaces it; any other directory there fails the job.
+died after the rename) replaces it; any other directory there fails the job, whenever it appeared: the rename never
+replaces what it finds (``renameat2(RENAME_NOREPLACE)``), and an earlier attempt's output is moved aside and looked
+at again before it is removed, so another job's output that took its place in between is put back, not deleted.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
+import os
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -107,12 +113,8 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
         shutil.rmtree(stale, ignore_errors=True)
     out.write.mode("errorifexists").parquet(str(partial))
     storage.attempt("writing", str(partial), lambda: (partial / MARKER).write_text(ctx.job_id))
-    if final.exists():
-        owner = (final / MARKER).read_text().strip() if (final / MARKER).is_file() else None
-        if owner != ctx.job_id:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise JobFailure("OUTPUT_EXISTS", f"{final} appeared while the job ran, written by someone else; "
-                             "nothing was replaced: predict again to a new output_uri")  # fmt: skip
+    if final.exists() and _writer(final) != ctx.job_id:  # early, before the footers are read
+        _foreign(final, partial)
     parts = _part_files(partial)
     written = _rows_written(parts)
     repeated = _repeated_keys(parts, plan.key, written)
@@ -123,10 +125,78 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
     ctx.progress(1.0, "done")
     # the last step: a Spark job after it (the count it used to run) could be cancelled or fail, and the job would
     # end CANCELLED or FAILED with its complete output in place, blocking a new prediction to the same path
-    storage.attempt("publishing", str(final), lambda: storage.replace_dir(partial, final))
+    storage.attempt("publishing", str(final), lambda: _publish(partial, final, ctx.job_id))
     result: dict[str, Any] = {"output_uri": plan.output_path, "rows": written, "bad_rows": dropped,
                               "repeated_keys": repeated}  # fmt: skip
     return JobOutcome(result=result)
+
+
+def _writer(directory: Path) -> str | None:
+    """The job id a directory's marker names (None: no marker, not a directory this service wrote)."""
+    try:
+        return (directory / MARKER).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _foreign(final: Path, partial: Path) -> None:
+    shutil.rmtree(partial, ignore_errors=True)
+    raise JobFailure("OUTPUT_EXISTS", f"{final} appeared while the job ran, written by someone else; nothing was "
+                     "replaced: predict again to a new output_uri")  # fmt: skip
+
+
+def _publish(partial: Path, final: Path, job_id: str) -> None:
+    """Rename the complete ``partial`` to ``final``, which must not exist or must be this job's own output (an earlier
+    attempt died after its rename). Anything else there, even one that appeared a moment ago, stays untouched."""
+    if _rename_new(partial, final):
+        return
+    if _writer(final) != job_id:
+        _foreign(final, partial)
+    aside = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")  # hidden from Spark's readers
+    os.rename(final, aside)
+    if _writer(aside) != job_id:  # replaced between the look and the rename: put it back, keep it whole
+        _rename_new(aside, final)
+        _foreign(final, partial)
+    if not _rename_new(partial, final):
+        shutil.rmtree(aside, ignore_errors=True)  # this job's own earlier output
+        _foreign(final, partial)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _rename_new(source: Path, target: Path) -> bool:
+    """Rename ``source`` to ``target`` unless something is there (False): Linux's ``renameat2`` with
+    ``RENAME_NOREPLACE``; elsewhere ``rename``, which replaces no directory but an empty one."""
+    call = _RENAMEAT2
+    if call is not None:
+        if call(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
+            return True
+        code = ctypes.get_errno()
+        if code == errno.EEXIST:
+            return False
+        if code not in (errno.EINVAL, errno.ENOSYS):  # a file system without the flag: rename below
+            raise OSError(code, os.strerror(code), str(source), None, str(target))
+    try:
+        os.rename(source, target)
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+            return False
+        raise
+    return True
+
+
+def _renameat2() -> Any:
+    """glibc's ``renameat2`` (2.28 and later), or None."""
+    try:
+        call = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    except (OSError, TypeError):
+        return None
+    if call is not None:
+        call.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        call.restype = ctypes.c_int
+    return call
+
+
+_RENAMEAT2, _AT_FDCWD, _RENAME_NOREPLACE = _renameat2(), -100, 1
 
 
 def _part_files(directory: Path) -> list[str]:

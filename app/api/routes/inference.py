@@ -5,17 +5,33 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Body, Response, status
+from fastapi import APIRouter, Body, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 
 from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
+from app.api.json_body import OffLoopJsonRoute, Shape
 from app.api.routes.jobs import to_job_read
 from app.core.auth import Caller
 from app.schemas.inference import EvaluateRequest, PredictRequest, PredictResponse
 from app.schemas.jobs import JobRead
 from app.services import inference, online, spaces
 
-router = APIRouter(tags=["inference"])
+
+class _InferenceRoute(OffLoopJsonRoute):
+    """Large bodies parsed off the event loop (app/api/json_body.py); an inline ``/predict`` over
+    SPARKTRAIN_MAX_PREDICT_ROWS is a 413 before its rows are parsed (2,000,000 rows took seconds to parse first)."""
+
+    def check_raw(self, request: Request, shape: Shape) -> None:
+        if self.path != "/predict":
+            return
+        settings = request.app.state.runtime.settings
+        for where in (("instances",), ("dataframe_records",), ("dataframe_split", "data"), ("inputs",)):
+            rows = shape.length(*where)
+            if rows is not None and rows > settings.max_predict_rows:
+                online.check_row_limit(rows, settings, ".".join(where))
+
+
+router = APIRouter(tags=["inference"], route_class=_InferenceRoute)
 
 EVALUATE_EXAMPLES: dict[str, dict[str, Any]] = {
     "classification": {

@@ -41,10 +41,17 @@ def locate(
         with db() as session:
             row = registry.registered(session, uri)
             if row is not None:
-                return row.resolved_uri, row.format, {**row.options, **options}
+                merged = {**row.options, **options}
+                return row.resolved_uri, row.format, paths.check_options(row.format, merged, loc=_options_loc(loc))
     path = paths.resolve_uri(uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc=loc)
     fmt = paths.detect_format(path, fmt, loc=loc.replace(".uri", ".format"))
-    return path, fmt, reader_options(fmt, options)
+    return path, fmt, reader_options(fmt, paths.check_options(fmt, options, loc=_options_loc(loc)))
+
+
+def _options_loc(loc: str) -> str:
+    """``dataset.options`` for ``dataset.uri``; a ``sequence.labels_uri`` takes no options but a registered
+    dataset's, which are its own."""
+    return loc.removesuffix("uri") + "options" if loc == "uri" or loc.endswith(".uri") else loc
 
 
 def _numeric(dtype: str, parsed: bool) -> bool:

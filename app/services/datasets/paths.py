@@ -11,6 +11,7 @@ from typing import Literal
 from urllib.parse import unquote, urlparse
 
 from app.core.errors import ValidationFailed
+from app.schemas import reader_options
 
 Format = Literal["parquet", "csv", "json"]
 _EXTENSIONS: dict[str, Format] = {
@@ -205,3 +206,13 @@ def detect_format(path: str, given: Format | None, *, loc: str) -> Format:
     raise ValidationFailed.at(
         loc, f"cannot tell the format of {path!r} from its name; set format to parquet, csv or json"
     )
+
+
+def check_options(fmt: str, options: dict[str, str], *, loc: str) -> dict[str, str]:
+    """``options`` when every one is a reader option of ``fmt`` (app/schemas/reader_options.py: Spark copies
+    options into the Hadoop configuration it reads with); else a 422 at ``loc``. Checked once the format is known,
+    over a registered dataset's stored options too (a row stored before the allow-list is refused here)."""
+    wrong = reader_options.problem(fmt, options)
+    if wrong:
+        raise ValidationFailed.at(loc, wrong)
+    return options

@@ -27,7 +27,7 @@ from app.db.models import Dataset
 from app.schemas.datasets import DatasetCreate
 from app.services.cursors import decode_cursor, encode_cursor
 from app.services.datasets.footers import SparkRefuses, check_names
-from app.services.datasets.paths import detect_format, missing, resolve_uri
+from app.services.datasets.paths import check_options, detect_format, missing, resolve_uri
 from app.services.datasets.schema import (
     NUMERIC_TYPES,
     infers_partition_types,
@@ -76,7 +76,7 @@ def register_dataset(
     :func:`read_summary` read it once the row is committed."""
     path = resolve_uri(body.uri, roots=settings.data_roots, remote_prefixes=settings.remote_uri_prefixes, loc="uri")
     fmt = detect_format(path, body.format, loc="format")
-    options = reader_options(fmt, body.options)
+    options = reader_options(fmt, check_options(fmt, body.options, loc="options"))
     problem = not_text(path, fmt, options) if fmt in ("csv", "json") else None
     if problem is not None:  # an empty file, or parquet named as text: Spark's own error said neither
         raise ValidationFailed.at("uri", f"Spark cannot read {body.uri!r} as {fmt}: {problem}")
@@ -131,6 +131,7 @@ def read_summary(
     sc = spark.sparkContext
     sc.setJobGroup(f"dataset-{dataset_id}", f"sparktrain: the summary of dataset {dataset_id}")  # Spark's UI says it
     try:
+        check_options(fmt, options, loc="options")  # stored before the allow-list: never given to Spark
         columns, rows, sample, bad_rows = _read(spark, body, path, fmt, options)
         done: dict[str, Any] = {"schema": columns, "row_count": rows, "sample": [_jsonable(r) for r in sample],
                                 "bad_rows": bad_rows, "summary": COMPLETE}  # fmt: skip

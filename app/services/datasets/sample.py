@@ -92,13 +92,16 @@ def csv_options(options: dict[str, str]) -> tuple[Any, Any, Any, bool] | None:
     if len(sep) != 1 or len(quote) > 1 or len(escape) > 1:
         return None
     header = options.get("header", "false").lower() == "true"
-    parse = pcsv.ParseOptions(
-        delimiter=sep,
-        quote_char=quote or False,
-        escape_char=escape_char(options) or False,
-        double_quote=True,
-        invalid_row_handler=lambda _row: "skip",  # a malformed line is a bad row of the job, not of the schema
-    )
+    try:
+        parse = pcsv.ParseOptions(
+            delimiter=sep,
+            quote_char=quote or False,
+            escape_char=escape_char(options) or False,
+            double_quote=True,
+            invalid_row_handler=lambda _row: "skip",  # a malformed line is a bad row of the job, not of the schema
+        )
+    except ValueError:  # a character pyarrow does not take (not ASCII: "þ"): Spark reads such data, not the driver
+        return None
     convert = pcsv.ConvertOptions(
         null_values=[options.get("nullvalue", "")],
         strings_can_be_null=True,

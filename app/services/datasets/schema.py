@@ -45,10 +45,15 @@ def is_numeric_array(dtype: str) -> bool:
 
 
 def reader_options(fmt: Format, options: dict[str, str]) -> dict[str, str]:
-    """CSV has a header and inferred types unless told otherwise."""
+    """CSV has a header and inferred types unless told otherwise (``Header`` too: written as Spark's ``header``, else
+    the two spellings would both reach Spark, which keeps one of them, either)."""
     if fmt == "csv":
-        return {"header": "true", "inferSchema": "true", **options}
+        given = {_DEFAULTED.get(k.lower(), k): v for k, v in options.items()}
+        return {"header": "true", "inferSchema": "true", **given}
     return dict(options)
+
+
+_DEFAULTED = {"header": "header", "inferschema": "inferSchema"}
 
 
 def read_schema(spark: SparkSession, path: str, fmt: Format, options: dict[str, str], *, loc: str) -> dict[str, str]:

@@ -107,3 +107,57 @@ def test_a_model_whose_files_are_gone_fails_before_spark_runs(
     assert failed.value.reason == "MODEL_FILES_MISSING" and ctx.reported == [], failed.value
     assert failed.value.message.startswith(f"the files of taxi version 3 are missing: {directory} {says}")
     assert failed.value.message.endswith("predict with another version, or train it again")
+
+
+class _Racing(Ctx):
+    """Another writer publishes its own output at the path just before this job's last step (the rows are counted,
+    the publish is next): two predictions to one path that both got past every earlier check."""
+
+    def __init__(self, spark: Any, final: Path, writer: str) -> None:
+        super().__init__(spark)
+        self.final, self.writer = final, writer
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        if fraction == 1.0:
+            self.final.mkdir()
+            (self.final / "part-0.parquet").write_bytes(b"theirs")
+            (self.final / MARKER).write_text(self.writer)
+        super().progress(fraction, message)
+
+
+def test_an_output_that_appears_before_the_publish_is_never_replaced(spark: Any, tmp_path: Path) -> None:
+    """The job checked the path when it started to write, then replaced (and deleted) whatever was there when it
+    published: another owner's finished output was gone, and that owner's job still said SUCCEEDED (walkthrough F2)."""
+    final = tmp_path / "out"
+    with pytest.raises(JobFailure) as failed:
+        _write(
+            _Racing(spark, final, "b" * 32), SimpleNamespace(output_path=str(final), key="key"), _predictions(spark), 0
+        )  # type: ignore[arg-type]
+    assert failed.value.reason == "OUTPUT_EXISTS", failed.value
+    assert (final / MARKER).read_text() == "b" * 32 and (final / "part-0.parquet").read_bytes() == b"theirs"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # this job's private directory removed, nothing aside
+
+
+def test_an_earlier_attempts_own_output_is_replaced(spark: Any, tmp_path: Path) -> None:
+    """An attempt that died after its rename left the job's own output: the next attempt replaces it."""
+    final = tmp_path / "out"
+    ctx = _Racing(spark, final, "a" * 32)  # this job's id: an earlier attempt's output
+    outcome = _write(ctx, SimpleNamespace(output_path=str(final), key="key"), _predictions(spark), 0)  # type: ignore[arg-type]
+    assert outcome.result is not None and outcome.result["rows"] == 25
+    assert not (final / "part-0.parquet").exists() and spark.read.parquet(str(final)).count() == 25
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_an_empty_directory_at_the_path_is_not_replaced(spark: Any, tmp_path: Path) -> None:
+    """rename(2) replaces an empty directory without a word; the publish does not (renameat2 RENAME_NOREPLACE)."""
+    from workers.inference.batch import _RENAMEAT2, _rename_new
+
+    if _RENAMEAT2 is None:
+        pytest.skip("no renameat2 in this C library: rename(2) is all there is")
+
+    source, target = tmp_path / "source", tmp_path / "target"
+    source.mkdir()
+    target.mkdir()
+    assert not _rename_new(source, target) and source.is_dir() and target.is_dir()
+    target.rmdir()
+    assert _rename_new(source, target) and target.is_dir() and not source.exists()

@@ -1,0 +1,200 @@
+"""Large JSON bodies parsed off the event loop, in pieces, and looked at before they are parsed.
+
+FastAPI parses a body with ``json.loads`` on the event loop. For an 8 MB body that took seconds, during which the
+driver answered nothing, ``/healthz`` included. A worker thread alone does not help: ``json.loads`` (like orjson and
+pydantic's JSON parser) holds the GIL for the whole document, so the loop waits for it all the same. So a body over
+:data:`INLINE_BYTES` is cut at its commas, found with numpy on the raw bytes (brackets and commas inside strings
+skipped), into pieces of at most :data:`PIECE_BYTES`, each parsed by ``json.loads`` on a worker thread: between two
+pieces the interpreter hands the GIL to the loop. The result is the value ``json.loads`` gives for the whole body;
+a body it would refuse is refused with the error of the piece that failed (its position in the whole body).
+
+The same scan tells how many items an array of the body holds before anything is parsed (:meth:`Shape.length`):
+``POST /predict`` refuses too many rows at once (app/api/routes/inference.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import numpy as np
+from fastapi.concurrency import run_in_threadpool
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
+
+INLINE_BYTES = 256 * 1024
+"""Bodies up to this size are parsed as FastAPI parses them (on the loop: a few milliseconds)."""
+PIECE_BYTES = 64 * 1024
+"""The most one ``json.loads`` call parses of a larger body (well under a millisecond of GIL on a quiet machine)."""
+_WHITESPACE = b" \t\n\r"
+_STRUCTURE = np.zeros(256, dtype=bool)
+_STRUCTURE[list(b"[]{},:")] = True
+_OPEN, _CLOSE = {ord("["): ord("]"), ord("{"): ord("}")}, (ord("]"), ord("}"))
+
+
+class Shape:
+    """Where a JSON text's brackets, commas and colons are (outside strings), and how deep each one is."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        raw = np.frombuffer(body, dtype=np.uint8)
+        quotes = raw == ord('"')
+        if b"\\" in body:  # a quote after an odd run of backslashes is escaped, inside a string
+            index = np.arange(raw.size, dtype=np.int32)
+            last_other = np.maximum.accumulate(np.where(raw == ord("\\"), np.int32(-1), index))
+            quotes[1:] &= ((index - last_other)[:-1] & 1) == 0  # (backslashes ending at the byte before)
+        outside = (np.cumsum(quotes, dtype=np.int32) & 1) == 0
+        self.at = np.flatnonzero(outside & _STRUCTURE[raw])
+        self.kind = raw[self.at]
+        step = np.isin(self.kind, list(_OPEN)).astype(np.int32) - np.isin(self.kind, _CLOSE)
+        self.depth = np.cumsum(step, dtype=np.int32)  # after each byte: 1 inside the outermost brackets
+        self.pieces = 0
+
+    def parse(self) -> Any:
+        """``json.loads(body)``, a piece at a time."""
+        return self._value(0, len(self.body))
+
+    def length(self, *path: str) -> int | None:
+        """How many items the array at ``path`` (object keys from the top) holds; None where there is none."""
+        span = (0, len(self.body))
+        for key in path:
+            found = self._container(*span)
+            if found is None or self.kind[found[0]] != ord("{"):
+                return None
+            member = next((value for name, value in self._members(*found) if name == key), None)
+            if member is None:
+                return None
+            span = member
+        found = self._container(*span)
+        if found is None or self.kind[found[0]] != ord("["):
+            return None
+        return len(self._items(*found)[0])
+
+    def _container(self, start: int, end: int) -> tuple[int, int] | None:
+        """(index of the opening bracket, of its closing one) in ``at`` when ``[start, end)`` is one array or object
+        (whitespace around it); None otherwise (a scalar, or not one value: the pieces' parse says what is wrong)."""
+        first, stop = (int(i) for i in np.searchsorted(self.at, [start, end]))
+        if first >= stop or self.kind[first] not in _OPEN or self.body[start : self.at[first]].strip(_WHITESPACE):
+            return None
+        last, level = stop - 1, self.depth[first]
+        if self.kind[last] != _OPEN[self.kind[first]] or self.body[self.at[last] + 1 : end].strip(_WHITESPACE):
+            return None
+        if self.depth[last] != level - 1 or (last > first + 1 and self.depth[first + 1 : last].min() < level):
+            return None
+        return first, last
+
+    def _items(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends): the byte ranges between the container's commas, its items or members (none when it is
+        empty)."""
+        inside = slice(first + 1, last)
+        commas = self.at[inside][(self.kind[inside] == ord(",")) & (self.depth[inside] == self.depth[first])]
+        starts = np.concatenate(([self.at[first] + 1], commas + 1))
+        ends = np.concatenate((commas, [self.at[last]]))
+        if not commas.size and not self.body[starts[0] : ends[0]].strip(_WHITESPACE):
+            return starts[:0], ends[:0]
+        return starts, ends
+
+    def _colon(self, start: int, end: int, level: int) -> int | None:
+        """The byte of a member's colon (at the object's ``level``), or None."""
+        first, stop = np.searchsorted(self.at, [start, end])
+        found = np.flatnonzero((self.kind[first:stop] == ord(":")) & (self.depth[first:stop] == level))
+        return int(self.at[first + found[0]]) if found.size else None
+
+    def _members(self, first: int, last: int) -> Iterator[tuple[str | None, tuple[int, int]]]:
+        """An object's members: (key, byte range of the value); (None, the member's range) where it has no key."""
+        for start, end in zip(*(a.tolist() for a in self._items(first, last)), strict=True):
+            colon = self._colon(start, end, int(self.depth[first]))
+            key = self._loads(start, colon) if colon is not None else None
+            yield (key, (colon + 1, end)) if isinstance(key, str) and colon is not None else (None, (start, end))
+
+    def _value(self, start: int, end: int) -> Any:
+        if end - start <= PIECE_BYTES:
+            return self._loads(start, end)
+        found = self._container(start, end)
+        if found is None:
+            return self._loads(start, end)
+        if self.kind[found[0]] == ord("{"):
+            parts: dict[str, Any] = {}
+            for key, (a, b) in self._members(*found):
+                if key is None:
+                    self._loads(a, b, wrap=b"{}")  # raises what json.loads says of it
+                    raise json.JSONDecodeError("Expecting ':' delimiter", "", a)
+                parts[key] = self._value(a, b)  # a member replaces one of the same key: json.loads's order
+            return parts
+        starts, ends = self._items(*found)
+        items: list[Any] = []
+        if not starts.size:
+            return items
+        big = (ends - starts) > PIECE_BYTES  # parsed alone; the rest in runs of one window of the body
+        window = (starts - start) // PIECE_BYTES
+        cut = np.flatnonzero(big[1:] | big[:-1] | (window[1:] != window[:-1])) + 1
+        for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(starts)], strict=True):
+            if big[a]:
+                items.append(self._value(int(starts[a]), int(ends[a])))
+            elif self.body[starts[a] : ends[b - 1]].strip(_WHITESPACE):
+                items.extend(self._loads(int(starts[a]), int(ends[b - 1]), wrap=b"[]"))
+            else:  # an empty item alone in its run ("[..., ]"): "[]" would take it
+                raise json.JSONDecodeError("Expecting value", "", int(starts[a]))
+        return items
+
+    def _loads(self, start: int, end: int, wrap: bytes = b"") -> Any:
+        """``json.loads`` of the body's bytes ``[start, end)`` (inside ``wrap``'s brackets); an error at its place in
+        the whole body."""
+        text = self.body[start:end]
+        self.pieces += 1
+        try:
+            return json.loads(wrap[:1] + text + wrap[1:] if wrap else text)
+        except json.JSONDecodeError as exc:
+            where = max(0, start + exc.pos - len(wrap[:1]))
+            raise json.JSONDecodeError(exc.msg, self.body[: where + 1].decode("utf-8", "replace"), where) from None
+
+
+def parse_in_pieces(body: bytes, shape: Shape | None = None) -> Any:
+    """``json.loads(body)``, a piece at a time where the body is UTF-8 (the encoding JSON's RFC requires and every
+    client sends); one call otherwise."""
+    if json.detect_encoding(body) != "utf-8":
+        return json.loads(body)
+    return (shape or Shape(body)).parse()
+
+
+class _ParsedRequest(Request):
+    """The request with its body read and parsed already (or the parse's error, raised where FastAPI parses)."""
+
+    def __init__(self, request: Request, body: bytes, parsed: Any, error: Exception | None) -> None:
+        super().__init__(request.scope, request.receive)
+        self._given, self._parsed, self._error = body, parsed, error
+
+    async def body(self) -> bytes:
+        return self._given
+
+    async def json(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._parsed
+
+
+class OffLoopJsonRoute(APIRoute):
+    """A route whose JSON body, when larger than :data:`INLINE_BYTES`, is parsed on a worker thread a piece at a
+    time; :meth:`check_raw` looks at its :class:`Shape` first (on the thread too), and may refuse it unparsed."""
+
+    def check_raw(self, request: Request, shape: Shape) -> None:
+        """Raise to refuse the body before it is parsed (the route's own problem)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            body = await request.body()
+            if len(body) <= INLINE_BYTES or json.detect_encoding(body) != "utf-8":
+                return await handle(request)
+            shape = await run_in_threadpool(Shape, body)
+            self.check_raw(request, shape)
+            try:
+                parsed, error = await run_in_threadpool(parse_in_pieces, body, shape), None
+            except Exception as exc:  # ValueError, RecursionError: FastAPI answers them as it would have
+                parsed, error = None, exc
+            return await handle(_ParsedRequest(request, body, parsed, error))
+
+        return handler
