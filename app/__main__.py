@@ -375,6 +375,7 @@ def main(argv: list[str] | None = None) -> None:
         # uvicorn's loggers go to the root handler: JSON lines, or "time level logger: message" as every line
         log_config=None,  # its loggers reach the root handler: "time level logger: message" or JSON, as every line
         timeout_graceful_shutdown=30,
+        proxy_headers=False,  # uvicorn's default trusts X-Forwarded-For from 127.0.0.1: any local client chose it
     )
     server = DriverServer(config, app=app)
     try:

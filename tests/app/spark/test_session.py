@@ -176,3 +176,8 @@ def test_a_local_masters_jvm_and_python_workers_run_at_the_local_niceness_and_th
     stat = Path(f"/proc/{jvm}/stat").read_text()
     assert int(stat[stat.rindex(")") + 2 :].split()[16]) == expected  # field 19, nice
     assert expected == mine or os.getpriority(os.PRIO_PROCESS, 0) < expected
+
+
+def test_the_spark_ui_cannot_kill_stages(spark: Any) -> None:
+    # The UI has no API key check (docs/security.md): its pages must not offer to kill another owner's stages.
+    assert spark.sparkContext.getConf().get("spark.ui.killEnabled") == "false"
