@@ -83,6 +83,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         position = [p for p in where.get("loc", ()) if isinstance(p, int)]
         if position:  # pydantic's offset into the body, counted from 0
             detail += f" at character {position[0] + 1}"
+        detail += _file_name_hint(getattr(exc, "body", None))
         body = {
             "type": PROBLEM_BASE + "malformed-json",
             "title": "Malformed JSON",
@@ -90,6 +91,11 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
             "detail": detail,
         }
         return problem_response(body, request)
+    if raw and all(e.get("type") == "missing" and tuple(e.get("loc", ())) == ("body",) for e in raw):
+        detail = "The request has no body: send the JSON body (curl: -d @body.json, or -d '{...}')."
+        errors = [{"loc": "body", "in": "body", "msg": detail, "type": "missing"}]
+        body = {"type": PROBLEM_BASE + "validation", "title": "Request validation failed", "status": 422}
+        return problem_response({**body, "detail": detail, "errors": errors}, request)
     errors = []
     for e in raw:
         loc = list(e.get("loc", ()))
@@ -106,6 +112,15 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         "errors": errors,
     }
     return problem_response(body, request)
+
+
+def _file_name_hint(raw: object) -> str:
+    """For a body that is a file's name (``curl -d examples/x.json``, without the ``@``): how to send the file."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw if isinstance(raw, str) else ""
+    name = text.strip()
+    if len(name) <= 200 and re.fullmatch(r"[\w./~-]+\.json", name):
+        return f". The body is the text {name!r}: curl sends what follows -d as it is; -d @{name} sends the file"
+    return ""
 
 
 _METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}

@@ -159,7 +159,12 @@ def resolve_uri(
             raise ValidationFailed.at(loc, f"{uri[:200]!r} is not a usable path: {exc.strerror}") from exc
     if not inside_any:
         roots_text = ", ".join(str(r) for r in roots)
-        raise ValidationFailed.at(loc, f"{uri!r} lies outside the configured data roots ({roots_text})")
+        raise ValidationFailed.at(
+            loc,
+            f"{uri!r} lies outside the configured data roots ({roots_text}): copy the data into one of them and give"
+            f' its path relative to that root (for {roots[-1]}/fares.csv, "uri": "fares.csv"), or have the'
+            " service started with SPARKTRAIN_DATA_ROOTS naming its directory",
+        )
     raise missing(uri, roots, loc)
 
 

@@ -393,3 +393,29 @@ def test_every_bad_xgboost_parameter_is_in_one_422(service: Service) -> None:
     assert [e["loc"] for e in problem["errors"]] == ["base.params.eta", "base.params.max_depth"], problem
     assert problem["detail"].startswith("base.params.eta: eta") and problem["detail"].endswith("(and 1 more)")
     assert _job_count(service) == before
+
+
+def test_a_file_name_sent_as_the_body_says_how_to_send_the_file(service: Service) -> None:
+    # curl -d examples/xgboost-taxi.json (the @ forgotten) sends the name as the body: "Expecting value" alone left
+    # a newcomer guessing.
+    response = service.client.post(
+        "/train", content=b"examples/xgboost-taxi.json", headers={"content-type": "application/json"}
+    )
+    detail = _problem(response, 400)["detail"]
+    assert "-d @examples/xgboost-taxi.json" in detail
+
+
+def test_an_empty_body_says_the_request_has_none(service: Service) -> None:
+    # "body: Field required" read like a missing field called "body".
+    response = service.client.post("/train", content=b"", headers={"content-type": "application/json"})
+    problem = _problem(response, 422)
+    assert problem["detail"].startswith("The request has no body")
+    assert problem["errors"][0]["loc"] == "body"
+
+
+def test_data_outside_the_roots_says_where_to_put_it(service: Service) -> None:
+    body = taxi_request()
+    body["dataset"]["uri"] = "/nowhere-sparktrain/fares.csv"
+    detail = _problem(service.client.post("/train", json=body), 422)["detail"]
+    assert "lies outside the configured data roots" in detail
+    assert "give its path relative to that root" in detail and "SPARKTRAIN_DATA_ROOTS" in detail
