@@ -46,7 +46,6 @@ from app.core.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
-from app.schemas.inference import PREDICT_BATCH_EXAMPLE
 from app.schemas.problems import Problem
 
 _REF = "#/components/schemas/{model}"
@@ -199,7 +198,6 @@ REQUEST_EXAMPLES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
                 "value": {"uri": "fares.csv", "name": "fares", "format": "csv",
                           "options": {"sep": ";", "header": "true"}, "bad_rows": "skip"}},
     },
-    ("post", "/predict"): {"batch": PREDICT_BATCH_EXAMPLE},
 }  # fmt: skip
 """Request examples of routes that do not show them themselves, by name; one of the same name is replaced."""
 

@@ -12,7 +12,7 @@ from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
 from app.api.json_body import OffLoopJsonRoute, Shape
 from app.api.routes.jobs import to_job_read
 from app.core.auth import Caller
-from app.schemas.inference import EvaluateRequest, PredictRequest, PredictResponse
+from app.schemas.inference import PREDICT_BATCH_EXAMPLE, EvaluateRequest, PredictRequest, PredictResponse
 from app.schemas.jobs import JobRead
 from app.services import inference, online, spaces
 
@@ -62,10 +62,7 @@ PREDICT_EXAMPLES: dict[str, dict[str, Any]] = {
             ],
         },
     },
-    "batch": {
-        "summary": "Batch: every row of a dataset, keyed, written as parquet by a job",
-        "value": {"model": {"name": "taxi-fare-rf"}, "dataset": {"uri": "datasets/taxi/eval.parquet", "key": "hour"}},
-    },
+    "batch": PREDICT_BATCH_EXAMPLE,  # keyed by a column whose values are unique
 }  # fmt: skip
 
 
@@ -108,7 +105,6 @@ def evaluate(
     responses={
         200: {"description": "Inline rows: the predictions.", "model": PredictResponse},
         202: {"description": "A dataset: the queued batch job.", "model": JobRead},
-        413: {"description": "Too many inline rows: use the batch form."},
     },
 )
 async def predict(
