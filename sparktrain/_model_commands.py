@@ -85,8 +85,9 @@ def tag(
 ) -> int:
     """Set a tag on a model, or on one of its versions (--version N): created, or its value replaced."""
     opts = options(ctx)
+    path = _tag_path(name, version, key)  # a key that cannot travel: exit 2 before any request
     with opts.client() as api:
-        answer = _json(api, "PUT", _tag_path(name, version, key), json={"value": value})
+        answer = _json(api, "PUT", path, json={"value": value})
     where = f"{name} version {version}" if version is not None else name
     print_json(answer) if opts.json else out.print(f"tag {key} of {where} set", highlight=False)
     return OK
@@ -101,8 +102,9 @@ def untag(
 ) -> int:
     """Remove a tag from a model, or from one of its versions (--version N); one it does not have is exit 2."""
     opts = options(ctx)
+    path = _tag_path(name, version, key)  # '..' would reach DELETE /models/NAME: exit 2 before any request
     with opts.client() as api:
-        api.request("DELETE", _tag_path(name, version, key))
+        api.request("DELETE", path)
     where = f"{name} version {version}" if version is not None else name
     answer = {"name": name, "version": version, "key": key, "deleted": True}
     print_json(answer) if opts.json else out.print(f"tag {key} of {where} removed", highlight=False)
@@ -114,12 +116,28 @@ def _model_path(name: str) -> str:
     if not MODEL_NAME.match(name):
         hint = " (a version is --version N)" if ":" in name or "@" in name else ""
         raise UsageError(f"no model is named {name!r}: {NAME_RULE}{hint}")
-    return f"/models/{quote(name, safe='')}"
+    return f"/models/{_quoted(name)}"
 
 
 def _tag_path(name: str, version: int | None, key: str) -> str:
     versioned = f"/versions/{version}" if version is not None else ""
-    return f"{_model_path(name)}{versioned}/tags/{quote(key, safe='')}"
+    return f"{_model_path(name)}{versioned}/tags/{_segment(key, 'KEY', 'a tag key')}"
+
+
+def _segment(text: str, param: str, what: str) -> str:
+    """``text`` as one path segment. Empty, or only dots, is a usage error (exit 2) before any request: HTTP clients
+    remove ``.`` and ``..`` segments from a URL, so ``DELETE /models/m/tags/..`` would be sent as
+    ``DELETE /models/m`` and delete the model."""
+    if not text.strip("."):
+        raise typer.BadParameter(f"{text!r} is not {what}: it cannot be empty or only dots", param_hint=param)
+    return _quoted(text)
+
+
+def _quoted(text: str) -> str:
+    """Every character but letters, digits and ``_.-~`` percent-encoded, and a segment of dots alone as ``%2E``s, so
+    that no segment can be normalized away."""
+    quoted = quote(text, safe="")
+    return quoted.replace(".", "%2E") if not quoted.strip(".") else quoted
 
 
 def _json(api: Client, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
@@ -155,13 +173,14 @@ def alias(
     if ref.alias is not None or (delete and ref.version is not None):
         shape = "NAME (the model whose alias goes)" if delete else "NAME:VERSION (the version the alias names) or NAME"
         raise typer.BadParameter(f"{model!r}: give {shape}", param_hint="MODEL")
+    segment = _segment(name, "ALIAS", "an alias (it starts with a letter)")  # before any request: never '..'
     with opts.client() as api:
         if delete:
             api.delete_alias(ref.name, name)
             answer: dict[str, Any] = {"name": ref.name, "alias": name, "deleted": True}
             said = f"alias {name} of {ref.name} removed"
         elif ref.version is None:
-            answer = _json(api, "GET", f"{_model_path(ref.name)}/aliases/{quote(name, safe='')}")
+            answer = _json(api, "GET", f"{_model_path(ref.name)}/aliases/{segment}")
             said = f"alias {name} of {ref.name} names version {answer.get('version')}"
         else:
             answer = api.set_alias(ref.name, name, int(ref.version))

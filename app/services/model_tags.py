@@ -16,7 +16,7 @@ from app.core.errors import NotFound, ValidationFailed
 from app.db.base import utcnow
 from app.db.models import ModelTag, ModelVersion, ModelVersionTag
 from app.db.session import savepoint
-from app.schemas.models import TAG_KEY_PATTERN, TAG_KEY_RULE, TAG_VALUE_MAX
+from app.schemas.models import TAG_FILTERS_MAX, TAG_KEY_PATTERN, TAG_KEY_RULE, TAG_VALUE_MAX
 from app.services import models
 
 _KEY = re.compile(TAG_KEY_PATTERN)
@@ -24,17 +24,19 @@ _KEY = re.compile(TAG_KEY_PATTERN)
 
 def check_key(key: str, *, loc: str = "key", source: str = "path") -> str:
     """``key`` when it is a tag key (:data:`TAG_KEY_RULE`), else a 422 at ``loc``."""
-    if not _KEY.match(key):
+    if not _KEY.fullmatch(key):
         raise ValidationFailed.at(loc, f"{key[:60]!r} is not a tag key: {TAG_KEY_RULE}", source=source)
     return key
 
 
 def parse_filters(texts: Sequence[str]) -> list[tuple[str, str | None]]:
     """``GET /models?tag=key:value`` (or ``tag=key``: any value) as (key, value or None); a 422 names a bad one."""
+    if len(texts) > TAG_FILTERS_MAX:
+        raise ValidationFailed.at("tag", f"{len(texts)} tag filters; give at most {TAG_FILTERS_MAX}", source="query")
     out: list[tuple[str, str | None]] = []
     for text in texts:
         key, colon, value = text.partition(":")
-        if not _KEY.match(key):
+        if not _KEY.fullmatch(key):
             raise ValidationFailed.at(
                 "tag", f"{text[:60]!r}: give key:value (or key for any value); a key is {TAG_KEY_RULE}", source="query"
             )
@@ -66,7 +68,7 @@ def _set(session: Session, row: ModelTag | ModelVersionTag, where: Any) -> None:
 
 def set_model_tag(*, session: Session, name: str, key: str, value: str, owner: str | None = None) -> None:
     check_key(key)
-    model = models.get_model(session=session, name=name, owner=owner)
+    model = models.locked_model(session=session, name=name, owner=owner)  # a delete racing this: its 404
     tag = ModelTag(model_id=model.id, key=key, value=value, updated_at=utcnow())
     _set(session, tag, [ModelTag.model_id == model.id])
 
@@ -75,7 +77,7 @@ def set_version_tag(
     *, session: Session, name: str, version: int, key: str, value: str, owner: str | None = None
 ) -> None:
     check_key(key)
-    row = models.get_version(session=session, name=name, version=version, owner=owner)
+    row = models.locked_version(session=session, name=name, version=version, owner=owner)
     tag = ModelVersionTag(version_id=row.id, key=key, value=value, updated_at=utcnow())
     _set(session, tag, [ModelVersionTag.version_id == row.id])
 

@@ -175,6 +175,24 @@ def get_version(*, session: Session, name: str, version: int, owner: str | None 
     return row
 
 
+def locked_model(*, session: Session, name: str, owner: str | None = None) -> Model:
+    """:func:`get_model`, with the model's row locked until the end of the transaction (PostgreSQL's FOR UPDATE, as
+    a registration and a delete take it): a write that races a delete of the model waits for it, then answers the
+    404 of an unknown model instead of failing on a foreign key."""
+    model = get_model(session=session, name=name, owner=owner)
+    if session.scalar(select(Model.id).where(Model.id == model.id).with_for_update()) is None:
+        raise _no_model(session, name, owner)
+    return model
+
+
+def locked_version(*, session: Session, name: str, version: int, owner: str | None = None) -> ModelVersion:
+    """:func:`get_version`, with its model's row locked as :func:`locked_model` locks it; a version (or model)
+    deleted while this waited for the lock is its 404."""
+    get_version(session=session, name=name, version=version, owner=owner)  # its 404 before any lock
+    locked_model(session=session, name=name, owner=owner)
+    return get_version(session=session, name=name, version=version, owner=owner)  # read again under the lock
+
+
 _ALIAS = re.compile(ALIAS_PATTERN)
 
 
@@ -253,7 +271,7 @@ def set_alias(*, session: Session, name: str, alias: str, version: int, owner: s
         )
     if alias.isdigit() or alias == "latest":
         raise ValidationFailed.at("alias", f"{alias!r} is reserved", source="path")
-    target = get_version(session=session, name=name, version=version, owner=owner)
+    target = locked_version(session=session, name=name, version=version, owner=owner)
     # Lock the alias row only: PostgreSQL refuses FOR UPDATE on the outer join that loads its version.
     row = session.scalar(
         select(ModelAlias)

@@ -52,8 +52,7 @@ class Removal:
 def delete_version(*, session: Session, name: str, version: int, owner: str | None = None) -> Removal:
     """Remove one version, its aliases and its tags (uncommitted); 404 for an unknown name or number, 409 when an
     unfinished job uses it."""
-    row = models.get_version(session=session, name=name, version=version, owner=owner)
-    _lock(session, row.model_id)
+    row = models.locked_version(session=session, name=name, version=version, owner=owner)  # another delete: 404
     _refuse_if_used(session, name, {version})
     return _delete_versions(session, name, [row])
 
@@ -61,8 +60,7 @@ def delete_version(*, session: Session, name: str, version: int, owner: str | No
 def delete_model(*, session: Session, name: str, owner: str | None = None) -> Removal:
     """Remove a model with every version, alias and tag (uncommitted); 404 for an unknown name, 409 when an
     unfinished job uses one of its versions or will register one."""
-    model = models.get_model(session=session, name=name, owner=owner)
-    _lock(session, model.id)
+    model = models.locked_model(session=session, name=name, owner=owner)
     _refuse_if_used(session, name, None)
     rows = session.scalars(select(ModelVersion).where(ModelVersion.model_id == model.id)).all()
     removal = _delete_versions(session, name, rows)
@@ -70,12 +68,6 @@ def delete_model(*, session: Session, name: str, owner: str | None = None) -> Re
     session.execute(delete(ModelTag).where(ModelTag.model_id == model.id))
     session.execute(delete(Model).where(Model.id == model.id))
     return removal
-
-
-def _lock(session: Session, model_id: int) -> None:
-    """The model's row, locked until the end of the transaction (PostgreSQL): a registration into the model, or
-    another delete, waits for this one."""
-    session.execute(select(Model.id).where(Model.id == model_id).with_for_update())
 
 
 def _delete_versions(session: Session, name: str, rows: Iterable[ModelVersion]) -> Removal:

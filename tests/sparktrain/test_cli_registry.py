@@ -76,3 +76,23 @@ def test_alias_name_alias_shows_the_version_it_names(svc: Service) -> None:
     missing = cli(svc, "alias", "cli-alias", "nope")
     assert missing.returncode == 2 and "no alias 'nope'" in missing.stderr, missing.stderr
     assert cli(svc, "alias", "cli-alias@champion", "x").returncode == 2  # NAME@ALIAS is not a MODEL here
+
+
+def test_a_key_or_alias_of_dots_alone_is_exit_2_and_deletes_nothing(svc: Service) -> None:
+    """HTTP clients remove ``.`` and ``..`` segments from a URL: ``untag m ..`` was sent as ``DELETE /models/m``
+    and deleted the model (``--version 2``: the version), ``alias --delete m ..`` likewise."""
+    _register(svc, "cli-dots", count=2)
+    assert cli(svc, "alias", "cli-dots:2", "champion").returncode == 0
+    for args in (
+        ("models", "untag", "cli-dots", ".."),
+        ("models", "untag", "cli-dots", "..", "--version", "2"),
+        ("models", "untag", "cli-dots", "."),
+        ("models", "tag", "cli-dots", "..", "x"),
+        ("alias", "--delete", "cli-dots", ".."),
+        ("alias", "cli-dots", ".."),
+        ("alias", "cli-dots:2", "."),
+    ):
+        done = cli(svc, *args)
+        assert done.returncode == 2 and "only dots" in done.stderr, (args, done.stdout, done.stderr)
+    model = svc.client.get("/models/cli-dots").json()
+    assert [v["version"] for v in model["versions"]] == [1, 2] and model["aliases"] == {"champion": 2}, model

@@ -15,6 +15,7 @@ from app.schemas.body import Body
 from app.schemas.models import (
     FAMILY_FORMATS,
     TAG_EXAMPLES,
+    TAG_FILTERS_MAX,
     TAG_KEY_RULE,
     VERSION_MAX,
     ArtifactFormat,
@@ -106,8 +107,8 @@ def _version_read(session: Session, v: ModelVersion) -> ModelVersionRead:
     summary="Registered models with their versions, by name",
     description="At most `limit` models in name order; `next_cursor` (null on the last page) passed as `cursor` "
     "gives the next ones, as `GET /jobs` pages. A cursor this service did not issue is a 400. `tag=key:value` "
-    "(or `tag=key`, any value; repeat it for several, all must match) lists only the models with that tag; pass it "
-    "again with `cursor`.",
+    f"(or `tag=key`, any value; repeat it for several, at most {TAG_FILTERS_MAX}, all must match) lists only the "
+    "models with that tag; pass it again with `cursor`.",
 )
 def list_models(
     session: SessionDep,

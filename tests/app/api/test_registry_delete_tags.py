@@ -10,8 +10,9 @@ stops serving a deleted version once its resolution is older than ``ttl_s``, and
 from __future__ import annotations
 
 import shutil
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,13 @@ import httpx
 import pandas as pd
 import pytest
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from app.core.errors import Conflict, NotFound
 from app.db.models import Job
 from app.db.session import transaction
 from app.schemas.inference import ModelSelector
-from app.services import jobs, models, registry_edits
+from app.services import jobs, model_tags, models, registry_edits
 from app.services.resolved_models import ResolvedModels
 from tests.helpers import (
     OWNER_KEYS_SETTING,
@@ -315,6 +317,29 @@ def test_a_bad_tag_filter_is_a_422_in_the_query(world: dict[str, Any]) -> None:
     assert refused["errors"][0]["loc"] == "tag" and refused["errors"][0]["in"] == "query", refused
 
 
+def test_a_tag_key_of_dots_alone_is_a_422(world: dict[str, Any]) -> None:
+    """``.`` and ``..`` are removed from a URL by HTTP clients (``DELETE .../tags/..`` reaches ``DELETE /models/m``):
+    no such tag can be made. Sent encoded, they reach the service, which refuses them."""
+    alice: httpx.Client = world["alice"]
+    for key in ("%2E%2E", "%2E", "%2E%2E%2E"):
+        for path in (f"/models/{MODEL}/tags/{key}", f"/models/{MODEL}/versions/1/tags/{key}"):
+            refused = problem(alice.put(path, json={"value": "x"}), 422)
+            assert refused["errors"][0]["loc"] == "key" and "only dots" in refused["detail"], refused
+    refused = problem(alice.get("/models", params={"tag": "..:x"}), 422)
+    assert refused["errors"][0]["loc"] == "tag", refused
+    one = alice.get(f"/models/{MODEL}").json()
+    assert not {".", "..", "..."} & (set(one["tags"]) | set(one["versions"][0]["tags"])), one
+
+
+def test_at_most_10_tag_filters(world: dict[str, Any]) -> None:
+    """Each filter is a subquery: 100 of them held a PostgreSQL backend for 21 s."""
+    alice: httpx.Client = world["alice"]
+    assert alice.get("/models", params={"tag": [f"k{i}" for i in range(10)]}).status_code == 200
+    refused = problem(alice.get("/models", params={"tag": [f"k{i}" for i in range(11)]}), 422)
+    assert refused["errors"][0]["loc"] == "tag" and refused["errors"][0]["in"] == "query", refused
+    assert "at most 10" in refused["detail"], refused
+
+
 def test_one_alias_reads_as_the_version_it_names(world: dict[str, Any]) -> None:
     alice: httpx.Client = world["alice"]
     assert alice.put(f"/models/{MODEL}/aliases/champion", json={"version": 1}).status_code == 200
@@ -425,3 +450,73 @@ def test_revision_0014_fills_last_version_from_the_versions_there_are(db_url: st
         command.upgrade(cfg, "0014")
         assert dict(conn.execute(text("SELECT name, last_version FROM models")).all()) == {"a": 5, "b": 0}
     engine.dispose()
+
+
+# --- writes racing a delete (PostgreSQL: two drivers) -------------------------------------------------------------
+
+
+def _racing(db: Any, delete: Callable[[Session], Any], write: Callable[[Session], Any]) -> BaseException | None:
+    """``delete`` in one session, left uncommitted; ``write`` in another (a thread: another driver), which waits on
+    its lock; then the delete commits. What ``write`` raised (None: it committed)."""
+    raised: list[BaseException | None] = []
+
+    def other() -> None:
+        with db() as s:
+            try:
+                write(s)
+                s.commit()
+                raised.append(None)
+            except Exception as exc:  # what the route would answer from
+                raised.append(exc)
+
+    with db() as first:
+        delete(first)
+        thread = threading.Thread(target=other)
+        thread.start()
+        name = first.get_bind().url.database
+        for _ in range(600):  # until the write waits on the lock (or ended: it did not wait)
+            waiting = first.get_bind().connect()
+            with waiting:
+                locked = waiting.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE datname = :db AND "
+                                             "wait_event_type = 'Lock'"), {"db": name})  # fmt: skip
+            if locked or not thread.is_alive():
+                break
+            thread.join(0.1)
+        first.commit()
+    thread.join()
+    return raised[0]
+
+
+@pytest.mark.parametrize("write", ["model tag", "version tag", "alias", "second delete"])
+def test_a_write_racing_a_delete_is_a_404(pg_url: str, write: str) -> None:
+    """A tag or alias PUT waiting on a delete of its model or version was a 500 (a foreign key); a second DELETE of
+    one version answered 204 too."""
+    from app.db.migrate import upgrade_database
+    from app.db.session import create_db_engine, create_sessionmaker
+
+    engine = create_db_engine(pg_url)
+    upgrade_database(engine)
+    db = create_sessionmaker(engine)
+    _register(db)
+    _register(db)
+    writes: dict[str, Callable[[Session], Any]] = {
+        "model tag": lambda s: model_tags.set_model_tag(session=s, name="m", key="k", value="v", owner="alice"),
+        "version tag": lambda s: model_tags.set_version_tag(
+            session=s, name="m", version=2, key="k", value="v", owner="alice"
+        ),
+        "alias": lambda s: models.set_alias(session=s, name="m", alias="champion", version=2, owner="alice"),
+        "second delete": lambda s: registry_edits.delete_version(session=s, name="m", version=2, owner="alice"),
+    }
+    deletes: dict[bool, Callable[[Session], Any]] = {
+        True: lambda s: registry_edits.delete_model(session=s, name="m", owner="alice"),
+        False: lambda s: registry_edits.delete_version(session=s, name="m", version=2, owner="alice"),
+    }
+    try:
+        raised = _racing(db, deletes[write == "model tag"], writes[write])
+        assert isinstance(raised, NotFound), repr(raised)
+        with db() as s:
+            assert s.scalar(text("SELECT count(*) FROM model_tags")) == 0
+            assert s.scalar(text("SELECT count(*) FROM model_version_tags")) == 0
+            assert s.scalar(text("SELECT count(*) FROM model_aliases")) == 0
+    finally:
+        engine.dispose()
