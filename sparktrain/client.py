@@ -360,11 +360,18 @@ class Client:
 
     def set_alias(self, name: str, alias: str, version: int) -> dict[str, Any]:
         """Point ``alias`` of the model ``name`` at ``version``: ``{"name", "alias", "version"}``."""
-        path = f"/models/{self._model_name(name)}/aliases/{quote(alias, safe='')}"
+        path = f"/models/{self._model_name(name)}/aliases/{self._alias(alias)}"
         return self._shaped("PUT", path, {"version": int}, json={"version": version})
 
     def delete_alias(self, name: str, alias: str) -> None:
-        self.request("DELETE", f"/models/{self._model_name(name)}/aliases/{quote(alias, safe='')}")
+        self.request("DELETE", f"/models/{self._model_name(name)}/aliases/{self._alias(alias)}")
+
+    @staticmethod
+    def _alias(alias: str) -> str:
+        """``alias`` quoted for a path; empty or dots alone is a :class:`UsageError` (``..`` is the model's path)."""
+        if not alias.strip("."):
+            raise UsageError(f"an alias cannot be empty or only dots, got {alias!r}")
+        return quote(alias, safe="")
 
     @staticmethod
     def _model_name(name: str) -> str:

@@ -237,3 +237,12 @@ def test_main_in_a_process_that_goes_on_leaves_ctrl_c_as_it_was() -> None:
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, outer)
+
+
+@pytest.mark.parametrize("alias", ["..", ".", ""])
+def test_an_alias_of_dots_alone_is_refused_before_any_request(alias: str) -> None:
+    """``..`` in the path was normalized by httpx: ``delete_alias("m", "..")`` sent DELETE /models/m."""
+    with pytest.raises(UsageError, match="empty or only dots"):
+        Client(NOBODY).delete_alias("m", alias)
+    with pytest.raises(UsageError, match="empty or only dots"):
+        Client(NOBODY).set_alias("m", alias, 1)
