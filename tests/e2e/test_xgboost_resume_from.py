@@ -36,6 +36,9 @@ def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servic
     pd.read_parquet(data / "taxi-eval.parquet").head(150).to_parquet(data / "taxi-eval-150.parquet")
     train = pd.read_parquet(data / "taxi-train.parquet")
     train[train["rate_code"] != 5].to_parquet(data / "taxi-no5.parquet")  # classes 0..3; no "negotiated"
+    for part in ("train", "eval"):  # fares over 20: other rows than taxi-eval's, with another error
+        taxi = pd.read_parquet(data / f"taxi-{part}.parquet")
+        taxi[taxi["fare_amount"] > 20].to_parquet(data / f"taxi-{part}-hard.parquet")
     roots = [data, REPO / "datasets"]
     with running_service(spark, tmp_path_factory.mktemp("svc"), data_roots=roots, api_keys=OWNER_KEYS_SETTING) as s:
         s.client.headers["Authorization"] = f"Bearer {OWNER_KEYS['root']}"  # an admin: Service.wait reads every job
@@ -203,8 +206,9 @@ def test_what_cannot_continue_a_checkpoint_is_a_422_and_writes_nothing(svc: Serv
         ("alice", body("x", {**PARAMS, "n_estimators": 5}, point), "params.n_estimators", "ask for more than 10"),
         ("alice", body("x", more, point, categorical=["rate_code"]), "dataset.categorical",
          "was trained with no categorical columns; this request has ['rate_code']"),
-        ("alice", body("x", {**PARAMS, "num_round": 8}, class_point, uri="taxi-no5.parquet", **rates),
-         "dataset.num_classes", "was trained on 6 classes (labels 0..5), and this data has 4 classes (labels 0..3)"),
+        ("alice", body("x", {**PARAMS, "num_round": 8}, class_point, uri="taxi-no5.parquet", **rates, num_classes=4),
+         "dataset.num_classes", "was trained on 6 classes (labels 0..5); continuing it keeps them: set "
+         "dataset.num_classes to 6, or leave it out"),
         ("alice", epochs, "training.epochs", "xgboost takes only resume_from in training"),
     ]  # fmt: skip
 
@@ -229,3 +233,63 @@ def test_a_checkpoint_without_its_card_is_read_from_its_jobs_plan(svc: Service, 
     assert refused["errors"][0]["loc"] == "dataset.features", refused
     job = trained(svc, body("xgb-old", PARAMS | {"num_round": 22}, checkpoint["id"]))
     assert job["result"]["rounds"] == {"requested": 22, "trained": 22, "kept": 22, "resumed_from": 20}
+
+
+def test_early_stopping_on_other_validation_rows_counts_from_the_jobs_first_round(svc: Service) -> None:
+    """The checkpoint's best score was measured on taxi-eval; one on other rows (fares over 20, a larger error) is
+    not comparable: the new job keeps the rounds that improve its own metric (it stopped 3 rounds after the
+    checkpoint, keeping none of its own, as none beat a score of other rows)."""
+    early = {"learning_rate": 0.6, "max_depth": 3, "num_workers": 1, "early_stopping_rounds": 3}
+    first = trained(svc, body("xgb-es-source", {**early, "num_round": 10, "checkpoint_rounds": 5}))
+    at = max(checkpoints(svc, first["id"]))
+    point = checkpoints(svc, first["id"])[at]["id"]
+    hard = {**body("xgb-es-hard", {**early, "learning_rate": 0.3, "num_round": at + 30}, point,
+                   uri="taxi-train-hard.parquet"), "validation": {"uri": "taxi-eval-hard.parquet"}}  # fmt: skip
+    with client(svc, "alice") as c:
+        queued = c.post("/train", json=hard)
+    assert queued.status_code == 202, queued.text
+    job = svc.wait(queued.json()["id"], {"SUCCEEDED", "FAILED"})
+    assert job["status"] == "SUCCEEDED", job["error"]
+    rounds = job["result"]["rounds"]
+    assert rounds["resumed_from"] == at and rounds["kept"] > at, rounds  # its best round is one of its own
+    assert job["result"]["best_iteration"] >= at, job["result"]
+    said = f"params.early_stopping_rounds counts from this job's first round: checkpoint {point!r}'s best score"
+    assert any(w.startswith(said) and "taxi-eval-hard.parquet" in w for w in queued.json()["warnings"]), queued.json()
+
+
+def test_data_lacking_some_of_the_checkpoints_classes_continues_it(svc: Service) -> None:
+    """A 6-class checkpoint (rate codes 1, 2, 3 and 5) goes on with a month without code 5: the model keeps its 6
+    classes, with dataset.num_classes left out or given as 6 (both were a 422 that sent the user to the other)."""
+    no_rate = [f for f in TAXI_FEATURES if f != "rate_code"]
+    rates = {"label": "rate_code", "features": no_rate, "task": "classification"}
+    first = trained(svc, body("xgb-six", {**PARAMS, "num_round": 4, "checkpoint_rounds": 2}, **rates))
+    point = checkpoints(svc, first["id"])[2]["id"]
+    for name, given in (("xgb-six-on", {}), ("xgb-six-on-6", {"num_classes": 6})):
+        with client(svc, "alice") as c:
+            queued = c.post("/train", json=body(name, {**PARAMS, "num_round": 6}, point, uri="taxi-no5.parquet",
+                                                **rates, **given))  # fmt: skip
+        assert queued.status_code == 202, queued.text
+        assert any("no rows of class 0, 4, 5" in w for w in queued.json()["warnings"]), queued.json()["warnings"]
+        job = svc.wait(queued.json()["id"], {"SUCCEEDED", "FAILED"})
+        assert job["status"] == "SUCCEEDED", job["error"]
+        assert job["result"]["rounds"] == {"requested": 6, "trained": 6, "kept": 6, "resumed_from": 2}
+        card = registered(svc, name)[1]
+        assert card["num_classes"] == 6, card
+
+
+def test_a_checkpoint_whose_files_are_gone_is_a_422(svc: Service, source: dict[str, Any]) -> None:
+    """It was accepted, and the job failed SPARK_ERROR with xgboost's C++ backtrace."""
+    checkpoint = source["checkpoints"][10]
+    directory = storage.fetch_dir(checkpoint["uri"])
+    moved = directory.with_name(directory.name + "-moved")
+    directory.rename(moved)
+    try:
+        before = [j["id"] for j in svc.client.get("/jobs", params={"limit": 500}).json()["items"]]
+        with client(svc, "alice") as c:
+            refused = problem(c.post("/train", json=body("xgb-gone", {**PARAMS, "num_round": 12}, checkpoint["id"])),
+                              422)  # fmt: skip
+        assert [e["loc"] for e in refused["errors"]] == ["training.resume_from"], refused
+        assert f"the files of checkpoint {checkpoint['id']!r} are gone" in refused["detail"], refused["detail"]
+        assert [j["id"] for j in svc.client.get("/jobs", params={"limit": 500}).json()["items"]] == before
+    finally:
+        moved.rename(directory)

@@ -54,15 +54,20 @@ def plan_xgboost(
     )
     _check_feature_names(request, train)
     found = xgboost_resume.source(request, db)  # training.resume_from: the checkpoint it names, if any
-    class_labels = None
+    class_labels, warnings = None, list[str]()
+    if found is not None:
+        xgboost_resume.check_early(request, found, None)  # the task and the label before the classes
     if train.task == "classification":
         dtype = schema[train.label or ""]
         if dtype in ("float", "double") or dtype.startswith("decimal"):
             check_whole_labels(train)  # a fare is not a class: each row was a bad row of the job
         given = train.num_classes
-        train, class_labels = resolve_classes(train, dtype, spark)
-        if class_labels is None and given is not None:  # as Spark ML's: integer labels say how many classes
-            check_counted(train, local_count(train, spark))
+        if found is not None:  # the checkpoint's classes, which the data's may be some of
+            train, class_labels = xgboost_resume.classes(found, train, dtype, spark, warnings)
+        else:
+            train, class_labels = resolve_classes(train, dtype, spark)
+            if class_labels is None and given is not None:  # as Spark ML's: integer labels say how many classes
+                check_counted(train, local_count(train, spark))
     try:
         spec = parse_xgboost_params(request.params, task=train.task, num_classes=train.num_classes)
     except SpecError as exc:
@@ -70,11 +75,11 @@ def plan_xgboost(
     if spec.num_round > settings.max_epochs * 100:
         raise ValidationFailed.at("params.num_round", f"at most {settings.max_epochs * 100} rounds on this service")
 
-    warnings = list(spec.warnings)
+    warnings = list(spec.warnings) + warnings
     resume, categories = None, None
     if found is not None:
-        resume, categories = xgboost_resume.resume_point(request, found, train=train, spec=spec,
-                                                         class_labels=class_labels, warnings=warnings)  # fmt: skip
+        resume, categories = xgboost_resume.resume_point(request, found, train=train, validation=validation,
+                                                         spec=spec, warnings=warnings)  # fmt: skip
     if train.task == "classification" and (unused := unused_classes(train, schema[train.label or ""])):
         warnings.append(unused)
     if validation is not None and "validation_fraction" in (request.params or {}):

@@ -91,7 +91,7 @@ def default_initial_threshold(optimizer: OptimizerSpec) -> float:
     RMSprop keeps Adam's one step although torch's, with no bias correction, starts at about ``lr / sqrt(1 - alpha)``
     (ten times lr at alpha 0.99). A first threshold at that step was measured (2026-12-07, ``bench.sharing_accuracy
     --set rmsprop``, three seeds) and not taken: less accurate than one Adam step in 14 of 16 runs (the digits CNN at
-    lr 1e-3 after 44 to 176 steps 0.7 to 3 points under ``allreduce``, against 0.1 under to 0.9 over), at 1.1 to 7.5
+    lr 1e-3 after 44 to 176 steps 0.7 to 3 points under ``allreduce``, against 0.3 under to 0.9 over), at 1.1 to 7.5
     times the compression; much better only over 11 steps at batch 64 (2.6 points under against 14.8). Residual
     clipping, which drops part of the first steps, is not what costs accuracy: off, 4 runs gained up to 0.5 point
     and 8 lost up to 1.5."""

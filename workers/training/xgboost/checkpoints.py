@@ -54,7 +54,10 @@ def resumed_rounds(ctx: JobContext, plan: XGBoostPlan) -> int:
     ctx.log(f"continuing from checkpoint {resume.checkpoint_id}{source} after {resume.rounds} of "
             f"{plan.spec.num_round} rounds")  # fmt: skip
     if not resume.keep_best and plan.spec.early_stopping_rounds is not None:
-        ctx.log("early stopping counts from this job's first round (the checkpoint watched another metric)")
+        ctx.log(
+            "early stopping counts from this job's first round (the checkpoint's best score is not comparable: "
+            "another metric, or other validation rows; see the job's warnings)"
+        )
     return resume.rounds
 
 
