@@ -109,11 +109,23 @@ def register_dataset(
         created_at=utcnow(),
         summary=COMPLETE if local is not None else PENDING,
         bad_rows_policy=body.bad_rows,
-        warnings=[w for w in (doubled_quotes(path, fmt, options),) if w],
+        warnings=[w for w in (doubled_quotes(path, fmt, options), _same_name(session, body.name, owner)) if w],
     )
     session.add(row)
     session.flush()
     return row
+
+
+def _same_name(session: Session, name: str | None, owner: str) -> str | None:
+    """A warning when ``owner`` already has a dataset of this name: names are labels, and both are kept."""
+    if not name:
+        return None
+    other = session.scalars(
+        select(Dataset.id).where(Dataset.name == name, Dataset.owner == owner).order_by(Dataset.created_at.desc())
+    ).first()
+    if other is None:
+        return None
+    return f"another dataset is named {name!r} (id {other}): a name is a label, the id is the key; both are kept"
 
 
 def read_summary(

@@ -192,3 +192,14 @@ def test_a_default_feature_with_a_few_tokens_is_said_in_the_202(svc: Service, tm
     said = [w for w in queued.json()["warnings"] if "'distance' is a default feature read as numbers" in w]
     assert said and "3 of its 600 values are not numbers (such as 'n/a')" in said[0], queued.json()["warnings"]
     svc.client.post(f"/jobs/{queued.json()['id']}/cancel")
+
+
+def test_a_second_dataset_of_one_name_is_warned_about(svc: Service) -> None:
+    # Names are labels (both are kept, the id is the key): the second registration under a name said nothing.
+    first = svc.client.post("/datasets", json={"uri": "datasets/taxi/train.parquet", "name": "twice"})
+    assert first.status_code == 201, first.text
+    assert not any("another dataset is named" in w for w in first.json()["warnings"])
+    second = svc.client.post("/datasets", json={"uri": "datasets/taxi/eval.parquet", "name": "twice"})
+    assert second.status_code == 201, second.text
+    said = [w for w in second.json()["warnings"] if "another dataset is named 'twice'" in w]
+    assert said and first.json()["id"] in said[0], second.json()["warnings"]
