@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -108,15 +108,23 @@ class TaskSlots:
     gpus_per_task: float = 0.0
     busy: int = 0
     """Tasks running now on what was counted (other jobs' when a job asks before it submits its own)."""
+    stopping: int = 0
+    """Of ``busy``: tasks of the asking job that Spark is still stopping (its earlier attempt's failed stage)."""
 
-    def waiting_for(self, needed: int) -> str | None:
-        """What a job that needs ``needed`` slots at once will wait for while other jobs' tasks hold them (a barrier
+    def waiting_for(self, needed: int, *, retried: bool = False) -> str | None:
+        """What a job that needs ``needed`` slots at once will wait for while other tasks hold them (a barrier
         stage starts when all its tasks can; until then its job showed "reading data" with no word of why); None
-        when they are free now, or when the cluster could never hold them (the planning's 422)."""
+        when they are free now, or when the cluster could never hold them (the planning's 422). A ``retried`` job's
+        earlier attempt may hold some (Spark kills a failed stage's tasks, and forgets a dead executor's, late)."""
         if self.count - self.busy >= needed or self.count < needed:
             return None
-        return (f"waiting for task slots: {self.busy} of {self.count} are running other jobs' tasks, and this job "
-                f"needs {needed} at once; it goes on when they are free")  # fmt: skip
+        held = f"{self.busy} of {self.count} are running other jobs' tasks"
+        if retried and not self.stopping:
+            held += " (or its earlier attempt's, which Spark is still stopping)"
+        elif self.stopping:
+            held = (f"{self.busy} of {self.count} are busy ({self.busy - self.stopping} with other jobs' tasks, "
+                    f"{self.stopping} with this job's earlier tasks, which Spark is still stopping)")  # fmt: skip
+        return f"waiting for task slots: {held}, and this job needs {needed} at once; it goes on when they are free"
 
     @property
     def local(self) -> bool:
@@ -191,75 +199,153 @@ def once_registered(
     return slots
 
 
+def once_slots(
+    count: Callable[[], TaskSlots],
+    needed: int,
+    *,
+    wait_s: float,
+    waiting: Callable[[TaskSlots], None],
+    stop: Callable[[], bool] = lambda: False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> TaskSlots:
+    """The slots ``count`` gives once there are ``needed``, asked again every second for up to ``wait_s``; ``waiting``
+    is told the slots whenever their count changes while short (first before the first wait), ``stop`` ends it early.
+    A job retried after an executor died is taken before the cluster's master has started the replacement (7 s on a
+    quiet machine, 80 s under load): it waits for its slots to come back rather than fail for a cluster of fewer."""
+    slots = count()
+    deadline = time.monotonic() + wait_s
+    told: int | None = None
+    while slots.count < needed and time.monotonic() < deadline and not stop():
+        if told != slots.count:
+            waiting(slots)
+            told = slots.count
+        sleep(1.0)
+        slots = count()
+    return slots
+
+
 def slot_count(spark: SparkSession) -> TaskSlots:
     """:func:`count_slots` of this session's executors, task CPUs and task GPU amount."""
     conf = spark.sparkContext.getConf()
-    return count_slots(
+    slots = count_slots(
         executors(spark),
         master=str(spark.sparkContext.master),
         task_cpus=int(conf.get("spark.task.cpus", "1") or 1),
         task_gpus=float(conf.get("spark.task.resource.gpu.amount", "0") or 0),
     )
+    try:  # the scheduler's count: the status store writes a task's start up to seconds late
+        running = _scala_map(spark.sparkContext._jsc.sc().taskScheduler().runningTasksByExecutors())
+        return replace(slots, busy=sum(int(n) for n in running.values()))
+    except Exception:
+        return slots
 
 
-def say_if_waiting(ctx: JobContext, needed: int) -> None:
-    """Tell the job (progress message and log) when other jobs' tasks hold the slots its next stage needs at once."""
-    waiting = slot_count(ctx.spark).waiting_for(needed)
+@dataclass(frozen=True)
+class GroupTasks:
+    """A job's tasks as Spark's task scheduler has them now (the status store hears of a task's start up to a
+    heartbeat late: a job read its own running barrier tasks as other jobs' there)."""
+
+    running: int = 0
+    stopping: int = 0
+    """Running tasks of its stages that failed or were cancelled (an earlier attempt's), which Spark is killing."""
+    pending: bool = False
+    """A stage of it waits for slots: submitted, with tasks not started."""
+
+
+def group_tasks(spark: SparkSession, group: str) -> GroupTasks:
+    """The tasks of the Spark job group ``group`` (a job's id) in the scheduler's task sets."""
+    queue = spark.sparkContext._jsc.sc().taskScheduler().rootPool().getSortedTaskSetQueue()
+    running = stopping = 0
+    pending = False
+    for i in range(queue.size()):
+        tasks = queue.apply(i)
+        if tasks.taskSet().properties().getProperty("spark.jobGroup.id") != group:
+            continue
+        if tasks.isZombie():
+            stopping += int(tasks.runningTasks())
+            continue
+        running += int(tasks.runningTasks())
+        pending = pending or int(tasks.numTasks()) > int(tasks.runningTasks()) + int(tasks.tasksSuccessful())
+    return GroupTasks(running=running, stopping=stopping, pending=pending)
+
+
+def held_by_others(ctx: JobContext, needed: int) -> tuple[str | None, GroupTasks]:
+    """What the job waits for (:meth:`TaskSlots.waiting_for`), counting the slots its own running tasks hold as
+    free, and its tasks."""
+    slots = slot_count(ctx.spark)  # before its tasks: one that starts in between is not counted as another's
+    ours = group_tasks(ctx.spark, ctx.job_id)
+    others = replace(slots, busy=max(0, slots.busy - ours.running), stopping=ours.stopping)
+    return others.waiting_for(needed, retried=getattr(ctx, "attempt", 1) > 1), ours
+
+
+def say_if_waiting(ctx: JobContext, needed: int, fraction: float = 0.0) -> bool:
+    """Tell the job (progress message and log) when other tasks hold the slots its next stage needs at once, before
+    it submits the stage; True when it said so."""
+    try:
+        waiting, _ = held_by_others(ctx, needed)
+    except Exception:  # the scheduler is asked through internals: best effort
+        return False
     if waiting is not None:
-        ctx.progress(0.0, waiting)
+        ctx.progress(fraction, waiting)
         ctx.log(waiting)
+    return waiting is not None
+
+
+class SlotWatch:
+    """What :func:`slots_watched` gives its block: :meth:`phase` says what the job does next (its progress
+    message) and, before the phase submits anything, whether it will wait for task slots."""
+
+    def __init__(self, ctx: JobContext, needed: int) -> None:
+        self.ctx, self.needed, self.current, self.fraction, self.looks = ctx, needed, "", 0.0, 0
+        self.since: float | None = None  # when the wait being shown began
+
+    def phase(self, message: str, fraction: float = 0.0, *, said_again: bool = True) -> None:
+        """``said_again``: the message comes back once a wait is over (not when the work reports its own progress
+        as soon as it runs: the message would go back past it)."""
+        self.current, self.fraction = (message if said_again else ""), fraction
+        self.ctx.progress(fraction, message)
+        self.since = time.monotonic() if say_if_waiting(self.ctx, self.needed, fraction) else None
+
+    def look(self) -> None:
+        """Say that the job waits once it did on two looks in a row, and that the wait is over once its tasks run or
+        other tasks no longer hold its slots (its stage may have run and ended between two looks)."""
+        ctx = self.ctx
+        waiting, ours = held_by_others(ctx, self.needed)
+        if self.since is not None:
+            if ours.running or waiting is None:
+                ctx.log(f"task slots free after {time.monotonic() - self.since:.0f} s of waiting")
+                self.since = None
+                if self.current:
+                    ctx.progress(self.fraction, self.current)
+            return
+        self.looks = self.looks + 1 if waiting is not None and ours.pending and not ours.running else 0
+        if waiting is not None and self.looks >= 2:
+            ctx.progress(self.fraction, waiting)
+            ctx.log(waiting)
+            self.since, self.looks = time.monotonic(), 0
 
 
 @contextmanager
-def slots_watched(ctx: JobContext, needed: int, *, interval_s: float = 1.0) -> Iterator[None]:
-    """While the Spark job started inside runs: when its last stage (the training's barrier stage of ``needed``
-    tasks) is held back for other jobs' tasks, say so as :func:`say_if_waiting` does. The look before submitting
-    missed two jobs submitted at once: both saw the slots free, and the second sat at "preparing the data" with no
-    word of why. Its earlier stages (a shuffle) run first: while any task of this job runs, the busy slots are partly
-    its own, and nothing is said."""
+def slots_watched(ctx: JobContext, needed: int, *, interval_s: float = 1.0) -> Iterator[SlotWatch]:
+    """While the block runs: whenever a Spark job of this job is held back because other tasks hold the slots (a
+    stage of it is submitted, none of its tasks runs, and fewer than ``needed`` slots are free of other tasks, on
+    two looks in a row), say so, and say when it goes on (the progress message goes back to the block's last
+    :meth:`SlotWatch.phase`). The look before submitting missed two jobs submitted at once: both saw the slots
+    free, and the second sat at "preparing the data" for 86 s with no word of why."""
+    watch = SlotWatch(ctx, needed)
     stop = threading.Event()
-    tracker = ctx.spark.sparkContext.statusTracker()
-    before = set(tracker.getJobIdsForGroup(ctx.job_id))  # the job's earlier Spark jobs (reading, counting)
 
-    def ours() -> tuple[Any, list[Any]] | None:
-        started = [j for j in tracker.getJobIdsForGroup(ctx.job_id) if j not in before]
-        info = tracker.getJobInfo(max(started)) if started else None
-        if info is None or not info.stageIds:
-            return None
-        stages = [tracker.getStageInfo(s) for s in sorted(info.stageIds)]
-        return stages[-1], [s for s in stages if s is not None]
-
-    def held_back() -> bool:
-        found = ours()
-        if found is None or found[0] is None:
-            return False
-        last, stages = found
-        return last.numCompletedTasks == 0 and not any(s.numActiveTasks for s in stages)
-
-    def watch() -> None:
+    def run() -> None:
         while not stop.wait(interval_s):
             try:
-                found = ours()
-                if (
-                    found is not None
-                    and found[0] is not None
-                    and (found[0].numActiveTasks or found[0].numCompletedTasks)
-                ):
-                    return  # the barrier stage runs
-                if not held_back():
-                    continue
-                waiting = slot_count(ctx.spark).waiting_for(needed)
-                if waiting is not None and held_back():  # again: its tasks may have started meanwhile
-                    ctx.progress(0.0, waiting)
-                    ctx.log(waiting)
-                    return
-            except Exception:  # the tracker is best effort
+                watch.look()
+            except Exception:  # the scheduler is asked through internals: best effort
                 continue
 
-    thread = threading.Thread(target=watch, name=f"slots-{ctx.job_id[:8]}", daemon=True)
+    thread = threading.Thread(target=run, name=f"slots-{ctx.job_id[:8]}", daemon=True)
     thread.start()
     try:
-        yield
+        yield watch
     finally:
         stop.set()
         thread.join(timeout=5)

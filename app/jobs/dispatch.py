@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from app.jobs.runtime import JobRuntime
 from app.services import resume
 from workers import cluster, plans
 from workers.context import JobCancelled, JobFailure, JobOutcome
+from workers.environment.losses import losses_watched, lost_within
 from workers.families import DRIVERS, RECIPES, plan_type
 
 log = logging.getLogger("sparktrain.jobs")
@@ -36,7 +38,15 @@ class TakenJob:
 
 
 def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
-    """Run the job's work on this driver and return what it produced; raises what the work raised."""
+    """Run the job's work on this driver and return what it produced; raises what the work raised. An executor lost
+    meanwhile is a warning in the job's log (a tune job's Spark work is its trials')."""
+    if job.type == JobType.TUNE:  # the search runs here; its trials are training jobs of their own
+        return _tune(rt, ctx, job)
+    with losses_watched(ctx):
+        return _execute(rt, ctx, job)
+
+
+def _execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
     if job.type == JobType.RECIPE:
         if job.name not in RECIPES:
             raise JobFailure("UNSUPPORTED", f"no recipe named {job.name!r}")
@@ -48,7 +58,7 @@ def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
             raise JobFailure("UNSUPPORTED", f"no runner for training {job.framework!r} models")
         driver = importlib.import_module(DRIVERS[job.framework])
         plan = _plan(rt, ctx, job)
-        _check_fits(rt, ctx, plan)
+        _check_fits(rt, ctx, plan, job.attempt)
         if job.attempt > 1:  # it writes its steps again from the checkpoint it continues from (or from scratch)
             ctx.forget_metrics_after(getattr(getattr(plan, "resume", None), "checkpoint_id", None))
         trained: JobOutcome = driver.train(ctx, plan)
@@ -61,8 +71,6 @@ def execute(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> JobOutcome:
         from workers.inference.batch import predict
 
         return predict(ctx, _plan(rt, ctx, job))
-    if job.type == JobType.TUNE:  # the search runs here; its trials are training jobs of their own
-        return _tune(rt, ctx, job)
     raise JobFailure("UNSUPPORTED", f"no runner for {job.type} jobs")
 
 
@@ -84,10 +92,17 @@ EXECUTOR_WAIT_S = 120.0
 """How long a job waits for a cluster master's first executor (a driver just started, or its workers restarting)."""
 
 
-def _check_fits(rt: JobRuntime, ctx: DbJobContext, plan: Any) -> None:
-    """The plan was made against the cluster of the driver that answered the request; a driver of another shape on
-    the same queue fails the job now rather than wait for a barrier stage that cannot start. A cluster without
-    executors yet (a driver that has just started) is waited for, up to :data:`EXECUTOR_WAIT_S`."""
+SLOT_WAIT_S = 300.0
+"""How long a job that has run before waits for the task slots its plan needs: an executor lost during its attempt
+is replaced by the cluster's master 7 s (a quiet machine) to 80 s (a loaded one) later, and the retry is taken
+before that."""
+
+
+def _check_fits(rt: JobRuntime, ctx: DbJobContext, plan: Any, attempt: int) -> None:
+    """The plan was made against the cluster of the driver that answered the request. A cluster without executors
+    yet (a driver that has just started) is waited for, up to :data:`EXECUTOR_WAIT_S`; one with fewer task slots
+    than the plan's workers, by a job that has run before or after an executor was lost, up to :data:`SLOT_WAIT_S`
+    (:func:`_wait_for_slots`)."""
     workers, device = getattr(plan, "num_workers", None), getattr(plan, "device", None)
     if workers is not None:
         slots = cluster.once_registered(
@@ -100,13 +115,40 @@ def _check_fits(rt: JobRuntime, ctx: DbJobContext, plan: Any) -> None:
             # maybe taken by a driver that has executors) after SPARKTRAIN_RETRY_DELAY_S, while attempts remain
             raise JobFailure("NO_EXECUTORS", f"after {EXECUTOR_WAIT_S:.0f} s, {slots.shortfall()}")
         if workers > slots.count:
-            raise JobFailure(
-                "INVALID_REQUEST",
-                f"the job was planned for {workers} workers, and this driver's cluster has {slots.count} task slots "
-                "(a barrier stage starts all its tasks or none): drivers sharing a queue need clusters of one shape",
-            )
+            _wait_for_slots(rt, ctx, workers, slots, attempt)
     if device == "cuda" and not cluster.has_gpus(rt.spark):
         raise JobFailure("INVALID_REQUEST", "the job was planned for cuda, and this driver's executors have no GPUs")
+
+
+def _wait_for_slots(rt: JobRuntime, ctx: DbJobContext, workers: int, slots: cluster.TaskSlots, attempt: int) -> None:
+    """A cluster short of the plan's slots. A lost executor is the cluster's state, not the request's: a retry (its
+    attempt ended WORKER_LOST when an executor died, and it is taken 1.5 s later) or any job after a loss waits for
+    the slots to come back, then continues from its checkpoint; after :data:`SLOT_WAIT_S` it ends NO_EXECUTORS and
+    is queued again after SPARKTRAIN_RETRY_DELAY_S. A job that never ran on a cluster that lost nothing, or on a local
+    master, whose cores do not change, fails at once: a driver of another shape took it."""
+    lost = 0 if slots.local else lost_within(rt.spark, SLOT_WAIT_S)
+    if slots.local or (attempt <= 1 and not lost):
+        raise JobFailure(
+            "INVALID_REQUEST",
+            f"the job was planned for {workers} workers, and this driver's cluster has {slots.count} task slots "
+            "(a barrier stage starts all its tasks or none): drivers sharing a queue need clusters of one shape",
+        )
+    why = "an executor was lost, Spark is replacing it" if lost else "the job ran before on a cluster that had them"
+    started = time.monotonic()
+
+    def waiting(now: cluster.TaskSlots) -> None:
+        message = f"waiting for {workers} task slots, {now.count} now: {why}"
+        ctx.progress(0.0, message)
+        ctx.log(message)
+
+    slots = cluster.once_slots(lambda: cluster.slot_count(rt.spark), workers, wait_s=SLOT_WAIT_S, waiting=waiting,
+                               stop=lambda: ctx.cancelled or rt.stopping)  # fmt: skip
+    if ctx.cancelled:
+        raise JobCancelled(f"{ctx.job_id}: cancelled while waiting for task slots")
+    if slots.count < workers:
+        raise JobFailure("NO_EXECUTORS", f"after {time.monotonic() - started:.0f} s, "
+                         f"{cluster.workers_need(workers)} at once, and {slots.shortfall()}")  # fmt: skip
+    ctx.log(f"{slots.count} task slots after {time.monotonic() - started:.0f} s of waiting: the job goes on")
 
 
 def _plan(rt: JobRuntime, ctx: DbJobContext, job: TakenJob) -> Any:

@@ -77,8 +77,10 @@ def _describe(exc: BaseException) -> tuple[str, str]:
         if known is not None:
             return known
         message = _java_message(text)
+        if _SLOTS_SHORT in text:  # the cluster's state, not the job's: its next attempt waits for the slots
+            return "NO_EXECUTORS", f"{SLOTS_SHORT_SAID}: {message}"[:MAX_MESSAGE]
         if any(sign in str(java) or sign in text for sign in _WORKER_LOST):
-            return "WORKER_LOST", message
+            return "WORKER_LOST", _worker_lost(message)
         return "SPARK_ERROR", message
     text = f"{type(exc).__name__}: {exc}"
     known = _storage(text) or _device(text)
@@ -87,6 +89,27 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     if type(exc).__module__.startswith("pyspark"):
         return "SPARK_ERROR", text[:MAX_MESSAGE]
     return "INTERNAL", text[:MAX_MESSAGE]
+
+
+_SLOTS_SHORT = "BarrierJobSlotsNumberCheckFailed"
+SLOTS_SHORT_SAID = (
+    "the cluster had fewer task slots than the job's barrier stage needs when Spark submitted it (an executor was "
+    "lost, and Spark heard of it after the job had counted its slots); the job runs again after "
+    "SPARKTRAIN_RETRY_DELAY_S and waits for its slots"
+)
+"""Spark refuses a barrier stage wider than the cluster's slots within seconds (spark-defaults.conf's
+``maxConcurrentTasksCheck``): after a lost executor that Spark had not yet removed (a surviving rank's error ended
+the attempt first), the retry counted the slots it had before."""
+WORKER_LOST_SAID = "a worker of the job's barrier stage was lost (its executor or its Python process died)"
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer")
+
+
+def _worker_lost(said: str) -> str:
+    """The loss in sparktrain's words first, then Spark's (``ExecutorLostFailure (executor 0 exited ...) Reason:
+    Command exited with code 137``) or, when a surviving worker's error came first, gloo's, which names no loss
+    ("Read error ...: Connection reset by peer. This is typically caused by a remote worker hanging ... GLHF!")."""
+    heard = "; a surviving worker saw its connection to it break: " if any(p in said for p in _PEER_GONE) else ": "
+    return f"{WORKER_LOST_SAID}{heard}{said}"[:MAX_MESSAGE]
 
 
 def _storage(text: str) -> tuple[str, str] | None:

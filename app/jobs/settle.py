@@ -12,6 +12,8 @@ import logging
 import traceback
 from typing import Any
 
+from sqlalchemy import update
+
 from app.core.jobstates import JobStatus
 from app.db.base import utcnow
 from app.db.models import Job
@@ -152,6 +154,12 @@ def _finish_cancelled(rt: JobRuntime, ctx: DbJobContext, exc: BaseException) -> 
     rt.write(write, "recording a cancel")
 
 
+def ended_message(reason: str) -> str:
+    """A failed job's progress message: what it said last ("attempt 2 queued: resumes from checkpoint ...",
+    "epoch 12 of 150") told its user it was still going."""
+    return f"failed: {reason}"
+
+
 def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: Send | None) -> None:
     reason, message = describe_failure(exc)
     if reason in ("SPARK_ERROR", "INTERNAL", "WORKER_LOST"):
@@ -177,6 +185,9 @@ def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: 
             outcome = reconcile.end_and_retry(session=s, job=job, reason=reason, message=message, now=utcnow(),
                                               sources=[JobStatus.STARTING, JobStatus.RUNNING], only_if=ctx.owner,
                                               retry_delay_s=delay)  # fmt: skip
+            if outcome is not None and outcome["action"] == "failed":  # no attempt left: not what it said last
+                s.execute(update(Job).where(Job.id == ctx.job_id, Job.status == JobStatus.FAILED.value)
+                          .values(progress_message=ended_message(reason)))  # fmt: skip
             if outcome is not None and remote is not None:
                 jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR",
                              message=f"attempt {ctx.attempt} on the executor: {remote}")  # fmt: skip
@@ -202,6 +213,7 @@ def _finish_failed(rt: JobRuntime, ctx: DbJobContext, exc: BaseException, send: 
             finished_at=utcnow(),
             error_reason=reason,
             error_message=message,
+            progress_message=ended_message(reason),  # not its last attempt's "attempt 2 queued: resumes from ..."
         )
         if won:
             jobs.add_log(session=s, job_id=ctx.job_id, level="ERROR", message=f"failed: {reason}: {message}")

@@ -3,6 +3,7 @@ in-process consumer answer."""
 
 from __future__ import annotations
 
+import socket
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, exc, text
@@ -52,9 +53,11 @@ def spark_state(spark: SparkSession) -> str:
     if not spark_alive(spark):
         return "failed: SparkContext stopped or JVM gone"
     try:
-        return executors_state(cluster.slot_count(spark))
+        state = executors_state(cluster.slot_count(spark))
     except Exception as error:  # the JVM went between the two questions
         return f"failed: {type(error).__name__}"
+    master = "n/a" if state == "ok" else master_state(str(spark.sparkContext.master))
+    return state if master in ("ok", "n/a") else f"{state}; {master}"
 
 
 def executors_state(slots: cluster.TaskSlots) -> str:
@@ -67,4 +70,27 @@ def executors_state(slots: cluster.TaskSlots) -> str:
     return (
         f"failed: no executors registered with {cluster.hidden_master(slots.master)}: the cluster's workers or "
         "master are down, or they are still starting"
+    )
+
+
+def master_state(master: str, *, timeout_s: float = 0.5) -> str:
+    """A standalone master (``spark://host:port``, or ``spark://h1:p1,h2:p2`` with standby masters): ``ok`` when one
+    accepts a TCP connection on its port, else ``unreachable: <why>``; ``n/a`` for other masters. While a standalone
+    master is down the driver's jobs go on, on the executors it has (they talk to the driver), but an executor that
+    dies is not replaced until the master is back, and Spark says so only in the driver's log ("Disconnected from
+    Spark cluster! Waiting for reconnection"). A connection refused is certain; a timeout (``timeout_s``) is said as
+    one. The address is not named: readiness answers anyone."""
+    if not master.startswith("spark://"):
+        return "n/a"
+    why = "no address"
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return "ok"
+        except (OSError, ValueError) as exc:
+            why = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
+    return (
+        f"unreachable: the Spark master {cluster.hidden_master(master)} does not answer ({why}); running jobs go on "
+        "on the executors there are, and a lost executor is not replaced until it is back"
     )

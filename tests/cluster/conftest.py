@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +23,30 @@ REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPT = REPO / "scripts" / "cluster.sh"
 
 
+@dataclass(frozen=True)
+class Cluster:
+    url: str
+    state: Path
+    """``scripts/cluster.sh``'s directory (``--dir``): its pid files, recovery state and logs."""
+
+
 @pytest.fixture(scope="session")
-def standalone_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     state = tmp_path_factory.mktemp("cluster")
-    port = free_port()
+    port = int(os.environ.get("SPARKTRAIN_TEST_CLUSTER_PORT") or free_port())  # a port of one's own on a shared machine
     start = [str(CLUSTER_SCRIPT), "start", "--port", str(port), "--dir", str(state), "--memory", "2g",
              "--fake-gpus", "2"]  # fmt: skip
     env = {**os.environ, "PYTHON": sys.executable}
     subprocess.run(start, check=True, timeout=240, env=env)
     try:
-        yield f"spark://127.0.0.1:{port}"
+        yield Cluster(f"spark://127.0.0.1:{port}", state)
     finally:
         subprocess.run([str(CLUSTER_SCRIPT), "stop", "--dir", str(state)], check=False, timeout=120, env=env)
+
+
+@pytest.fixture(scope="session")
+def standalone_master(standalone_cluster: Cluster) -> str:
+    return standalone_cluster.url
 
 
 @pytest.fixture(scope="session")
@@ -102,6 +115,21 @@ def cluster_driver(master: str, work: Path, executor_python: str, **env: str) ->
             proc.kill()
         client.close()
         log.close()
+
+
+def executor_pids(app_id: str) -> list[int]:
+    """The executor JVMs of ``app_id`` on this machine (the workers start them with ``--app-id``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in command and app_id.encode() in command:
+            found.append(int(entry))
+    return found
 
 
 def finish(client: httpx.Client, path: str, body: dict[str, Any], timeout: float = 300) -> dict[str, Any]:

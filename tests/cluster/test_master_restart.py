@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cluster.conftest import CLUSTER_SCRIPT, cluster_driver, finish
+from tests.cluster.conftest import CLUSTER_SCRIPT, cluster_driver, executor_pids, finish
 from tests.helpers import TAXI_FEATURES, free_port
 
 pytestmark = pytest.mark.slow
@@ -43,21 +43,6 @@ def _wait(what: str, check: Any, timeout: float = 120) -> Any:
             return found
         assert time.monotonic() < deadline, f"{what} within {timeout:.0f} s"
         time.sleep(0.5)
-
-
-def _executor_pids(app_id: str) -> list[int]:
-    """The executor JVMs of ``app_id`` on this machine (the workers start them with ``--app-id``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            command = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in command and app_id.encode() in command:
-            found.append(int(entry))
-    return found
 
 
 def test_a_restarted_master_takes_the_drivers_application_back(tmp_path: Path, executor_python: str) -> None:
@@ -95,7 +80,7 @@ def test_a_restarted_master_takes_the_drivers_application_back(tmp_path: Path, e
             assert _executors(client) == before, "the driver kept its executors"
 
             # an executor dies: the restarted master gives the application a new one (it would not know the app)
-            pids = _executor_pids(app)
+            pids = executor_pids(app)
             assert len(pids) == 2, pids
             os.kill(pids[0], signal.SIGKILL)
 

@@ -2,9 +2,15 @@
 
 The Python counterpart of the seed article's Scala-suffix and shading errors: a driver and executors with
 different pyspark, torch or xgboost versions fail late and obscurely (pickled functions that do not load,
-NCCL or rabit protocol errors). One barrier stage of the job's width asks every task for its versions
-(allGather); a mismatch fails the job before any data moves, naming the executor and both versions. A set of
-executors that passed is not asked again.
+NCCL or rabit protocol errors). One barrier stage of the job's width (so its tasks land where the job's will) has
+every task describe its own process; the driver collects the answers. A mismatch fails the job before any data
+moves, naming the executor and both versions. A set of executors that passed is not asked again.
+
+The tasks never wait for each other (no ``BarrierTaskContext.allGather`` or ``barrier``): Spark serves a Python
+task's ``allGather`` in a thread of the executor's Python runner, and a task killed while it waits there (its job
+cancelled, or another task of the stage failed) throws out of that thread uncaught, which ends the executor's JVM
+(exit code 50) and every other job's tasks on it. A task of this stage runs for milliseconds, then ends on its own,
+so a cancel or a lost executor during the check kills nothing but its Python workers.
 """
 
 from __future__ import annotations
@@ -32,18 +38,17 @@ def _base(version: str) -> str:
 
 
 def shipped_function(libraries: tuple[str, ...], cuda: bool) -> Callable[[Iterable[int]], Iterator[str]]:
-    """The barrier task Spark ships: it reads the task's rank, address and ``allGather`` from Spark's
-    ``BarrierTaskContext`` and hands them to the executor-side :func:`workers.environment.remote.gather`."""
+    """The barrier task Spark ships: it reads the task's address from Spark's ``BarrierTaskContext`` and hands it
+    to the executor-side :func:`workers.environment.remote.answer` (no ``allGather``: see the module's docstring)."""
 
     def describe_partition(_rows: Iterable[int]) -> Iterator[str]:
         from pyspark import BarrierTaskContext
 
-        from workers.environment.remote import gather
+        from workers.environment.remote import answer
 
         context = BarrierTaskContext.get()
-        rank = context.partitionId()
-        address = context.getTaskInfos()[rank].address
-        return gather(libraries, cuda, rank=rank, address=address, all_gather=context.allGather)
+        address = context.getTaskInfos()[context.partitionId()].address
+        return answer(libraries, cuda, address=address)
 
     return describe_partition
 

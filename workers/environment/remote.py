@@ -1,7 +1,8 @@
 """What every executor reports about its Python environment (executor-side: stdlib only, torch when asked).
 
-Nothing here knows Spark: the barrier task's rank, address and ``allGather`` come from the function the driver
-ships (:func:`workers.environment.driver.shipped_function`).
+Nothing here knows Spark: the barrier task's address comes from the function the driver ships
+(:func:`workers.environment.driver.shipped_function`). Each task answers for itself and waits for no other task: the
+driver collects the answers (no Spark ``allGather``, whose cancel can crash an executor: see that module).
 
 Versions come from package metadata, so nothing heavy is imported to read them; CUDA availability needs torch
 and is asked only by families that train with torch.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
 
@@ -40,12 +41,6 @@ def describe(libraries: tuple[str, ...], *, cuda: bool) -> dict[str, Any]:
     return env
 
 
-def gather(
-    libraries: tuple[str, ...], cuda: bool, *, rank: int, address: str, all_gather: Callable[[str], list[str]]
-) -> Iterator[str]:
-    """One barrier task's part: describe this process (at ``address``), share it with every task
-    (``all_gather``, every task's string in rank order) and, on rank 0, return what all of them said."""
-    mine = {**describe(libraries, cuda=cuda), "executor": address}
-    everyone = all_gather(json.dumps(mine))
-    if rank == 0:
-        yield from everyone
+def answer(libraries: tuple[str, ...], cuda: bool, *, address: str) -> Iterator[str]:
+    """One barrier task's part: this process (at ``address``) described, as one JSON line."""
+    yield json.dumps({**describe(libraries, cuda=cuda), "executor": address})

@@ -241,6 +241,6 @@ def test_an_executors_traceback_is_in_the_jobs_log_whether_or_not_the_job_is_ret
         assert (job.status, ended["error_reason"]) == (status, reason), ended
         said = ended["error_message"]
         logged = [line.message for line in s.query(JobLog).filter(JobLog.job_id == job_id)]
-    assert said.startswith(last_line) and "the job's log has the traceback" in said, said
+    assert last_line in said and "the job's log has the traceback" in said, said  # WORKER_LOST: after its sentence
     tracebacks = [m for m in logged if "on the executor: Traceback (most recent call last)" in m]
     assert len(tracebacks) == 1 and "remote.py" in tracebacks[0] and "scala" not in tracebacks[0], logged

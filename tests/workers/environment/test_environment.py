@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from workers.environment.driver import check_executors, mismatches
-from workers.environment.remote import describe, gather
+from workers.environment.remote import answer, describe
 
 DRIVER = {"python": "3.11.7", "libraries": {"pyspark": "4.3.0", "torch": "2.13.0+cpu", "xgboost": "3.2.0"}}
 
@@ -44,19 +44,13 @@ def test_describe_reads_metadata() -> None:
     assert env["cuda"] in (True, False)
 
 
-def test_gather_takes_the_barrier_from_its_caller() -> None:
-    """Rank, address and allGather come in as plain values (the shipped function reads them from Spark)."""
-    said: list[str] = []
-
-    def all_gather(message: str) -> list[str]:
-        said.append(message)
-        return [message, message]
-
-    first = list(gather(("numpy",), False, rank=0, address="10.0.0.7:41234", all_gather=all_gather))
-    assert len(first) == 2 and json.loads(first[0])["executor"] == "10.0.0.7:41234"
-    assert json.loads(first[0])["libraries"]["numpy"]
-    assert list(gather(("numpy",), False, rank=1, address="10.0.0.8:1", all_gather=all_gather)) == []
-    assert len(said) == 2
+def test_each_task_answers_for_itself() -> None:
+    """A task describes its own process at the address it is given, and waits for no other task: the check used
+    Spark's allGather, and a task killed while it waited there (a cancel during "checking the executors") ended
+    its executor's JVM (walkthrough on a standalone cluster, 2026-12-07)."""
+    (line,) = answer(("numpy",), False, address="10.0.0.7:41234")
+    said = json.loads(line)
+    assert said["executor"] == "10.0.0.7:41234" and said["libraries"]["numpy"]
 
 
 class Ctx:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from workers import storage
-from workers.cluster import say_if_waiting
+from workers.cluster import SlotWatch, slots_watched
 from workers.context import JobContext, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 from workers.data.clean import clean, clean_holdout
 from workers.data.spec import read_dataframe
@@ -41,13 +43,17 @@ IMPORTANCE_TYPES = ("gain", "weight", "cover")
 
 
 def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
+    with slots_watched(ctx, plan.num_workers) as slots:  # says when a stage waits for other jobs' tasks, and why
+        return _train(ctx, plan, slots)
+
+
+def _train(ctx: JobContext, plan: XGBoostPlan, slots: SlotWatch) -> JobOutcome:
     spec, ds = plan.spec, plan.train
     for warning in plan.warnings:
         ctx.warn(warning)
-    say_if_waiting(ctx, plan.num_workers)
-    ctx.progress(0.0, "checking the executors")
+    slots.phase("checking the executors")
     check_executors(ctx, ("xgboost", "numpy", "pyarrow"), plan.num_workers)
-    ctx.progress(0.0, "reading data")
+    slots.phase("reading data")
     started = time.perf_counter()
     # String classes are checked by their mapping (below), not as numbers 0..k-1.
     checked = replace(ds, num_classes=None) if plan.class_labels else ds
@@ -99,6 +105,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
         f"{rows} training and {val_rows} validation rows, {len(ds.features)} features; "
         f"data read and checked in {time.perf_counter() - started:.1f} s"
     )
+    slots.phase("training", said_again=False)  # its rounds say how far it is
     fit_started = time.perf_counter()
     done = resumed_rounds(ctx, plan)
     if ds.weight and ds.weight not in val_df.columns:  # weights concern training; validation rows count once
@@ -119,7 +126,7 @@ def train(ctx: JobContext, plan: XGBoostPlan) -> JobOutcome:
             booster, histories, val_metrics = _fit_single(plan, data, label_col, checkpoints.target, reports.target)
         else:
             booster, histories, val_metrics = _fit_distributed(plan, data, val_df, label_col, columnar,
-                                                               checkpoints.target, reports.target)  # fmt: skip
+                                                               checkpoints.target, reports.target, slots)  # fmt: skip
     ctx.check_cancelled()
     ctx.log(f"trained in {time.perf_counter() - fit_started:.1f} s ({'one task' if single else 'xgboost.spark'})")
 
@@ -200,18 +207,32 @@ def _index_labels(df: DataFrame, label: str, names: tuple[str, ...]) -> DataFram
 
 
 BATCH_ROWS = 10_000_000
-"""Arrow batch rows in an xgboost job's own session: a partition up to this size is one pandas batch."""
+"""Arrow batch rows while xgboost.spark fits: a partition up to this size is one pandas batch."""
+BATCH_KEY = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 
 def _training_session(ctx: JobContext) -> SparkSession:
-    """A session of the driver's SparkContext for this job, whose Arrow batches hold whole partitions.
+    """A session of the driver's SparkContext for this job, whose Arrow batch size the fit changes
+    (:func:`_whole_partitions`) without touching other jobs'."""
+    return ctx.spark.newSession()
 
-    Feature columns are xgboost.spark's fast, columnar input, but with them it fails on a pandas batch that has
-    no training or no validation rows (KeyError 'values' in xgboost/spark/data.py append_m). A partition in one
-    batch has both after the shuffle. The setting stays in this job's session; other jobs keep theirs."""
-    session = ctx.spark.newSession()
-    session.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(BATCH_ROWS))
-    return session
+
+@contextmanager
+def _whole_partitions(session: SparkSession) -> Iterator[None]:
+    """Arrow batches of whole partitions while xgboost.spark fits: with feature columns (its fast input) it fails on a
+    pandas batch with no training or no validation rows (KeyError 'values' in xgboost/spark/data.py append_m), and a
+    partition after the shuffle has both. Its ``mapInPandas`` fills a batch row by row, but a scalar pandas UDF (the
+    validation's ``model.transform``) allocates a whole batch up front, ~1 GB at 10,000,000 rows: executors with the
+    default 1g heap died (exit code 52) after every fit. So nothing else runs with it."""
+    before = session.conf.get(BATCH_KEY, None)
+    session.conf.set(BATCH_KEY, str(BATCH_ROWS))
+    try:
+        yield
+    finally:
+        if before is None:
+            session.conf.unset(BATCH_KEY)
+        else:
+            session.conf.set(BATCH_KEY, before)
 
 
 def _columnar_fits(total_rows: int, validation_rows: int, workers: int) -> bool:
@@ -304,9 +325,12 @@ def _fit_distributed(
     columnar: bool,
     checkpoints: CheckpointTarget,
     reports: ReportTarget,
+    slots: SlotWatch,
 ) -> tuple[Any, dict[str, list[float]], dict[str, float]]:
     """xgboost.spark: ``num_workers`` barrier tasks (CUDA ones included)."""
-    model = _estimator(plan, label_col, columnar, checkpoints, reports).fit(data)
+    with _whole_partitions(data.sparkSession):
+        model = _estimator(plan, label_col, columnar, checkpoints, reports).fit(data)
+    slots.phase("validating", 0.9)  # after the rounds (0.05 to 0.85)
     features = list(plan.train.features) if columnar else [FEATURES_COL]
     predictions = model.transform(val_df.select(*features, label_col))
     return model.get_booster(), _histories(model), validation_metrics(plan.spec.task, label_col, predictions)
