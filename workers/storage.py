@@ -145,6 +145,22 @@ def replace_dir(partial: Path, target: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def discard_dir(uri: str | Path, *, ignore_errors: bool = True) -> None:
+    """Delete a directory so that its name disappears at once: a local one is renamed aside (``<name>.old-<hex>``)
+    and then removed, so a kill in the middle never leaves a half-deleted directory under the name; a remote
+    store's delete is its own. One that is not there is nothing to do."""
+    if is_remote(str(uri)):
+        remove_dir(str(uri))
+        return
+    path = local_path(str(uri))
+    aside = path.with_name(f"{path.name}.old-{uuid.uuid4().hex[:8]}")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(aside, ignore_errors=ignore_errors)
+
+
 def _fsync_tree(root: Path) -> None:
     for path in sorted(root.rglob("*")):
         if path.is_file():

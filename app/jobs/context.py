@@ -8,11 +8,8 @@ this runner's (its row names this driver and attempt): a runner whose job was gi
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -138,7 +135,7 @@ class DbJobContext:
 
         checkpoint_id, stale = self._rt.write(record, f"recording checkpoint {epoch}")
         for old in stale:  # the rows are gone; now their files
-            _remove_checkpoint(old)
+            storage.discard_dir(old)  # a kill in the middle leaves no half checkpoint under its name
         return checkpoint_id
 
     def _owned(self, session: Any, *, lock: bool = True) -> bool | str:
@@ -169,18 +166,3 @@ class DbJobContext:
             yield
         finally:
             self._running.grace_s = 0.0
-
-
-def _remove_checkpoint(uri: str) -> None:
-    """A local directory is renamed aside before it is deleted, so that a kill in the middle never leaves a
-    half-deleted directory under a checkpoint's name (as workers/training/torch/checkpoint.py promises)."""
-    if storage.is_remote(uri):
-        storage.remove_dir(uri)
-        return
-    path = storage.local_path(uri)
-    aside = path.with_name(f"{path.name}.old-{uuid.uuid4().hex[:8]}")
-    try:
-        os.replace(path, aside)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(aside, ignore_errors=True)

@@ -17,9 +17,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,7 +156,7 @@ def remove_files(removal: Removal, *, settings: Settings) -> list[str]:
                      removal.name, number, uri)  # fmt: skip
         for target in targets:
             try:
-                _remove(target)
+                storage.discard_dir(target, ignore_errors=False)
             except Exception as exc:  # any failure leaves files behind, never the rows
                 log.warning("model %s version %s deleted, but its files at %s could not be removed (%s); remove "
                             "them by hand", removal.name, number, target, exc)  # fmt: skip
@@ -176,17 +173,3 @@ def _in_store(uri: str, settings: Settings) -> bool:
     if store and not storage.is_remote(store):
         roots.append(storage.local_path(store).resolve())
     return any(path != root and path.is_relative_to(root) for root in roots)
-
-
-def _remove(uri: str) -> None:
-    """A local directory is renamed aside first, so a kill in the middle never leaves half of one under its name."""
-    if storage.is_remote(uri):
-        storage.remove_dir(uri)
-        return
-    path = storage.local_path(uri)
-    aside = path.with_name(f"{path.name}.deleted-{uuid.uuid4().hex[:8]}")
-    try:
-        os.replace(path, aside)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(aside)

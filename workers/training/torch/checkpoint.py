@@ -186,18 +186,6 @@ def _aside(directory: Path) -> Path:
     return directory.with_name(f"{directory.name}.old-{uuid.uuid4().hex[:8]}")
 
 
-def discard(directory: str | Path) -> None:
-    """Delete a checkpoint directory so that its name disappears at once (renamed aside, then removed): a kill in
-    the middle never leaves a half-deleted directory under the name."""
-    directory = Path(directory)
-    aside = _aside(directory)
-    try:
-        os.replace(directory, aside)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(aside, ignore_errors=True)
-
-
 def save_model(directory: Path, model: torch.nn.Module, spec: dict[str, Any]) -> None:
     """The registered artifact: ``spec.json`` + ``weights.safetensors``, and the MLflow files that make the
     directory an MLflow model too (:mod:`workers.inference.mlflow_format`), written under a private name and

@@ -176,7 +176,7 @@ class Checkpoints:
             verdict = str(failure) if failure is not None else OK
         if verdict != OK:
             with contextlib.suppress(OSError):
-                ckpt.discard(partial)
+                storage.discard_dir(partial)
         elif snapshot.event is not None:
             self.reporter.send(snapshot.event)
         self._store.set(f"{key}/verdict", verdict)

@@ -25,6 +25,7 @@ WRITER = """
 import sys, uuid
 from pathlib import Path
 import torch
+from workers import storage
 from workers.training.torch import checkpoint as ckpt
 
 root, epoch = Path(sys.argv[1]), int(sys.argv[2])
@@ -43,7 +44,7 @@ while True:
     ckpt.publish(root, epoch, run)
     for old in root.glob("epoch-*"):
         if old.name.split("-")[1].isdigit() and int(old.name.split("-")[1]) < epoch - 1:
-            ckpt.discard(old)  # as retention does
+            storage.discard_dir(old)  # as retention does
     print(epoch, flush=True)
     epoch += 1
 """
