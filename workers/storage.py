@@ -2,9 +2,10 @@
 / HDFS through pyarrow's filesystems (``s3://bucket/prefix``, ``hdfs://namenode/path``, ``gs://...``).
 
 Trainers write their files locally first (fast, atomic renames) and publish them to the store; loaders fetch a
-remote directory once into a local cache. Credentials come from the environment the way pyarrow reads them
-(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL`` for S3-compatible servers, ...), on the
-driver and on the executors alike; no secret travels in a job's configuration.
+remote directory into a local cache, bounded (:data:`CACHE_BYTES`, least recently used copies evicted first) and
+without the copies of directories deleted from the store by this process. Credentials come from the environment the
+way pyarrow reads them (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL`` for S3-compatible
+servers, ...), on the driver and on the executors alike; no secret travels in a job's configuration.
 
 Writes never leave a half-written directory under its final name: a local directory is written under a private
 name, flushed and renamed into place; on an object store a directory is visible once registered, and a one-file
@@ -23,7 +24,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
@@ -62,6 +63,12 @@ def guarded(what: str, uri: str) -> Iterator[None]:
 
 LOCAL_SCHEMES = ("", "file")
 CACHE = Path(tempfile.gettempdir()) / "sparktrain-artifacts"
+"""Local copies of remote directories (:func:`fetch_dir`), one per URI, on the driver and on each executor."""
+CACHE_BYTES = 4 << 30
+"""Past this many bytes of copies a fetch evicts the least recently used ones (a checkpoint a finished job resumed
+from, a model no longer loaded), except those used in the last :data:`CACHE_IN_USE_S` seconds."""
+CACHE_IN_USE_S = 600.0
+"""A copy used this recently may still be being read (a Spark model loads its files one at a time): never evicted."""
 
 
 def is_remote(uri: str) -> bool:
@@ -191,11 +198,14 @@ def attempt(what: str, uri: str, call: Callable[[], T]) -> T:
 
 def fetch_dir(uri: str) -> Path:
     """A local directory with the files at ``uri``: the directory itself when local, else a cached copy (fetched
-    once per process and URI; a directory on a store is written once and never changed in place)."""
+    once per machine and URI while it stays in the cache; a directory on a store is written once and never changed
+    in place). Each use marks the copy used (its mtime); a fetch that adds one evicts others past
+    :data:`CACHE_BYTES`."""
     if not is_remote(uri):
         return local_path(uri)
-    target = CACHE / hashlib.sha256(uri.encode()).hexdigest()[:24]
+    target = _cached(uri)
     if target.exists():
+        _touch(target)
         return target
     from pyarrow import fs
 
@@ -203,13 +213,67 @@ def fetch_dir(uri: str) -> Path:
     if filesystem.get_file_info(path).type == fs.FileType.NotFound:
         raise FileNotFoundError(f"nothing at {uri}")
     partial = Path(tempfile.mkdtemp(dir=CACHE.parent if CACHE.parent.exists() else None, prefix="fetch-"))
-    fs.copy_files(path, str(partial), source_filesystem=filesystem, destination_filesystem=fs.LocalFileSystem())
-    CACHE.mkdir(parents=True, exist_ok=True)
     try:
-        os.replace(partial, target)
-    except OSError:  # another task fetched it first
+        fs.copy_files(path, str(partial), source_filesystem=filesystem, destination_filesystem=fs.LocalFileSystem())
+        CACHE.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(partial, target)
+        except OSError:  # another task fetched it first
+            if not target.exists():
+                raise
+    finally:  # a copy that failed half way (the store went away) stays nowhere
         shutil.rmtree(partial, ignore_errors=True)
+    _touch(target)
+    evict_cache(keep=target)
     return target
+
+
+def _cached(uri: str) -> Path:
+    return CACHE / hashlib.sha256(uri.encode()).hexdigest()[:24]
+
+
+def _touch(path: Path) -> None:
+    with suppress(OSError):  # evicted meanwhile by another process
+        os.utime(path)
+
+
+def evict_cache(*, keep: Path | None = None, limit: int | None = None) -> list[Path]:
+    """Remove the least recently used copies until the cache holds at most ``limit`` bytes (default
+    :data:`CACHE_BYTES`); ``keep`` and copies used in the last :data:`CACHE_IN_USE_S` seconds stay. Returns the
+    copies removed."""
+    import time
+
+    limit = CACHE_BYTES if limit is None else limit
+    entries = []
+    try:
+        for entry in CACHE.iterdir():
+            with suppress(OSError):  # removed meanwhile by another process
+                if entry.is_dir() and not entry.is_symlink():
+                    entries.append((entry.lstat().st_mtime, _size(entry), entry))
+    except OSError:  # no cache yet
+        return []
+    total, removed = sum(size for _, size, _ in entries), []
+    recent = time.time() - CACHE_IN_USE_S
+    for used, size, entry in sorted(entries, key=lambda e: e[0]):
+        if total <= limit:
+            break
+        if entry == keep or used > recent or len(entry.name) != 24:  # (a copy another process is removing)
+            continue
+        discard_dir(entry)  # renamed aside first: a reader never sees half a copy under its name
+        total -= size
+        removed.append(entry)
+    return removed
+
+
+def _size(root: Path) -> int:
+    total = 0
+    for directory, _, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_size
+            except OSError:
+                continue
+    return total
 
 
 def remove_dir(uri: str) -> None:
@@ -218,3 +282,4 @@ def remove_dir(uri: str) -> None:
         return
     filesystem, path = _fs(uri)
     filesystem.delete_dir(path)
+    discard_dir(_cached(uri))  # this machine's copy of it, if any: nothing will read it again

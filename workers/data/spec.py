@@ -73,7 +73,10 @@ def read_dataframe(spark: SparkSession, ds: ResolvedDataset, *, malformed: bool 
     """The dataset as Spark reads it (CSV: a header and inferred types unless its options say otherwise).
     ``malformed``: CSV / JSON data gets the :data:`CORRUPT` column, so that a line with too few or too many fields
     is a bad row (:mod:`workers.data.clean`) rather than a row padded with nulls or cut short; not when the
-    options choose their own ``mode``."""
+    options choose their own ``mode``. Options that are not reader options of the format (a Hadoop setting, which
+    Spark copies into the configuration it reads with) fail the job: requests are refused them, but a plan stored
+    before that check carries them (:mod:`workers.data.reader_options`)."""
+    _check_options(ds)
     options = {"header": "true", "inferSchema": "true", **ds.options} if ds.format == "csv" else ds.options
     footer = _footer_schema(ds) if ds.format == "parquet" and not options else None
     if footer is not None:  # Spark would run a job to read the same footer
@@ -86,6 +89,16 @@ def read_dataframe(spark: SparkSession, ds: ResolvedDataset, *, malformed: bool 
         schema = schema.add(CORRUPT, "string", True)
     permissive = {**options, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     return spark.read.format(ds.format).options(**permissive).schema(schema).load(ds.path)
+
+
+def _check_options(ds: ResolvedDataset) -> None:
+    from workers.context import JobFailure
+    from workers.data.reader_options import problem
+
+    wrong = problem(ds.format, ds.options)
+    if wrong is not None:
+        raise JobFailure("INVALID_REQUEST", f"dataset.options: {wrong}. The job was queued before reader options were "
+                         "checked: submit it again without that option.")  # fmt: skip
 
 
 def _footer_schema(ds: ResolvedDataset) -> str | None:

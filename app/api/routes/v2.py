@@ -7,6 +7,7 @@ owner's answer 404).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 
 from app.api.deps import CallerDep, RuntimeDep
 from app.api.errors import problem_response
+from app.api.json_body import INLINE_BYTES, parse_in_pieces
 from app.core.errors import AppError, ServiceUnavailable, ValidationFailed
 from app.schemas.inference import INFER_EXAMPLES, InferRequest, InferResponse
 from app.services import v2_infer
@@ -114,7 +116,7 @@ async def _request_body(request: Request) -> InferRequest:
     header_length = request.headers.get("inference-header-content-length")
     if header_length is None:
         try:
-            return _parsed(raw)
+            return await _parsed(raw)
         except RequestValidationError as exc:  # JSON and then bytes: binary tensors without their header
             raise RequestValidationError([_binary_hint(e) for e in exc.errors()]) from exc
     try:
@@ -124,29 +126,54 @@ async def _request_body(request: Request) -> InferRequest:
     if not 0 <= head <= len(raw):
         where = f"within the body's {len(raw)} bytes"
         raise ValidationFailed.at("body", f"Inference-Header-Content-Length {header_length!r} is not a length {where}")
-    body = _parsed(raw[:head])
-    v2_infer.read_binary_data(body=body, raw=raw, offset=head)
+    body = await _parsed(raw[:head])
+    await run_in_threadpool(v2_infer.read_binary_data, body=body, raw=raw, offset=head)  # megabytes to lists
     return body
 
 
 def _binary_hint(error: Any) -> Any:
     """A JSON error of trailing bytes, with what a binary tensor body needs to be read."""
-    if error.get("type") != "json_invalid" or "trailing" not in str(error.get("ctx", {}).get("error", "")):
+    if error.get("type") != "json_invalid" or "trailing characters" not in str(error.get("ctx", {}).get("error", "")):
         return error
     why = f"{error['ctx']['error']} (binary tensor data after the JSON needs the Inference-Header-Content-Length " \
         "header: the JSON's length in bytes)"  # fmt: skip
     return {**error, "ctx": {**error["ctx"], "error": why}}
 
 
-def _parsed(raw: bytes) -> InferRequest:
+async def _parsed(raw: bytes) -> InferRequest:
     """The inference request in ``raw``. Malformed JSON is the API's 400 ``malformed-json``, and a body off the
     schema its 422 listing every field (``inputs[0].datatype: Field required``): pydantic's errors go to the one
-    handler of request validation errors (app/api/errors.py), located in the body as FastAPI's own are."""
+    handler of request validation errors (app/api/errors.py), located in the body as FastAPI's own are. A body over
+    ``INLINE_BYTES`` (megabytes of numbers) is parsed on a worker thread a piece at a time, as ``/predict``'s are
+    (app/api/json_body.py): pydantic's JSON parser holds the loop for the whole body (0.9 s for 8 MB)."""
+    if len(raw) <= INLINE_BYTES or json.detect_encoding(raw) != "utf-8":
+        return _validated(InferRequest.model_validate_json, raw)
     try:
-        return InferRequest.model_validate_json(raw)
+        value = await run_in_threadpool(parse_in_pieces, raw)
+    except (ValueError, RecursionError) as exc:
+        raise RequestValidationError([_json_invalid(exc)]) from exc
+    return await run_in_threadpool(_validated, InferRequest.model_validate, value)
+
+
+def _validated(validate: Any, value: Any) -> InferRequest:
+    try:
+        request: InferRequest = validate(value)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in errors]) from exc
+    return request
+
+
+def _json_invalid(exc: Exception) -> dict[str, Any]:
+    """A parse error of a large body as pydantic's ``json_invalid`` (FastAPI's form: its offset in ``loc``)."""
+    if isinstance(exc, json.JSONDecodeError):
+        why = "trailing characters after the JSON value" if exc.msg == "Extra data" else exc.msg
+        return {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error", "ctx": {"error": why}}
+    if isinstance(exc, UnicodeDecodeError):  # bytes after the JSON, or text that is not UTF-8
+        where, why = ("body", exc.start), "not UTF-8 text (trailing characters, or send JSON encoded as UTF-8)"
+        return {"type": "json_invalid", "loc": where, "msg": "JSON decode error", "ctx": {"error": why}}
+    why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]  # nested too deep, a number of 4300 digits
+    return {"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "ctx": {"error": why}}
 
 
 async def _infer(request: Request, rt: Any, name: str, version: str | None, owner: str | None) -> Any:
