@@ -3,7 +3,7 @@ rows, and a DataFrame with the one-hot columns added. Driver-side (pyspark)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -45,21 +45,52 @@ def expand(categories: Categories, df: DataFrame) -> DataFrame:
 
 
 def fit(df: DataFrame, inputs: Iterable[str], columns: Iterable[str], types: Mapping[str, str]) -> Categories:
-    """The categories of ``columns`` (of Spark ``types``) in ``df`` (cleaned rows: no nulls), one small Spark job per
-    column (at most :data:`MAX_LEVELS` + 1 distinct values are ever collected). Raises ValueError naming a column
-    with more categories than that, or none."""
+    """The categories of ``columns`` (of Spark ``types``) in ``df`` (cleaned rows: no nulls), read in one Spark pass
+    for every column (:func:`distinct_levels`). Raises ValueError naming the first column with more than
+    :data:`MAX_LEVELS` categories, or none."""
     wanted = list(dict.fromkeys(columns))
     typed = Categories(inputs=tuple(inputs), levels={}, types={c: types.get(c, "string") for c in wanted})
+    found = distinct_levels(df, typed, wanted)
     levels: dict[str, tuple[str, ...]] = {}
     for column in wanted:
-        text = text_of(typed, column).alias("level")
-        values = sorted(r["level"] for r in df.select(text).distinct().limit(MAX_LEVELS + 1).collect())
+        values = sorted(found[column])
         if len(values) > MAX_LEVELS:
             raise ValueError(too_many(column))
         if not values:
             raise ValueError(f"{column!r} has no value in the training data")
         levels[column] = tuple(values)
     return Categories(inputs=typed.inputs, levels=levels, types=typed.types)
+
+
+def distinct_levels(df: DataFrame, typed: Categories, columns: Sequence[str]) -> dict[str, list[str]]:
+    """Each column's distinct category text in ``df`` (:func:`text_of`; nulls are none), all of them where a column
+    has at most :data:`MAX_LEVELS`, else more than that many: one Spark pass over ``df`` for every column (the
+    ``(column, category)`` pairs made distinct, at most ``len(columns) * (MAX_LEVELS + 1)`` of them collected).
+    Where that many were collected, some column has more; a column with fewer collected may have been cut short,
+    and is read again alone, in order up to the first with too many (the caller names the first such column)."""
+    from pyspark.sql import functions as F
+
+    if not columns:
+        return {}
+    pairs = F.explode(F.array(*(F.struct(F.lit(i).alias("i"), text_of(typed, c).alias("level"))
+                                for i, c in enumerate(columns))))  # fmt: skip
+    most = len(columns) * (MAX_LEVELS + 1)
+    rows = df.select(pairs.alias("p")).select("p.i", "p.level").where("level IS NOT NULL").distinct()
+    collected = rows.limit(most).collect()
+    found: dict[str, list[str]] = {c: [] for c in columns}
+    for row in collected:
+        found[columns[row["i"]]].append(row["level"])
+    if len(collected) < most:
+        return found
+    for column in columns:
+        if len(found[column]) > MAX_LEVELS:
+            break
+        text = text_of(typed, column).alias("level")
+        alone = df.select(text).where("level IS NOT NULL").distinct().limit(MAX_LEVELS + 1).collect()
+        found[column] = [r["level"] for r in alone]
+        if len(alone) > MAX_LEVELS:
+            break
+    return found
 
 
 def one_hot(ctx: JobContext, ds: ResolvedDataset, frames: tuple[DataFrame, ...], fit_on: DataFrame) -> Encoded:

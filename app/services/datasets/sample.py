@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.services.datasets import quotes
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -69,8 +71,10 @@ def text_schema(files: list[Path], fmt: str, options: dict[str, str]) -> tuple[d
         return None
     lowered = {k.lower(): v for k, v in options.items()}
     try:
-        text, complete = _sample(files[:1] if fmt == "csv" else files, _encoding(lowered))
+        text, complete = _sample(files[:1] if fmt == "csv" else files, text_encoding(lowered))
     except (OSError, LookupError):
+        return None
+    if fmt == "csv" and not quotes.reads_alike(text, lowered):  # Spark reads its quotes otherwise
         return None
     schema = _csv_schema(text, lowered) if fmt == "csv" else _json_schema(text)
     return (schema, complete) if schema is not None else None
@@ -168,14 +172,14 @@ def header_names(file: Path, options: dict[str, str]) -> list[tuple[str, str]] |
     else:
         dialect.update(quoting=csv.QUOTE_NONE, escapechar=escape or None)
     try:
-        with file.open(encoding=_encoding(options), newline="") as f:
+        with file.open(encoding=text_encoding(options), newline="") as f:
             raw = next(csv.reader(f, **dialect), None)
     except (OSError, UnicodeDecodeError, LookupError, csv.Error):
         return None
     return list(zip(spark_names(raw, options), raw, strict=True)) if raw else None
 
 
-def _encoding(options: dict[str, str]) -> str:
+def text_encoding(options: dict[str, str]) -> str:
     """The text's encoding for Python's decoding: UTF-8 with its byte order mark skipped, as Spark skips it."""
     encoding = options.get("encoding", options.get("charset", "utf-8"))
     return "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
@@ -289,6 +293,8 @@ def text_columns(files: list[Path], fmt: str, options: dict[str, str], columns: 
 
     lowered = {k.lower(): v for k, v in options.items()}
     if not known_options(fmt, options) or (fmt == "csv" and "comment" in lowered):
+        return None
+    if fmt == "csv" and not quotes.files_read_alike(files, lowered, text_encoding(lowered)):
         return None
     if not columns:
         return {}

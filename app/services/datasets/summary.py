@@ -16,7 +16,16 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.services.datasets.sample import csv_options, escape_char, header_names, json_type, merge_types, text_schema
+from app.services.datasets.quotes import files_read_alike
+from app.services.datasets.sample import (
+    csv_options,
+    escape_char,
+    header_names,
+    json_type,
+    merge_types,
+    text_encoding,
+    text_schema,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -138,8 +147,8 @@ def _csv_summary(files: list[Path], options: dict[str, str], sample_rows: int) -
 
     inferred = text_schema(files, "csv", options)
     parsed = csv_options(options)
-    if inferred is None or parsed is None:
-        return None
+    if inferred is None or parsed is None or not files_read_alike(files, options, text_encoding(options)):
+        return None  # (quotes or escapes Spark reads otherwise: Spark summarizes the data)
     names, (parse, convert, _read, header) = list(inferred[0]), parsed
     texts = [text for _name, text in header_names(files[0], options) or []] if header else names  # as written
     if len(texts) != len(names):

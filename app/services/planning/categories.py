@@ -90,13 +90,13 @@ def _checked(where: str, column: str, seen: int, texts: set[str]) -> tuple[str, 
 
 def _with_spark(train: ResolvedDataset, typed: Categories, spark: SparkSession) -> Categories:
     spark_reads_them(train)
-    from workers.data.one_hot import text_of
+    from workers.data.one_hot import distinct_levels
     from workers.data.spec import read_dataframe
 
     df = read_dataframe(spark, train)
+    found = distinct_levels(df, typed, list(train.categorical))  # one Spark pass for every column
     levels: dict[str, tuple[str, ...]] = {}
     for i, column in enumerate(train.categorical):
-        text = text_of(typed, column).alias("level")
-        rows = df.select(text).where("level IS NOT NULL").distinct().limit(MAX_LEVELS + 1).collect()
-        levels[column] = _checked(f"dataset.categorical[{i}]", column, len(rows), {r["level"] for r in rows})
+        texts = found[column]
+        levels[column] = _checked(f"dataset.categorical[{i}]", column, len(texts), set(texts))
     return Categories(inputs=typed.inputs, levels=levels, types=typed.types)
