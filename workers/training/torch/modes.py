@@ -61,7 +61,8 @@ def take_optimizer_step_into(optimizer: Any, flat: torch.Tensor, owed: torch.Ten
     its residual negated (``owed = -residual``) for this, 6 ms a step less on a 9.7M-parameter MLP on one core than
     a zeroed scratch buffer subtracted from the residual afterwards.
     """
-    decoupled = isinstance(optimizer, torch.optim.AdamW)
+    groups = optimizer.param_groups  # decoupled decay: AdamW's, or asked of Adam, NAdam or RAdam by their flag
+    decoupled = isinstance(optimizer, torch.optim.AdamW) or any(g.get("decoupled_weight_decay") for g in groups)
     saved = []
     for group in optimizer.param_groups:
         decay = float(group.get("weight_decay", 0.0) or 0.0)

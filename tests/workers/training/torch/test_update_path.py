@@ -45,7 +45,8 @@ def test_an_update_below_half_an_ulp_of_its_weight_reaches_the_residual() -> Non
 
 
 @pytest.mark.parametrize(
-    "kind", ["sgd_l2_momentum", "adam_l2", "adamw", "rmsprop", "sgd_fused", "adam_fused", "adamw_fused"]
+    "kind",
+    ["sgd_l2_momentum", "adam_l2", "adamw", "rmsprop", "sgd_fused", "adam_fused", "adamw_fused", "adam_decoupled"],
 )
 def test_the_update_is_what_the_optimizer_would_apply(kind: str) -> None:
     """Against float64 arithmetic of the same optimizer: the weight-decay terms that read theta are kept."""
@@ -64,6 +65,8 @@ def test_the_update_is_what_the_optimizer_would_apply(kind: str) -> None:
         ),
         "adam_fused": lambda p: torch.optim.Adam([p], lr=0.01, weight_decay=0.01, fused=p.dtype != torch.float64),
         "adamw_fused": lambda p: torch.optim.AdamW([p], lr=0.01, weight_decay=0.1, fused=p.dtype != torch.float64),
+        # decoupled decay asked of another class (Adam's flag; NAdam and RAdam have it too): known by the group
+        "adam_decoupled": lambda p: torch.optim.Adam([p], lr=0.01, weight_decay=0.1, decoupled_weight_decay=True),
     }[kind]
     optimizer, ref_optimizer = make(param), make(reference)
     update = torch.empty_like(flat)
