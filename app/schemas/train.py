@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from app.schemas.body import Body, not_text
 from app.schemas.models import ALIAS_PATTERN, VERSION_MAX
+from workers.training.torch.spec.optimizer import described as optimizers_described
 
 Framework = Literal["torch", "xgboost", "spark_ml"]
 Task = Literal["classification", "regression"]
@@ -148,7 +149,9 @@ class TrainingOptions(Body):
     batch_size_per_worker: int = Field(64, ge=1, le=1_000_000)
     num_workers: int = Field(2, ge=1, le=10_000, description="Barrier tasks; all must fit in the cluster at once.")
     seed: int = Field(7, ge=0, le=2**31 - 1)
-    optimizer: dict[str, Any] = Field(default_factory=lambda: {"type": "adam", "learning_rate": 0.001})
+    optimizer: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "adam", "learning_rate": 0.001}, description=optimizers_described()
+    )
     mode: Literal["gradient_sharing", "parameter_averaging", "allreduce"] = "gradient_sharing"
     gradient_sharing: dict[str, Any] | None = Field(
         None,

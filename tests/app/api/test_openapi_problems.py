@@ -189,3 +189,14 @@ def test_the_tables_name_operations_that_exist(document: dict[str, Any]) -> None
     operations = {(m, p) for m, p, _ in _operations(document)}
     assert set(OPERATION_PROBLEMS) <= operations, set(OPERATION_PROBLEMS) - operations
     assert set(REQUEST_EXAMPLES) <= operations, set(REQUEST_EXAMPLES) - operations
+
+
+def test_the_optimizer_field_lists_every_optimizer_and_its_fields(document: dict[str, Any]) -> None:
+    """``training.optimizer`` is a free-form object in the schema; Swagger showed it with no word of what it takes
+    (a newcomer had to read workers/training/torch/spec/optimizer.py)."""
+    from workers.training.torch.spec import OPTIMIZERS
+
+    described = document["components"]["schemas"]["TrainingOptions"]["properties"]["optimizer"]["description"]
+    for kind in OPTIMIZERS:
+        assert f"{{type: {kind}, learning_rate" in described, kind
+    assert "weight_decay" in described and "warmup_steps" in described and "{type: cosine, t_max, min_lr}" in described

@@ -13,6 +13,14 @@ Choices that the JSON contract leaves open:
   runs first; the main schedule's own counter starts when warm-up ends.
 
 No third-party imports, like the whole package: the API process imports it (see :mod:`workers.training.torch.spec`).
+
+Adding an optimizer touches more than this file: its name in :data:`OPTIMIZERS` and its keys in ``_OPTIMIZER_KEYS``
+(parsing and the JSON round trip follow), the torch class built in :mod:`workers.training.torch.optim`,
+``ADAM_FAMILY`` in :mod:`workers.training.torch.config` if it scales its steps as Adam does (gradient sharing's
+first threshold, and the tuner's, follow it: left out, it gets SGD's), the weight-decay terms that read the
+parameters in :func:`workers.training.torch.modes.take_optimizer_step_into` (L2 folded into the gradients, decoupled
+decay added after the step; an update rule that reads the parameters otherwise cannot run there), its case in
+``tests/workers/training/torch/test_update_path.py`` (the update against float64), and docs/torch-trainer.md.
 """
 
 from __future__ import annotations
@@ -70,6 +78,15 @@ _SCHEDULE_KEYS: dict[str, tuple[str, ...]] = {
     "exponential": ("gamma",),
     "cosine": ("t_max", "min_lr"),
 }
+
+
+def described() -> str:
+    """Every optimizer and schedule with its fields, as the request's OpenAPI description lists them."""
+    kinds = "; ".join(f"{{type: {k}, {', '.join(v)}}}" for k, v in _OPTIMIZER_KEYS.items())
+    schedules = ", ".join(f"{{type: {k}, {', '.join(v)}}}" for k, v in _SCHEDULE_KEYS.items())
+    return f"{kinds}; each also takes warmup_steps and schedule ({schedules}), counted in optimizer steps"
+
+
 _ADAMW_DEFAULT_WEIGHT_DECAY = 0.01
 
 
