@@ -2,20 +2,29 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+SUM := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(SUM)
+RUN_STAMP := $(VENV)/.service-$(SUM)
 
 .PHONY: install run test lint fmt bench-quick clean
 
+## Everything: the service, its tests, benchmarks and linters ('.[dev]').
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
+## The service alone (no test or benchmark tools), unless everything is installed already.
+$(RUN_STAMP): pyproject.toml
+	test -f $(STAMP) || { $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q --upgrade pip && \
+		$(BIN)/python -m pip install -q -e .; }
+	rm -f $(VENV)/.service-* && touch $@
+
 install: $(STAMP)
 
 ## Start the driver process on the embedded default: http://127.0.0.1:8000 (Swagger UI at /docs).
-run: install
+run: $(RUN_STAMP)
 	$(BIN)/python -m app
 
 ## Lint, type-check, check the import contracts (lint-imports) and run every test (slow ones included; two pytest-xdist
