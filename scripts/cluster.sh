@@ -8,6 +8,7 @@
 #   scripts/cluster.sh stop  [--dir var/cluster]
 #   scripts/cluster.sh status [--dir var/cluster]
 #   scripts/cluster.sh master [--dir var/cluster]   (starts the master again after it died, on its port)
+#   scripts/cluster.sh worker N [--dir var/cluster]  (starts worker N again after it died, as it was started)
 #
 # The master keeps its state in <dir>/recovery (Spark's FILESYSTEM recovery mode): a master started again with
 # `master` takes back the workers and the running applications, so a driver keeps its executors and can be given
@@ -20,12 +21,17 @@
 # reports only its GPUs to spark-conf/getGpusResources.sh, so no two workers offer the same address (how the GPU
 # scheduling path is tested on machines without GPUs; the executors then get GPU addresses but no CUDA).
 #
+# A worker that died is not started again by anything (its executors' slots stay gone): `worker N` does it, with the
+# cores, memory and stand-in GPUs it had, once the master runs. status names each worker, running or gone.
+#
 # status exits 1 when the master does not run; stop says what it stopped.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
 cmd="${1:-}"; shift || true
+number=""  # worker N's N
+if [ "$cmd" = worker ]; then number="${1:-}"; shift || true; fi
 workers=2 cores=1 memory=2g port=7077 port_given=0 dir="$REPO/var/cluster" fake_gpus=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -47,12 +53,21 @@ fi
 
 spark_home() { "$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))'; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A daemon killed is a zombie until whoever adopted it reaps it: dead, though kill -0 still finds it.
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null && [[ "$(ps -o stat= -p "$(cat "$1")" 2>/dev/null)" != Z* ]]; }
 # Workers the master counts as alive, from its web UI's JSON (port + 1); the daemons log only warnings.
 alive_workers() {
   "$PYTHON" - "$((port + 1))" <<'PY' 2>/dev/null || echo 0
 import json, sys, urllib.request
 print(json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/json/", timeout=2))["aliveworkers"])
+PY
+}
+# The ids of the workers the master counts as alive, one a line.
+alive_worker_ids() {
+  "$PYTHON" - "$((port + 1))" <<'PY' 2>/dev/null || true
+import json, sys, urllib.request
+state = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/json/", timeout=2))
+print("\n".join(w["id"] for w in state["workers"] if w["state"] == "ALIVE"))
 PY
 }
 
@@ -83,6 +98,46 @@ master() {
   echo "spark://127.0.0.1:$port (master started again; it takes back its workers and applications from $dir/recovery)"
 }
 
+# Worker $1 (its work directory, log and pid file numbered so), offering $2 stand-in GPUs (0: none) through the
+# nvidia-smi in $dir/bin-$1.
+start_worker() {
+  local i="$1" gpus="$2" worker_opts="" path="$PATH"
+  if [ "$gpus" -gt 0 ]; then
+    worker_opts="-Dspark.worker.resource.gpu.amount=$gpus -Dspark.worker.resource.gpu.discoveryScript='$REPO/spark-conf/getGpusResources.sh'"
+    path="$dir/bin-$i:$PATH"
+  fi
+  mkdir -p "$dir/worker-$i"
+  PATH="$path" SPARK_WORKER_OPTS="$worker_opts" \
+    nohup "$home/bin/spark-class" org.apache.spark.deploy.worker.Worker \
+      --host 127.0.0.1 --cores "$cores" --memory "$memory" --work-dir "$dir/worker-$i" --webui-port 0 \
+      "spark://127.0.0.1:$port" >>"$dir/logs/worker-$i.out" 2>&1 &
+  echo $! >"$dir/worker-$i.pid"
+}
+
+# Worker $number again, after it died: with the cores, memory and GPUs the cluster's workers were started with,
+# registered with the master (a new worker to it: the dead one's executors are not taken back).
+worker() {
+  case "$number" in ''|*[!0-9]*) echo "usage: scripts/cluster.sh worker N [--dir DIR] (N: a worker's number, from status)" >&2; exit 2 ;; esac
+  [ -f "$dir/worker-$number.pid" ] || { echo "$dir has no worker $number (status lists its workers)" >&2; exit 1; }
+  if alive "$dir/worker-$number.pid"; then echo "worker $number of $dir runs ($(cat "$dir/worker-$number.pid"))" >&2; exit 1; fi
+  if [ "$port_given" -eq 0 ] && [ -f "$dir/port" ]; then port="$(cat "$dir/port")"; fi
+  alive "$dir/master.pid" || { echo "the master of $dir does not run: start it again first (scripts/cluster.sh master)" >&2; exit 1; }
+  local each=0
+  if [ -f "$dir/worker-options" ]; then read -r cores memory each <"$dir/worker-options"; fi
+  local home; environment
+  local before; before="$(alive_worker_ids)"
+  start_worker "$number" "$each"
+  local found=""
+  for _ in $(seq 1 120); do
+    found="$(alive_worker_ids | grep -vxF -e "$before" -e '' || true)"
+    [ -n "$found" ] && break
+    alive "$dir/worker-$number.pid" || break
+    sleep 0.5
+  done
+  if [ -z "$found" ]; then echo "worker $number did not register with the master; see $dir/logs/worker-$number.out" >&2; exit 1; fi
+  echo "worker $number started again ($(cat "$dir/worker-$number.pid")): $(count "$cores" core), $memory, registered as $found"
+}
+
 start() {
   mkdir -p "$dir"
   if alive "$dir/master.pid"; then echo "a cluster already runs from $dir (stop it first)" >&2; exit 1; fi
@@ -91,24 +146,17 @@ start() {
   start_master
   echo "$port" >"$dir/port"
 
-  local worker_opts="" path="$PATH" each=$((fake_gpus / workers))
-  if [ "$fake_gpus" -gt 0 ]; then
-    worker_opts="-Dspark.worker.resource.gpu.amount=$each -Dspark.worker.resource.gpu.discoveryScript='$REPO/spark-conf/getGpusResources.sh'"
-  fi
+  local each=$((fake_gpus / workers))
+  echo "$cores $memory $each" >"$dir/worker-options"  # what `worker N` starts a worker again with
   for i in $(seq 1 "$workers"); do
-    mkdir -p "$dir/worker-$i"
     if [ "$fake_gpus" -gt 0 ]; then
       # Worker i's stand-in for nvidia-smi --query-gpu=index --format=csv,noheader: its own share of the indexes.
       mkdir -p "$dir/bin-$i"
       printf '#!/usr/bin/env bash\nseq %d %d\n' "$(((i - 1) * each))" "$((i * each - 1))" >"$dir/bin-$i/nvidia-smi"
       chmod +x "$dir/bin-$i/nvidia-smi"
-      path="$dir/bin-$i:$PATH"
     fi
-    PATH="$path" SPARK_WORKER_OPTS="$worker_opts" \
-      nohup "$home/bin/spark-class" org.apache.spark.deploy.worker.Worker \
-        --host 127.0.0.1 --cores "$cores" --memory "$memory" --work-dir "$dir/worker-$i" --webui-port 0 \
-        "spark://127.0.0.1:$port" >"$dir/logs/worker-$i.out" 2>&1 &
-    echo $! >"$dir/worker-$i.pid"
+    : >"$dir/logs/worker-$i.out"  # a new cluster's (worker N started again appends to its log)
+    start_worker "$i" "$each"
   done
   local registered=0
   for _ in $(seq 1 120); do
@@ -158,5 +206,6 @@ case "$cmd" in
   stop) stop ;;
   status) status ;;
   master) master ;;
-  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  worker) worker ;;
+  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

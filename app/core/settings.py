@@ -198,6 +198,9 @@ class Settings(BaseSettings):
     stop_grace_s: float = Field(
         10.0, ge=0, description="On SIGINT/SIGTERM: how long the driver waits for the jobs it handed back to unwind."
     )
+    slot_wait_s: float = Field(
+        300.0, ge=1, le=3600, description="How long a job that ran before waits for its task slots to come back."
+    )
 
     # --- quotas per owner (0: no limit) ---------------------------------------------------------------------
     quota_concurrent_jobs: int = Field(0, description="Jobs one owner may run at once; more wait in QUEUED.")

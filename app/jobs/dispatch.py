@@ -92,17 +92,16 @@ EXECUTOR_WAIT_S = 120.0
 """How long a job waits for a cluster master's first executor (a driver just started, or its workers restarting)."""
 
 
-SLOT_WAIT_S = 300.0
-"""How long a job that has run before waits for the task slots its plan needs: an executor lost during its attempt
-is replaced by the cluster's master 7 s (a quiet machine) to 80 s (a loaded one) later, and the retry is taken
-before that."""
+LOSS_LOOKBACK_S = 300.0
+"""A job after an executor lost this recently (or within SPARKTRAIN_SLOT_WAIT_S, when longer) waits for its slots:
+the cluster's master replaces a lost executor 7 s (a quiet machine) to 80 s (a loaded one) later."""
 
 
 def _check_fits(rt: JobRuntime, ctx: DbJobContext, plan: Any, attempt: int) -> None:
     """The plan was made against the cluster of the driver that answered the request. A cluster without executors
     yet (a driver that has just started) is waited for, up to :data:`EXECUTOR_WAIT_S`; one with fewer task slots
-    than the plan's workers, by a job that has run before or after an executor was lost, up to :data:`SLOT_WAIT_S`
-    (:func:`_wait_for_slots`)."""
+    than the plan's workers, by a job that has run before or after an executor was lost, up to the settings'
+    ``slot_wait_s`` (:func:`_wait_for_slots`)."""
     workers, device = getattr(plan, "num_workers", None), getattr(plan, "device", None)
     if workers is not None:
         slots = cluster.once_registered(
@@ -123,10 +122,11 @@ def _check_fits(rt: JobRuntime, ctx: DbJobContext, plan: Any, attempt: int) -> N
 def _wait_for_slots(rt: JobRuntime, ctx: DbJobContext, workers: int, slots: cluster.TaskSlots, attempt: int) -> None:
     """A cluster short of the plan's slots. A lost executor is the cluster's state, not the request's: a retry (its
     attempt ended WORKER_LOST when an executor died, and it is taken 1.5 s later) or any job after a loss waits for
-    the slots to come back, then continues from its checkpoint; after :data:`SLOT_WAIT_S` it ends NO_EXECUTORS and
+    the slots to come back, then continues from its checkpoint; after SPARKTRAIN_SLOT_WAIT_S it ends NO_EXECUTORS and
     is queued again after SPARKTRAIN_RETRY_DELAY_S. A job that never ran on a cluster that lost nothing, or on a local
     master, whose cores do not change, fails at once: a driver of another shape took it."""
-    lost = 0 if slots.local else lost_within(rt.spark, SLOT_WAIT_S)
+    wait_s = rt.settings.slot_wait_s
+    lost = 0 if slots.local else lost_within(rt.spark, max(wait_s, LOSS_LOOKBACK_S))
     if slots.local or (attempt <= 1 and not lost):
         raise JobFailure(
             "INVALID_REQUEST",
@@ -141,13 +141,13 @@ def _wait_for_slots(rt: JobRuntime, ctx: DbJobContext, workers: int, slots: clus
         ctx.progress(0.0, message)
         ctx.log(message)
 
-    slots = cluster.once_slots(lambda: cluster.slot_count(rt.spark), workers, wait_s=SLOT_WAIT_S, waiting=waiting,
+    slots = cluster.once_slots(lambda: cluster.slot_count(rt.spark), workers, wait_s=wait_s, waiting=waiting,
                                stop=lambda: ctx.cancelled or rt.stopping)  # fmt: skip
     if ctx.cancelled:
         raise JobCancelled(f"{ctx.job_id}: cancelled while waiting for task slots")
     if slots.count < workers:
-        raise JobFailure("NO_EXECUTORS", f"after {time.monotonic() - started:.0f} s, "
-                         f"{cluster.workers_need(workers)} at once, and {slots.shortfall()}")  # fmt: skip
+        raise JobFailure("NO_EXECUTORS", f"after {time.monotonic() - started:.0f} s of waiting (SPARKTRAIN_SLOT_WAIT_S="
+                         f"{wait_s:g}), {cluster.workers_need(workers)} at once, and {slots.shortfall()}")  # fmt: skip
     ctx.log(f"{slots.count} task slots after {time.monotonic() - started:.0f} s of waiting: the job goes on")
 
 

@@ -53,3 +53,9 @@ class ClusterRead(BaseModel):
         description="GPU addresses Spark knows of, by holder ('driver' or an executor id); {} without GPUs.",
     )
     rapids: RapidsStatus | None = Field(None, description="The RAPIDS Accelerator: configured, active, or why not.")
+    master_reachable: bool | None = Field(
+        None,
+        description="A standalone master (spark://): whether it (or a standby) accepts a connection now; null for "
+        "other masters (local, yarn, k8s). While false, running jobs go on, on the executors there are, and a lost "
+        "executor is not replaced until the master is back.",
+    )

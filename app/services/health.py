@@ -94,3 +94,10 @@ def master_state(master: str, *, timeout_s: float = 0.5) -> str:
         f"unreachable: the Spark master {cluster.hidden_master(master)} does not answer ({why}); running jobs go on "
         "on the executors there are, and a lost executor is not replaced until it is back"
     )
+
+
+def master_reachable(master: str) -> bool | None:
+    """``GET /cluster``'s ``master_reachable``: whether a standalone master answers (:func:`master_state`); None for
+    masters that are not one (local, yarn, k8s)."""
+    state = master_state(master)
+    return None if state == "n/a" else state == "ok"

@@ -154,7 +154,8 @@ def fail_unreadable(
     are, for a look). A tune job's trials are cancelled with it."""
     message = _unreadable_message(what)
     won = jobs.transition(session=session, job_id=job_id, sources=sources, target=JobStatus.FAILED, only_if=only_if,
-                          finished_at=now, error_reason=UNREADABLE, error_message=message)  # fmt: skip
+                          finished_at=now, error_reason=UNREADABLE, error_message=message,
+                          progress_message=f"failed: {UNREADABLE}")  # fmt: skip
     if not won:
         return None
     jobs.add_log(session=session, job_id=job_id, level="ERROR", message=message)
@@ -274,7 +275,9 @@ def end_attempt(
     now: datetime,
     only_if: Mapping[str, Any] | None = None,
 ) -> bool:
-    """FAILED with ``reason``, the attempt recorded in ``attempts`` and the job's log: one guarded transition."""
+    """FAILED with ``reason``, the attempt recorded in ``attempts`` and the job's log: one guarded transition. Its
+    progress message says it failed (as app/jobs/settle.py's ``ended_message``), not what the attempt said last
+    ("epoch 3 of 10" on a job its lost driver left): :func:`retry` replaces it when the job is queued again."""
     won = jobs.transition(
         session=session,
         job_id=job.id,
@@ -285,6 +288,7 @@ def end_attempt(
         error_reason=reason,
         error_message=message,
         attempts=_ended(job, now, "FAILED", reason, message),
+        progress_message=f"failed: {reason}",
     )
     if won:
         jobs.add_log(session=session, job_id=job.id, level="WARNING", message=f"attempt {job.attempt}: {message}")

@@ -11,7 +11,7 @@ from app.api.deps import CallerDep, RuntimeDep
 from app.core.errors import PROBLEM_BASE
 from app.schemas.service import ClusterRead, ExecutorInfo, Health, RapidsStatus, Readiness
 from app.services.access import visible_job_ids
-from app.services.health import readiness
+from app.services.health import master_reachable, readiness
 from workers import cluster
 
 router = APIRouter(tags=["service"])
@@ -92,4 +92,5 @@ def get_cluster(rt: RuntimeDep, caller: CallerDep) -> ClusterRead:
         driver=driver,
         gpu_addresses=cluster.gpu_addresses(rt.spark),
         rapids=RapidsStatus(**cluster.rapids_status(rt.spark)),
+        master_reachable=master_reachable(str(sc.master)),
     )

@@ -64,6 +64,10 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         ("STOP_GRACE_S", "inf", "finite number"),
         ("RETRY_DELAY_S", "Infinity", "finite number"),
         ("LOST_MESSAGE_AFTER_S", "inf", "finite number"),
+        # a retry's wait for its task slots: none at all, or one that holds a consumer for longer than an hour
+        ("SLOT_WAIT_S", "0", "greater than or equal to 1"),
+        ("SLOT_WAIT_S", "7200", "less than or equal to 3600"),
+        ("SLOT_WAIT_S", "inf", "finite number"),
         # a running job would be taken for lost between two heartbeats
         ("HEARTBEAT_STALE_S", "1.5", "SPARKTRAIN_HEARTBEAT_STALE_S must be more than twice"),
         # Spark settings that were turned into "{'b': 1}" or "None"
@@ -138,6 +142,7 @@ def test_values_are_read_the_way_operators_write_them(monkeypatch: pytest.Monkey
         ("SPARK_MASTER", "k8s://https://kubernetes.default.svc:443"),
         ("SPARK_MASTER", "yarn"),
         ("HEARTBEAT_STALE_S", "3"),
+        ("SLOT_WAIT_S", "90"),
     ],
 )
 def test_good_values_still_pass(monkeypatch: pytest.MonkeyPatch, variable: str, value: str) -> None:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from workers import storage
-from workers.cluster import say_if_waiting, slots_watched
+from workers.cluster import SlotWatch, slots_watched
 from workers.context import JobCancelled, JobContext, JobFailure, JobOutcome, ModelArtifact
 from workers.data.normalize import Normalizer
 from workers.environment.driver import check_executors
@@ -155,16 +155,20 @@ def trainer_config(
 
 
 def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
+    with slots_watched(ctx, plan.num_workers) as slots:  # says when a stage waits for other jobs' tasks, and why
+        return _train(ctx, plan, slots)
+
+
+def _train(ctx: JobContext, plan: TorchPlan, slots: SlotWatch) -> JobOutcome:
     for warning in plan.warnings:
         ctx.warn(warning)
-    say_if_waiting(ctx, plan.num_workers)
-    ctx.progress(0.0, "checking the executors")
+    slots.phase("checking the executors")
     check_executors(ctx, ("torch", "numpy", "pyarrow"), plan.num_workers, cuda=plan.device != "cpu")
     categories = plan.categories
     if categories is not None:  # read when the request was planned (app/services/planning/categories.py)
         counted = ", ".join(f"{c} ({len(v)} categories)" for c, v in categories.levels.items())
         ctx.log(f"one-hot encoded {counted}: {len(categories.names)} features")
-    ctx.progress(0.0, "preparing the data")
+    slots.phase("preparing the data")
     data = stage_input(ctx, plan)
     rows = data.rows
     cfg = replace(
@@ -193,13 +197,12 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
         metric = plan.early_stopping["metric"]
         raise JobFailure("INVALID_REQUEST", f"early stopping on {metric} needs validation rows, and there are none")
     ctx.check_cancelled()
-    say_if_waiting(ctx, plan.num_workers)  # the data is ready; the barrier stage starts when its slots are free
+    slots.phase("training", said_again=False)  # the barrier stage's epochs say how far it is
     host = _monitor_host(ctx)
     with (
         Monitor(ctx, host=host, on_checkpoint=ctx.checkpoint) as monitor,
         rendezvous(host, cfg) as address,
         ctx.cancel_grace(CANCEL_GRACE_S),
-        slots_watched(ctx, plan.num_workers),
     ):
         cfg = replace(cfg, monitor=(monitor.address[0], monitor.address[1], monitor.token), rendezvous=address)
         collected = data.frame.mapInArrow(shipped_function(cfg.to_dict()), RESULT_SCHEMA, barrier=True).collect()
