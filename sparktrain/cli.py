@@ -191,11 +191,13 @@ def metrics(
     with opts.client() as api:
         job_id = api.job_id(job_id)
         points = api.metrics(job_id, key=key)
+        finished = not points and not opts.json and api.job(job_id)["status"] in OUTCOME  # none to come: no "yet"
     if opts.json:
         print_json(points)
         return OK
     if not points:
-        err.print(f"No {key + ' ' if key else ''}metrics for job {job_id} (yet)", highlight=False)
+        later = "" if finished else " (yet)"
+        err.print(f"No {key + ' ' if key else ''}metrics for job {job_id}{later}", highlight=False)
         return OK
     out.print(metrics_table(points))
     return OK

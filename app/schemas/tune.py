@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from app.schemas.body import Body
 from app.schemas.train import NAME_PATTERN
@@ -125,11 +125,13 @@ class TuneRequest(Body):
     )
     seed: int | None = Field(None, ge=0, le=2**31 - 1, description="The sampler's seed (reproducible searches).")
 
-    @model_validator(mode="after")
-    def _judged(self) -> TuneRequest:
-        if self.min_resource is not None and self.pruner == "none":
+    @field_validator("min_resource", mode="after")
+    @classmethod
+    def _judged(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """Its own field's error (it was the whole body's): ``pruner`` is validated first, being declared first."""
+        if value is not None and info.data.get("pruner") == "none":
             raise ValueError("min_resource is when a pruner first judges a trial: set pruner asha or median")
-        return self
+        return value
 
     @model_validator(mode="after")
     def _every_point(self) -> TuneRequest:

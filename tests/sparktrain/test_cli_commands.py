@@ -83,6 +83,9 @@ def test_predict_csv_reads_an_array_cell_as_a_json_array(svc: Service, digits: d
 
 
 def test_metrics_lists_points_as_a_plain_table_or_json(svc: Service) -> None:
+    from datetime import UTC, datetime
+
+    from app.db.models import Job
     from app.db.session import transaction
     from app.services import jobs
 
@@ -105,6 +108,12 @@ def test_metrics_lists_points_as_a_plain_table_or_json(svc: Service) -> None:
     assert len(paged) == 7 and [p["step"] for p in paged] == sorted(p["step"] for p in paged)
     none = cli(svc, "metrics", job_id, "--key", "nothing")
     assert none.returncode == 0 and none.stdout == "" and "No nothing metrics" in none.stderr, none.stderr
+    assert "(yet)" not in none.stderr, none.stderr  # the job has ended: none will come
+    running_id = _made(svc, "RUNNING", "cmd-metrics-running")
+    with transaction(svc.runtime.db) as session:  # a live heartbeat: no reconciler pass takes it for lost meanwhile
+        session.get(Job, running_id).heartbeat_at = datetime.now(UTC)
+    running = cli(svc, "metrics", running_id)
+    assert running.returncode == 0 and "No metrics for job" in running.stderr and "(yet)" in running.stderr
 
 
 def test_wait_ends_with_the_jobs_code_and_prints_no_logs(svc: Service, tmp_path: Path) -> None:

@@ -279,7 +279,8 @@ def check(
     if request.parallel * per_trial > total:
         raise ValidationFailed.at(
             "parallel",
-            f"{request.parallel} trials of {per_trial} barrier workers need {request.parallel * per_trial} task "
+            f"{request.parallel} trials of {per_trial} barrier worker{'s' if per_trial != 1 else ''} need "
+            f"{request.parallel * per_trial} task "
             f"slots at once and the cluster has {total}: ask for parallel <= {max(1, total // per_trial)}",
         )
     return train, per_trial, task

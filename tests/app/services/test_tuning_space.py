@@ -342,3 +342,17 @@ def test_a_choice_among_layer_stacks_does_not_warn_about_optunas_storage() -> No
                          timeout=120)  # fmt: skip
     assert run.returncode == 0 and run.stdout.strip() == "2", run.stderr
     assert "categorical distribution" not in run.stderr, run.stderr
+
+
+def test_min_resource_without_a_pruner_is_its_own_fields_error() -> None:
+    """docs/tuning.md: every check is a 422 naming the field; this one was the whole body's (``loc`` ``body``)."""
+    from app.schemas.tune import TuneRequest
+
+    body = {"name": "t", "base": {}, "space": {"a": {"type": "choice", "values": [1, 2]}}, "pruner": "none",
+            "min_resource": 2}  # fmt: skip
+    with pytest.raises(ValidationError) as caught:
+        TuneRequest.model_validate(body)
+    errors = caught.value.errors()
+    assert [e["loc"] for e in errors] == [("min_resource",)], errors
+    assert "set pruner asha or median" in errors[0]["msg"]
+    TuneRequest.model_validate({**body, "pruner": "asha"})  # a pruner judges from min_resource on
