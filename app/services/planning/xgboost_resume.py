@@ -9,8 +9,10 @@ the checkpoint has: ``num_round`` counts the checkpoint's rounds too, as a retry
 change (learning rate, depth, data, workers, device). The data's classes may be some of the checkpoint's (a month
 without a rare class): the model keeps all of them. Early stopping goes on from the checkpoint's best round only
 when it watches the same metric on the same validation rows (the same validation data, or the same share of the
-same training data held out with the same seed, as the checkpoint's job planned them): a best score measured on
-other rows cannot be compared. Otherwise it counts from the new job's first round (a warning says so).
+same training data held out with the same seed, as the checkpoint's job planned them), and that data is unchanged
+since the checkpoint was written (the fingerprint of its files in the card: an overwritten CSV has the same path
+and other rows): a best score measured on other rows cannot be compared. Otherwise it counts from the new job's
+first round (a warning says so).
 
 Another owner's checkpoint is refused before planning as an unknown one (app/services/access.py).
 """
@@ -29,6 +31,7 @@ from app.schemas.train import TrainRequest
 from app.services.planning.labels import local_count, resolve_classes
 from workers import plans, storage
 from workers.data.spec import ResolvedDataset
+from workers.training.xgboost.checkpoints import VALIDATION_DATA, data_fingerprint
 from workers.training.xgboost.remote import CARD_FILE, MODEL_FILE
 from workers.training.xgboost.spec import ALIASES, DEFAULT_METRICS, XGBoostResume, XGBoostSpec
 
@@ -187,6 +190,8 @@ def resume_point(
             f"{said}'s best score was measured on {_said_rows(found.validated_on)}, and this job validates on "
             f"{_said_rows(mine)}: scores of other rows cannot be compared"
         )
+    elif keep_best and (changed := _changed_data(found, validation or train)):
+        why = changed
     if why:
         warnings.append(f"params.early_stopping_rounds counts from this job's first round: {why}")
     keep_best = bool(keep_best) and not why
@@ -247,6 +252,32 @@ def _rows(train: dict[str, Any], validation: dict[str, Any] | None, spec: dict[s
         rows.update(fraction=train.get("validation_fraction") or spec.get("validation_fraction"),
                     seed=train.get("split_seed"))  # fmt: skip
     return rows
+
+
+def _changed_data(found: Source, ds: ResolvedDataset) -> str:
+    """Why the checkpoint's best score is of other rows though its job's validation data had the same path: the
+    data there changed since the checkpoint was written (its card's fingerprint differs); "" when it did not, or
+    the card has no fingerprint (a checkpoint written before cards had one)."""
+    then = found.card.get(VALIDATION_DATA)
+    if not isinstance(then, dict):
+        return ""
+    now = data_fingerprint(ds.path)
+    if now == then:
+        return ""
+    if now is None:
+        detail = f"{ds.path} cannot be listed now"
+    elif (now.get("files"), now.get("bytes")) != (then.get("files"), then.get("bytes")):
+        detail = f"{ds.path} holds {_said_files(now)} now, {_said_files(then)} then"
+    else:
+        detail = f"{ds.path} was rewritten since: its files have other modification times"
+    return (
+        f"the validation data changed since {found.said} was written ({detail}): its best score may be of other "
+        "rows, and cannot be compared"
+    )
+
+
+def _said_files(seen: dict[str, Any]) -> str:
+    return f"{seen.get('files')} file{'' if seen.get('files') == 1 else 's'} of {seen.get('bytes')} bytes"
 
 
 def _said_rows(rows: dict[str, Any] | None) -> str:

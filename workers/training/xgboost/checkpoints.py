@@ -7,7 +7,9 @@ for round ``n`` (``ctx.checkpoint``: one per job and round; a replayed round rep
 a run of the job that died (partial writes, rounds past the one this attempt continues from) are removed first.
 Beside each booster is the job's card (what the trees were trained on), which a new job that continues it
 (``training.resume_from``) is checked against when it is planned; that job one-hot encodes with the checkpoint's
-categories (:func:`encode`).
+categories (:func:`encode`). A checkpoint's card also holds a fingerprint of the data its job's validation rows
+came from (:func:`data_fingerprint`): early stopping's best score carries into that job only when the data is
+unchanged (app/services/planning/xgboost_resume.py).
 
 Driver side: stdlib and workers.storage (pyspark only inside :func:`workers.data.one_hot.expand`).
 """
@@ -15,8 +17,10 @@ Driver side: stdlib and workers.storage (pyspark only inside :func:`workers.data
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
+import os
 import threading
 import uuid
 from dataclasses import replace
@@ -37,12 +41,62 @@ log = logging.getLogger(__name__)
 CheckpointTarget = tuple[str, int, str, str] | None
 """(directory, every, run, card as JSON) handed to the training task; None: no checkpoints."""
 POLL_S = 0.5
+VALIDATION_DATA = "validation_data"
+"""The checkpoint card's key for :func:`data_fingerprint` of the data its job's validation rows came from."""
 
 
 def checkpoint_dir(ctx: JobContext) -> str:
     if ctx.store:
         return storage.join(ctx.store, "jobs", ctx.job_id, "checkpoints")
     return str(ctx.work_dir / "checkpoints")
+
+
+def data_fingerprint(path: str) -> dict[str, Any] | None:
+    """A cheap fingerprint of the data at ``path`` (a file, or a directory of files as Spark reads it): how many
+    files, their bytes, and a digest of each one's name, size and modification time (ns), read from the file
+    system without reading the data. An overwritten file has another modification time. None when it cannot be
+    listed."""
+    try:
+        files = _remote_files(path) if storage.is_remote(path) else _local_files(storage.local_path(path))
+    except OSError:
+        return None
+    digest = hashlib.sha256(json.dumps(sorted(files)).encode()).hexdigest()[:16]
+    return {"files": len(files), "bytes": sum(size for _, size, _ in files), "digest": digest}
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "_"))  # what Spark's readers skip (_SUCCESS, .crc files)
+
+
+def _local_files(path: os.PathLike[str] | str) -> list[tuple[str, int, int]]:
+    if os.path.isfile(path):
+        stat = os.stat(path)
+        return [(os.path.basename(path), stat.st_size, stat.st_mtime_ns)]
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"nothing at {path}")
+    out = []
+    for root, dirs, names in os.walk(path, followlinks=True):
+        dirs[:] = [d for d in dirs if not _hidden(d)]
+        for name in names:
+            if not _hidden(name):
+                stat = os.stat(os.path.join(root, name))
+                out.append((os.path.relpath(os.path.join(root, name), path), stat.st_size, stat.st_mtime_ns))
+    return out
+
+
+def _remote_files(uri: str) -> list[tuple[str, int, int]]:
+    from pyarrow import fs
+
+    filesystem, base = fs.FileSystem.from_uri(uri)
+    info = filesystem.get_file_info(base)
+    if info.type == fs.FileType.File:
+        return [(info.base_name, info.size or 0, info.mtime_ns or 0)]
+    out = []
+    for found in filesystem.get_file_info(fs.FileSelector(base, recursive=True)):
+        name = found.path[len(base) :].lstrip("/")
+        if found.type == fs.FileType.File and not any(_hidden(part) for part in name.split("/")):
+            out.append((name, found.size or 0, found.mtime_ns or 0))
+    return out
 
 
 def resumed_rounds(ctx: JobContext, plan: XGBoostPlan) -> int:
@@ -56,7 +110,7 @@ def resumed_rounds(ctx: JobContext, plan: XGBoostPlan) -> int:
     if not resume.keep_best and plan.spec.early_stopping_rounds is not None:
         ctx.log(
             "early stopping counts from this job's first round (the checkpoint's best score is not comparable: "
-            "another metric, or other validation rows; see the job's warnings)"
+            "another metric, other validation rows, or validation data changed since; see the job's warnings)"
         )
     return resume.rounds
 
@@ -75,12 +129,16 @@ def encode(ctx: JobContext, plan: XGBoostPlan, frames: tuple[DataFrame, ...], fi
 
 
 class RoundCheckpoints:
-    """``card``: what the booster was trained on, written beside it (a job that continues it is checked against it)."""
+    """``card``: what the booster was trained on, written beside it (a job that continues it is checked against it),
+    with the fingerprint of the data the validation rows come from, taken as the fit starts."""
 
     def __init__(self, ctx: JobContext, plan: XGBoostPlan, card: dict[str, Any] | None = None) -> None:
         self._ctx = ctx
-        self._card = json.dumps(card) if card is not None else ""
         self._every = plan.spec.checkpoint_rounds
+        self._card = ""
+        if card is not None and self._every > 0:
+            validated = plan.validation.path if plan.validation is not None else plan.train.path
+            self._card = json.dumps({**card, VALIDATION_DATA: data_fingerprint(validated)})
         self._kept = plan.resume.rounds if plan.resume else 0
         self._directory = checkpoint_dir(ctx)
         self._run = uuid.uuid4().hex[:12]
