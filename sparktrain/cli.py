@@ -130,6 +130,7 @@ def show(ctx: typer.Context, job_id: Annotated[str, typer.Argument(metavar="JOB"
     shown = ("id", "name", "type", "framework", "status", "progress", "progress_message", "attempt", "created_at")
     for key in (*shown, "started_at", "finished_at"):
         value = f"{100 * job[key]:.0f}%" if key == "progress" and job.get(key) is not None else job.get(key)
+        value = "-" if value is None else value  # as the tables show nothing (a queued job's message, no end yet)
         out.print(f"{key:<17}{value}", highlight=False)
     if error := job.get("error"):
         out.print(f"{'error':<17}{error.get('reason')}: {error.get('message')}", highlight=False)

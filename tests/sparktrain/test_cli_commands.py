@@ -244,3 +244,13 @@ def test_a_second_ctrl_c_while_the_first_is_said_is_ignored(svc: Service) -> Non
         with transaction(svc.runtime.db) as s:
             jobs.transition(session=s, job_id=job_id, sources=[JobStatus.RUNNING], target=JobStatus.SUCCEEDED,
                             finished_at=utcnow())  # fmt: skip
+
+
+def test_show_prints_a_dash_for_what_a_job_has_not_got_yet(svc: Service) -> None:
+    """A queued job has no progress message, start or end: ``show`` printed Python's ``None`` for each."""
+    job_id = _made(svc, "CANCELLED", "cmd-show-none")
+    shown = cli(svc, "show", job_id)
+    assert shown.returncode == 0, shown.stderr
+    lines = {line.split(None, 1)[0]: line.split(None, 1)[1:] for line in shown.stdout.splitlines() if line.strip()}
+    assert lines["progress_message"] == ["-"] and lines["started_at"] == ["-"], shown.stdout
+    assert "None" not in shown.stdout, shown.stdout
