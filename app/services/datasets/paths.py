@@ -43,7 +43,13 @@ def _inside(path: Path, root: Path) -> bool:
 def missing(uri: str, roots: Sequence[Path], loc: str) -> ValidationFailed:
     """The 422 of a dataset that is not there (also what another owner's dataset id answers)."""
     roots_text = ", ".join(str(r) for r in roots)
+    if _DATASET_ID.fullmatch(uri):  # a registration's id: one that names none of the key's datasets, or no file
+        return ValidationFailed.at(loc, f"{uri!r} is neither one of your registered datasets' ids (GET /datasets "
+                                   f"lists them) nor a file in the data roots ({roots_text})")  # fmt: skip
     return ValidationFailed.at(loc, f"{uri!r} does not exist in the data roots ({roots_text})")
+
+
+_DATASET_ID = re.compile(r"[0-9a-f]{32}")
 
 
 _DOT_SEGMENT = re.compile(r"(^|/)\.{1,2}(/|$)")

@@ -116,8 +116,10 @@ def test_datasets_by_owner(db: Any, tmp_path: Any) -> None:
         )
         datasets.check_reference(session=s, uri="a" * 32, owner="alice", roots=[tmp_path], loc="dataset.uri")
         datasets.check_reference(session=s, uri="a" * 32, owner=None, roots=[tmp_path], loc="dataset.uri")
-        with pytest.raises(ValidationFailed, match="does not exist in the data roots"):
+        # another owner's id answers as an id of no dataset: the message says what such a uri may be
+        with pytest.raises(ValidationFailed, match="is neither one of your registered datasets' ids") as caught:
             datasets.check_reference(session=s, uri="a" * 32, owner="bob", roots=[tmp_path], loc="dataset.uri")
+        assert str(tmp_path) in str(caught.value)
 
 
 def test_the_online_resolution_cache_serves_only_the_owner(db: Any) -> None:
