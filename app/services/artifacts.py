@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -29,7 +29,7 @@ from app.core.errors import NotFound, ServiceUnavailable, ValidationFailed
 from app.db.models import Checkpoint, ModelVersion
 from app.schemas.models import ARTIFACT_FORMATS, FAMILY_FORMATS
 from workers.inference import mlflow_format
-from workers.storage import fetch_dir
+from workers.storage import discard_dir, fetch_dir
 
 STANDALONE = Path(__file__).resolve().parents[2] / "workers" / "inference" / "standalone.py"
 CHUNK = 1 << 20
@@ -189,8 +189,13 @@ class _Exports:
 _EXPORTS = _Exports()
 
 
-def _export(model_dir: Path, target: Path) -> Path:
-    """Export into a private directory and rename it into place: a half-written export is never served."""
+def _export(model_dir: Path, target: Path, still_there: Callable[[], bool]) -> Path:
+    """Export into a private directory and rename it into place: a half-written export is never served.
+
+    A version deleted while its export ran leaves nothing: the delete removes the export's directory after its
+    commit, and the export, once renamed into place, asks the database (``still_there``, a new transaction) whether
+    the version is there. Either the delete's removal comes after the rename and removes it, or the delete committed
+    before the question and the export removes itself; a 404 then says the version is gone."""
     if (target / ONNX_FILES[0]).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -219,6 +224,9 @@ def _export(model_dir: Path, target: Path) -> Path:
                 raise
     finally:
         shutil.rmtree(private, ignore_errors=True)
+    if not still_there():
+        discard_dir(target)
+        raise NotFound("The model version was deleted while its ONNX export ran; nothing of it is kept.")
     return target
 
 
@@ -228,16 +236,17 @@ def onnx_dir(row_id: int, name: str, number: int, uri: str, *, artifact_root: Pa
     return artifact_root / "onnx" / f"{name}-v{number}-{digest}"
 
 
-def onnx_zip(version: ModelVersion, *, artifact_root: Path) -> Iterator[bytes]:
+def onnx_zip(version: ModelVersion, *, artifact_root: Path, still_there: Callable[[], bool]) -> Iterator[bytes]:
     """``model.onnx`` and its sidecar (``sparktrain_onnx.json``), zipped under ``<name>-v<version>-onnx/``. The
-    calling thread waits for the export thread (:class:`_Exports`)."""
+    calling thread waits for the export thread (:class:`_Exports`). ``still_there``: whether the version is still
+    registered, asked in a new transaction once the export is in place (:func:`_export`)."""
     target = onnx_dir(
         version.id, version.model.name, version.version, version.artifact_uri, artifact_root=artifact_root
     )
     model_dir = fetch_dir(version.artifact_uri)
     if not (model_dir / "spec.json").is_file():
         raise NotFound(f"The files of this artifact are gone from {model_dir}.")
-    export = _EXPORTS.get(str(target), lambda: _export(model_dir, target))
+    export = _EXPORTS.get(str(target), lambda: _export(model_dir, target, still_there))
     try:
         done = export.result(timeout=EXPORT_WAIT_S)
     except FutureTimeout:
@@ -253,7 +262,10 @@ def onnx_zip(version: ModelVersion, *, artifact_root: Path) -> Iterator[bytes]:
             headers={"Retry-After": "10"},
         ) from None
     prefix = f"{_prefix(version)}-onnx"
-    return _zip([(f"{prefix}/{name}", done / name) for name in ONNX_FILES])
+    try:
+        return _zip([(f"{prefix}/{name}", done / name) for name in ONNX_FILES])
+    except FileNotFoundError:  # a delete removed it just now
+        raise NotFound(f"{version.model.name} version {version.version} was deleted while it was read.") from None
 
 
 def checkpoint_archive(row: Checkpoint) -> Iterator[bytes]:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -20,6 +20,10 @@ from app.schemas.models import TAG_FILTERS_MAX, TAG_KEY_PATTERN, TAG_KEY_RULE, T
 from app.services import models
 
 _KEY = re.compile(TAG_KEY_PATTERN)
+TAGS_MAX = 100
+"""The most tags one model, or one version, may have (MLflow documents no limit; a model's tags are read with every
+``GET /models`` page, so an unbounded number would slow the listing for everyone). Replacing a tag's value is
+always allowed; a new key past the limit is a 422 and nothing is written."""
 
 
 def check_key(key: str, *, loc: str = "key", source: str = "path") -> str:
@@ -46,8 +50,10 @@ def parse_filters(texts: Sequence[str]) -> list[tuple[str, str | None]]:
     return out
 
 
-def _set(session: Session, row: ModelTag | ModelVersionTag, where: Any) -> None:
-    """Create ``row``, or give its value to the tag of that key already there (``where`` selects it)."""
+def _set(session: Session, row: ModelTag | ModelVersionTag, where: Any, what: str) -> None:
+    """Create ``row``, or give its value to the tag of that key already there (``where`` selects the entity's tags;
+    ``what`` names it in the 422 of a tag past :data:`TAGS_MAX`). The caller holds the model's row lock, so two
+    requests adding tags at once count one after the other (PostgreSQL)."""
     table = type(row)
     for _ in range(2):  # a tag another request created in between is replaced
         old = cast(
@@ -57,6 +63,11 @@ def _set(session: Session, row: ModelTag | ModelVersionTag, where: Any) -> None:
         if old is not None:
             old.value, old.updated_at = row.value, row.updated_at
             return
+        if (session.scalar(select(func.count()).select_from(table).where(*where)) or 0) >= TAGS_MAX:
+            raise ValidationFailed.at(
+                "key", f"{what} has {TAGS_MAX} tags, the most it may have; remove one (DELETE its "
+                "tags/{key}) or replace a value (PUT to a key it has) instead of adding another", source="path"
+            )  # fmt: skip
         try:
             with savepoint(session):
                 session.add(row)
@@ -70,7 +81,7 @@ def set_model_tag(*, session: Session, name: str, key: str, value: str, owner: s
     check_key(key)
     model = models.locked_model(session=session, name=name, owner=owner)  # a delete racing this: its 404
     tag = ModelTag(model_id=model.id, key=key, value=value, updated_at=utcnow())
-    _set(session, tag, [ModelTag.model_id == model.id])
+    _set(session, tag, [ModelTag.model_id == model.id], f"model {name!r}")
 
 
 def set_version_tag(
@@ -79,7 +90,7 @@ def set_version_tag(
     check_key(key)
     row = models.locked_version(session=session, name=name, version=version, owner=owner)
     tag = ModelVersionTag(version_id=row.id, key=key, value=value, updated_at=utcnow())
-    _set(session, tag, [ModelVersionTag.version_id == row.id])
+    _set(session, tag, [ModelVersionTag.version_id == row.id], f"model {name!r} version {version}")
 
 
 def delete_model_tag(*, session: Session, name: str, key: str, owner: str | None = None) -> None:

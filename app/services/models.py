@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import exists, func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.core.errors import Conflict, NotFound, ValidationFailed
 from app.core.jobstates import JobStatus
@@ -173,6 +173,14 @@ def get_version(*, session: Session, name: str, version: int, owner: str | None 
         gone = " (it was deleted; a deleted version's number is not given again)" if deleted else ""
         raise NotFound(f"Model {name!r} has no version {version}{gone}.")
     return row
+
+
+def version_exists(db: sessionmaker[Session], row_id: int, artifact_uri: str) -> bool:
+    """Whether the version row ``row_id`` (with these files: a row id SQLite gave again is another version) is
+    registered now: asked in a new transaction, so a delete committed before it is seen."""
+    with db() as session:
+        stmt = select(ModelVersion.id).where(ModelVersion.id == row_id, ModelVersion.artifact_uri == artifact_uri)
+        return session.scalar(stmt) is not None
 
 
 def locked_model(*, session: Session, name: str, owner: str | None = None) -> Model:

@@ -45,6 +45,10 @@ class Removal:
     shared: frozenset[str] = field(default_factory=frozenset)
     """Artifact URIs another version still names: kept."""
 
+    def uris(self) -> list[str]:
+        """The artifact URIs no version names any more (what a driver may unload)."""
+        return [uri for _, _, uri in self.versions if uri not in self.shared]
+
 
 def delete_version(*, session: Session, name: str, version: int, owner: str | None = None) -> Removal:
     """Remove one version, its aliases and its tags (uncommitted); 404 for an unknown name or number, 409 when an

@@ -1,11 +1,17 @@
 """Model selectors already resolved, per driver: an online request (``POST /predict``) does not query the database
 for a model it has seen. A version, an alias or the newest version is looked up again after ``ttl_s`` (2 s), and at
 once on the driver that moved or removed an alias or deleted a version or the model; another driver sees the move
-or the delete within ``ttl_s``. A checkpoint never changes and stays resolved."""
+or the delete within ``ttl_s``. A checkpoint never changes and stays resolved.
+
+A deleted version's loaded model leaves the driver's model cache (:class:`workers.inference.cache.ModelCache`) at
+once on the driver that deleted it (:func:`unload`); another driver drops it on its next prediction after a request
+for the version found it gone (``ttl_s`` after the delete at the earliest), or when the cache evicts it."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -46,8 +52,10 @@ class ResolvedModels:
         with db() as session:
             try:
                 model, model_owner = resolve_model_and_owner(session, selector, owner)
-            except Exception:
+            except Exception as exc:
                 self._items.pop(key, None)  # gone (deleted) or refused: nothing stale stays behind
+                if hit is not None and owner in (None, hit[2]) and isinstance(exc, NotFound) and _deleted(key):
+                    _gone(hit[1].uri)  # deleted on another driver: unloaded on this one's next prediction
                 raise
         if len(self._items) >= self.capacity:
             self._items.clear()
@@ -61,9 +69,39 @@ class ResolvedModels:
             self._items.pop(key, None)
 
 
+_GONE: set[str] = set()
+_GONE_LOCK = threading.Lock()
+
+
+def _deleted(key: tuple[Any, ...]) -> bool:
+    """Whether a 404 for this selector key means its version was deleted: an explicit version, or the newest of a
+    model (a removed alias says nothing of its version)."""
+    return key[3] is None and (key[1] is not None or key[2] is None)
+
+
+def _gone(uri: str) -> None:
+    with _GONE_LOCK:
+        _GONE.add(uri)
+
+
+def unload(cache: Any, uris: Iterable[str]) -> None:
+    """Drop the models loaded from ``uris`` from the driver's model cache (versions deleted): their memory is freed
+    now, not when the cache evicts them."""
+    # ModelCache has no discard of its own (workers/inference/cache.py): its lock and items, as its methods take them
+    with cache._lock:
+        for uri in uris:
+            cache._items.pop(uri, None)
+
+
 def loaded(cache: Any, model: ModelRef, load: Any) -> Any:
     """``model`` from the driver's cache of loaded models (``load(uri)`` on a miss). Its files gone (deleted on
-    another driver, which this one learns within ``ttl_s``) is a 404, not a 500."""
+    another driver, which this one learns within ``ttl_s``) is a 404, not a 500. Models a resolution found deleted
+    since the last call leave the cache first."""
+    if _GONE:
+        with _GONE_LOCK:
+            gone = [uri for uri in _GONE if uri != model.uri]
+            _GONE.difference_update(gone)
+        unload(cache, gone)
     try:
         return cache.get(model.uri, lambda: load(model.uri))
     except Exception as exc:

@@ -26,6 +26,7 @@ from app.schemas.models import (
     TagBody,
 )
 from app.services import artifacts, model_tags, models, registry_edits
+from app.services.resolved_models import unload
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -149,6 +150,7 @@ def delete_version(
     removal = registry_edits.delete_version(session=session, name=name, version=version, owner=caller.scope)
     session.commit()
     rt.resolved_models.forget(name, versions=True)  # this driver stops serving it now; another within 2 s
+    unload(rt.model_cache, removal.uris())  # and frees the memory of the loaded model now
     registry_edits.remove_files(removal, settings=settings)
     return Response(status_code=204)
 
@@ -163,6 +165,7 @@ def delete_model(name: str, session: SessionDep, caller: CallerDep, rt: RuntimeD
     removal = registry_edits.delete_model(session=session, name=name, owner=caller.scope)
     session.commit()
     rt.resolved_models.forget(name, versions=True)
+    unload(rt.model_cache, removal.uris())
     registry_edits.remove_files(removal, settings=settings)
     return Response(status_code=204)
 
@@ -261,6 +264,7 @@ def download(
     session: SessionDep,
     caller: CallerDep,
     settings: SettingsDep,
+    rt: RuntimeDep,
     # a string checked against the version's family (a 422 listing its formats), shown as the enum in the schema
     format: Annotated[
         str, Query(description=FORMAT_HELP, max_length=32, json_schema_extra={"enum": list(get_args(ArtifactFormat))})
@@ -271,7 +275,9 @@ def download(
     if format == "mlflow":
         stream, media, filename = artifacts.mlflow_zip(row), "application/zip", f"{name}-v{version}-mlflow.zip"
     elif format == "onnx":
-        stream = artifacts.onnx_zip(row, artifact_root=settings.artifact_root)
+        row_id, uri = row.id, row.artifact_uri
+        stream = artifacts.onnx_zip(row, artifact_root=settings.artifact_root,
+                                    still_there=lambda: models.version_exists(rt.db, row_id, uri))  # fmt: skip
         media, filename = "application/zip", f"{name}-v{version}-onnx.zip"
     else:
         stream, media, filename = artifacts.model_archive(row), "application/gzip", f"{name}-v{version}.tar.gz"
