@@ -158,12 +158,6 @@ def test_an_evaluation_queued_as_its_version_is_deleted_fails_saying_the_files_a
     assert f"{MODEL} version {number} are missing" in job["error"]["message"], job["error"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the torch driver does not look for the init_from files before Spark runs: the ranks fail on a missing "
-    "weights.safetensors (SPARK_ERROR); a check as workers/inference/batch.py's check_model_files, in "
-    "workers/training/torch/driver.py, would say MODEL_FILES_MISSING naming the version",
-)
 def test_a_fine_tune_queued_as_its_init_from_version_is_deleted_fails_saying_so(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -194,8 +188,9 @@ def test_a_fine_tune_queued_as_its_init_from_version_is_deleted_fails_saying_so(
     assert response.status_code == 202, response.text
     job = svc.wait(response.json()["id"], ENDED)
     assert job["status"] == "FAILED", job
-    assert job["error"]["reason"] != "SPARK_ERROR", job["error"]
+    assert job["error"]["reason"] == "MODEL_FILES_MISSING", job["error"]
     assert f"race-source version {number}" in job["error"]["message"], job["error"]
+    assert "training.init_from" in job["error"]["message"], job["error"]
 
 
 def test_a_delete_of_a_version_a_queued_job_uses_is_still_a_409(world: dict[str, Any]) -> None:

@@ -162,6 +162,8 @@ def train(ctx: JobContext, plan: TorchPlan) -> JobOutcome:
 def _train(ctx: JobContext, plan: TorchPlan, slots: SlotWatch) -> JobOutcome:
     for warning in plan.warnings:
         ctx.warn(warning)
+    if plan.init and not plan.resume:  # a resumed job starts from its checkpoint, not these
+        _check_init_files(plan)
     slots.phase("checking the executors")
     check_executors(ctx, ("torch", "numpy", "pyarrow"), plan.num_workers, cuda=plan.device != "cpu")
     categories = plan.categories
@@ -237,6 +239,19 @@ def _train(ctx: JobContext, plan: TorchPlan, slots: SlotWatch) -> JobOutcome:
         result=summary,
         model=ModelArtifact(framework="torch", uri=_model_uri(ctx), metrics=summary["validation"], params=params),
     )
+
+
+def _check_init_files(plan: TorchPlan) -> None:
+    """The weights ``training.init_from`` names, looked for before Spark runs: a version deleted (or its files moved)
+    after the job was planned failed on every rank with a missing-file SPARK_ERROR."""
+    from workers.training.torch.checkpoint import WEIGHTS
+
+    init = plan.init
+    assert init is not None
+    if WEIGHTS not in storage.list_dir(init.uri):
+        raise JobFailure("MODEL_FILES_MISSING", f"the weights of {init.name} version {init.version} "
+                         f"(training.init_from) are gone: {init.uri} has no {WEIGHTS} (the version was deleted or "
+                         "its files moved after this job was accepted): start from another version")  # fmt: skip
 
 
 def _linear_model(ctx: JobContext, plan: TorchPlan, card: dict[str, Any]) -> dict[str, Any] | None:
