@@ -87,10 +87,7 @@ def _gone(uri: str) -> None:
 def unload(cache: Any, uris: Iterable[str]) -> None:
     """Drop the models loaded from ``uris`` from the driver's model cache (versions deleted): their memory is freed
     now, not when the cache evicts them."""
-    # ModelCache has no discard of its own (workers/inference/cache.py): its lock and items, as its methods take them
-    with cache._lock:
-        for uri in uris:
-            cache._items.pop(uri, None)
+    cache.discard(*uris)
 
 
 def loaded(cache: Any, model: ModelRef, load: Any) -> Any:

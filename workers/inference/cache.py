@@ -41,6 +41,12 @@ class ModelCache:
     def __len__(self) -> int:
         return len(self._items)
 
+    def discard(self, *keys: str) -> None:
+        """Drop these models now (their versions were deleted), not when they are least recently used."""
+        with self._lock:
+            for key in keys:
+                self._items.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
