@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from fastapi.concurrency import run_in_threadpool
@@ -32,6 +32,7 @@ _WHITESPACE = b" \t\n\r"
 _STRUCTURE = np.zeros(256, dtype=bool)
 _STRUCTURE[list(b"[]{},:")] = True
 _OPEN, _CLOSE = {ord("["): ord("]"), ord("{"): ord("}")}, (ord("]"), ord("}"))
+_AFTER = {b"": b"", b"[": b"]", b'{"":': b"}"}
 
 
 class Shape:
@@ -63,7 +64,8 @@ class Shape:
             found = self._container(*span)
             if found is None or self.kind[found[0]] != ord("{"):
                 return None
-            member = next((value for name, value in self._members(*found) if name == key), None)
+            members = self._members(*self._items(*found), int(self.depth[found[0]]))
+            member = next((value for name, value in members if name == key), None)
             if member is None:
                 return None
             span = member
@@ -85,14 +87,21 @@ class Shape:
             return None
         return first, last
 
-    def _items(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
+    def _opens(self, start: int, end: int) -> bool:
+        """Whether ``[start, end)`` begins (after whitespace) with a ``[`` or ``{``."""
+        first = int(np.searchsorted(self.at, start))
+        if first >= self.at.size or self.at[first] >= end or self.kind[first] not in _OPEN:
+            return False
+        return not self.body[start : self.at[first]].strip(_WHITESPACE)
+
+    def _items(self, first: int, last: int, close: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(starts, ends): the byte ranges between the container's commas, its items or members (none when it is
-        empty)."""
+        empty). ``close``: where the last one ends, when not at the bracket ``last``."""
         inside = slice(first + 1, last)
         commas = self.at[inside][(self.kind[inside] == ord(",")) & (self.depth[inside] == self.depth[first])]
         starts = np.concatenate(([self.at[first] + 1], commas + 1))
-        ends = np.concatenate((commas, [self.at[last]]))
-        if not commas.size and not self.body[starts[0] : ends[0]].strip(_WHITESPACE):
+        ends = np.concatenate((commas, [self.at[last] if close is None else close]))
+        if close is None and not commas.size and not self.body[starts[0] : ends[0]].strip(_WHITESPACE):
             return starts[:0], ends[:0]
         return starts, ends
 
@@ -102,28 +111,51 @@ class Shape:
         found = np.flatnonzero((self.kind[first:stop] == ord(":")) & (self.depth[first:stop] == level))
         return int(self.at[first + found[0]]) if found.size else None
 
-    def _members(self, first: int, last: int) -> Iterator[tuple[str | None, tuple[int, int]]]:
-        """An object's members: (key, byte range of the value); (None, the member's range) where it has no key."""
-        for start, end in zip(*(a.tolist() for a in self._items(first, last)), strict=True):
-            colon = self._colon(start, end, int(self.depth[first]))
+    def _member(self, start: int, end: int, level: int) -> tuple[str | None, tuple[int, int]]:
+        """(key, byte range of the value); (None, the member's range) where it has no key (a string, then a colon)."""
+        colon = self._colon(start, end, level)
+        try:
             key = self._loads(start, colon) if colon is not None else None
-            yield (key, (colon + 1, end)) if isinstance(key, str) and colon is not None else (None, (start, end))
+        except json.JSONDecodeError:
+            key = None
+        return (key, (colon + 1, end)) if isinstance(key, str) and colon is not None else (None, (start, end))
 
-    def _value(self, start: int, end: int) -> Any:
-        if end - start <= PIECE_BYTES:
-            return self._loads(start, end)
+    def _members(
+        self, starts: np.ndarray, ends: np.ndarray, level: int
+    ) -> Iterator[tuple[str | None, tuple[int, int]]]:
+        """An object's members (see :meth:`_member`)."""
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            yield self._member(start, end, level)
+
+    def _value(self, start: int, end: int, before: bytes = b"", closed: bool = True) -> Any:
+        """The value in ``[start, end)``, where ``before`` leaves a parse (b"": the top; b"[": an array's item;
+        b'{"":': a member's value) so that an error is the one json.loads gives of the whole body. ``closed=False``:
+        the container around it does not close (the body, or the container, ends or closes with the other bracket
+        at ``end``): json.loads's error comes at ``end`` at the latest, and is raised."""
+        if end - start <= PIECE_BYTES or not self._opens(start, end):
+            return self._alone(start, end, before, closed)  # a scalar more than a piece long fails or ends at once
         found = self._container(start, end)
         if found is None:
-            return self._loads(start, end)
+            return self._broken(start, end, before)
+        level = int(self.depth[found[0]])
         if self.kind[found[0]] == ord("{"):
-            parts: dict[str, Any] = {}
-            for key, (a, b) in self._members(*found):
-                if key is None:
-                    self._loads(a, b, wrap=b"{}")  # raises what json.loads says of it
-                    raise json.JSONDecodeError("Expecting ':' delimiter", "", a)
-                parts[key] = self._value(a, b)  # a member replaces one of the same key: json.loads's order
-            return parts
-        starts, ends = self._items(*found)
+            value: Any = self._object(*self._items(*found), level)
+        else:
+            value = self._array(*self._items(*found), start)
+        if not closed:
+            self._fail("Expecting ',' delimiter", end)
+        return value
+
+    def _object(self, starts: np.ndarray, ends: np.ndarray, level: int) -> dict[str, Any]:
+        parts: dict[str, Any] = {}
+        for key, (a, b) in self._members(starts, ends, level):
+            if key is None:
+                self._loads(a, b, b"{")  # raises what json.loads says of it (at the end at the latest)
+                self._fail("Expecting ':' delimiter", a)
+            parts[key] = self._value(a, b, b'{"":')  # a member replaces one of the same key: json.loads's order
+        return parts
+
+    def _array(self, starts: np.ndarray, ends: np.ndarray, start: int) -> list[Any]:
         items: list[Any] = []
         if not starts.size:
             return items
@@ -132,23 +164,64 @@ class Shape:
         cut = np.flatnonzero(big[1:] | big[:-1] | (window[1:] != window[:-1])) + 1
         for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(starts)], strict=True):
             if big[a]:
-                items.append(self._value(int(starts[a]), int(ends[a])))
+                items.append(self._value(int(starts[a]), int(ends[a]), b"["))
             elif self.body[starts[a] : ends[b - 1]].strip(_WHITESPACE):
-                items.extend(self._loads(int(starts[a]), int(ends[b - 1]), wrap=b"[]"))
+                items.extend(self._loads(int(starts[a]), int(ends[b - 1]), b"[", b"]"))
             else:  # an empty item alone in its run ("[..., ]"): "[]" would take it
-                raise json.JSONDecodeError("Expecting value", "", int(starts[a]))
+                self._fail("Expecting value", int(ends[a]))
         return items
 
-    def _loads(self, start: int, end: int, wrap: bytes = b"") -> Any:
-        """``json.loads`` of the body's bytes ``[start, end)`` (inside ``wrap``'s brackets); an error at its place in
-        the whole body."""
-        text = self.body[start:end]
+    def _broken(self, start: int, end: int, before: bytes) -> Any:
+        """``[start, end)`` opens a container that does not close as one value should: it closes and more follows,
+        closes with the other bracket, or runs to the end unclosed. Parsed a piece at a time up to json.loads's
+        error, which is raised (one json.loads of it all held the GIL, and the service, for the whole body)."""
+        first, stop = (int(i) for i in np.searchsorted(self.at, [start, end]))
+        level = int(self.depth[first])
+        dips = np.flatnonzero(self.depth[first + 1 : stop] < level)
+        last = first + 1 + int(dips[0]) if dips.size else stop
+        if last < stop and self.kind[last] == _OPEN[self.kind[first]]:  # one value, then more
+            after = int(self.at[last]) + 1
+            self._value(start, after, before)
+            rest = self.body[after:end]
+            self._fail("Expecting ',' delimiter" if before else "Extra data", end - len(rest.lstrip(_WHITESPACE)))
+        close = int(self.at[last]) + 1 if last < stop else end  # the other bracket ends its last item (an error)
+        starts, ends = self._items(first, last, close)
+        tail = int(starts[-1]), int(ends[-1])
+        if self.kind[first] == ord("{"):
+            self._object(starts[:-1], ends[:-1], level)
+            key, (a, b) = self._member(*tail, level)
+            if key is None:
+                self._loads(a, b, b"{")  # raises what json.loads says of it
+            else:
+                self._value(a, b, b'{"":', closed=False)
+        else:
+            self._array(starts[:-1], ends[:-1], start)
+            self._value(*tail, b"[", closed=False)
+        return self._alone(start, end, before)  # not reached: json.loads of it all, as a last resort
+
+    def _alone(self, start: int, end: int, before: bytes, closed: bool = True) -> Any:
+        """One json.loads of ``[start, end)`` where ``before`` leaves the parse (closed after it unless not
+        ``closed``)."""
+        if closed and before == b"[" and not self.body[start:end].strip(_WHITESPACE):  # "[ ]" would take it
+            self._fail("Expecting value", end)
+        value = self._loads(start, end, before, _AFTER[before] if closed else b"")
+        return value[0] if before == b"[" else value[""] if before else value
+
+    def _loads(self, start: int, end: int, before: bytes = b"", after: bytes = b"") -> Any:
+        """``json.loads`` of the body's bytes ``[start, end)`` (between ``before`` and ``after``); an error at its
+        place in the whole body."""
         self.pieces += 1
         try:
-            return json.loads(wrap[:1] + text + wrap[1:] if wrap else text)
+            return json.loads(before + self.body[start:end] + after)
         except json.JSONDecodeError as exc:
-            where = max(0, start + exc.pos - len(wrap[:1]))
-            raise json.JSONDecodeError(exc.msg, self.body[: where + 1].decode("utf-8", "replace"), where) from None
+            self._fail(
+                exc.msg, max(start, start + len(exc.doc[: exc.pos].encode("utf-8", "surrogatepass")) - len(before))
+            )
+
+    def _fail(self, msg: str, at: int) -> NoReturn:
+        """Raise json.loads's error ``msg`` at the body's byte ``at`` (counted in characters, as json.loads counts)."""
+        doc = self.body[:at].decode("utf-8", "replace")
+        raise json.JSONDecodeError(msg, doc, len(doc)) from None
 
 
 def parse_in_pieces(body: bytes, shape: Shape | None = None) -> Any:

@@ -80,6 +80,7 @@ def read_state(*, session: Session, job_id: str) -> JobState | None:
     job = session.get(Job, job_id, populate_existing=True)
     if job is None:
         return None
+    # The job's JSON is built apart, in app/api/job_views.py (to_job_read): a field added here goes there too.
     data = {
         "id": job.id,
         "status": job.status,

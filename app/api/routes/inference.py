@@ -9,8 +9,8 @@ from fastapi import APIRouter, Body, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 
 from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
+from app.api.job_views import to_job_read
 from app.api.json_body import OffLoopJsonRoute, Shape
-from app.api.routes.jobs import to_job_read
 from app.core.auth import Caller
 from app.schemas.inference import PREDICT_BATCH_EXAMPLE, EvaluateRequest, PredictRequest, PredictResponse
 from app.schemas.jobs import JobRead

@@ -8,52 +8,19 @@ from fastapi import APIRouter, Query, Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import CallerDep, RuntimeDep, SessionDep
+from app.api.job_views import to_job_read
 from app.api.routes.events import STREAM_CONTENT, LastEventId, follow_logs
 from app.core.jobstates import JobStatus, JobType
-from app.schemas.jobs import JobError, JobPage, JobRead, LogLine, LogsRead, MetricPoint, MetricsRead, ModelRef
-from app.services import attempts, checkpoints, jobs
+from app.schemas.jobs import JobPage, JobRead, LogLine, LogsRead, MetricPoint, MetricsRead
+from app.services import checkpoints, jobs
 from app.services.access import job_of, job_of_on_loop
 
 if TYPE_CHECKING:
     from app.core.auth import Caller
-    from app.db.models import Job
     from app.runtime import ServiceRuntime
 
 router = APIRouter(tags=["jobs"])
 INT32 = 2**31 - 1  # job_metrics.step and job_logs.id are 32-bit integer columns
-
-
-def to_job_read(job: Job) -> JobRead:
-    return JobRead(
-        id=job.id,
-        type=JobType(job.type),
-        status=JobStatus(job.status),
-        framework=job.framework,
-        name=job.name,
-        progress=job.progress,
-        progress_message=job.progress_message,
-        attempt=job.attempt,
-        max_attempts=job.max_attempts,
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        heartbeat_at=job.heartbeat_at,
-        request=job.request,
-        result=job.result,
-        error=JobError(reason=job.error_reason, message=job.error_message or "") if job.error_reason else None,
-        model=ModelRef(name=job.model_name, version=job.model_version)
-        if job.model_name and job.model_version
-        else None,
-        warnings=list(job.warnings or []),
-        attempts=attempts.history(job),
-        owner=job.owner,
-        worker_id=job.worker_id,
-        spark_app_id=job.spark_app_id,
-        slots=job.slots if job.slots is not None else 1,
-        waiting_for=job.waiting_for,
-        parent_id=job.parent_id,
-        trial=job.trial,
-    )
 
 
 @router.get("/jobs", response_model=JobPage, summary="List jobs, newest first")

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Response, status
 
 from app.api.deps import CallerDep, IdempotencyKey, RuntimeDep
-from app.api.routes.jobs import to_job_read
+from app.api.job_views import to_job_read
 from app.schemas.jobs import JobRead
 from app.schemas.tune import TUNE_EXAMPLE, TuneRequest
 from app.services import spaces

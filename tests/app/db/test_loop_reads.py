@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from app.api.routes.jobs import to_job_read
+from app.api.job_views import to_job_read
 from app.core.auth import ANONYMOUS, Caller
 from app.core.errors import NotFound
 from app.db.loop_reads import LoopReads
