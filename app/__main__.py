@@ -185,8 +185,9 @@ def database_problem(settings: Settings, timeout_s: int = 10) -> str | None:
                 "environment, or point SPARKTRAIN_DATABASE_URL at PostgreSQL (postgresql+psycopg://...) or "
                 "SQLite")  # fmt: skip
     try:
-        with engine.connect() as conn:  # one connection: reachable, and a schema this release knows
-            newer = _newer_schema(conn)
+        with engine.connect() as conn:  # one connection: reachable, a schema this release knows, no older release
+            newer = _newer_schema(conn)  # running on one it would migrate
+            older = None if newer else _older_drivers(conn, settings.heartbeat_stale_s, shown)
     except DBAPIError as exc:
         if sqlite:  # a file, never unreachable: the start-up's own opening says what is wrong with it
             return None
@@ -201,10 +202,21 @@ def database_problem(settings: Settings, timeout_s: int = 10) -> str | None:
     finally:
         engine.dispose()
     if newer is None:
-        return None
+        return older
     return (f"the database {shown} was migrated by a newer sparktrain (its schema revision {newer[0]}; this release's "
             f"newest is {newer[1]}).\nRun the release that migrated it (every driver on one database runs the same "
             "release), or restore the database from before that upgrade.")  # fmt: skip
+
+
+def _older_drivers(conn: Any, heartbeat_stale_s: float, shown: str) -> str | None:
+    """Drivers of an older release still running jobs on a database this release would migrate (two lines), or
+    None. The migration asks again under its lock (a traceback then); asked here first, it is two lines."""
+    from app.db.migrate import older_drivers_problem
+
+    try:
+        return older_drivers_problem(conn, heartbeat_stale_s, database=shown)
+    except Exception:
+        return None
 
 
 def _newer_schema(conn: Any) -> tuple[str, str] | None:

@@ -169,7 +169,7 @@ def start_runtime(
     if own_data in settings.data_roots:
         own_data.mkdir(parents=True, exist_ok=True)
     engine = create_db_engine(settings.database_url)
-    upgrade_database(engine)
+    upgrade_database(engine, heartbeat_stale_s=settings.heartbeat_stale_s)  # refuses while an older release runs
     db = create_sessionmaker(engine)
     owns_spark, owns_celery = spark is None, celery is None
     if spark is None:
