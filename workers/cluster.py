@@ -298,17 +298,23 @@ class SlotWatch:
     def __init__(self, ctx: JobContext, needed: int) -> None:
         self.ctx, self.needed, self.current, self.fraction, self.looks = ctx, needed, "", 0.0, 0
         self.since: float | None = None  # when the wait being shown began
+        self._lock = threading.Lock()  # the block's phases and the watcher's looks, one at a time
 
     def phase(self, message: str, fraction: float = 0.0, *, said_again: bool = True) -> None:
         """``said_again``: the message comes back once a wait is over (not when the work reports its own progress
         as soon as it runs: the message would go back past it)."""
-        self.current, self.fraction = (message if said_again else ""), fraction
-        self.ctx.progress(fraction, message)
-        self.since = time.monotonic() if say_if_waiting(self.ctx, self.needed, fraction) else None
+        with self._lock:  # a look between its message and its own look left "waiting" shown with no wait counted
+            self.current, self.fraction = (message if said_again else ""), fraction
+            self.ctx.progress(fraction, message)
+            self.since = time.monotonic() if say_if_waiting(self.ctx, self.needed, fraction) else None
 
     def look(self) -> None:
         """Say that the job waits once it did on two looks in a row, and that the wait is over once its tasks run or
         other tasks no longer hold its slots (its stage may have run and ended between two looks)."""
+        with self._lock:
+            self._look()
+
+    def _look(self) -> None:
         ctx = self.ctx
         waiting, ours = held_by_others(ctx, self.needed)
         if self.since is not None:

@@ -145,3 +145,38 @@ def test_a_retried_job_waits_for_a_lost_executors_replacement_and_not_for_ever()
     assert once_slots(short, 2, wait_s=0.05, waiting=lambda s: None, sleep=lambda s: None).count == 1
     assert once_slots(short, 2, wait_s=60, waiting=lambda s: None, stop=lambda: True).count == 1
     assert once_slots(short, 1, wait_s=60, waiting=lambda s: os.abort()).count == 1  # enough: no wait
+
+
+def test_a_look_during_a_phase_cannot_leave_a_wait_shown_that_is_not_counted(monkeypatch: Any) -> None:
+    """The watcher's thread looked between a phase's message and the phase's own look: it said "waiting" (two looks),
+    then the phase found the slots free and forgot the wait, so nothing ever put the phase's message back while the
+    job's tasks ran (review, 2026-12-07). Phases and looks now take turns."""
+    from workers import cluster
+
+    class Tasks:
+        def __init__(self, pending: int, running: int) -> None:
+            self.pending, self.running = pending, running
+
+    state: dict[str, Any] = {"waiting": "waiting for 2 task slots held by other jobs", "ours": Tasks(1, 0)}
+    monkeypatch.setattr(cluster, "held_by_others", lambda ctx, needed: (state["waiting"], state["ours"]))
+    ctx = Ctx(None, "j" * 32)
+    watch = cluster.SlotWatch(ctx, 2)
+    real_progress = ctx.progress
+
+    def progress(fraction: float, message: str | None = None) -> None:
+        real_progress(fraction, message)
+        if message == "preparing the data":  # the watcher's two looks, from its own thread, land right here
+            looker = threading.Thread(target=lambda: (watch.look(), watch.look()))
+            looker.start()
+            looker.join(timeout=2)  # (they wait for the phase now: they run once it is done)
+            state["waiting"] = None  # ... and by the phase's own look the slots are free
+            state["looker"] = looker
+
+    ctx.progress = progress  # type: ignore[method-assign]
+    watch.phase("preparing the data")
+    state["looker"].join()
+    state["ours"] = Tasks(0, 1)  # the job's stage runs
+    for _ in range(3):
+        watch.look()
+    shown = [m for kind, m in ctx.said if kind == "progress"]
+    assert shown[-1] == "preparing the data", shown
