@@ -21,13 +21,18 @@ import errno
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
+
+if sys.platform != "win32":  # the service runs on Linux; elsewhere the cache goes without its lock
+    import fcntl
 
 T = TypeVar("T")
 _FULL = {errno.ENOSPC, errno.EDQUOT}
@@ -68,7 +73,9 @@ CACHE_BYTES = 4 << 30
 """Past this many bytes of copies a fetch evicts the least recently used ones (a checkpoint a finished job resumed
 from, a model no longer loaded), except those used in the last :data:`CACHE_IN_USE_S` seconds."""
 CACHE_IN_USE_S = 600.0
-"""A copy used this recently may still be being read (a Spark model loads its files one at a time): never evicted."""
+"""A copy used this recently may still be being read (a Spark model loads its files one at a time): never evicted.
+A partial copy (``.fetch-*``) or a copy being deleted (``*.old-*``) left unchanged this long is a killed process's
+leftover: eviction removes it."""
 
 
 def is_remote(uri: str) -> bool:
@@ -159,13 +166,21 @@ def discard_dir(uri: str | Path, *, ignore_errors: bool = True) -> None:
     if is_remote(str(uri)):
         remove_dir(str(uri))
         return
-    path = local_path(str(uri))
+    aside = _aside(local_path(str(uri)))
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=ignore_errors)
+
+
+def _aside(path: Path) -> Path | None:
+    """``path`` renamed to ``<name>.old-<hex>`` (the new name) and marked now (a cache's eviction leaves a fresh
+    one to whoever is removing it), or None when it is not there."""
     aside = path.with_name(f"{path.name}.old-{uuid.uuid4().hex[:8]}")
     try:
         os.replace(path, aside)
     except FileNotFoundError:
-        return
-    shutil.rmtree(aside, ignore_errors=ignore_errors)
+        return None
+    _touch(aside)
+    return aside
 
 
 def _fsync_tree(root: Path) -> None:
@@ -199,33 +214,62 @@ def attempt(what: str, uri: str, call: Callable[[], T]) -> T:
 def fetch_dir(uri: str) -> Path:
     """A local directory with the files at ``uri``: the directory itself when local, else a cached copy (fetched
     once per machine and URI while it stays in the cache; a directory on a store is written once and never changed
-    in place). Each use marks the copy used (its mtime); a fetch that adds one evicts others past
+    in place). Each use marks the copy used (its mtime), under the cache's shared lock so that no eviction (in
+    any process) removes a copy between that check and that mark; a fetch that adds one evicts others past
     :data:`CACHE_BYTES`."""
     if not is_remote(uri):
         return local_path(uri)
     target = _cached(uri)
-    if target.exists():
-        _touch(target)
+    if _hit(target):
         return target
     from pyarrow import fs
 
     filesystem, path = _fs(uri)
     if filesystem.get_file_info(path).type == fs.FileType.NotFound:
         raise FileNotFoundError(f"nothing at {uri}")
-    partial = Path(tempfile.mkdtemp(dir=CACHE.parent if CACHE.parent.exists() else None, prefix="fetch-"))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(dir=CACHE, prefix=".fetch-"))  # a kill leaves it to eviction
     try:
         fs.copy_files(path, str(partial), source_filesystem=filesystem, destination_filesystem=fs.LocalFileSystem())
-        CACHE.mkdir(parents=True, exist_ok=True)
+        _touch(partial)  # renamed in as used now, whatever the copy's last top-level write was
         try:
             os.replace(partial, target)
         except OSError:  # another task fetched it first
-            if not target.exists():
+            if not _hit(target):
                 raise
     finally:  # a copy that failed half way (the store went away) stays nowhere
         shutil.rmtree(partial, ignore_errors=True)
     _touch(target)
     evict_cache(keep=target)
     return target
+
+
+def _hit(target: Path) -> bool:
+    with _cache_lock(exclusive=False):
+        if not target.exists():
+            return False
+        _touch(target)
+        return True
+
+
+@contextmanager
+def _cache_lock(*, exclusive: bool) -> Iterator[None]:
+    """``CACHE/.lock`` (flock: across processes, and across opens in one): shared by a cache hit's check and mark,
+    exclusive while an eviction checks one copy's last use and renames it aside."""
+    if sys.platform == "win32":
+        yield
+        return
+    try:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        fd = os.open(CACHE / ".lock", os.O_RDONLY | os.O_CREAT, 0o666)  # (flock needs no write access)
+    except OSError:  # an unwritable cache: nothing is fetched into it either
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
 
 
 def _cached(uri: str) -> Path:
@@ -239,29 +283,45 @@ def _touch(path: Path) -> None:
 
 def evict_cache(*, keep: Path | None = None, limit: int | None = None) -> list[Path]:
     """Remove the least recently used copies until the cache holds at most ``limit`` bytes (default
-    :data:`CACHE_BYTES`); ``keep`` and copies used in the last :data:`CACHE_IN_USE_S` seconds stay. Returns the
-    copies removed."""
-    import time
-
+    :data:`CACHE_BYTES`); ``keep`` and copies used in the last :data:`CACHE_IN_USE_S` seconds stay. Leftovers of
+    killed processes (``.fetch-*``, ``*.old-*``) unchanged that long are removed; newer ones count toward the bytes.
+    Returns the copies removed."""
     limit = CACHE_BYTES if limit is None else limit
-    entries = []
+    entries, total = [], 0
     try:
-        for entry in CACHE.iterdir():
-            with suppress(OSError):  # removed meanwhile by another process
-                if entry.is_dir() and not entry.is_symlink():
-                    entries.append((entry.lstat().st_mtime, _size(entry), entry))
+        names = list(CACHE.iterdir())
     except OSError:  # no cache yet
         return []
-    total, removed = sum(size for _, size, _ in entries), []
-    recent = time.time() - CACHE_IN_USE_S
+    for entry in names:
+        with suppress(OSError):  # removed meanwhile by another process
+            if not entry.is_dir() or entry.is_symlink():
+                continue
+            used, size = entry.lstat().st_mtime, _size(entry)
+            if entry.name.startswith(".fetch-") or ".old-" in entry.name:
+                if _newest(entry) < time.time() - CACHE_IN_USE_S:  # unchanged, deep down too: nobody's at it
+                    shutil.rmtree(entry, ignore_errors=True)
+                    continue
+            elif len(entry.name) == 24:
+                entries.append((used, size, entry))
+            total += size
+    removed = []
     for used, size, entry in sorted(entries, key=lambda e: e[0]):
         if total <= limit:
             break
-        if entry == keep or used > recent or len(entry.name) != 24:  # (a copy another process is removing)
+        if entry == keep or used > time.time() - CACHE_IN_USE_S:
             continue
-        discard_dir(entry)  # renamed aside first: a reader never sees half a copy under its name
+        with _cache_lock(exclusive=True):  # no hit (any process) checks and marks it meanwhile
+            try:  # read again: a hit since the listing marked it used
+                fresh = entry.lstat().st_mtime > time.time() - CACHE_IN_USE_S
+            except OSError:
+                fresh = False  # removed by another process: its bytes are gone
+            aside = None if fresh else _aside(entry)
+        if fresh:
+            continue
         total -= size
-        removed.append(entry)
+        if aside is not None:  # renamed aside under the lock; removed without it (a reader never sees half a copy)
+            shutil.rmtree(aside, ignore_errors=True)
+            removed.append(entry)
     return removed
 
 
@@ -274,6 +334,15 @@ def _size(root: Path) -> int:
             except OSError:
                 continue
     return total
+
+
+def _newest(root: Path) -> float:
+    newest = root.lstat().st_mtime
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            with suppress(OSError):
+                newest = max(newest, os.lstat(os.path.join(directory, name)).st_mtime)
+    return newest
 
 
 def remove_dir(uri: str) -> None:
