@@ -21,6 +21,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -67,8 +68,9 @@ def guarded(what: str, uri: str) -> Iterator[None]:
 
 
 LOCAL_SCHEMES = ("", "file")
-CACHE = Path(tempfile.gettempdir()) / "sparktrain-artifacts"
-"""Local copies of remote directories (:func:`fetch_dir`), one per URI, on the driver and on each executor."""
+CACHE = Path(tempfile.gettempdir()) / f"sparktrain-artifacts-{getattr(os, 'getuid', lambda: 0)()}"
+"""Local copies of remote directories (:func:`fetch_dir`), one per URI, on the driver and on each executor: one
+directory per Unix user, private to it (:func:`_own_cache`)."""
 CACHE_BYTES = 4 << 30
 """Past this many bytes of copies a fetch evicts the least recently used ones (a checkpoint a finished job resumed
 from, a model no longer loaded), except those used in the last :data:`CACHE_IN_USE_S` seconds."""
@@ -227,7 +229,7 @@ def fetch_dir(uri: str) -> Path:
     filesystem, path = _fs(uri)
     if filesystem.get_file_info(path).type == fs.FileType.NotFound:
         raise FileNotFoundError(f"nothing at {uri}")
-    CACHE.mkdir(parents=True, exist_ok=True)
+    _own_cache()
     partial = Path(tempfile.mkdtemp(dir=CACHE, prefix=".fetch-"))  # a kill leaves it to eviction
     try:
         fs.copy_files(path, str(partial), source_filesystem=filesystem, destination_filesystem=fs.LocalFileSystem())
@@ -260,8 +262,10 @@ def _cache_lock(*, exclusive: bool) -> Iterator[None]:
         yield
         return
     try:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        fd = os.open(CACHE / ".lock", os.O_RDONLY | os.O_CREAT, 0o666)  # (flock needs no write access)
+        _own_cache()
+        fd = os.open(CACHE / ".lock", os.O_RDONLY | os.O_CREAT, 0o600)  # (flock needs no write access)
+    except StorageError:  # another user's: never read from
+        raise
     except OSError:  # an unwritable cache: nothing is fetched into it either
         yield
         return
@@ -270,6 +274,20 @@ def _cache_lock(*, exclusive: bool) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # (releases the lock)
+
+
+def _own_cache() -> None:
+    """Make the cache (mode 0700) or check the one there: in a shared temporary directory, a directory of that name
+    made by another user (or one others may write to) would let them put the files of any model or checkpoint this
+    process loads. A :class:`StorageError` then (STORAGE_UNAVAILABLE), never a load from it."""
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        CACHE.mkdir(mode=0o700)
+    found = CACHE.lstat()
+    mine = not hasattr(os, "getuid") or found.st_uid == os.getuid()
+    if not stat.S_ISDIR(found.st_mode) or not mine or found.st_mode & 0o022:
+        why = "is not a directory of this user's that others cannot write to: remove it (made again, private)"
+        raise StorageError("STORAGE_UNAVAILABLE", f"the local cache of the artifact store, {CACHE}, {why}")
 
 
 def _cached(uri: str) -> Path:

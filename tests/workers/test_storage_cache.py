@@ -206,3 +206,22 @@ def test_a_fetch_killed_mid_copy_leaves_its_partial_copy_to_eviction(
     storage.evict_cache()
     assert not partial.exists()
     assert (storage.fetch_dir(uri) / "weights.bin").stat().st_size == SIZE
+
+
+def test_a_cache_others_can_write_to_is_never_read(s3_bucket: str, tmp_path: Path, cache: Path) -> None:
+    """The cache lived at one name in the shared temporary directory: a directory of that name made by another user
+    (or one open to others' writes) would let them put the files of any model or checkpoint a job loads. It is one
+    per user now, made private, and a cache that is not is refused rather than read."""
+    uri = _published(s3_bucket, tmp_path, "model")
+    copy = storage.fetch_dir(uri)
+    assert cache.stat().st_mode & 0o777 == 0o700, oct(cache.stat().st_mode)
+    os.chmod(cache, 0o777)  # as a directory another user made would be to us, or one any user may write to
+    (copy / "weights.bin").write_bytes(b"planted")
+    with pytest.raises(storage.StorageError, match="not a directory of this user's that others cannot write to"):
+        storage.fetch_dir(uri)
+    os.chmod(cache, 0o700)
+    assert (storage.fetch_dir(uri) / "weights.bin").read_bytes() == b"planted"  # (ours again: read as it is)
+
+
+def test_the_default_cache_is_one_per_user() -> None:
+    assert storage.CACHE.name == f"sparktrain-artifacts-{os.getuid()}"
