@@ -8,7 +8,13 @@ it, pyarrow drops it: ``C:\\temp``), or quoted and closed right before the separ
 Excel, R). Without that option Spark reads a doubled quote as two quotes and, the field not being closed where the
 quote is, the value raw up to the next separator: ``"East ""side"" 1, st"`` is the two fields ``"East ""side"" 1``
 and `` st"``, where pyarrow reads one, ``East "side" 1, st``. A quote left open at the line's end is a malformed
-line, which the driver's summary reads as Spark does.
+line to Spark, which ends the value there; pyarrow reads on past the line's end for the closing quote (the rest of
+the file, or the lines up to the next quote, in one value): only the driver's summary, which parses such lines
+itself, reads them as Spark does (``open_quotes``).
+
+A file's verdict is kept for its path, size and modification time (a column's values are read once per request
+for each categorical column: the check ran again each time), and text with neither the quote nor the escape
+character (nor a lone carriage return) is alike without the pattern.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ _BLOCK = 8 << 20
 
 
 @lru_cache(maxsize=32)
-def _odd_line(sep: str, quote: str, escape: str, comment: str) -> re.Pattern[str]:
+def _odd_line(sep: str, quote: str, escape: str, comment: str, open_quotes: bool) -> re.Pattern[str]:
     """The start of a line the two readers may read differently (a line that is not of the form above)."""
     s, q, e = re.escape(sep), re.escape(quote), re.escape(escape)
     escaping = bool(escape) and escape != quote
@@ -33,45 +39,82 @@ def _odd_line(sep: str, quote: str, escape: str, comment: str) -> re.Pattern[str
         content = rf"(?:[^{q}{e}\r\n]|{e}[{q}{e}])" if escaping else rf"(?:[^{q}\r\n]|{q}{q})"
         unquoted = rf"(?:[^{s}{q}{e}\r\n][^{s}{e}\r\n]*)?" if escaping else rf"(?:[^{s}{q}\r\n][^{s}\r\n]*)?"
         field = rf"(?>{q}{content}*+{q}|{unquoted})"
-        line = rf"(?:{field}{s})*+(?:{field}|{q}{content}*+)"  # the last: a quote left open (a malformed line)
+        last = rf"(?:{field}|{q}{content}*+)" if open_quotes else field  # a quote left open (a malformed line)
+        line = rf"(?:{field}{s})*+{last}"
     skipped = rf"{re.escape(comment)}[^\n]*|" if comment else ""
     return re.compile(rf"^(?!(?:{skipped}{line})\r?$)", re.MULTILINE)
 
 
-def _pattern(options: dict[str, str]) -> re.Pattern[str] | None:
-    """The pattern for CSV reader options (lower-cased names); None when the driver does not read such text."""
+def _reader(options: dict[str, str]) -> tuple[str, str, str, str] | None:
+    """(separator, quote, escape, comment) of CSV reader options (lower-cased names); None when the driver does not
+    read such text."""
     sep = options.get("sep", options.get("delimiter", ","))
     quote, escape = options.get("quote", '"'), options.get("escape", "\\")
     comment = options.get("comment", "")
     if len(sep) != 1 or len(quote) > 1 or len(escape) > 1 or len(comment) > 1:
         return None
-    return _odd_line(sep, quote, escape, comment)
+    return sep, quote, escape, comment
 
 
-def reads_alike(text: str, options: dict[str, str]) -> bool:
+def _plain(text: str, quote: str, escape: str, end: int) -> bool:
+    """Whether ``text[:end]`` holds neither the quote nor the escape character, nor a carriage return but before a
+    line feed: every such line is of the form above (its fields unquoted, the pattern's comment lines only add
+    lines that match), checked at C speed."""
+    if (quote and text.find(quote, 0, end) >= 0) or (escape and text.find(escape, 0, end) >= 0):
+        return False
+    return text.find("\r", 0, end) < 0 or text.count("\r", 0, end) == text.count("\r\n", 0, end)
+
+
+def reads_alike(text: str, options: dict[str, str], *, open_quotes: bool = False) -> bool:
     """Whether CSV text (whole lines) reads the same on the driver as in Spark with these reader options
-    (lower-cased names)."""
-    pattern = _pattern(options)
-    return pattern is not None and pattern.search(text) is None
+    (lower-cased names); ``open_quotes``: a quote left open at a line's end counts as alike (for a reader that
+    parses such lines as Spark does)."""
+    reader = _reader(options)
+    if reader is None:
+        return False
+    if _plain(text, reader[1], reader[2], len(text)):
+        return True
+    return _odd_line(*reader, open_quotes).search(text) is None
 
 
-def files_read_alike(files: list[Path], options: dict[str, str], encoding: str) -> bool:
-    """:func:`reads_alike` for every line of the files, read a block of whole lines at a time."""
-    pattern = _pattern(options)
-    if pattern is None:
+def files_read_alike(files: list[Path], options: dict[str, str], encoding: str, *, open_quotes: bool = False) -> bool:
+    """:func:`reads_alike` for every line of the files, read a block of whole lines at a time; the verdict is kept
+    while no file changes (its path, size and modification time)."""
+    reader = _reader(options)
+    if reader is None:
         return False
     try:
-        for file in files:
-            with file.open(encoding=encoding, errors="replace", newline="") as f:
-                rest = ""
-                while block := f.read(_BLOCK):
-                    text = rest + block
-                    end = text.rfind("\n") + 1
-                    if pattern.search(text, 0, end) is not None:
-                        return False
-                    rest = text[end:]
-                if rest and pattern.search(rest) is not None:
-                    return False
+        stamps = tuple((str(file), *_stamp(file)) for file in files)
+    except OSError:
+        return False
+    return _verdict(stamps, reader, encoding, open_quotes)
+
+
+def _stamp(file: Path) -> tuple[int, int]:
+    stat = file.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+@lru_cache(maxsize=256)
+def _verdict(
+    stamps: tuple[tuple[str, int, int], ...], reader: tuple[str, str, str, str], encoding: str, open_quotes: bool
+) -> bool:
+    try:
+        return all(_scan(Path(path), reader, encoding, open_quotes) for path, _size, _mtime in stamps)
     except (OSError, LookupError):
         return False
-    return True
+
+
+def _scan(file: Path, reader: tuple[str, str, str, str], encoding: str, open_quotes: bool) -> bool:
+    """Whether every line of a file reads alike."""
+    pattern = _odd_line(*reader, open_quotes)
+    quote, escape = reader[1], reader[2]
+    with file.open(encoding=encoding, errors="replace", newline="") as f:
+        rest = ""
+        while block := f.read(_BLOCK):
+            text = rest + block
+            end = text.rfind("\n") + 1
+            if not _plain(text, quote, escape, end) and pattern.search(text, 0, end) is not None:
+                return False
+            rest = text[end:]
+        return not rest or _plain(rest, quote, escape, len(rest)) or pattern.search(rest) is None

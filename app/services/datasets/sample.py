@@ -64,9 +64,13 @@ def _sample(files: list[Path], encoding: str) -> tuple[str, bool]:
     return "".join(parts), True
 
 
-def text_schema(files: list[Path], fmt: str, options: dict[str, str]) -> tuple[dict[str, str], bool] | None:
+def text_schema(
+    files: list[Path], fmt: str, options: dict[str, str], *, open_quotes: bool = False
+) -> tuple[dict[str, str], bool] | None:
     """(column -> Spark type as Spark would infer it from the sample, whether the sample is all the data); None
-    when Spark must read it (options not known here, text pyarrow cannot read)."""
+    when Spark must read it (options not known here, text pyarrow cannot read). ``open_quotes``: a CSV sample with
+    a quote left open at a line's end is read too (pyarrow reads on past the line: its columns' names only are
+    Spark's, for a caller that parses such lines itself)."""
     if fmt not in ("csv", "json") or not known_options(fmt, options) or not files:
         return None
     lowered = {k.lower(): v for k, v in options.items()}
@@ -74,7 +78,7 @@ def text_schema(files: list[Path], fmt: str, options: dict[str, str]) -> tuple[d
         text, complete = _sample(files[:1] if fmt == "csv" else files, text_encoding(lowered))
     except (OSError, LookupError):
         return None
-    if fmt == "csv" and not quotes.reads_alike(text, lowered):  # Spark reads its quotes otherwise
+    if fmt == "csv" and not quotes.reads_alike(text, lowered, open_quotes=open_quotes):  # Spark reads them otherwise
         return None
     schema = _csv_schema(text, lowered) if fmt == "csv" else _json_schema(text)
     return (schema, complete) if schema is not None else None

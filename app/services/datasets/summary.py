@@ -145,9 +145,11 @@ def _csv_summary(files: list[Path], options: dict[str, str], sample_rows: int) -
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
-    inferred = text_schema(files, "csv", options)
+    inferred = text_schema(files, "csv", options, open_quotes=True)  # (a quote left open: parsed below)
     parsed = csv_options(options)
-    if inferred is None or parsed is None or not files_read_alike(files, options, text_encoding(options)):
+    if inferred is None or parsed is None:
+        return None
+    if not files_read_alike(files, options, text_encoding(options), open_quotes=True):
         return None  # (quotes or escapes Spark reads otherwise: Spark summarizes the data)
     names, (parse, convert, _read, header) = list(inferred[0]), parsed
     texts = [text for _name, text in header_names(files[0], options) or []] if header else names  # as written
