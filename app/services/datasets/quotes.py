@@ -90,17 +90,22 @@ def files_read_alike(files: list[Path], options: dict[str, str], encoding: str, 
     return _verdict(stamps, reader, encoding, open_quotes)
 
 
-def _stamp(file: Path) -> tuple[int, int]:
+def _stamp(file: Path) -> tuple[int, int, int, int]:
+    """What changes when a file is written or replaced: its size and times, and its inode (a file replaced by a
+    rename within one tick of a coarse clock keeps neither its inode nor, mostly, its change time)."""
     stat = file.stat()
-    return stat.st_size, stat.st_mtime_ns
+    return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino
 
 
 @lru_cache(maxsize=256)
 def _verdict(
-    stamps: tuple[tuple[str, int, int], ...], reader: tuple[str, str, str, str], encoding: str, open_quotes: bool
+    stamps: tuple[tuple[str, int, int, int, int], ...],
+    reader: tuple[str, str, str, str],
+    encoding: str,
+    open_quotes: bool,
 ) -> bool:
     try:
-        return all(_scan(Path(path), reader, encoding, open_quotes) for path, _size, _mtime in stamps)
+        return all(_scan(Path(path), reader, encoding, open_quotes) for path, *_ in stamps)
     except (OSError, LookupError):
         return False
 
