@@ -51,11 +51,13 @@ def reported(exc: Exception, err: Console) -> int:
     if isinstance(exc, ApiError) and exc.status >= 500:  # not 502/503/504 (Unreachable): the service failed
         request_id = exc.problem.get("request_id")
         named = f" (request id {request_id})" if request_id else ""
-        err.print(f"the service failed: {exc}{named}; report it to the service's operators", highlight=False)
+        said = exc.summary  # its field errors are not the service's failure
+        err.print(f"the service failed: {said}{named}; report it to the service's operators", highlight=False)
         return SERVICE_FAILED
     if isinstance(exc, ApiError):
         request_id = exc.problem.get("request_id")
-        said = f"{str(exc).rstrip('.')}; give a key with --api-key or SPARKTRAIN_API_KEY" if exc.status == 401 else exc
+        said = exc.summary  # the first line: the field errors follow as the CLI says them
+        said = f"{said.rstrip('.')}; give a key with --api-key or SPARKTRAIN_API_KEY" if exc.status == 401 else said
         err.print(f"refused: {said}" + (f" (request id {request_id})" if request_id else ""), highlight=False)
         fields = exc.problem.get("errors") or []
         for item in fields if len(fields) > 1 else []:  # one field is the detail already

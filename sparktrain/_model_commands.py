@@ -12,7 +12,6 @@ from urllib.parse import quote
 
 import typer
 
-from sparktrain._answers import not_the_service
 from sparktrain._app import app, err, options, out, print_json
 from sparktrain._csv import CellError, at_lines, is_stdin, model_columns, read_records, source_name, typed_rows
 from sparktrain._exits import OK
@@ -20,7 +19,7 @@ from sparktrain._help import Command, Group
 from sparktrain._outcome import submitted
 from sparktrain._refs import MODEL_NAME, NAME_RULE
 from sparktrain._table import datasets_table, models_table
-from sparktrain.client import ApiError, Client, LocalFileError, ModelRef, NotTheService, UsageError
+from sparktrain.client import ApiError, LocalFileError, ModelRef, UsageError
 
 INLINE_ROWS = 10_000
 """Rows ``predict --csv`` sends inline; more become a batch job (the service's SPARKTRAIN_MAX_PREDICT_ROWS default)."""
@@ -66,9 +65,9 @@ def delete_model(
     """Delete a model version (--version N), or the whole model with every version, alias and tag. Asks nothing:
     a job that still uses it makes the service refuse (409, exit 2); a deleted number is never given again."""
     opts = options(ctx)
-    path = _model_path(name) + (f"/versions/{version}" if version is not None else "")
+    _model_path(name)  # a name no model can have: exit 2 before any request, with the --version hint
     with opts.client() as api:
-        api.request("DELETE", path)
+        api.delete_model(name) if version is None else api.delete_version(name, version)
     said = f"model {name} version {version} deleted" if version is not None else f"model {name} deleted"
     answer = {"name": name, "version": version, "deleted": True}
     print_json(answer) if opts.json else out.print(said, highlight=False)
@@ -85,9 +84,9 @@ def tag(
 ) -> int:
     """Set a tag on a model, or on one of its versions (--version N): created, or its value replaced."""
     opts = options(ctx)
-    path = _tag_path(name, version, key)  # a key that cannot travel: exit 2 before any request
+    _tag_path(name, version, key)  # a key that cannot travel: exit 2 before any request
     with opts.client() as api:
-        answer = _json(api, "PUT", path, json={"value": value})
+        answer = api.tag(name, key, value, version=version)
     where = f"{name} version {version}" if version is not None else name
     print_json(answer) if opts.json else out.print(f"tag {key} of {where} set", highlight=False)
     return OK
@@ -102,9 +101,9 @@ def untag(
 ) -> int:
     """Remove a tag from a model, or from one of its versions (--version N); one it does not have is exit 2."""
     opts = options(ctx)
-    path = _tag_path(name, version, key)  # '..' would reach DELETE /models/NAME: exit 2 before any request
+    _tag_path(name, version, key)  # '..' would reach DELETE /models/NAME: exit 2 before any request
     with opts.client() as api:
-        api.request("DELETE", path)
+        api.untag(name, key, version=version)
     where = f"{name} version {version}" if version is not None else name
     answer = {"name": name, "version": version, "key": key, "deleted": True}
     print_json(answer) if opts.json else out.print(f"tag {key} of {where} removed", highlight=False)
@@ -140,18 +139,6 @@ def _quoted(text: str) -> str:
     return quoted.replace(".", "%2E") if not quoted.strip(".") else quoted
 
 
-def _json(api: Client, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-    """The service's answer, an object; anything else is not the service."""
-    response = api.request(method, path, **kwargs)
-    try:
-        answer = response.json()
-    except ValueError:
-        raise NotTheService(not_the_service(api.url, response)) from None
-    if not isinstance(answer, dict):
-        raise NotTheService(not_the_service(api.url, response))
-    return answer
-
-
 @app.command(cls=Command)
 def alias(
     ctx: typer.Context,
@@ -173,14 +160,15 @@ def alias(
     if ref.alias is not None or (delete and ref.version is not None):
         shape = "NAME (the model whose alias goes)" if delete else "NAME:VERSION (the version the alias names) or NAME"
         raise typer.BadParameter(f"{model!r}: give {shape}", param_hint="MODEL")
-    segment = _segment(name, "ALIAS", "an alias (it starts with a letter)")  # before any request: never '..'
+    _segment(name, "ALIAS", "an alias (it starts with a letter)")  # before any request: never '..'
     with opts.client() as api:
         if delete:
             api.delete_alias(ref.name, name)
             answer: dict[str, Any] = {"name": ref.name, "alias": name, "deleted": True}
             said = f"alias {name} of {ref.name} removed"
         elif ref.version is None:
-            answer = _json(api, "GET", f"{_model_path(ref.name)}/aliases/{segment}")
+            _model_path(ref.name)
+            answer = api.alias(ref.name, name)
             said = f"alias {name} of {ref.name} names version {answer.get('version')}"
         else:
             answer = api.set_alias(ref.name, name, int(ref.version))
