@@ -355,6 +355,8 @@ def undefined_names(source: str) -> set[str]:
             defined.add(node.name)
         elif isinstance(node, ast.arg):
             defined.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:  # except ApiError as exc:
+            defined.add(node.name)
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - defined
 
 
@@ -367,6 +369,7 @@ def test_the_python_examples_define_what_they_use(name: str) -> None:
 def test_the_name_checker_finds_an_undefined_name() -> None:
     assert undefined_names("import httpx\njob = httpx.get(f'/jobs/{job_id}')\nprint(job, e.x)") == {"job_id", "e"}
     assert not undefined_names("with open('x') as f:\n    rows = [r for r in f]\nprint(rows, len)")
+    assert not undefined_names("try:\n    pass\nexcept OSError as exc:\n    print(exc)")
 
 
 def test_the_readme_starts_with_the_two_set_up_commands() -> None:

@@ -27,16 +27,10 @@ def _program() -> str:
     return "\n".join(blocks(PAGE, "python"))
 
 
-def _undefined(source: str) -> set[str]:
-    """:func:`undefined_names`, which does not know ``except ... as exc``."""
-    caught = {n.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ExceptHandler) and n.name}
-    return undefined_names(source) - caught
-
-
 def test_the_page_defines_what_it_uses_and_calls_only_what_the_client_has() -> None:
     source = _program()
-    assert len(blocks(PAGE, "python")) >= 8 and not _undefined(source), _undefined(source)
-    assert _undefined(source + "\nprint(exc_)") == {"exc_"}
+    assert len(blocks(PAGE, "python")) >= 8 and not undefined_names(source), undefined_names(source)
+    assert undefined_names(source + "\nprint(exc_)") == {"exc_"}
     called = {
         node.attr
         for node in ast.walk(ast.parse(source))
