@@ -284,8 +284,9 @@ def _own_cache() -> None:
     with suppress(FileExistsError):
         CACHE.mkdir(mode=0o700)
     found = CACHE.lstat()
-    mine = not hasattr(os, "getuid") or found.st_uid == os.getuid()
-    if not stat.S_ISDIR(found.st_mode) or not mine or found.st_mode & 0o022:
+    if sys.platform == "win32":  # (no owners or modes as POSIX has them: every directory reads 0o777)
+        return
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o022:
         why = "is not a directory of this user's that others cannot write to: remove it (made again, private)"
         raise StorageError("STORAGE_UNAVAILABLE", f"the local cache of the artifact store, {CACHE}, {why}")
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import exists, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -188,7 +188,12 @@ def locked_model(*, session: Session, name: str, owner: str | None = None) -> Mo
     a registration and a delete take it): a write that races a delete of the model waits for it, then answers the
     404 of an unknown model instead of failing on a foreign key."""
     model = get_model(session=session, name=name, owner=owner)
-    if session.scalar(select(Model.id).where(Model.id == model.id).with_for_update()) is None:
+    if session.get_bind().dialect.name == "sqlite":  # FOR UPDATE is nothing there: a write to the row takes the
+        # database's write lock, so what the caller reads next (a count of tags) is what the last writer committed
+        locked = session.execute(text("UPDATE models SET id = id WHERE id = :id"), {"id": model.id})
+        if not locked.rowcount:  # type: ignore[attr-defined]
+            raise _no_model(session, name, owner)
+    elif session.scalar(select(Model.id).where(Model.id == model.id).with_for_update()) is None:
         raise _no_model(session, name, owner)
     return model
 
