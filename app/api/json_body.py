@@ -229,7 +229,10 @@ def parse_in_pieces(body: bytes, shape: Shape | None = None) -> Any:
     client sends); one call otherwise."""
     if json.detect_encoding(body) != "utf-8":
         return json.loads(body)
-    return (shape or Shape(body)).parse()
+    try:
+        return (shape or Shape(body)).parse()
+    except RecursionError:  # nested deeper than the pieces' descent goes (hundreds of levels): one call, as before
+        return json.loads(body)
 
 
 class _ParsedRequest(Request):

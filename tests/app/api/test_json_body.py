@@ -51,3 +51,15 @@ def test_an_arrays_length_is_read_before_anything_is_parsed() -> None:
     assert shape.pieces == 2  # the keys "model" and "instances", nothing of the values
     assert shape.length("dataframe_split", "data") == 2
     assert shape.length("e") == 0 and shape.length("model") is None and shape.length("nothing") is None
+
+
+def test_a_body_nested_deeper_than_the_pieces_go_still_parses() -> None:
+    """Past a few hundred levels around a large leaf the pieces' descent hit Python's recursion limit: a 400 for a
+    body ``json.loads`` reads (review, 2026-12-07). It is read in one call then, as every body was before."""
+    from app.api.json_body import parse_in_pieces
+
+    body: Any = [1.5] * 100_000
+    for _ in range(900):
+        body = [body]
+    raw = json.dumps(body).encode()
+    assert parse_in_pieces(raw) == json.loads(raw)
