@@ -174,8 +174,12 @@ class Client:
             return UsageError("the request was not sent: a header holds a character that is not ASCII")
         if isinstance(exc, httpx.LocalProtocolError | httpx.UnsupportedProtocol):
             return UsageError(f"the request was not sent: {self._redacted(str(exc))}")
-        if isinstance(exc, ValueError):  # json= with NaN or Infinity
-            return UsageError(f"the request was not sent: its body is not JSON: {exc}")
+        if isinstance(exc, ValueError):  # json= with NaN or Infinity: json.dumps(allow_nan=False)'s
+            return UsageError(
+                f"the request was not sent: its body is not JSON ({exc}): it holds NaN or Infinity, which JSON has no "
+                "number for; give None for a missing value (predict(model, rows) sends NaN as null) and a finite "
+                "number for an infinite one"
+            )
         return Unreachable(self._no_answer(exc))
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -245,26 +249,42 @@ class Client:
         ``result`` holds the metrics once it ended."""
         return self.submit("/evaluate", body, idempotency_key=idempotency_key)
 
-    def predict(self, model: dict[str, Any] | ModelRef | str, rows: Any = None) -> dict[str, Any]:
+    def predict(
+        self,
+        model: dict[str, Any] | ModelRef | str | None = None,
+        rows: Any = None,
+        *,
+        body: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Predictions: ``{"predictions": [...]}`` (and ``probabilities`` for a classifier).
 
         ``predict(model, rows)``: ``model`` is ``"NAME"`` (its newest version), ``"NAME:3"``, ``"NAME@ALIAS"`` or a
-        :class:`ModelRef`; ``rows`` a pandas DataFrame (sent as ``dataframe_split``: numpy cells become lists), a
-        numpy array (``instances``, in the model's feature order), a list of objects (``{column: value}``), a list
-        of lists or an object of columns (``{column: [values]}``, as ``inputs``); the columns are those of
-        :meth:`signature` (another is refused). ``predict(body)``: a whole ``POST /predict`` body
-        (docs/inference.md): inline rows answer the predictions (200); a body with a ``dataset`` queues a batch job
-        and answers the job (202)."""
+        :class:`ModelRef`; ``rows`` a pandas DataFrame (sent as ``dataframe_split``), a numpy array (``instances``,
+        in the model's feature order), a list of objects (``{column: value}``), a list of lists or an object of
+        columns (``{column: [values]}``, as ``inputs``); the columns are those of :meth:`signature` (another is
+        refused). Every float goes exactly (all its digits); NaN, NaT and None go as null, timestamps and dates as
+        ISO text (to the microsecond), numpy arrays and numbers as lists and numbers; an infinite value is a
+        :class:`UsageError`. ``predict(body)`` (or ``predict(body=...)``): a whole ``POST /predict`` body
+        (docs/inference.md), sent as it is: inline rows answer the predictions (200); a body with a ``dataset``
+        queues a batch job and answers the job (202)."""
+        if body is not None:
+            if model is not None or rows is not None:
+                raise UsageError(
+                    "predict(body=...) takes nothing else: give predict(body=body) or predict(model, rows)"
+                )
+            model = body
         if isinstance(model, dict):
             if rows is not None:
                 raise UsageError("predict(body) takes no rows: give predict(body) or predict(model, rows)")
-            body = model
+            sent = model
         else:
+            if model is None:
+                raise UsageError("predict() needs a model and rows: predict(model, df), or a whole body: predict(body)")
             if rows is None:
                 raise UsageError(f"predict({model!r}) needs rows: predict(model, df), or a whole body: predict(body)")
-            body = {"model": self._ref(model).selector(), **rows_member(rows)}
-        fields = shapes.JOB if "dataset" in body else {"predictions": list}
-        return self._shaped("POST", "/predict", fields, json=body)
+            sent = {"model": self._ref(model).selector(), **rows_member(rows)}
+        fields = shapes.JOB if "dataset" in sent else {"predictions": list}
+        return self._shaped("POST", "/predict", fields, json=sent)
 
     def job(self, job_id: str) -> dict[str, Any]:
         """One job (``GET /jobs/{id}``): ``status`` (``QUEUED``, ``RUNNING``, ``SUCCEEDED``, ``FAILED``,
@@ -440,7 +460,8 @@ class Client:
 
         ``on_event``: called with each :class:`Event` as it comes (``state`` events carry ``progress`` and
         ``message``: a progress bar's). ``timeout``: seconds to wait at most (None: as long as the job runs); past
-        it :class:`JobTimeout` (a ``TimeoutError``) names the job and its last status, and the job goes on.
+        it :class:`JobTimeout` (a ``TimeoutError``) names the job and its last status, and the job goes on; a job
+        that has ended by then is returned however short the timeout (``timeout=0`` too).
         ``raise_on_failure``: a job that ends ``FAILED`` or ``CANCELLED`` raises :class:`JobFailed` with its
         ``reason`` and ``message`` instead of being returned."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -453,8 +474,11 @@ class Client:
                 last: dict[str, Any] | None = self.job(job_id)
             except SparktrainError:
                 last = None
-            raise JobTimeout(job_id, float(timeout or 0), last) from None
-        final = self.job(job_id)
+            if last is None or last["status"] not in ENDED:
+                raise JobTimeout(job_id, float(timeout or 0), last) from None
+            final = last  # it had ended already: the timeout was shorter than one look at it
+        else:
+            final = self.job(job_id)
         if raise_on_failure and final["status"] in FAILED_OR_CANCELLED:
             raise JobFailed(final)
         return final

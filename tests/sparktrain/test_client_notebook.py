@@ -6,6 +6,7 @@ timeout and raising on failure; ``help()``'s docstrings, the repr and the versio
 from __future__ import annotations
 
 import inspect
+import json
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +78,9 @@ def test_predict_takes_a_dataframe_an_array_and_lists(svc: Service, taxi: dict[s
         assert api.predict("nb-taxi", rows.to_dict("list"))["predictions"] == pytest.approx(wanted)  # columns
         body = {"model": {"name": "nb-taxi"}, "dataframe_records": rows.to_dict("records")}
         assert api.predict(body)["predictions"] == pytest.approx(wanted)  # the body form, as the CLI sends it
+        assert api.predict(body=body)["predictions"] == pytest.approx(wanted)  # its name before predict(model, rows)
+        with pytest.raises(UsageError, match="takes nothing else"):
+            api.predict("nb-taxi", rows, body=body)
         with pytest.raises(ApiError) as missing:
             api.predict("nb-taxi@nope", rows)
         assert missing.value.status == 404 and "nope" in str(missing.value)
@@ -99,6 +103,31 @@ def test_a_body_json_cannot_carry_is_a_usage_error_that_says_the_fix(svc: Servic
         assert "int64" in str(array.value) and "int(x)" in str(array.value), array.value
         with pytest.raises(UsageError, match="ndarray"):
             api.request("POST", "/predict", json={"instances": np.zeros((2, 2))})
+
+
+def test_the_rows_go_exactly_and_nan_reaches_the_service_as_null(
+    svc: Service, taxi: dict[str, Any], rows: pd.DataFrame
+) -> None:
+    """The body on the wire holds every float's every digit (``to_json`` sent 0.123456789 for 0.12345678901234567);
+    NaN in an array, which the client refused ("Out of range float values"), goes as null as from a DataFrame, and
+    the service names the column it refuses."""
+    sent: list[bytes] = []
+    exact = rows.copy()
+    exact["trip_distance"] = [0.12345678901234567, 1e-13, 1 / 3, 2.5, 10.0]
+    with Client(svc.url) as api:
+        api._http.event_hooks["request"] = [lambda request: sent.append(request.read())]
+        assert len(api.predict("nb-taxi", exact)["predictions"]) == 5
+        split = json.loads(sent[-1])["dataframe_split"]
+        assert split["columns"] == list(exact.columns)
+        at = split["columns"].index("trip_distance")
+        assert [row[at] for row in split["data"]] == exact["trip_distance"].tolist()  # Python floats: bit-exact
+        gap = exact.to_numpy()
+        gap[2, at] = np.nan
+        for given in (gap, gap.tolist(), pd.DataFrame(gap, columns=exact.columns)):
+            with pytest.raises(ApiError) as refused:
+                api.predict("nb-taxi", given)
+            assert refused.value.status == 422 and "trip_distance" in str(refused.value), refused.value
+            assert b"null" in sent[-1] and b"NaN" not in sent[-1]
 
 
 def test_a_dataframe_with_numpy_array_cells_is_predicted(svc: Service) -> None:
@@ -202,6 +231,19 @@ def test_wait_with_a_timeout_names_the_job_and_its_status(svc: Service) -> None:
         assert api.wait(queued, timeout=600)["status"] == "CANCELLED"
 
 
+def test_wait_returns_a_job_that_has_ended_however_short_the_timeout(svc: Service) -> None:
+    """A finished job with a timeout shorter than one round trip raised "did not end within 0.01 s (it is
+    SUCCEEDED)"."""
+    done = _made(svc, "SUCCEEDED", "nb-done")
+    failed = _made(svc, "FAILED", "nb-failed-late", error_reason="BAD_ROWS", error_message="row 1")
+    with Client(svc.url) as api:
+        for timeout in (0, 0.001):
+            assert api.wait(done, timeout=timeout)["status"] == "SUCCEEDED"
+            assert api.wait(failed, timeout=timeout)["status"] == "FAILED"
+            with pytest.raises(JobFailed, match="BAD_ROWS"):
+                api.wait(failed, timeout=timeout, raise_on_failure=True)
+
+
 def test_wait_raises_on_failure_only_when_asked(svc: Service) -> None:
     failed = _made(svc, "FAILED", "nb-failed", error_reason="BAD_ROWS", error_message="row 3: not a number")
     with Client(svc.url) as api:
@@ -225,6 +267,7 @@ def test_help_repr_version_and_types() -> None:
     for word in ("url", "api_key", "timeout", "SPARKTRAIN_URL", "SPARKTRAIN_API_KEY"):
         assert word in (Client.__init__.__doc__ or ""), word
     assert "idempotency_key" in inspect.signature(Client.train).parameters
+    assert inspect.signature(Client.predict).parameters["body"].kind is inspect.Parameter.KEYWORD_ONLY
     with Client("http://127.0.0.1:9", api_key="s3cret-key") as api:
         assert "s3cret" not in repr(api) and "http://127.0.0.1:9" in repr(api) and "set" in repr(api)
     with Client("http://127.0.0.1:9", api_key="") as api:
