@@ -64,6 +64,7 @@ from typing import Any
 import httpx
 
 from bench.common import free_port, run_job, stop, wait_ready
+from workers.storage import tree_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -400,14 +401,7 @@ def start_driver(work: Path, port: int, ui_port: int, conf: dict[str, str]) -> s
 
 
 def _du_mb(path: Path) -> float:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:  # deleted while we walked
-                continue
-    return total / 2**20
+    return tree_bytes(path) / 2**20
 
 
 def store_full_at(samples: list[dict[str, Any]], caps: dict[str, int]) -> int | None:

@@ -315,7 +315,7 @@ def evict_cache(*, keep: Path | None = None, limit: int | None = None) -> list[P
         with suppress(OSError):  # removed meanwhile by another process
             if not entry.is_dir() or entry.is_symlink():
                 continue
-            used, size = entry.lstat().st_mtime, _size(entry)
+            used, size = entry.lstat().st_mtime, tree_bytes(entry)
             if entry.name.startswith(".fetch-") or ".old-" in entry.name:
                 if _newest(entry) < time.time() - CACHE_IN_USE_S:  # unchanged, deep down too: nobody's at it
                     shutil.rmtree(entry, ignore_errors=True)
@@ -344,7 +344,8 @@ def evict_cache(*, keep: Path | None = None, limit: int | None = None) -> list[P
     return removed
 
 
-def _size(root: Path) -> int:
+def tree_bytes(root: Path) -> int:
+    """The bytes of the files under ``root`` (those removed while it is walked left out)."""
     total = 0
     for directory, _, files in os.walk(root):
         for name in files:

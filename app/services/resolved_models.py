@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -84,12 +83,6 @@ def _gone(uri: str) -> None:
         _GONE.add(uri)
 
 
-def unload(cache: Any, uris: Iterable[str]) -> None:
-    """Drop the models loaded from ``uris`` from the driver's model cache (versions deleted): their memory is freed
-    now, not when the cache evicts them."""
-    cache.discard(*uris)
-
-
 def loaded(cache: Any, model: ModelRef, load: Any) -> Any:
     """``model`` from the driver's cache of loaded models (``load(uri)`` on a miss). Its files gone (deleted on
     another driver, which this one learns within ``ttl_s``) is a 404, not a 500. Models a resolution found deleted
@@ -98,7 +91,7 @@ def loaded(cache: Any, model: ModelRef, load: Any) -> Any:
         with _GONE_LOCK:
             gone = [uri for uri in _GONE if uri != model.uri]
             _GONE.difference_update(gone)
-        unload(cache, gone)
+        cache.discard(*gone)
     try:
         return cache.get(model.uri, lambda: load(model.uri))
     except Exception as exc:

@@ -81,14 +81,14 @@ def test_a_copy_a_fetch_hands_out_while_an_eviction_runs_stays(
     _used(a, 7200)
     _used(b, 3600)
     handed_out: list[Path] = []
-    size = storage._size
+    size = storage.tree_bytes
 
     def sized_while_a_fetch_hits(root: Path) -> int:
         if root == a and not handed_out:  # a's old last use is read; another process now loads model a
             handed_out.append(storage.fetch_dir(first))
         return size(root)
 
-    monkeypatch.setattr(storage, "_size", sized_while_a_fetch_hits)
+    monkeypatch.setattr(storage, "tree_bytes", sized_while_a_fetch_hits)
     removed = storage.evict_cache(limit=SIZE)
     assert handed_out == [a] and (a / "weights.bin").stat().st_size == SIZE
     assert removed == [b] and not b.exists()  # the bound still holds: the next least recently used went

@@ -89,17 +89,23 @@ MODEL_FILES = {"torch": ("weights.safetensors",), "xgboost": ("model.json", "car
 ``meta.json``)."""
 
 
+def missing_model_files(uri: str, framework: str) -> tuple[list[str], str]:
+    """The files of :data:`MODEL_FILES` a model directory lacks, and where, said (``<uri> is gone``, ``<uri> has no
+    ...``): for a prediction's model and a fine-tune's ``init_from`` alike."""
+    names = set(storage.list_dir(uri))
+    missing = [n for n in MODEL_FILES.get(framework, ()) if n not in names]
+    if framework == "torch" and not names & {"spec.json", "meta.json"}:
+        missing.insert(0, "spec.json")
+    return missing, (f"{uri} is gone" if not names else f"{uri} has no {', '.join(missing)}")
+
+
 def check_model_files(model: ModelRef) -> None:
     """The model's files, looked for on the driver before Spark runs: a version whose artifact directory was removed
     failed on the executors, a SPARK_ERROR with a traceback of ``load_model``. A store that cannot be reached is a
     :class:`~workers.storage.StorageError` (retried), not this."""
-    names = set(storage.list_dir(model.uri))
-    missing = [n for n in MODEL_FILES.get(model.framework, ()) if n not in names]
-    if model.framework == "torch" and not names & {"spec.json", "meta.json"}:
-        missing.insert(0, "spec.json")
+    missing, where = missing_model_files(model.uri, model.framework)
     if missing:
         which = f"checkpoint {model.checkpoint_id}" if model.checkpoint_id else f"{model.name} version {model.version}"
-        where = f"{model.uri} is gone" if not names else f"{model.uri} has no {', '.join(missing)}"
         raise JobFailure(
             "MODEL_FILES_MISSING", f"the files of {which} are missing: {where} (removed or moved since it was "
             f"registered; it needs {', '.join(missing)}): predict with another version, or train it again"

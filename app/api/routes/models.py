@@ -26,7 +26,6 @@ from app.schemas.models import (
     TagBody,
 )
 from app.services import artifacts, model_tags, models, registry_edits
-from app.services.resolved_models import unload
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -150,7 +149,7 @@ def delete_version(
     removal = registry_edits.delete_version(session=session, name=name, version=version, owner=caller.scope)
     session.commit()
     rt.resolved_models.forget(name, versions=True)  # this driver stops serving it now; another within 2 s
-    unload(rt.model_cache, removal.uris())  # and frees the memory of the loaded model now
+    rt.model_cache.discard(*removal.uris())  # and frees the memory of the loaded model now
     registry_edits.remove_files(removal, settings=settings)
     return Response(status_code=204)
 
@@ -165,7 +164,7 @@ def delete_model(name: str, session: SessionDep, caller: CallerDep, rt: RuntimeD
     removal = registry_edits.delete_model(session=session, name=name, owner=caller.scope)
     session.commit()
     rt.resolved_models.forget(name, versions=True)
-    unload(rt.model_cache, removal.uris())
+    rt.model_cache.discard(*removal.uris())
     registry_edits.remove_files(removal, settings=settings)
     return Response(status_code=204)
 

@@ -244,14 +244,15 @@ def _train(ctx: JobContext, plan: TorchPlan, slots: SlotWatch) -> JobOutcome:
 def _check_init_files(plan: TorchPlan) -> None:
     """The weights ``training.init_from`` names, looked for before Spark runs: a version deleted (or its files moved)
     after the job was planned failed on every rank with a missing-file SPARK_ERROR."""
-    from workers.training.torch.checkpoint import WEIGHTS
+    from workers.inference.batch import missing_model_files
 
     init = plan.init
     assert init is not None
-    if WEIGHTS not in storage.list_dir(init.uri):
+    missing, where = missing_model_files(init.uri, "torch")
+    if missing:
         raise JobFailure("MODEL_FILES_MISSING", f"the weights of {init.name} version {init.version} "
-                         f"(training.init_from) are gone: {init.uri} has no {WEIGHTS} (the version was deleted or "
-                         "its files moved after this job was accepted): start from another version")  # fmt: skip
+                         f"(training.init_from) are gone: {where} (the version was deleted or its files moved "
+                         "after this job was accepted): start from another version")  # fmt: skip
 
 
 def _linear_model(ctx: JobContext, plan: TorchPlan, card: dict[str, Any]) -> dict[str, Any] | None:
