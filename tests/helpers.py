@@ -210,6 +210,27 @@ def finished(svc: Service, response: httpx.Response) -> dict[str, Any]:
     return job
 
 
+def small_xgboost(name: str) -> dict[str, Any]:
+    """A 5-round xgboost regression on the shipped taxi sample, one worker: the quickest trained model a registry
+    test can own."""
+    return {
+        "name": name,
+        "framework": "xgboost",
+        "dataset": {"uri": "datasets/taxi/train.parquet", "features": TAXI_FEATURES, "label": "fare_amount",
+                    "task": "regression"},
+        "params": {"num_round": 5, "max_depth": 2, "num_workers": 1},
+    }  # fmt: skip
+
+
+@contextmanager
+def registry_world(spark: Any, base: Path, model: str) -> Iterator[dict[str, Any]]:
+    """The service with the owners' keys (:data:`OWNER_KEYS`), a client for each, and alice's ``model`` version 1,
+    trained (:func:`small_xgboost`): ``{"svc", "job", "alice", "bob", "root", ...}``."""
+    with running_service(spark, base, api_keys=OWNER_KEYS_SETTING) as svc, owner_clients(svc) as clients:
+        job = finished(svc, clients["alice"].post("/train", json=small_xgboost(model)))
+        yield {"svc": svc, "job": job, **clients}
+
+
 def spark_error(executor: str) -> BaseException:
     """What pyspark raises for a failed Spark job: an error with the py4j Java exception, whose innermost cause's
     toString is the text Spark gives an executor's Python failure."""

@@ -31,35 +31,24 @@ from app.services.model_tags import TAGS_MAX
 from app.services.resolved_models import ResolvedModels
 from tests.helpers import (
     ENDED,
-    OWNER_KEYS_SETTING,
     TAXI_FEATURES,
     Service,
     finished,
-    owner_clients,
     problem,
-    running_service,
+    registry_world,
 )
 from workers import storage
 from workers.inference.cache import ModelCache
 
 REPO = Path(__file__).resolve().parents[3]
 MODEL = "race-xgb"
-XGBOOST = {
-    "name": MODEL,
-    "framework": "xgboost",
-    "dataset": {"uri": "datasets/taxi/train.parquet", "features": TAXI_FEATURES, "label": "fare_amount",
-                "task": "regression"},
-    "params": {"num_round": 5, "max_depth": 2, "num_workers": 1},
-}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def world(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The service with keys; alice's model ``race-xgb`` version 1, trained."""
-    base = tmp_path_factory.mktemp("registry-races")
-    with running_service(spark, base, api_keys=OWNER_KEYS_SETTING) as svc, owner_clients(svc) as clients:
-        job = finished(svc, clients["alice"].post("/train", json=XGBOOST))
-        yield {"svc": svc, "job": job, **clients}
+    with registry_world(spark, tmp_path_factory.mktemp("registry-races"), MODEL) as world:
+        yield world
 
 
 def _register(world: dict[str, Any], name: str, framework: str, params: dict[str, Any], source: Path) -> int:
