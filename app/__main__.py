@@ -49,7 +49,8 @@ class DriverServer(uvicorn.Server):
         self.app = app
         self.spark_lost = False
         self._probe: asyncio.Task[bool] | None = None
-        self._hand_back: threading.Thread | None = None
+        self._hand_back_due = False
+        self._handed_back = threading.Event()
         self._exiting = False
 
     async def on_tick(self, counter: int) -> bool:
@@ -77,27 +78,29 @@ class DriverServer(uvicorn.Server):
         # signals between any two bytecodes), and it must find the first one already counted.
         second, self.should_exit = self.should_exit, True
         if second:
-            handing = self._hand_back
             if self._exiting:  # a third signal: now, whatever remains (no logging: it may have interrupted a log call)
                 os.write(2, b"another stop signal: exiting now\n")
                 os._exit(0)
-            if handing is None or not handing.is_alive():
+            if not self._hand_back_due or self._handed_back.is_set():
                 log.warning("second stop signal: exiting now")
                 logging.shutdown()
                 os._exit(0)
             # Ctrl-C twice: the jobs are being handed back (~0.1 s), which a job left RUNNING would wait for its
             # heartbeat to go stale for. Waited for on a thread, not in this handler, which may have interrupted
-            # the main thread inside a lock the hand-back needs (logging's)
+            # the main thread inside a lock the hand-back needs (logging's), or inside the first signal's handler
+            # before its hand-back thread ran (CI: a second Ctrl-C 0-50 ms after the first left the job RUNNING)
             self._exiting = True
-            threading.Thread(target=_exit_after, args=(handing,), name="exit", daemon=True).start()
+            threading.Thread(target=_exit_after, args=(self._handed_back,), name="exit", daemon=True).start()
             return
+        runtime = getattr(self.app.state, "runtime", None)
+        # due before anything that a second signal can interrupt: that one then waits for the hand-back
+        self._hand_back_due = runtime is not None
         if not self.spark_lost:  # then SPARK_LOST_LOG said it all: no signal came
             log.warning("%s: stopping; running jobs are handed back, a second signal exits once they are",
                         signal.Signals(sig).name)  # fmt: skip
-        runtime = getattr(self.app.state, "runtime", None)
         if runtime is not None:
-            self._hand_back = threading.Thread(target=runtime.begin_stop, name="hand-back", daemon=True)
-            self._hand_back.start()
+            done = self._handed_back
+            threading.Thread(target=_hand_back, args=(runtime, done), name="hand-back", daemon=True).start()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
@@ -117,10 +120,18 @@ class DriverServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def _exit_after(handing: threading.Thread) -> None:
+def _hand_back(runtime: Any, done: threading.Event) -> None:
+    """The first stop signal's hand-back of the running jobs (``begin_stop``); ``done`` is set once it ended."""
+    try:
+        runtime.begin_stop()
+    finally:
+        done.set()
+
+
+def _exit_after(handed_back: threading.Event) -> None:
     """The second stop signal's exit: once the first one's hand-back is done (at most :data:`HAND_BACK_WAIT_S`)."""
     log.warning("second stop signal: exiting once the running jobs are handed back (at most %g s)", HAND_BACK_WAIT_S)
-    handing.join(HAND_BACK_WAIT_S)
+    handed_back.wait(HAND_BACK_WAIT_S)
     logging.shutdown()
     os._exit(0)
 
@@ -397,8 +408,8 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(started.failed(), file=sys.stderr)
         sys.exit(SPARK_AWAY_EXIT)
-    if server._hand_back is not None:  # a daemon thread: the process must not end before the jobs are handed back
-        server._hand_back.join(HAND_BACK_WAIT_S)
+    if server._hand_back_due:  # on a daemon thread: the process must not end before the jobs are handed back
+        server._handed_back.wait(HAND_BACK_WAIT_S)
     runtime = getattr(app.state, "runtime", None)
     if runtime is not None:  # a signal during start-up: uvicorn skips the shutdown of what already started
         runtime.begin_stop()
