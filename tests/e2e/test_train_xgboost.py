@@ -344,7 +344,7 @@ def _progress_until_it_ends(svc: Service, job_id: str) -> tuple[list[tuple[float
     return seen, job
 
 
-@pytest.mark.parametrize(("workers", "rounds"), [(1, 8000), (2, 3000)], ids=["one-task", "xgboost-spark"])
+@pytest.mark.parametrize(("workers", "rounds"), [(1, 4000), (2, 3000)], ids=["one-task", "xgboost-spark"])
 def test_progress_moves_with_the_rounds_while_the_booster_trains(svc: Service, workers: int, rounds: int) -> None:
     """GET /jobs/{id} shows the rounds done while they run ("training: round 120 of 3000"), between the start of
     the fit (5%) and its end (85%), and the bar never goes back. The rounds take seconds on a quiet machine (one

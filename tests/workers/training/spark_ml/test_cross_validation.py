@@ -5,13 +5,13 @@ checkpoint with only the fits left, to the same table."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.job_context import QuietContext
 from workers.context import MetricPoint
 from workers.data.spec import ResolvedDataset
 from workers.training.spark_ml.driver import _cross_validate, _estimator, _evaluator
@@ -38,21 +38,16 @@ class Died(Exception):
     """The driver 'dies' right after a checkpoint."""
 
 
-class Context:
+class Context(QuietContext):
     """The part of a JobContext the cross-validation uses: progress, metrics, logs and checkpoints in lists."""
 
     job_id = "cv-test"
-    attempt = 1
-    store = None
 
     def __init__(self, spark: Any, work_dir: Path, die_after: int | None = None) -> None:
         self.spark, self.work_dir, self.die_after = spark, work_dir, die_after
         self.points: list[MetricPoint] = []
         self.lines: list[str] = []
         self.checkpoints: list[tuple[int, str]] = []
-
-    def progress(self, fraction: float, message: str | None = None) -> None:
-        assert 0 <= fraction <= 1
 
     def metrics(self, points: Iterable[MetricPoint]) -> None:
         self.points.extend(points)
@@ -65,12 +60,6 @@ class Context:
         if self.die_after is not None and len(self.checkpoints) >= self.die_after:
             raise Died
         return f"{epoch:032d}"
-
-    def check_cancelled(self) -> None:
-        return None
-
-    def cancel_grace(self, seconds: float) -> Any:
-        return nullcontext()
 
 
 @pytest.fixture(scope="module")

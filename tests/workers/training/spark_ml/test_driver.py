@@ -5,7 +5,6 @@ loud, and a binomial logistic regression of three classes refused before Spark f
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -14,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.job_context import QuietContext
 from workers.context import JobFailure, MetricPoint
 from workers.data.spec import ResolvedDataset
 from workers.training.spark_ml.driver import train
@@ -24,38 +24,19 @@ SIZES = {"low": 0.0, "mid": 1.0, "high": 2.0}
 StringIndexer default) they are ['mid', 'low', 'high'], sorted ['high', 'low', 'mid']."""
 
 
-class Context:
+class Context(QuietContext):
     """A JobContext that keeps what the driver reports in lists (no database)."""
-
-    attempt = 1
-    store = None
-    cancelled = False
 
     def __init__(self, spark: Any, work_dir: Path) -> None:
         self.spark, self.work_dir, self.job_id = spark, work_dir, "spark-ml-driver"
         self.points: list[MetricPoint] = []
         self.warnings: list[str] = []
 
-    def progress(self, fraction: float, message: str | None = None) -> None:
-        assert 0 <= fraction <= 1
-
     def metrics(self, points: Iterable[MetricPoint]) -> None:
         self.points.extend(points)
 
-    def log(self, message: str, level: str = "INFO") -> None:
-        pass
-
     def warn(self, message: str) -> None:
         self.warnings.append(message)
-
-    def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any], **_: Any) -> str:
-        return f"{epoch:032d}"
-
-    def check_cancelled(self) -> None:
-        return None
-
-    def cancel_grace(self, seconds: float) -> Any:
-        return nullcontext()
 
     def steps(self, prefix: str) -> set[int]:
         return {p.step for p in self.points if p.key.startswith(prefix)}

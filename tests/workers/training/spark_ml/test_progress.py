@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.job_context import QuietContext
 from workers.context import MetricPoint
 from workers.data.spec import ResolvedDataset
 from workers.training.spark_ml.driver import _cross_validate, _estimator, train
@@ -38,12 +38,9 @@ PLAN = SparkMLPlan(
 FIT_LINE = re.compile(r"^fit (\d+) of 6: fold (\d) of 3, maxDepth=(\d): rmse (\S+)$")
 
 
-class Context:
+class Context(QuietContext):
     """What the driver reports, in one list in the order it came: ("progress", fraction, message), ("metric",
     point), ("log", message). Its Spark jobs run in the job group named after it, as the runner's do."""
-
-    attempt = 1
-    store = None
 
     def __init__(self, spark: Any, work_dir: Path, job_id: str) -> None:
         self.spark, self.work_dir, self.job_id = spark, work_dir, job_id
@@ -62,15 +59,6 @@ class Context:
 
     def warn(self, message: str) -> None:
         self.events.append(("log", message))
-
-    def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any], **_: Any) -> str:
-        return f"{epoch:032d}"
-
-    def check_cancelled(self) -> None:
-        return None
-
-    def cancel_grace(self, seconds: float) -> Any:
-        return nullcontext()
 
     def of(self, kind: str) -> list[tuple[int, tuple[Any, ...]]]:
         return [(i, e) for i, e in enumerate(self.events) if e[0] == kind]

@@ -7,8 +7,6 @@ data" with no word of why (walkthrough on a standalone cluster, 2026-12-07)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +15,9 @@ import pandas as pd
 from app.core.settings import Settings
 from app.schemas.train import TrainRequest
 from app.services.planning.training import plan_training
+from tests.job_context import QuietContext
 from tests.workers.test_slot_watch import _hold, _until
 from workers.cluster import slot_count
-from workers.context import MetricPoint
 from workers.training.torch.config import TorchPlan
 from workers.training.torch.driver import train
 
@@ -27,13 +25,9 @@ WAITING = ("waiting for task slots: 2 of 2 are running other jobs' tasks, and th
            "when they are free")  # fmt: skip
 
 
-class Context:
+class Context(QuietContext):
     """A JobContext that keeps what the driver said, in order (no database). When the job says it prepares its
     data, another job's two tasks take both slots; they end when the job says it waits for them."""
-
-    attempt = 1
-    store = None
-    cancelled = False
 
     def __init__(self, spark: Any, work_dir: Path, job_id: str) -> None:
         self.spark, self.work_dir, self.job_id = spark, work_dir, job_id
@@ -57,23 +51,8 @@ class Context:
         sc.setJobGroup("another-job", "held tasks")
         sc.parallelize(range(2), 2).foreach(_hold(str(self.released)))
 
-    def metrics(self, points: Iterable[MetricPoint]) -> None:
-        pass
-
     def log(self, message: str, level: str = "INFO") -> None:
         self.said.append(("log", message))
-
-    def warn(self, message: str) -> None:
-        pass
-
-    def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any], **_: Any) -> str:
-        return f"{epoch:032d}"
-
-    def check_cancelled(self) -> None:
-        return None
-
-    def cancel_grace(self, seconds: float) -> Any:
-        return nullcontext()
 
 
 def _plan(spark: Any, root: Path) -> TorchPlan:

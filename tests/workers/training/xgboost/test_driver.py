@@ -5,13 +5,13 @@ rounds as done from its start rather than starting again at 0."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers import TAXI_FEATURES
+from tests.job_context import QuietContext
 from workers.context import MetricPoint
 from workers.data.spec import ResolvedDataset
 from workers.training.xgboost.driver import train
@@ -22,11 +22,8 @@ LOW, HIGH = 0.05, 0.85
 """The fit's share of the progress bar."""
 
 
-class Context:
+class Context(QuietContext):
     """A JobContext that keeps what the driver reports in lists (no database)."""
-
-    attempt = 1
-    store = None
 
     def __init__(self, spark: Any, work_dir: Path, job_id: str) -> None:
         self.spark, self.work_dir, self.job_id = spark, work_dir, job_id
@@ -41,21 +38,9 @@ class Context:
     def metrics(self, points: Iterable[MetricPoint]) -> None:
         self.points.extend(points)
 
-    def log(self, message: str, level: str = "INFO") -> None:
-        pass
-
-    def warn(self, message: str) -> None:
-        pass
-
     def checkpoint(self, epoch: int, step: int, uri: str, metrics: dict[str, Any], **_: Any) -> str:
         self.checkpoints[epoch] = uri
         return f"{epoch:032d}"
-
-    def check_cancelled(self) -> None:
-        return None
-
-    def cancel_grace(self, seconds: float) -> Any:
-        return nullcontext()
 
     def rounds_shown(self) -> list[tuple[int, float]]:
         """(rounds done, progress) of every "training: round N of M" the driver showed, in order."""
