@@ -16,7 +16,7 @@ from app.api.errors import install_error_handlers
 from app.api.event_hub import EventHub
 from app.api.http_semantics import HttpSemantics, prepare_routes
 from app.api.middleware import RequestGuard
-from app.api.openapi import install_openapi
+from app.api.openapi import install_openapi, operation_id
 from app.api.ratelimit import RateLimit
 from app.api.routes import (
     checkpoints,
@@ -92,6 +92,7 @@ def create_app(settings: Settings | None = None, *, spark: SparkSession | None =
         # that does re-send a POST's body (or turn it into a GET), and serving both spellings would give each resource
         # two URLs, which relative links, caches, public paths and the metrics' route labels would all tell apart.
         redirect_slashes=False,
+        generate_unique_id_function=operation_id,  # operationIds a generated client can name its functions after
     )
     app.add_middleware(HttpSemantics)  # innermost: HEAD as GET, strict query parameters (after the guard's 401)
     app.add_middleware(RateLimit)  # inside the guard: it needs the caller the guard identified

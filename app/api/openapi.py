@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
 
 from app.api.auth import document_security, public_paths
 from app.api.errors import PROBLEM_JSON
@@ -46,6 +48,7 @@ from app.core.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
+from app.schemas.inference import InferRequest
 from app.schemas.problems import Problem
 
 _REF = "#/components/schemas/{model}"
@@ -202,6 +205,39 @@ REQUEST_EXAMPLES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
 """Request examples of routes that do not show them themselves, by name; one of the same name is replaced."""
 
 
+OPERATION_IDS: dict[tuple[str, str], str] = {
+    ("get", "/checkpoints/{checkpoint_id}/artifact"): "download_checkpoint",
+    ("get", "/models/{name}/versions/{version}/artifact"): "download_model_version",
+    ("post", "/datasets"): "register_dataset",
+}
+"""Operation ids that are not the route function's name (two functions are named ``download``)."""
+
+COMPONENTS: tuple[type[BaseModel], ...] = (InferRequest,)
+"""Schemas of bodies that routes read by hand (FastAPI does not see them), referred to by ``$ref``."""
+
+
+def file_response(*media_types: str) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses=`` for a download: the file's media types, each a binary string (a client generator
+    reads that as a file; a media type with no schema is left out of the client)."""
+    binary = {"schema": {"type": "string", "format": "binary"}}
+    return {200: {"description": "The file.", "content": {media: binary for media in media_types}}}
+
+
+def operation_id(route: APIRoute) -> str:
+    """A route's ``operationId`` (the app's ``generate_unique_id_function``): its function's name (``v2_`` first
+    under ``/v2``), which a generated client names its function after, in place of FastAPI's ``train_train_post``."""
+    path, method = route.path_format, min(route.methods or {"GET"}).lower()
+    return OPERATION_IDS.get((method, path)) or ("v2_" + route.name if path.startswith("/v2") else route.name)
+
+
+def _add_components(definitions: dict[str, Any]) -> None:
+    for model in COMPONENTS:
+        schema = model.model_json_schema(ref_template=_REF)
+        for name, nested in schema.pop("$defs", {}).items():
+            definitions.setdefault(name, nested)
+        definitions.setdefault(model.__name__, schema)
+
+
 def kinds_of(method: str, path: str, operation: dict[str, Any], public: bool) -> list[str]:
     """Every kind of problem ``operation`` (``method`` ``path``) answers, in status order."""
     params = operation.get("parameters", [])
@@ -309,6 +345,7 @@ def document_problems(schema: dict[str, Any], public: frozenset[str] = frozenset
     problem = Problem.model_json_schema(ref_template=_REF, mode="serialization")
     definitions.update(problem.pop("$defs", {}))
     definitions["Problem"] = problem
+    _add_components(definitions)
     shared: dict[str, Any] = {}
     for path, path_item in schema.get("paths", {}).items():
         for method, operation in path_item.items():

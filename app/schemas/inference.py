@@ -134,6 +134,28 @@ class InferTensor(BaseModel):
     parameters: dict[str, Any] | None = None
 
 
+class V2ServerMetadata(BaseModel):
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class V2TensorMetadata(BaseModel):
+    name: str
+    datatype: str = Field(examples=["FP32"])
+    shape: list[int] = Field(description="-1: any size (the batch, a sequence's steps)")
+    parameters: dict[str, Any] | None = Field(None, description="`features`: the input's columns, in order.")
+
+
+class V2ModelMetadata(BaseModel):
+    name: str
+    versions: list[str]
+    platform: str = Field(examples=["sparktrain_torch"])
+    inputs: list[V2TensorMetadata] = Field(description="Empty for a model with categorical columns (`parameters`).")
+    outputs: list[V2TensorMetadata]
+    parameters: dict[str, Any] | None = Field(None, description="`v2_infer`: why infer refuses the model, if it does.")
+
+
 class InferRequest(BaseModel):
     id: str | None = None
     parameters: dict[str, Any] | None = None

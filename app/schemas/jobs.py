@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.jobstates import JobStatus, JobType
 
@@ -21,6 +21,9 @@ class ModelRef(BaseModel):
 
 
 class JobRead(BaseModel):
+    # Every member is in every answer: required in the document (a generated client's field is not ``Unset``).
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
     id: str
     type: JobType
     status: JobStatus

@@ -75,6 +75,9 @@ class ModelSignature(BaseModel):
 
 
 class ModelVersionRead(BaseModel):
+    # Every member is in every answer: required in the document (a generated client's field is not ``Unset``).
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
     name: str
     version: int
     framework: str
@@ -97,6 +100,9 @@ class ModelVersionRead(BaseModel):
 
 
 class ModelRead(BaseModel):
+    # Every member is in every answer: required in the document (a generated client's field is not ``Unset``).
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
     name: str
     owner: str
     created_at: datetime
@@ -126,6 +132,28 @@ class TagBody(Body):
         if bad is not None:
             raise ValueError(f"holds {bad!r}; a tag's value is text: no control character but tabs and line breaks")
         return value
+
+
+class ModelTagRead(BaseModel):
+    """What ``PUT /models/{name}/tags/{key}`` answers: the tag as set."""
+
+    name: str
+    key: str
+    value: str
+
+
+class VersionTagRead(ModelTagRead):
+    """What ``PUT /models/{name}/versions/{version}/tags/{key}`` answers: the tag as set."""
+
+    version: int
+
+
+class AliasRead(BaseModel):
+    """What ``PUT /models/{name}/aliases/{alias}`` answers: the version the alias now names."""
+
+    name: str
+    alias: str
+    version: int
 
 
 TAG_EXAMPLES: dict[str, dict[str, Any]] = {

@@ -164,8 +164,8 @@ def test_swagger_ui_renders_offline_and_try_it_out_posts_a_training_job(svc: Ser
     from selenium.webdriver.common.by import By
 
     browser.get(svc.url + "/docs")
-    _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "[id$='-train_train_post']"), "Swagger UI renders")
-    block = browser.find_element(By.CSS_SELECTOR, "[id$='-train_train_post']")
+    _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "[id$='-train-train']"), "Swagger UI renders")
+    block = browser.find_element(By.CSS_SELECTOR, "[id$='-train-train']")
     block.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
     _until(
         browser, lambda d: block.find_elements(By.CSS_SELECTOR, ".try-out__btn"), "the operation opens"

@@ -11,6 +11,7 @@ from app.api.deps import CallerDep, RuntimeDep, SessionDep
 from app.api.job_views import to_job_read
 from app.api.routes.events import STREAM_CONTENT, LastEventId, follow_logs
 from app.core.jobstates import JobStatus, JobType
+from app.schemas.checkpoints import CheckpointList
 from app.schemas.jobs import JobPage, JobRead, LogLine, LogsRead, MetricPoint, MetricsRead
 from app.services import checkpoints, jobs
 from app.services.access import job_of, job_of_on_loop
@@ -137,7 +138,11 @@ def cancel_job(job_id: str, session: SessionDep, rt: RuntimeDep, caller: CallerD
     return to_job_read(job)
 
 
-@router.get("/jobs/{job_id}/checkpoints", summary="Checkpoints written by a training job")
+@router.get(
+    "/jobs/{job_id}/checkpoints",
+    summary="Checkpoints written by a training job",
+    response_model=CheckpointList,
+)
 def list_checkpoints(job_id: str, session: SessionDep, caller: CallerDep) -> dict[str, list[dict[str, object]]]:
     job_of(session=session, job_id=job_id, caller=caller)
     return {"checkpoints": [checkpoints.to_dict(c) for c in checkpoints.list_for_job(session=session, job_id=job_id)]}

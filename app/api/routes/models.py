@@ -11,6 +11,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import Field
 
 from app.api.deps import CallerDep, RuntimeDep, SessionDep, SettingsDep
+from app.api.openapi import file_response
 from app.schemas.body import Body
 from app.schemas.models import (
     FAMILY_FORMATS,
@@ -18,12 +19,15 @@ from app.schemas.models import (
     TAG_FILTERS_MAX,
     TAG_KEY_RULE,
     VERSION_MAX,
+    AliasRead,
     ArtifactFormat,
     ModelPage,
     ModelRead,
     ModelSignature,
+    ModelTagRead,
     ModelVersionRead,
     TagBody,
+    VersionTagRead,
 )
 from app.services import artifacts, model_tags, models, registry_edits
 
@@ -169,7 +173,12 @@ def delete_model(name: str, session: SessionDep, caller: CallerDep, rt: RuntimeD
     return Response(status_code=204)
 
 
-@router.put("/models/{name}/tags/{key}", summary="Set a model's tag (created, or its value replaced)")
+@router.put(
+    "/models/{name}/tags/{key}",
+    summary="Set a model's tag (created, or its value replaced)",
+    response_model=None,  # documented only: the dict answers as it did (its members in its order)
+    responses={200: {"model": ModelTagRead}},
+)
 def put_model_tag(name: str, key: str, body: TagValue, session: SessionDep, caller: CallerDep) -> dict[str, Any]:
     model_tags.set_model_tag(session=session, name=name, key=key, value=body.value, owner=caller.scope)
     session.commit()
@@ -183,7 +192,12 @@ def delete_model_tag(name: str, key: str, session: SessionDep, caller: CallerDep
     return Response(status_code=204)
 
 
-@router.put("/models/{name}/versions/{version}/tags/{key}", summary="Set a version's tag (created, or replaced)")
+@router.put(
+    "/models/{name}/versions/{version}/tags/{key}",
+    summary="Set a version's tag (created, or replaced)",
+    response_model=None,
+    responses={200: {"model": VersionTagRead}},
+)
 def put_version_tag(
     name: str, version: VersionPath, key: str, body: TagValue, session: SessionDep, caller: CallerDep
 ) -> dict[str, Any]:
@@ -217,7 +231,12 @@ def get_alias(name: str, alias: str, session: SessionDep, caller: CallerDep) -> 
     return _version_read(session, models.get_alias(session=session, name=name, alias=alias, owner=caller.scope))
 
 
-@router.put("/models/{name}/aliases/{alias}", summary="Point an alias (champion, production, ...) at a version")
+@router.put(
+    "/models/{name}/aliases/{alias}",
+    summary="Point an alias (champion, production, ...) at a version",
+    response_model=None,
+    responses={200: {"model": AliasRead}},
+)
 def put_alias(
     name: str,
     alias: str,
@@ -255,7 +274,7 @@ FORMAT_HELP = (
     summary="Download the model: a .tar.gz archive, an MLflow model directory (zip) or ONNX (zip)",
     description=FORMAT_HELP,
     response_class=StreamingResponse,
-    responses={200: {"content": {"application/gzip": {}, "application/zip": {}}, "description": "The file."}},
+    responses=file_response("application/gzip", "application/zip"),
 )
 def download(
     name: str,

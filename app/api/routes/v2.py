@@ -20,7 +20,7 @@ from app.api.deps import CallerDep, RuntimeDep
 from app.api.errors import problem_response
 from app.api.json_body import INLINE_BYTES, parse_in_pieces
 from app.core.errors import AppError, ServiceUnavailable, ValidationFailed
-from app.schemas.inference import INFER_EXAMPLES, InferRequest, InferResponse
+from app.schemas.inference import INFER_EXAMPLES, InferRequest, InferResponse, V2ModelMetadata, V2ServerMetadata
 from app.services import v2_infer
 from app.services.health import readiness_of_database
 from app.spark.session import spark_alive
@@ -64,17 +64,19 @@ def ready(rt: RuntimeDep) -> Response:
     return Response(status_code=200)
 
 
-@router.get("", summary="V2 server metadata")
+@router.get("", summary="V2 server metadata", response_model=None, responses={200: {"model": V2ServerMetadata}})
 def server() -> dict[str, Any]:
     return {"name": "sparktrain", "version": "0.1.0", "extensions": []}
 
 
-@router.get("/models/{name}", summary="V2 model metadata (newest version)")
+@router.get("/models/{name}", summary="V2 model metadata (newest version)", response_model=None,
+            responses={200: {"model": V2ModelMetadata}})  # fmt: skip
 async def model_metadata(name: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
     return await _answer(request, v2_infer.metadata, db=rt.db, name=name, version=None, owner=caller.scope)
 
 
-@router.get("/models/{name}/versions/{version}", summary="V2 model metadata")
+@router.get("/models/{name}/versions/{version}", summary="V2 model metadata", response_model=None,
+            responses={200: {"model": V2ModelMetadata}})  # fmt: skip
 async def version_metadata(name: str, version: str, request: Request, rt: RuntimeDep, caller: CallerDep) -> Any:
     return await _answer(request, v2_infer.metadata, db=rt.db, name=name, version=version, owner=caller.scope)
 
@@ -99,10 +101,9 @@ async def version_ready(name: str, version: str, request: Request, rt: RuntimeDe
 
 def _infer_body() -> dict[str, Any]:
     """The request body as the OpenAPI document describes it: the body is read by hand (JSON, or JSON followed by
-    binary tensors), so FastAPI does not see it. ``InferTensor`` is a component already (``InferResponse``)."""
-    schema = InferRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    schema.pop("$defs", None)
-    media = {"schema": schema, "examples": INFER_EXAMPLES}
+    binary tensors), so FastAPI does not see it; app/api/openapi.py adds ``InferRequest`` to the components (one
+    named type for both routes, not an inline object a client generator names after each route)."""
+    media = {"schema": {"$ref": "#/components/schemas/InferRequest"}, "examples": INFER_EXAMPLES}
     return {"requestBody": {"required": True, "content": {"application/json": media}}}
 
 
