@@ -19,6 +19,7 @@ from workers.evaluation.remote import STATE_SCHEMA, model_states, sequence_state
 from workers.inference.batch import check_model_files
 from workers.inference.spec import EvaluationPlan, ModelRef
 from workers.numbers import have, n_rows, were
+from workers.spark_progress import StageProgress
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -56,26 +57,27 @@ def evaluate(ctx: JobContext, plan: EvaluationPlan) -> JobOutcome:
     ctx.progress(0.05, "evaluating")
     source = read_dataframe(ctx.spark, ds)
     dropped, parsed = 0, False
-    if ds.sequence is not None:
-        from workers.inference.sequence_frame import sequence_frame
-        from workers.inference.sequences import spec_of
+    with StageProgress(ctx, low=0.05, high=0.95, label="evaluating"):  # the bar moves with the tasks
+        if ds.sequence is not None:
+            from workers.inference.sequence_frame import sequence_frame
+            from workers.inference.sequences import spec_of
 
-        sequences, dropped = sequence_frame(ctx, ds, spec_of(ds.sequence, labelled=True), labelled=True)
-        frame = _bounded(sequences, plan.eval_workers, ctx)
-        states = sequence_states(model, ds.sequence, options, plan.batch_size)
-        collected = frame.mapInArrow(states, STATE_SCHEMA).collect()
-    elif model.framework in ("torch", "xgboost"):
-        columns, parsed = read_as_numbers(source, ds, (*model.inputs, *model.labels))
-        selected = source.select(*columns)
-        if model.categories is not None:  # a null category makes its one-hot columns null: a bad row, counted
-            selected = expand(model.categories, selected).select(*model.features, *model.labels)
-        frame = _bounded(selected, plan.eval_workers, ctx)
-        collected = frame.mapInArrow(model_states(model, options, plan.batch_size), STATE_SCHEMA).collect()
-    elif model.framework == "spark_ml":
-        frame, dropped = _spark_ml_predictions(ctx, model, source, ds)
-        collected = frame.mapInArrow(spark_ml_states(model, options), STATE_SCHEMA).collect()
-    else:
-        raise JobFailure("UNSUPPORTED", f"evaluation of {model.framework} models is not available yet")
+            sequences, dropped = sequence_frame(ctx, ds, spec_of(ds.sequence, labelled=True), labelled=True)
+            frame = _bounded(sequences, plan.eval_workers, ctx)
+            states = sequence_states(model, ds.sequence, options, plan.batch_size)
+            collected = frame.mapInArrow(states, STATE_SCHEMA).collect()
+        elif model.framework in ("torch", "xgboost"):
+            columns, parsed = read_as_numbers(source, ds, (*model.inputs, *model.labels))
+            selected = source.select(*columns)
+            if model.categories is not None:  # a null category makes its one-hot columns null: a bad row, counted
+                selected = expand(model.categories, selected).select(*model.features, *model.labels)
+            frame = _bounded(selected, plan.eval_workers, ctx)
+            collected = frame.mapInArrow(model_states(model, options, plan.batch_size), STATE_SCHEMA).collect()
+        elif model.framework == "spark_ml":
+            frame, dropped = _spark_ml_predictions(ctx, model, source, ds)
+            collected = frame.mapInArrow(spark_ml_states(model, options), STATE_SCHEMA).collect()
+        else:
+            raise JobFailure("UNSUPPORTED", f"evaluation of {model.framework} models is not available yet")
     from workers.evaluation.metrics import merge_states, results
 
     seen = sum(int(r["rows"]) for r in collected)

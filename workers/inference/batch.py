@@ -37,6 +37,7 @@ from workers.inference.remote import (
 )
 from workers.inference.spec import OUTPUT_MARKER, ModelRef, PredictionPlan
 from workers.numbers import have, n_rows, were
+from workers.spark_progress import StageProgress
 
 MARKER = OUTPUT_MARKER
 log = logging.getLogger(__name__)
@@ -52,16 +53,17 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
         return _predict_sequences(ctx, plan)
     source = read_dataframe(ctx.spark, ds)
     keyless = 0
-    if ds.bad_rows == "skip":  # a row without a key is a bad row: left out, counted
-        keyless = source.where(F.col(plan.key).isNull()).count()
-        source = source.where(F.col(plan.key).isNotNull())
-    elif source.where(F.col(plan.key).isNull()).limit(1).count():
-        raise JobFailure("BAD_ROWS", f"the key column {plan.key!r} of {ds.path} has nulls: every row needs a key; "
-                         'fill them in, or set dataset.bad_rows to "skip" to leave those rows out')  # fmt: skip
-    categories = model.categories
-    checked = model.reading(ds, label=None, extra_labels=(), weight=None)
-    width = model.width if model.card.get("array_column") else None
-    rows, usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
+    with StageProgress(ctx, low=0.05, high=CHECKED, label="checking the rows"):  # a pass over every row
+        if ds.bad_rows == "skip":  # a row without a key is a bad row: left out, counted
+            keyless = source.where(F.col(plan.key).isNull()).count()
+            source = source.where(F.col(plan.key).isNotNull())
+        elif source.where(F.col(plan.key).isNull()).limit(1).count():
+            raise JobFailure("BAD_ROWS", f"the key column {plan.key!r} of {ds.path} has nulls: every row needs a key; "
+                             'fill them in, or set dataset.bad_rows to "skip" to leave those rows out')  # fmt: skip
+        categories = model.categories
+        checked = model.reading(ds, label=None, extra_labels=(), weight=None)
+        width = model.width if model.card.get("array_column") else None
+        rows, usable, dropped = clean(ctx, source, checked, array_length=width, extra_columns=(plan.key,))
     if keyless and not usable:  # (every row is bad whatever the policy; clean saw none of these)
         more = f" and {dropped} more are bad rows" if dropped else ""
         raise JobFailure("BAD_ROWS", f"every row of {ds.path} is bad: {keyless} {have(keyless)} no key "
@@ -82,6 +84,10 @@ def predict(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
         raise JobFailure("UNSUPPORTED", f"batch prediction with {model.framework} models is not available yet")
     return _write(ctx, plan, out, dropped)
 
+
+CHECKED, WRITTEN = 0.2, 0.9
+"""The bar after the pass that counts the bad rows, and after the predictions are written (the rest: their footers
+read, the keys checked, the output published)."""
 
 MODEL_FILES = {"torch": ("weights.safetensors",), "xgboost": ("model.json", "card.json"),
                "spark_ml": ("metadata", "stages")}  # fmt: skip
@@ -117,7 +123,8 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
     partial = final.with_name(f".{final.name}.partial-{ctx.job_id}-{ctx.attempt}")
     for stale in final.parent.glob(f".{final.name}.partial-{ctx.job_id}-*"):  # earlier attempts of this job
         shutil.rmtree(stale, ignore_errors=True)
-    out.write.mode("errorifexists").parquet(str(partial))
+    with StageProgress(ctx, low=CHECKED, high=WRITTEN, label="predicting"):  # the bar moves with the tasks
+        out.write.mode("errorifexists").parquet(str(partial))
     storage.attempt("writing", str(partial), lambda: (partial / MARKER).write_text(ctx.job_id))
     if final.exists() and _writer(final) != ctx.job_id:  # early, before the footers are read
         _foreign(final, partial)

@@ -33,7 +33,7 @@ def example_rows(spark: SparkSession, ds: ResolvedDataset) -> list[Any]:
     """Up to two rows (dicts by feature column), or for sequence data one sequence (a list of steps, each a list
     of the features' values); empty when the data has none that fit or they are too large."""
     try:
-        frame = read_dataframe(spark, ds)
+        frame = _without_inference(spark, ds) or read_dataframe(spark, ds)
         if ds.sequence:
             return _sequence(frame, ds)
         rows = [r.asDict() for r in frame.select(*_as_trained(frame, ds)).limit(20).collect()]
@@ -46,6 +46,28 @@ def example_rows(spark: SparkSession, ds: ResolvedDataset) -> list[Any]:
     while good and _size([list(r.values()) for r in good]) > MAX_VALUES:
         good = good[:-1]
     return good
+
+
+_SIMPLE = ("tinyint", "smallint", "int", "bigint", "float", "double", "boolean", "string")
+
+
+def _without_inference(spark: SparkSession, ds: ResolvedDataset) -> Any:
+    """The features of CSV data read as text and cast to the types they were planned with; None where those are not
+    known. With ``inferSchema`` Spark reads every line of the files (a 370 MB CSV: 20 s, the job stuck at "saving
+    the model") before a ``limit`` reads the few rows an example needs. (JSON's inference reads every line for the
+    field names too: not avoided here.)"""
+    from dataclasses import replace
+
+    from pyspark.sql import functions as F
+
+    types = [ds.column_types.get(f, "") for f in ds.features]
+    if ds.format != "csv" or ds.sequence or not all(t in _SIMPLE for t in types):
+        return None
+    kept = {k: v for k, v in ds.options.items() if k.lower() != "inferschema"}
+    frame = read_dataframe(spark, replace(ds, options={**kept, "inferSchema": "false"}))
+    if not set(ds.features) <= set(frame.columns):
+        return None
+    return frame.select(*[F.col(f).try_cast(t).alias(f) for f, t in zip(ds.features, types, strict=True)])
 
 
 def _as_trained(frame: Any, ds: ResolvedDataset) -> list[Any]:

@@ -301,9 +301,11 @@ def max_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
 
 
 def _text_column(path: str, fmt: str, options: dict[str, str], column: str, dtype: str) -> Any:
-    """A column of local CSV / JSON-lines data, streamed with pyarrow; None when Spark must read it."""
+    """A column of local CSV / JSON-lines data, streamed with pyarrow; None when Spark must read it: also text over
+    :data:`~app.services.datasets.summary.SUMMARY_BYTES`, whose every line (and the column's every value, held at
+    once) a request would otherwise read, once per check of a label or a category (as ``count_numbers`` bounds it)."""
     found = local_text(path, options) if fmt in ("csv", "json") else None
-    if found is None or column in found[1]:
+    if found is None or column in found[1] or summary.files_bytes(found[0]) > summary.SUMMARY_BYTES:
         return None
     return sample.column_values(found[0], fmt, options, column, dtype)
 
