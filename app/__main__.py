@@ -49,8 +49,10 @@ class DriverServer(uvicorn.Server):
         self.app = app
         self.spark_lost = False
         self._probe: asyncio.Task[bool] | None = None
+        self._signalled = False
         self._hand_back_due = False
         self._handed_back = threading.Event()
+        """Set once the first stop's hand-back is done, or at once when there was nothing to hand back."""
         self._exiting = False
 
     async def on_tick(self, counter: int) -> bool:
@@ -66,22 +68,26 @@ class DriverServer(uvicorn.Server):
             if not alive and not self.should_exit and runtime is not None and not runtime.jobs.stopping:
                 log.error(SPARK_LOST_LOG, "driver")
                 self.spark_lost = True
-                self.handle_exit(signal.SIGTERM, None)
+                self.handle_exit(signal.SIGTERM, None, signalled=False)
         elif self._probe is None and (counter % round(SPARK_PROBE_S * 10) == 0 or JVM_DIED.is_set()):  # tick: 0.1 s
             runtime = getattr(self.app.state, "runtime", None)
             if runtime is not None and not runtime.jobs.stopping:  # in a thread: a hung JVM must not hang the loop
                 self._probe = asyncio.ensure_future(asyncio.to_thread(spark_alive, runtime.spark))
         return should_exit or self.should_exit
 
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+    def handle_exit(self, sig: int, frame: FrameType | None, *, signalled: bool = True) -> None:
+        """A stop signal's handler; ``signalled=False``: the Spark probe's stop, which is never a second signal."""
         # Marked before anything else: a second signal can run its handler inside this one (Python checks for
         # signals between any two bytecodes), and it must find the first one already counted.
-        second, self.should_exit = self.should_exit, True
+        second, self._signalled = self._signalled, True
+        self.should_exit = True
         if second:
+            if not signalled:  # Spark was found lost as a signal came (its handler ran in the probe's log call)
+                return
             if self._exiting:  # a third signal: now, whatever remains (no logging: it may have interrupted a log call)
                 os.write(2, b"another stop signal: exiting now\n")
                 os._exit(0)
-            if not self._hand_back_due or self._handed_back.is_set():
+            if self._handed_back.is_set():  # not before the first one decided: it may not have got that far
                 log.warning("second stop signal: exiting now")
                 logging.shutdown()
                 os._exit(0)
@@ -92,9 +98,10 @@ class DriverServer(uvicorn.Server):
             self._exiting = True
             threading.Thread(target=_exit_after, args=(self._handed_back,), name="exit", daemon=True).start()
             return
-        runtime = getattr(self.app.state, "runtime", None)
-        # due before anything that a second signal can interrupt: that one then waits for the hand-back
+        runtime = getattr(self.app.state, "runtime", None)  # Python code (Starlette's State): a signal can land in it
         self._hand_back_due = runtime is not None
+        if runtime is None:  # nothing to hand back: a second signal exits at once
+            self._handed_back.set()
         if not self.spark_lost:  # then SPARK_LOST_LOG said it all: no signal came
             log.warning("%s: stopping; running jobs are handed back, a second signal exits once they are",
                         signal.Signals(sig).name)  # fmt: skip

@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.core.logging import job_scope
 from app.core.settings import Settings
 from app.jobs.lost_messages import is_redis
-from app.jobs.runtime import JobRuntime
+from app.jobs.runtime import DriverStopping, JobRuntime
 from app.spark.session import spark_alive
 from workers.families import FRAMEWORKS, task_name
 
@@ -236,7 +236,10 @@ def register_tasks(app: Celery) -> None:
             send_job(app, task, retried, queue)
 
         with job_scope(job_id):
-            run_job(rt, job_id, queue=str(routing or rt.settings.queue), send=send)
+            try:
+                run_job(rt, job_id, queue=str(routing or rt.settings.queue), send=send)
+            except DriverStopping as exc:  # it began to stop since the check above
+                raise Reject(str(exc), requeue=True) from None
 
     options = {"bind": True, "shared": False, "acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
     for framework in FRAMEWORKS:

@@ -31,7 +31,7 @@ from app.db.base import utcnow
 from app.db.models import Job
 from app.jobs.context import DbJobContext
 from app.jobs.dispatch import TakenJob, execute
-from app.jobs.runtime import JobRuntime, RunningJob, Send, spark_call
+from app.jobs.runtime import DriverStopping, JobRuntime, RunningJob, Send, spark_call
 from app.jobs.settle import settle
 from app.jobs.watcher import Watcher
 from app.services import attempts, jobs, quotas, reconcile
@@ -44,28 +44,44 @@ def run_job(rt: JobRuntime, job_id: str, *, queue: str | None = None, send: Send
     """Entry point of every job task. A delivery that does not win QUEUED -> STARTING does nothing; one whose
     owner is over a quota leaves the job waiting in QUEUED. ``queue`` is the queue the message came from (recorded
     on the job, where its retries go); ``send`` queues a retry (default: the runtime's). A tune job's run goes on
-    on a thread of its own: this returns once it is taken."""
+    on a thread of its own: this returns once it is taken. Raises :class:`DriverStopping` once the driver is
+    stopping (its message goes back)."""
     send = send or rt.send
-    job = _take(rt, job_id, queue or rt.settings.queue)
-    if job is None:
+    if not rt.running.begin_take():
+        raise DriverStopping(f"driver {rt.worker_id} is stopping")
+    try:  # a stop that begins meanwhile waits for this (hand_back_all): a job it left STARTING had no driver
+        taken = _take_and_register(rt, job_id, queue or rt.settings.queue, send)
+    finally:
+        rt.running.end_take()
+    if taken is None:
         return
-    running = rt.running.add(job_id, job.attempt)
-    if running is None:  # the driver began to stop between the take and now
-        if send is not None:
-            reconcile.hand_back(db=rt.db, send=send, job_id=job_id, worker_id=rt.worker_id, attempt=job.attempt,
-                                default_queue=rt.settings.queue)  # fmt: skip
-        return
+    job, running = taken
     if job.type == JobType.TUNE:  # its search waits on its trials: it must not hold a consumer thread they need
         rt.detached.start(job_id, lambda: _run_to_end(rt, job, running, send))
         return
     _run_to_end(rt, job, running, send)
 
 
+def _take_and_register(
+    rt: JobRuntime, job_id: str, queue: str, send: Send | None
+) -> tuple[TakenJob, RunningJob] | None:
+    job = _take(rt, job_id, queue)
+    if job is None:
+        return None
+    running = rt.running.add(job_id, job.attempt)
+    if running is None:  # the driver began to stop between the take and now
+        if send is not None:
+            reconcile.hand_back(db=rt.db, send=send, job_id=job_id, worker_id=rt.worker_id, attempt=job.attempt,
+                                default_queue=rt.settings.queue)  # fmt: skip
+        return None
+    return job, running
+
+
 def _run_to_end(rt: JobRuntime, job: TakenJob, running: RunningJob, send: Send | None) -> None:
     try:
         _run(rt, job, running, send)
     finally:
-        rt.running.remove(job.id)
+        rt.running.remove(running)
         _wake_waiting(rt, job.owner, send)
 
 
@@ -134,7 +150,8 @@ def _run(rt: JobRuntime, job: TakenJob, running: RunningJob, send: Send | None) 
         ctx.check_cancelled()
         outcome = execute(rt, ctx, job)
     except BaseException as exc:
-        if not running.handed_back and not rt.stopping:
+        # not in a group that a later attempt of the job runs in here now (this one was given up)
+        if not running.handed_back and not rt.stopping and rt.running.get(job_id) is running:
             # a torch job's one barrier stage is over once its driver returns: nothing of it submits more
             single_stage = job.type == "train" and job.framework == "torch"
             _drain_job_group(rt, job_id, quiet_s=0.0 if single_stage else 2.0)

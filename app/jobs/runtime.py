@@ -33,6 +33,10 @@ def make_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+class DriverStopping(Exception):
+    """A delivery reached a driver that is stopping: it takes nothing, and the message goes back to the broker."""
+
+
 @dataclass
 class RunningJob:
     job_id: str
@@ -62,7 +66,31 @@ class RunningJobs:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: dict[str, RunningJob] = {}
+        self._takes = 0
+        """Deliveries between their take's start and the job's registration here (or its hand-back)."""
+        self._takes_done = threading.Condition(self._lock)
         self.stopping = threading.Event()
+
+    def begin_take(self) -> bool:
+        """A delivery is about to take its job (QUEUED -> STARTING): counted until :meth:`end_take`, so that a stop
+        waits for it (:meth:`wait_for_takes`). False once the process is stopping: its message goes back."""
+        with self._lock:
+            if self.stopping.is_set():
+                return False
+            self._takes += 1
+            return True
+
+    def end_take(self) -> None:
+        """The take that :meth:`begin_take` counted ended: its job is registered here, handed back, or not taken."""
+        with self._lock:
+            self._takes -= 1
+            self._takes_done.notify_all()
+
+    def wait_for_takes(self, timeout: float) -> bool:
+        """After :meth:`stop`: wait up to ``timeout`` seconds for the takes in flight (each then finds the process
+        stopping and hands its job back itself); returns whether none is left."""
+        with self._lock:
+            return self._takes_done.wait_for(lambda: self._takes == 0, timeout)
 
     def add(self, job_id: str, attempt: int = 1) -> RunningJob | None:
         """The job as running here; None once the process is stopping (the caller hands it back)."""
@@ -79,9 +107,12 @@ class RunningJobs:
             self.stopping.set()
             return list(self._jobs.values()) if first else []
 
-    def remove(self, job_id: str) -> None:
+    def remove(self, running: RunningJob) -> None:
+        """Forget ``running`` (not a later attempt of its job that this process took since: the reconciler may have
+        given the earlier one up while it still ran here)."""
         with self._lock:
-            self._jobs.pop(job_id, None)
+            if self._jobs.get(running.job_id) is running:
+                del self._jobs[running.job_id]
 
     def get(self, job_id: str) -> RunningJob | None:
         with self._lock:
@@ -170,7 +201,10 @@ class JobRuntime:
 
     def cancel_group(self, running: RunningJob) -> None:
         """Cancel a cancelled job's Spark job group: now, or (one timer per job) when its grace has passed and it
-        still runs. The API's cancel and the job's watcher both come here."""
+        still runs. The API's cancel and the job's watcher both come here. Not an attempt that a later one of its
+        job replaced here (the reconciler gave it up while it still ran): the group, the job's id, is theirs both."""
+        if self.running.get(running.job_id) is not running:
+            return
         if running.group_cancel_due():
             spark_call(lambda: self.spark.sparkContext.cancelJobGroup(running.job_id))
             return

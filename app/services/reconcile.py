@@ -111,10 +111,12 @@ def _reconcile_one(
             f"(last at {_iso(beat) or 'never'}); the job's driver process is gone"
         )
         status = JobStatus(job.status)
+        # as read: a heartbeat its driver, slow but alive, wrote since (PostgreSQL lets it) keeps the job its own
+        as_read = {"worker_id": job.worker_id, "attempt": job.attempt, "heartbeat_at": beat}
         try:
             with savepoint(session):
                 outcome = end_and_retry(session=session, job=job, reason="DRIVER_LOST", message=message, now=now,
-                                        sources=[status])  # fmt: skip
+                                        sources=[status], only_if=as_read)  # fmt: skip
         except Exception as exc:  # what end_and_retry wrote is undone; the job fails here instead, on its own
             if unavailable(exc):
                 raise
