@@ -6,12 +6,13 @@ from collections import Counter
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
+from typing_extensions import TypeAliasType
 
 from app.schemas.body import Body, not_text
 from app.schemas.models import ALIAS_PATTERN, VERSION_MAX
 from app.schemas.train import ID_PATTERN, NAME_PATTERN, DatasetRef
 
-MetricGroup = Literal["classification", "roc", "regression"]
+MetricGroup = TypeAliasType("MetricGroup", Literal["classification", "roc", "regression"])
 PREDICT_BATCH_EXAMPLE: dict[str, Any] = {
     "summary": "Batch: every row of a dataset, keyed by a column unique in it, written as parquet by a job",
     "description": "The key is what joins each prediction back to its row, so it must be unique: your data's id "
@@ -119,11 +120,20 @@ class PredictRequest(Body):
         return self
 
 
+class PredictedBy(BaseModel):
+    """The model that answered ``POST /predict`` (app/api/routes/inference.py, ``_predict_now``): a model version
+    (``checkpoint`` null), or a training checkpoint (``version`` null; ``name`` is its job's)."""
+
+    name: str | None = Field(examples=["taxi-fare-xgboost"])
+    version: int | None = Field(examples=[3])
+    checkpoint: str | None = Field(description="The checkpoint's id, when `model.checkpoint` chose one.")
+
+
 class PredictResponse(BaseModel):
     predictions: list[Any]
     probabilities: list[list[float]] | None = None
     class_index: list[int] | None = None
-    model: dict[str, Any]
+    model: PredictedBy
 
 
 class InferTensor(BaseModel):

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.jobstates import JobStatus, JobType
+from app.schemas.models import Framework
 
 
 class JobError(BaseModel):
@@ -27,7 +28,7 @@ class JobRead(BaseModel):
     id: str
     type: JobType
     status: JobStatus
-    framework: str | None
+    framework: Framework | None
     name: str | None
     progress: float = Field(ge=0, le=1)
     progress_message: str | None

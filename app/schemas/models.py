@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from typing_extensions import TypeAliasType
 
 from app.schemas.body import Body
 
@@ -21,8 +22,17 @@ TAG_KEY_RULE = (
 )
 TAG_FILTERS_MAX = 10
 """``GET /models?tag=``: at most this many filters (each is a subquery: 100 of them took 21 s on PostgreSQL)."""
-ArtifactFormat = Literal["archive", "mlflow", "onnx"]
+Framework = TypeAliasType("Framework", Literal["torch", "xgboost", "spark_ml"])
+"""The families a job trains (workers/families.py, ``FRAMEWORKS``); a job and a model version say which (a named
+type: one ``Framework`` schema in the OpenAPI document, for requests and answers)."""
+ArtifactFormat = TypeAliasType("ArtifactFormat", Literal["archive", "mlflow", "onnx"])
 ARTIFACT_FORMATS: tuple[str, ...] = ("archive", "mlflow", "onnx")
+ModelVersionStatus = TypeAliasType(
+    "ModelVersionStatus", Annotated[Literal["READY"], WithJsonSchema({"type": "string", "enum": ["READY"]})]
+)
+"""A version is registered READY (app/services/models.py, ``register_version``; the column's default) and stays so:
+a deleted version's row is gone. An ``enum`` in the document, not a ``const``: a generated client's enum, which a
+status added later extends."""
 FAMILY_FORMATS: dict[str, tuple[str, ...]] = {
     "torch": ("archive", "mlflow", "onnx"),
     "xgboost": ("archive", "mlflow"),
@@ -80,8 +90,8 @@ class ModelVersionRead(BaseModel):
 
     name: str
     version: int
-    framework: str
-    status: str
+    framework: Framework
+    status: ModelVersionStatus
     artifact_uri: str
     metrics: dict[str, Any]
     params: dict[str, Any] = Field(
@@ -92,7 +102,7 @@ class ModelVersionRead(BaseModel):
     job_id: str | None
     created_at: datetime
     signature: ModelSignature | None = None
-    formats: list[str] = Field(
+    formats: list[ArtifactFormat] = Field(
         default_factory=list, description="What GET .../artifact?format= can download for this version."
     )
     aliases: list[str] = Field(default_factory=list, description="The model's aliases that name this version.")

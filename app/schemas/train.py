@@ -5,12 +5,18 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
+from typing_extensions import TypeAliasType
 
 from app.schemas.body import Body, not_text
-from app.schemas.models import ALIAS_PATTERN, VERSION_MAX
+from app.schemas.models import ALIAS_PATTERN, VERSION_MAX, Framework
 from workers.training.torch.spec.optimizer import described as optimizers_described
 
-Framework = Literal["torch", "xgboost", "spark_ml"]
+# Named types (``TypeAliasType``): a schema of its own in the OpenAPI document, which a generated client names its
+# enum after (``TrainingMode``, not ``Mode1``); what is accepted and the 422 a bad value gets are those of the Literal.
+MetricMode = TypeAliasType("MetricMode", Literal["min", "max"])
+"""Whether a metric improves as it falls (min) or as it rises (max)."""
+EarlyStoppingMetric = TypeAliasType("EarlyStoppingMetric", Literal["val_loss", "val_accuracy", "val_rmse"])
+TrainingMode = TypeAliasType("TrainingMode", Literal["gradient_sharing", "parameter_averaging", "allreduce"])
 Task = Literal["classification", "regression"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"  # job, checkpoint and dataset ids (hex uuids)
@@ -107,10 +113,10 @@ class ValidationRef(Body):
 class EarlyStopping(Body):
     """torch: stop when a validation metric stops improving or time runs out (DL4J's EarlyStoppingTrainer)."""
 
-    metric: Literal["val_loss", "val_accuracy", "val_rmse"] = Field(
+    metric: EarlyStoppingMetric = Field(
         "val_loss", description="Computed after every epoch: val_loss; val_accuracy (classification), val_rmse."
     )
-    mode: Literal["min", "max"] | None = Field(None, description="Default: max for val_accuracy, else min.")
+    mode: MetricMode | None = Field(None, description="Default: max for val_accuracy, else min.")
     patience: int = Field(5, ge=1, le=100_000, description="Epochs in a row without an improvement before stopping.")
     min_delta: float = Field(0.0, ge=0, description="An improvement beats the best score by more than this.")
     max_minutes: float | None = Field(
@@ -152,7 +158,7 @@ class TrainingOptions(Body):
     optimizer: dict[str, Any] = Field(
         default_factory=lambda: {"type": "adam", "learning_rate": 0.001}, description=optimizers_described()
     )
-    mode: Literal["gradient_sharing", "parameter_averaging", "allreduce"] = "gradient_sharing"
+    mode: TrainingMode = "gradient_sharing"
     gradient_sharing: dict[str, Any] | None = Field(
         None,
         description="threshold_algorithm ({type: adaptive, initial_threshold, min_sparsity, max_sparsity, decay}, "

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from app.schemas.body import Body
-from app.schemas.train import NAME_PATTERN
+from app.schemas.train import NAME_PATTERN, MetricMode
 
 DEFAULT_TRIALS = 10
 """A search's trials where ``trials`` is left out and the sampler is not a grid."""
@@ -119,7 +119,7 @@ class TuneRequest(Body):
         description="A validation metric of the trials' results (loss, accuracy, rmse, ...); default: loss for "
         "torch, rmse for regression, accuracy for classification.",
     )
-    mode: Literal["min", "max"] | None = Field(None, description="Default: max for accuracy, f1, r2, auc; else min.")
+    mode: MetricMode | None = Field(None, description="Default: max for accuracy, f1, r2, auc; else min.")
     timeout_minutes: float | None = Field(
         None, gt=0, le=7 * 24 * 60, description="No new trial starts after this long; running ones are cancelled."
     )

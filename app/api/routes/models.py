@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, get_args
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
 from fastapi import Body as BodyOf
@@ -14,13 +14,13 @@ from app.api.deps import CallerDep, RuntimeDep, SessionDep, SettingsDep
 from app.api.openapi import file_response
 from app.schemas.body import Body
 from app.schemas.models import (
+    ARTIFACT_FORMATS,
     FAMILY_FORMATS,
     TAG_EXAMPLES,
     TAG_FILTERS_MAX,
     TAG_KEY_RULE,
     VERSION_MAX,
     AliasRead,
-    ArtifactFormat,
     ModelPage,
     ModelRead,
     ModelSignature,
@@ -285,7 +285,7 @@ def download(
     rt: RuntimeDep,
     # a string checked against the version's family (a 422 listing its formats), shown as the enum in the schema
     format: Annotated[
-        str, Query(description=FORMAT_HELP, max_length=32, json_schema_extra={"enum": list(get_args(ArtifactFormat))})
+        str, Query(description=FORMAT_HELP, max_length=32, json_schema_extra={"enum": list(ARTIFACT_FORMATS)})
     ] = "archive",
 ) -> StreamingResponse:
     row = models.get_version(session=session, name=name, version=version, owner=caller.scope)

@@ -5,20 +5,30 @@ A client generated from ``/openapi.json`` named its functions after FastAPI's op
 ``get_job_jobs__job_id__get``); answered ``GET /checkpoints/{id}``, ``GET /jobs/{id}/checkpoints``, the tag and alias
 ``PUT``s and the V2 metadata with free-form objects or ``Any`` (anonymous ``ResponseGetCheckpointCheckpoints...``
 classes); generated the V2 ``infer`` body twice, once per route, as inline classes; and left both downloads out,
-their media types having no schema. These tests read the document's properties; the last one checks that what the
-service really answers fits what the document declares.
+their media types having no schema; typed a job's and a model version's ``framework`` and ``status`` as any text,
+named the request bodies' inline enums ``Mode``, ``Mode1``, ``Mode2``, ``Metric1``, and read ``POST /predict``'s
+``model`` as a free-form object. These tests read the document's properties, and check that what the service really
+answers fits what the document declares.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
 
-from tests.helpers import TAXI_FEATURES, Service, small_xgboost
+from app.core.jobstates import JobStatus, JobType
+from app.db.models import ModelVersion
+from app.schemas.models import FAMILY_FORMATS
+from tests.helpers import TAXI_FEATURES, Service, problem, small_xgboost
+from workers.families import FRAMEWORKS
 
+ROOT = Path(__file__).resolve().parents[3]
 METHODS = {"get", "put", "post", "delete", "patch"}
 BINARY = {"type": "string", "format": "binary"}
 MODEL = "openapi-client-xgb"
@@ -119,8 +129,12 @@ def test_real_answers_fit_their_declared_schemas(service: Service, document: dic
     tagged = client.put(f"/models/{MODEL}/versions/1/tags/team", json={"value": "b"})
     assert fits("put", "/models/{name}/versions/{version}/tags/{key}", tagged)["version"] == 1
     row = dict.fromkeys(TAXI_FEATURES, 1.0)
-    predicted = client.post("/predict", json={"model": {"name": MODEL}, "dataframe_records": [row, row]})
-    assert len(fits("post", "/predict", predicted)["predictions"]) == 2
+    predicted = fits("post", "/predict", client.post("/predict", json={"model": {"name": MODEL},
+                                                                       "dataframe_records": [row, row]}))  # fmt: skip
+    assert len(predicted["predictions"]) == 2
+    assert predicted["model"] == {"name": MODEL, "version": 1, "checkpoint": None}
+    model = _resolve(document, document["components"]["schemas"]["PredictResponse"]["properties"]["model"])
+    assert set(model["properties"]) == set(model["required"]) == set(predicted["model"]), model
     evaluation = {"model": {"name": MODEL, "version": 1}, "dataset": {"uri": "datasets/taxi/eval.parquet"}}
     evaluated = service.wait(fits("post", "/evaluate", client.post("/evaluate", json=evaluation))["id"], {"SUCCEEDED"})
     assert "regression" in fits("get", "/jobs/{job_id}", client.get(f"/jobs/{evaluated['id']}"))["result"]
@@ -141,7 +155,11 @@ def test_real_answers_fit_their_declared_schemas(service: Service, document: dic
     mlp = service.done("/train", torch)
     listed = fits("get", "/jobs/{job_id}/checkpoints", client.get(f"/jobs/{mlp['id']}/checkpoints"))
     assert listed["checkpoints"], listed
-    fits("get", "/checkpoints/{checkpoint_id}", client.get(f"/checkpoints/{listed['checkpoints'][0]['id']}"))
+    checkpoint = listed["checkpoints"][0]["id"]
+    fits("get", "/checkpoints/{checkpoint_id}", client.get(f"/checkpoints/{checkpoint}"))
+    by_checkpoint = client.post("/predict", json={"model": {"checkpoint": checkpoint}, "dataframe_records": [row]})
+    assert fits("post", "/predict", by_checkpoint)["model"] == {"name": "openapi-client-mlp", "version": None,
+                                                               "checkpoint": checkpoint}  # fmt: skip
 
 
 def test_the_members_every_answer_has_are_required(document: dict[str, Any]) -> None:
@@ -150,3 +168,105 @@ def test_the_members_every_answer_has_are_required(document: dict[str, Any]) -> 
     schemas = document["components"]["schemas"]
     for name in ("JobRead", "ModelRead", "ModelVersionRead"):
         assert set(schemas[name]["properties"]) == set(schemas[name]["required"]), name
+
+
+def _resolve(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$ref`` (to a component) followed."""
+    while "$ref" in schema:
+        schema = document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+    return schema
+
+
+def _values(document: dict[str, Any], schema: dict[str, Any]) -> set[Any]:
+    """The values ``schema`` (a property's, maybe ``X | None`` or a list of X) declares: its ``enum``, or empty."""
+    schema = _resolve(document, schema)
+    if "items" in schema:
+        return _values(document, schema["items"])
+    if "anyOf" in schema:
+        return set().union(*(_values(document, s) for s in schema["anyOf"] if s.get("type") != "null"))
+    return set(schema.get("enum", ()))
+
+
+def _sent_literals(calls: set[str], keyword: str) -> set[str]:
+    """Every text constant the code in app/ and workers/ passes as ``keyword`` to one of ``calls`` (the
+    constructors of what the registry and the jobs table store)."""
+    found = set()
+    for path in [*ROOT.joinpath("app").rglob("*.py"), *ROOT.joinpath("workers").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in calls:
+                given = [k.value for k in node.keywords if k.arg == keyword]
+                found |= {v.value for v in given if isinstance(v, ast.Constant) and isinstance(v.value, str)}
+    return found
+
+
+def test_answers_that_take_a_fixed_set_of_values_declare_every_one(document: dict[str, Any]) -> None:
+    """A generated client parses an enum strictly: one that lacks a value the service sends fails on that answer, and
+    a plain string says nothing of the values. The sets come from the code: the state machine, the families a job
+    trains (workers/families.py), what the registry stores, the formats the artifact route serves."""
+    schemas = document["components"]["schemas"]
+    job, version = schemas["JobRead"]["properties"], schemas["ModelVersionRead"]["properties"]
+    assert _values(document, job["type"]) == {t.value for t in JobType}
+    assert _values(document, job["status"]) == {s.value for s in JobStatus}
+    frameworks = _sent_literals(
+        {"ModelArtifact", "ModelRef", "ModelVersion", "register_version", "submit"}, "framework"
+    )
+    assert set(FRAMEWORKS) >= frameworks and "torch" in frameworks, frameworks  # the scan found the writers
+    assert _values(document, job["framework"]) == _values(document, version["framework"]) == set(FRAMEWORKS)
+    statuses = _sent_literals({"ModelVersion"}, "status") | {ModelVersion.__table__.c.status.default.arg}
+    assert statuses and _values(document, version["status"]) >= statuses, statuses
+    served = {"archive"}.union(*FAMILY_FORMATS.values())  # app/api/routes/models.py: archive for any other family
+    assert _values(document, version["formats"]) >= served
+
+
+def test_request_enums_are_named_schemas(document: dict[str, Any]) -> None:
+    """An inline enum is named after its property, numbered when two differ (datamodel-codegen's ``Mode``, ``Mode1``
+    and ``Mode2`` for a training mode and two metric directions): those are named schemas, and no two inline enums
+    of one property name hold different values."""
+    schemas = document["components"]["schemas"]
+    named = {("EarlyStopping", "metric"): "EarlyStoppingMetric", ("EarlyStopping", "mode"): "MetricMode",
+             ("TuneRequest", "mode"): "MetricMode", ("TrainingOptions", "mode"): "TrainingMode",
+             ("EvaluateRequest", "metrics"): "MetricGroup", ("TrainRequest", "framework"): "Framework"}  # fmt: skip
+    for (model, field), name in named.items():
+        assert name in json.dumps(schemas[model]["properties"][field]), (model, field)
+        assert schemas[name]["enum"], name
+    inline: dict[str, set[tuple[Any, ...]]] = {}
+    for schema in schemas.values():
+        for field, prop in schema.get("properties", {}).items():
+            for part in [prop, prop.get("items", {}), *prop.get("anyOf", ())]:
+                if "enum" in part:
+                    inline.setdefault(field, set()).add(tuple(part["enum"]))
+    assert not {f: v for f, v in inline.items() if len(v) > 1}, inline
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "loc", "msg"),
+    [
+        ("/train", {"training": {"mode": "sync"}}, "training.mode",
+         "Input should be 'gradient_sharing', 'parameter_averaging' or 'allreduce', got \"sync\""),
+        ("/train", {"training": {"early_stopping": {"metric": "loss", "mode": "up"}}},
+         "training.early_stopping.metric", "Input should be 'val_loss', 'val_accuracy' or 'val_rmse', got \"loss\""),
+        ("/train", {"training": {"early_stopping": {"mode": "up"}}}, "training.early_stopping.mode",
+         "Input should be 'min' or 'max', got \"up\""),
+        ("/train", {"framework": "caffe"}, "framework",
+         "Input should be 'torch', 'xgboost' or 'spark_ml', got \"caffe\""),
+        ("/tune", {"mode": "up"}, "mode", "Input should be 'min' or 'max', got \"up\""),
+        ("/evaluate", {"metrics": ["regression", "mae"]}, "metrics[1]",
+         "Input should be 'classification', 'roc' or 'regression', got \"mae\""),
+    ],
+)  # fmt: skip
+def test_a_named_enum_refuses_what_its_literal_did(
+    service: Service, path: str, body: dict[str, Any], loc: str, msg: str
+) -> None:
+    """A named schema changes the document only: a value outside the set is the same 422, in the same words."""
+    torch = {"name": "enum-words", "framework": "torch", "device": "cpu",
+             "dataset": {"uri": "datasets/taxi/train.parquet", "features": TAXI_FEATURES, "label": "fare_amount"},
+             "network": {"layers": [{"type": "output", "units": 1, "activation": "identity", "loss": "mse"}]},
+             "training": {"epochs": 1}}  # fmt: skip
+    bases = {"/train": torch, "/tune": {"name": "enum-words", "base": torch,
+                                        "space": {"training.epochs": {"type": "choice", "values": [1, 2]}}},
+             "/evaluate": {"model": {"name": MODEL}, "dataset": {"uri": "datasets/taxi/eval.parquet"}}}  # fmt: skip
+    sent = {**bases[path], **body}
+    if "training" in body:
+        sent["training"] = {**torch["training"], **body["training"]}
+    errors = problem(service.client.post(path, json=sent), 422)["errors"]
+    assert [e for e in errors if e["loc"] == loc] == [{"loc": loc, "in": "body", "msg": msg, "type": "literal_error"}]
