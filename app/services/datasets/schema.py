@@ -301,12 +301,16 @@ def max_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
 
 
 def _text_column(path: str, fmt: str, options: dict[str, str], column: str, dtype: str) -> Any:
-    """A column of local CSV / JSON-lines data, streamed with pyarrow; None when Spark must read it: also text over
-    :data:`~app.services.datasets.summary.SUMMARY_BYTES`, whose every line (and the column's every value, held at
-    once) a request would otherwise read, once per check of a label or a category (as ``count_numbers`` bounds it)."""
+    """A column of local CSV / JSON-lines data, streamed with pyarrow; None when Spark must read it. Text over
+    :data:`~app.services.datasets.summary.SUMMARY_BYTES` is not read in a request (every line, and the column's every
+    value held at once, once per check of a label or a category): its plan is left to the job
+    (:class:`~app.services.datasets.deferred.DeferredCheck`), which reads the column here and makes the same checks
+    (a -1/1 or fractional class label is still refused, by the job in the request's words)."""
     found = local_text(path, options) if fmt in ("csv", "json") else None
-    if found is None or column in found[1] or summary.files_bytes(found[0]) > summary.SUMMARY_BYTES:
+    if found is None or column in found[1]:
         return None
+    if summary.files_bytes(found[0]) > summary.SUMMARY_BYTES:
+        before_spark_job(f"the values of {column!r} in {path} (over {summary.SUMMARY_BYTES >> 20} MiB of text)")
     return sample.column_values(found[0], fmt, options, column, dtype)
 
 

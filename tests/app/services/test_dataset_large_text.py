@@ -1,6 +1,6 @@
 """A request never streams a large local CSV / JSON-lines file through the API process for a column's values (the
 classes of a label, its largest value, a categorical column's levels): beyond ``summary.SUMMARY_BYTES`` those checks
-are left to the job, which reads them with Spark, as ``count_numbers`` and the registration's summary already did.
+are left to the job (its planning reads them), as ``count_numbers`` and the registration's summary already did.
 A 3-million-row CSV (250 MB) made ``POST /train`` of a classifier read every line three times in the request (the
 negative-label check, the class count) and hold the label column's 3 million strings at once."""
 
@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from app.core.errors import ValidationFailed
 from app.core.settings import Settings
 from app.schemas.train import TrainRequest
 from app.services.datasets import schema, summary
@@ -56,11 +57,36 @@ def test_a_file_over_the_bound_is_left_to_the_job(
     assert _plan(spark, data, uri).train.num_classes == 3  # the job plans it with Spark
 
 
-def test_column_values_of_a_large_file_are_not_read_on_the_driver(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_column_values_of_a_large_file_are_read_by_the_job_not_the_request(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = str(data / "rows.csv")
     options = schema.reader_options("csv", {})
     assert schema.max_value(path, "csv", options, "label") == 2
     assert sorted(schema.distinct_values(path, "csv", options, "name", limit=10) or []) == ["c0", "c1", "c2", "c3"]
     monkeypatch.setattr(summary, "SUMMARY_BYTES", (data / "rows.csv").stat().st_size - 1)
-    assert schema.max_value(path, "csv", options, "label") is schema.NOT_LOCAL
-    assert schema.distinct_values(path, "csv", options, "name", limit=10) is None
+    with request_without_spark(), pytest.raises(DeferredCheck):
+        schema.max_value(path, "csv", options, "label")
+    with request_without_spark(), pytest.raises(DeferredCheck):
+        schema.distinct_values(path, "csv", options, "name", limit=10)
+    assert schema.max_value(path, "csv", options, "label") == 2  # the job's planning reads them
+    assert len(schema.distinct_values(path, "csv", options, "name", limit=10) or []) == 4
+
+
+@pytest.mark.parametrize(("labels", "words"), [("negative", "has the class -1"), ("fractions", "holds fractions")])
+def test_the_job_still_refuses_labels_that_are_not_classes_in_a_large_file(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, labels: str, words: str
+) -> None:
+    """Review: with the request's reads bounded, a -1/1 or fractional class label in a large CSV was no longer
+    refused at all (those checks read local data only): each row became a bad row of the job."""
+    rng = np.random.default_rng(5)
+    label = np.where(np.arange(400) % 2, 1, -1) if labels == "negative" else (np.arange(400) % 3) + 0.5
+    pd.DataFrame({"a": rng.normal(size=400), "b": rng.normal(size=400), "label": label}).to_csv(
+        tmp_path / "rows.csv", index=False
+    )
+    monkeypatch.setattr(summary, "SUMMARY_BYTES", (tmp_path / "rows.csv").stat().st_size - 1)
+    with request_without_spark(), pytest.raises(DeferredCheck):  # the request accepts it and leaves it to the job
+        _plan(spark, tmp_path, "rows.csv")
+    with pytest.raises(ValidationFailed) as refused:  # the job's planning: INVALID_REQUEST in the request's words
+        _plan(spark, tmp_path, "rows.csv")
+    assert words in str(refused.value), refused.value
