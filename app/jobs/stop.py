@@ -84,13 +84,14 @@ def hand_back_all(rt: JobRuntime, *, quiet: bool = True) -> list[dict[str, Any]]
         quiet_py4j()
         spark_call(lambda: rt.spark.sparkContext.setLogLevel("OFF"))
     done: list[dict[str, Any]] = []
+    first = not rt.running.stopping.is_set()  # python -m app's end calls this again: the takes were waited for
     for running in rt.running.stop():
         with job_scope(running.job_id):  # its lines carry its job_id, as every line of a running job
             done += _hand_back_one(rt, running, spark_stops=quiet)
     # A delivery that was taking its job as the stop began registers it no more: it hands it back itself. Done
     # only once those are: a second signal exits then, and left STARTING such a job had no driver until its
     # heartbeat went stale.
-    if not rt.running.wait_for_takes(TAKE_WAIT_S):
+    if first and not rt.running.wait_for_takes(TAKE_WAIT_S):
         log.warning("stopping: a job being taken was not handed back within %g s; the reconciler of another driver "
                     "will queue it again once its heartbeat is stale", TAKE_WAIT_S)  # fmt: skip
     return done

@@ -214,3 +214,21 @@ def test_a_heartbeat_written_as_the_reconciler_reads_the_job_keeps_it_its_driver
     sent: list[tuple[str, str, str]] = []
     reconcile(db=db, send=lambda *m: sent.append(m), stale_after_s=30, default_queue="default")
     assert (_status(db, job_id), sent) == (("STARTING", 1), []), "the reconciler gave a live driver's job up"
+
+
+def test_a_take_that_hangs_is_waited_for_once_not_at_every_call_of_the_stop(
+    db: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review: python -m app's end calls the stop again after the signal's hand-back, and each call waited
+    ``TAKE_WAIT_S`` for a take that hung (on the database, the broker): twice the wait, and the warning twice."""
+    from app.jobs import stop
+
+    monkeypatch.setattr(stop, "TAKE_WAIT_S", 0.2)
+    rt = _runtime(db, spark, tmp_path)
+    assert rt.running.begin_take()  # a delivery taking its job, hung: it never ends its take
+    with caplog.at_level("WARNING", logger="sparktrain.jobs"):
+        hand_back_all(rt, quiet=False)
+        hand_back_all(rt, quiet=False)
+    hung = [r for r in caplog.records if "a job being taken was not handed back" in r.getMessage()]
+    assert len(hung) == 1, [r.getMessage() for r in caplog.records]
+    rt.running.end_take()
