@@ -25,32 +25,21 @@ from jsonschema import Draft202012Validator
 from app.core.jobstates import JobStatus, JobType
 from app.db.models import ModelVersion
 from app.schemas.models import FAMILY_FORMATS
+from tests.app.api.openapi_doc import operations
 from tests.helpers import TAXI_FEATURES, Service, problem, small_xgboost
 from workers.families import FRAMEWORKS
 
 ROOT = Path(__file__).resolve().parents[3]
-METHODS = {"get", "put", "post", "delete", "patch"}
 BINARY = {"type": "string", "format": "binary"}
 MODEL = "openapi-client-xgb"
 
 
-@pytest.fixture(scope="module")
-def document(service: Service) -> dict[str, Any]:
-    answer = service.client.get("/openapi.json")
-    assert answer.status_code == 200
-    return dict(answer.json())
-
-
-def _operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(m, p, op) for p, item in document["paths"].items() for m, op in item.items() if m in METHODS]
-
-
 def test_every_operation_has_a_unique_id_a_generated_function_can_be_named_after(document: dict[str, Any]) -> None:
-    ids = [op["operationId"] for _, _, op in _operations(document)]
+    ids = [op["operationId"] for _, _, op in operations(document)]
     assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
     bad = [i for i in ids if not re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", i) or i.endswith(("_get", "_post"))]
     assert not bad, bad
-    by_route = {(m, p): op["operationId"] for m, p, op in _operations(document)}
+    by_route = {(m, p): op["operationId"] for m, p, op in operations(document)}
     assert by_route[("post", "/train")] == "train"
     assert by_route[("get", "/jobs/{job_id}")] == "get_job"
     assert by_route[("get", "/checkpoints/{checkpoint_id}/artifact")] == "download_checkpoint"
@@ -62,7 +51,7 @@ def test_every_json_body_and_answer_is_a_named_schema(document: dict[str, Any]) 
     """A generator names an inline object after its route (``ResponsePutAliasModelsNameAliasesAliasPut``), and reads
     a schema-less answer as ``Any``: each JSON body and success answer refers to a component instead."""
     inline = []
-    for method, path, operation in _operations(document):
+    for method, path, operation in operations(document):
         where = f"{method.upper()} {path}"
         body = operation.get("requestBody", {}).get("content", {}).get("application/json")
         if body is not None and "$ref" not in body["schema"]:

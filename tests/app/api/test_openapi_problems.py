@@ -18,23 +18,12 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from app.api.openapi import OPERATION_PROBLEMS, REQUEST_EXAMPLES
+from tests.app.api.openapi_doc import operations
 from tests.helpers import Service
 
 REPO = Path(__file__).resolve().parents[3]
 PROBLEM = "application/problem+json"
-METHODS = {"get", "put", "post", "delete", "patch"}
 BODY_CODES = {"400", "413", "415", "422"}
-
-
-@pytest.fixture(scope="module")
-def document(service: Service) -> dict[str, Any]:
-    answer = service.client.get("/openapi.json")
-    assert answer.status_code == 200
-    return dict(answer.json())
-
-
-def _operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(m, p, op) for p, item in document["paths"].items() for m, op in item.items() if m in METHODS]
 
 
 def _resolved(document: dict[str, Any], example: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +39,7 @@ def _validator(document: dict[str, Any], schema: dict[str, Any]) -> Draft202012V
 
 def test_every_looked_up_path_documents_404_and_every_body_400_413_415_422(document: dict[str, Any]) -> None:
     missing = []
-    for method, path, operation in _operations(document):
+    for method, path, operation in operations(document):
         codes = set(operation["responses"])
         if "{" in path and "404" not in codes:
             missing.append(f"{method.upper()} {path}: 404")
@@ -90,7 +79,7 @@ def test_the_errors_a_shape_does_not_tell_are_documented(
 
 def test_every_error_response_is_problem_json_with_examples_of_its_own_status(document: dict[str, Any]) -> None:
     problem = _validator(document, {"$ref": "#/components/schemas/Problem"})
-    for method, path, operation in _operations(document):
+    for method, path, operation in operations(document):
         for code, response in operation["responses"].items():
             if code[0] not in "45":
                 continue
@@ -155,7 +144,7 @@ def test_the_examples_look_like_real_answers(service: Service, document: dict[st
 
 def test_every_request_body_has_examples_that_fit_its_schema(document: dict[str, Any]) -> None:
     without = []
-    for method, path, operation in _operations(document):
+    for method, path, operation in operations(document):
         if "requestBody" not in operation:
             continue
         media = operation["requestBody"]["content"]["application/json"]
@@ -186,9 +175,9 @@ def test_the_batch_example_keys_by_a_column_unique_in_its_file(document: dict[st
 
 
 def test_the_tables_name_operations_that_exist(document: dict[str, Any]) -> None:
-    operations = {(m, p) for m, p, _ in _operations(document)}
-    assert set(OPERATION_PROBLEMS) <= operations, set(OPERATION_PROBLEMS) - operations
-    assert set(REQUEST_EXAMPLES) <= operations, set(REQUEST_EXAMPLES) - operations
+    existing = {(m, p) for m, p, _ in operations(document)}
+    assert set(OPERATION_PROBLEMS) <= existing, set(OPERATION_PROBLEMS) - existing
+    assert set(REQUEST_EXAMPLES) <= existing, set(REQUEST_EXAMPLES) - existing
 
 
 def test_the_optimizer_field_lists_every_optimizer_and_its_fields(document: dict[str, Any]) -> None:
