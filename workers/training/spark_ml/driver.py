@@ -24,6 +24,7 @@ from workers.inference.signature import build_signature
 from workers.spark_progress import StageProgress
 from workers.training.labels import drop_or_refuse_unknown
 from workers.training.spark_ml.spec import SparkMLPlan, SparkMLSpec
+from workers.training.spark_ml.stages import EVALUATION_STAGES, expected_stages
 from workers.training.validation import validation_metrics
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def _fit(
         model, cv_table, best_params = _cross_validate(ctx, plan, pipeline, estimator, label_col, train_df)
     else:
         ctx.progress(0.1, "fitting")
-        with StageProgress(ctx, low=0.1, high=0.9, label="fitting"):
+        with StageProgress(ctx, low=0.1, high=0.9, label="fitting", expected_stages=expected_stages(spec)):
             model = pipeline.fit(train_df)
     ctx.check_cancelled()
 
@@ -264,7 +265,9 @@ def _cross_validate(
                     else f"cross-validating: {running}"
                 )
                 ctx.progress(low, label)
-                with StageProgress(ctx, low=low, high=low + share, label=label):  # moves while the fit runs
+                fit_stages = expected_stages(spec, combos[j])
+                expected = None if fit_stages is None else fit_stages + EVALUATION_STAGES
+                with StageProgress(ctx, low=low, high=low + share, label=label, expected_stages=expected):
                     model = pipeline.fit(fold_train, param_maps[j])
                     value = float(evaluator.evaluate(model.transform(fold_validation, param_maps[j])))
                 metrics[i][j] = value
@@ -289,7 +292,7 @@ def _cross_validate(
     ctx.progress(0.9, label)
     ctx.log(f"best of the grid: {', '.join(f'{k}={v}' for k, v in combos[best].items()) or 'the one configuration'} "
             f"({spec.metric} {means[best]:.6g} over {folds} folds); {label}")  # fmt: skip
-    with StageProgress(ctx, low=0.9, high=0.92, label=label):
+    with StageProgress(ctx, low=0.9, high=0.92, label=label, expected_stages=expected_stages(spec, combos[best])):
         model = pipeline.fit(train_df, param_maps[best])
     return model, table, {**spec.params, **combos[best]}
 
