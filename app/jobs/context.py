@@ -55,7 +55,12 @@ class DbJobContext:
         self._last_progress = now
         self._rt.write(
             lambda s: jobs.set_progress(
-                session=s, job_id=self.job_id, fraction=fraction, message=message, worker_id=self._rt.worker_id
+                session=s,
+                job_id=self.job_id,
+                fraction=fraction,
+                message=message,
+                worker_id=self._rt.worker_id,
+                attempt=self.attempt,
             ),
             "recording progress",
         )

@@ -265,9 +265,17 @@ def transition(
 
 
 def set_progress(
-    *, session: Session, job_id: str, fraction: float, message: str | None, worker_id: str | None = None
+    *,
+    session: Session,
+    job_id: str,
+    fraction: float,
+    message: str | None,
+    worker_id: str | None = None,
+    attempt: int | None = None,
 ) -> None:
-    """Progress of a running job; with ``worker_id``, only while that driver still owns the job."""
+    """Progress of a running job; with ``worker_id`` (and ``attempt``), only while that driver (that attempt of it)
+    still owns the job: a slow driver whose attempt 1 was given up, and which took attempt 2 itself, must not write
+    attempt 1's progress and heartbeat onto attempt 2's row."""
     fraction = min(1.0, max(0.0, float(fraction)))
     values: dict[str, Any] = {"progress": fraction, "heartbeat_at": utcnow()}
     if message is not None:
@@ -275,6 +283,8 @@ def set_progress(
     stmt = update(Job).where(Job.id == job_id)
     if worker_id is not None:
         stmt = stmt.where(Job.worker_id == worker_id)
+    if attempt is not None:
+        stmt = stmt.where(Job.attempt == attempt)
     session.execute(stmt.values(**values))
 
 

@@ -130,7 +130,7 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
         _foreign(final, partial)
     parts = _part_files(partial)
     written = _rows_written(parts)
-    repeated = _repeated_keys(parts, plan.key, written)
+    repeated = _repeated_keys(ctx.spark, parts, plan.key, written)
     if repeated:
         ctx.warn(f"the key {plan.key!r} is not unique: {repeated} of the {written} output rows repeat the key of an "
                  "earlier row, so the predictions cannot be joined back to their rows by it; key a batch by a "
@@ -225,28 +225,30 @@ def _rows_written(files: list[str]) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
-MAX_KEYS_CHECKED = 5_000_000
-"""Outputs up to this many rows have their keys checked for repeats on the driver (one column, with pyarrow)."""
+def _repeated_keys(spark: Any, files: list[str], key: str, rows: int) -> int | None:
+    """How many rows repeat a key an earlier row has (0: the key is unique), or None when it was not checked: a
+    nested key (a struct, an array, a map; never checked), or one Spark cannot group (advice never fails a job whose
+    output is written). Spark counts them over the written files, whatever their number, and the driver gets one row
+    back: reading the keys there (pyarrow) took 318 MB more of its memory for 3 million int64 keys."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StructType
 
-
-def _repeated_keys(files: list[str], key: str, rows: int) -> int | None:
-    """How many rows repeat a key an earlier row has (0: the key is unique), or None when it was not checked: the
-    output has more than :data:`MAX_KEYS_CHECKED` rows, or a key pyarrow cannot count (advice never fails a job
-    whose output is written)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
-
-    if rows > MAX_KEYS_CHECKED:
-        return None
     if rows == 0:  # Spark still writes a part file, whose key column reads back typed null
         return 0
+    keys = spark.read.parquet(*files)
+    column = keys.schema[key]
+    if isinstance(column.dataType, (StructType, ArrayType, MapType)):
+        log.warning("the keys of %s were not checked for repeats: a %s key", files, column.dataType.simpleString())
+        return None
     try:
-        keys = ds.dataset(files, format="parquet").to_table(columns=[key]).column(key)
-        return rows - int(pc.count_distinct(keys, mode="all").as_py())
-    except (pa.ArrowException, ValueError) as exc:  # a key of a type with no distinct count (a struct): not checked
+        quoted = "`" + key.replace("`", "``") + "`"  # a name with a dot is no nested field
+        grouped = keys.groupBy(F.col(quoted).alias("key")).agg(F.count(F.lit(1)).alias("rows"))
+        repeats = grouped.where(F.col("rows") > 1).agg(F.sum(F.col("rows") - 1).alias("repeats")).first()
+    except AnalysisException as exc:  # a key of a type Spark cannot group
         log.warning("the keys of %s were not checked for repeats: %s", files, exc)
         return None
+    return int(repeats["repeats"] or 0) if repeats is not None else 0
 
 
 def _predict_sequences(ctx: JobContext, plan: PredictionPlan) -> JobOutcome:
