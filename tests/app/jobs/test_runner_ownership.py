@@ -25,6 +25,7 @@ from app.jobs.runtime import JobRuntime
 from app.jobs.settle import settle
 from app.services import jobs
 from app.services.reconcile import reconcile
+from tests.app.jobs.taking import take
 from tests.helpers import spark_error
 from workers.context import JobCancelled, JobFailure, JobOutcome, MetricPoint, ModelArtifact
 
@@ -32,18 +33,6 @@ from workers.context import JobCancelled, JobFailure, JobOutcome, MetricPoint, M
 def _runtime(db: Any, spark: Any, tmp_path: Path, name: str) -> JobRuntime:
     settings = Settings(var_dir=tmp_path / "var", artifact_root=tmp_path / "artifacts")
     return JobRuntime(settings=settings, db=db, spark=spark, worker_id=f"{name}:1:boot")
-
-
-def _take(rt: JobRuntime, job_id: str, tmp_path: Path) -> DbJobContext:
-    """What run_job does when it wins a delivery: QUEUED -> STARTING -> RUNNING as this runtime."""
-    with transaction(rt.db) as s:
-        assert jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING,
-                               worker_id=rt.worker_id, started_at=utcnow(), heartbeat_at=utcnow())  # fmt: skip
-        attempt = jobs.get_job(session=s, job_id=job_id).attempt
-        assert jobs.transition(session=s, job_id=job_id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
-    running = rt.running.add(job_id, attempt)
-    assert running is not None
-    return DbJobContext(rt, job_id, attempt, running, tmp_path)
 
 
 def _settle(rt: JobRuntime, ctx: DbJobContext, ended: Any, send: Any) -> None:
@@ -74,7 +63,7 @@ def test_work_that_finished_as_the_cancel_arrived_is_reported_succeeded_with_a_w
     db: Any, rt: JobRuntime, tmp_path: Path
 ) -> None:
     job_id = _new_job(db)
-    ctx = _take(rt, job_id, tmp_path)
+    ctx = take(rt, job_id, tmp_path)
     with transaction(db) as s:
         job, stopping = jobs.request_cancel(session=s, job_id=job_id)
         assert (job.status, stopping) == (JobStatus.CANCELLING, True)
@@ -90,7 +79,7 @@ def test_work_that_finished_as_the_cancel_arrived_is_reported_succeeded_with_a_w
 def test_a_runner_whose_job_was_given_up_records_nothing(db: Any, spark: Any, tmp_path: Path) -> None:
     stalled, other = _runtime(db, spark, tmp_path, "a"), _runtime(db, spark, tmp_path, "b")
     job_id = _new_job(db)
-    old = _take(stalled, job_id, tmp_path)
+    old = take(stalled, job_id, tmp_path)
     uri = (tmp_path / "checkpoints" / "epoch-1").as_uri()
     old.checkpoint(1, 10, uri, {"accuracy": 0.5})
     with transaction(db) as s:  # its heartbeats stop for longer than the reconciler waits
@@ -98,7 +87,7 @@ def test_a_runner_whose_job_was_given_up_records_nothing(db: Any, spark: Any, tm
     sent: list[tuple[str, str, str]] = []
     actions = reconcile(db=db, send=lambda *m: sent.append(m), stale_after_s=30, default_queue="q")
     assert [a["action"] for a in actions] == ["retried"] and len(sent) == 1
-    new = _take(other, job_id, tmp_path)  # another driver takes attempt 2
+    new = take(other, job_id, tmp_path)  # another driver takes attempt 2
     assert new.attempt == 2
     old.metrics([MetricPoint(key="loss", value=1.0, step=33, epoch=3, worker=0)])  # written nowhere
     old.log("epoch 3 done at step 33")  # kept, saying whose it is
@@ -143,7 +132,7 @@ def test_a_model_name_taken_by_another_owner_while_the_job_ran_fails_it_clearly(
     with transaction(db) as s:
         models.register_version(session=s, name="m", framework="torch", artifact_uri="file:///other", metrics={},
                                 params={}, job_id=None, owner="bob")  # fmt: skip
-    _settle(rt, _take(rt, job_id, tmp_path), _outcome("file:///models/m"), None)
+    _settle(rt, take(rt, job_id, tmp_path), _outcome("file:///models/m"), None)
     with db() as s:
         job = s.get(Job, job_id)
         assert (job.status, job.error_reason) == ("FAILED", "MODEL_NAME_TAKEN")
@@ -168,7 +157,7 @@ def test_a_trial_counts_from_its_tune_so_a_name_taken_during_the_search_is_not_w
         trial, _ = jobs.create_job(session=s, job_type="train", request={"name": "t"}, framework="torch", name="t",
                                    parent_id=tune_id, trial=0)  # fmt: skip
         trial_id = trial.id
-    _settle(rt, _take(rt, trial_id, tmp_path), _outcome("file:///models/t"), None)
+    _settle(rt, take(rt, trial_id, tmp_path), _outcome("file:///models/t"), None)
     with db() as s:
         job = s.get(Job, trial_id)
         assert (job.status, job.error_reason) == ("FAILED", "MODEL_NAME_TAKEN")
@@ -184,7 +173,7 @@ def test_a_failure_as_the_cancel_arrived_is_reported_with_its_own_reason(
     from workers.context import JobFailure
 
     job_id = _new_job(db)
-    ctx = _take(rt, job_id, tmp_path)
+    ctx = take(rt, job_id, tmp_path)
     with transaction(db) as s:
         jobs.request_cancel(session=s, job_id=job_id)
     _settle(rt, ctx, JobFailure("BAD_ROWS", "3 rows have no label"), None)
@@ -198,7 +187,7 @@ def test_a_driver_without_executors_hands_the_job_back_for_later(rt: JobRuntime,
     NO_EXECUTORS and the job is queued again after the retry delay (another driver may have executors); it was
     INVALID_REQUEST, never retried."""
     job_id = _new_job(db)
-    ctx = _take(rt, job_id, tmp_path)
+    ctx = take(rt, job_id, tmp_path)
     sent: list[Any] = []
     _settle(rt, ctx, JobFailure("NO_EXECUTORS", "after 120 s, no executors are registered with spark://***"),
             lambda *m: sent.append(m))  # fmt: skip
@@ -230,7 +219,7 @@ def test_an_executors_traceback_is_in_the_jobs_log_whether_or_not_the_job_is_ret
 ) -> None:
     """The error's message says "the job's log has the traceback": a retried attempt (WORKER_LOST) wrote none."""
     job_id = _new_job(db)
-    ctx = _take(rt, job_id, tmp_path)
+    ctx = take(rt, job_id, tmp_path)
     _settle(rt, ctx, _executor_error(last_line), lambda *m: None)
     with db() as s:
         job = s.get(Job, job_id)

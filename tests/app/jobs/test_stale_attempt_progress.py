@@ -12,27 +12,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from app.core.jobstates import JobStatus
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.models import Job
 from app.db.session import transaction
-from app.jobs.context import DbJobContext
 from app.jobs.runtime import JobRuntime
 from app.services import jobs
 from app.services.reconcile import reconcile
-
-
-def _take(rt: JobRuntime, job_id: str, tmp_path: Path) -> DbJobContext:
-    """What run_job does when it wins a delivery: QUEUED -> STARTING -> RUNNING as this runtime."""
-    with transaction(rt.db) as s:
-        assert jobs.transition(session=s, job_id=job_id, sources=[JobStatus.QUEUED], target=JobStatus.STARTING,
-                               worker_id=rt.worker_id, started_at=utcnow(), heartbeat_at=utcnow())  # fmt: skip
-        attempt = jobs.get_job(session=s, job_id=job_id).attempt
-        assert jobs.transition(session=s, job_id=job_id, sources=[JobStatus.STARTING], target=JobStatus.RUNNING)
-    running = rt.running.add(job_id, attempt)
-    assert running is not None
-    return DbJobContext(rt, job_id, attempt, running, tmp_path)
+from tests.app.jobs.taking import take
 
 
 def _row(db: Any, job_id: str) -> tuple[int, float, str | None, Any]:
@@ -47,14 +34,14 @@ def test_a_former_attempt_of_the_same_driver_writes_no_progress(db: Any, spark: 
     with transaction(db) as s:
         job, _ = jobs.create_job(session=s, job_type="train", request={"name": "m"}, framework="torch", name="m")
         job_id = job.id
-    old = _take(rt, job_id, tmp_path)
+    old = take(rt, job_id, tmp_path)
     old.progress(0.5, "epoch 5 of 10")
     stale = utcnow() - timedelta(seconds=120)
     with transaction(db) as s:  # its heartbeats stop for longer than the reconciler waits
         s.get(Job, job_id).heartbeat_at = stale
     actions = reconcile(db=db, send=lambda *m: None, stale_after_s=30, default_queue="q")
     assert [a["action"] for a in actions] == ["retried"]
-    new = _take(rt, job_id, tmp_path)  # the same driver takes attempt 2
+    new = take(rt, job_id, tmp_path)  # the same driver takes attempt 2
     assert new.attempt == 2
     new.progress(0.1, "epoch 1 of 10")
     attempt, progress, message, beat = _row(db, job_id)
