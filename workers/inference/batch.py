@@ -130,7 +130,9 @@ def _write(ctx: JobContext, plan: PredictionPlan, out: Any, dropped: int) -> Job
         _foreign(final, partial)
     parts = _part_files(partial)
     written = _rows_written(parts)
+    ctx.check_cancelled()  # a cancel during the write's grace ends the job here, before another Spark job
     repeated = _repeated_keys(ctx.spark, parts, plan.key, written)
+    ctx.check_cancelled()  # (the count's Spark job, cancelled, is advice not counted: never published as done)
     if repeated:
         ctx.warn(f"the key {plan.key!r} is not unique: {repeated} of the {written} output rows repeat the key of an "
                  "earlier row, so the predictions cannot be joined back to their rows by it; key a batch by a "
@@ -230,7 +232,6 @@ def _repeated_keys(spark: Any, files: list[str], key: str, rows: int) -> int | N
     nested key (a struct, an array, a map; never checked), or one Spark cannot group (advice never fails a job whose
     output is written). Spark counts them over the written files, whatever their number, and the driver gets one row
     back: reading the keys there (pyarrow) took 318 MB more of its memory for 3 million int64 keys."""
-    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, MapType, StructType
 
@@ -245,8 +246,8 @@ def _repeated_keys(spark: Any, files: list[str], key: str, rows: int) -> int | N
         quoted = "`" + key.replace("`", "``") + "`"  # a name with a dot is no nested field
         grouped = keys.groupBy(F.col(quoted).alias("key")).agg(F.count(F.lit(1)).alias("rows"))
         repeats = grouped.where(F.col("rows") > 1).agg(F.sum(F.col("rows") - 1).alias("repeats")).first()
-    except AnalysisException as exc:  # a key of a type Spark cannot group
-        log.warning("the keys of %s were not checked for repeats: %s", files, exc)
+    except Exception as exc:  # a key of a type Spark cannot group, a count that failed: the output stands
+        log.warning("the keys of %s were not checked for repeats: %s: %s", files, type(exc).__name__, exc)
         return None
     return int(repeats["repeats"] or 0) if repeats is not None else 0
 

@@ -24,6 +24,9 @@ class Ctx:
     def warn(self, message: str) -> None:
         self.warnings.append(message)
 
+    def check_cancelled(self) -> None:
+        pass
+
     def progress(self, fraction: float, message: str | None = None) -> None:
         if fraction == self.stop_at:
             raise JobFailure("CANCELLED", "cancelled while it wrote")

@@ -21,6 +21,9 @@ class Ctx:
     def warn(self, message: str) -> None:
         pass
 
+    def check_cancelled(self) -> None:
+        pass
+
     def progress(self, fraction: float, message: str | None = None) -> None:
         self.reported.append((fraction, message))
 

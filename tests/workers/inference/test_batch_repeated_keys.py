@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from workers.context import JobCancelled
 from workers.inference.batch import _write
 
 
@@ -27,6 +28,12 @@ class Ctx:
 
     def progress(self, fraction: float, message: str | None = None) -> None:
         pass
+
+    cancelled = False
+
+    def check_cancelled(self) -> None:
+        if self.cancelled:
+            raise JobCancelled(self.job_id)
 
 
 def _keyed(spark: Any, distinct: int, repeats: int, partitions: int = 2) -> Any:
@@ -76,3 +83,17 @@ def test_string_keys_are_counted(spark: Any, tmp_path: Path) -> None:
     frame = _keyed(spark, 1000, 4).selectExpr("concat('trip-', CAST(key AS STRING)) AS key", "prediction")
     outcome = _write(Ctx(spark), SimpleNamespace(output_path=str(tmp_path / "out"), key="key"), frame, 0)  # type: ignore[arg-type]
     assert outcome.result is not None and (outcome.result["rows"], outcome.result["repeated_keys"]) == (1004, 4)
+
+
+def test_a_job_cancelled_as_its_output_is_written_publishes_nothing(spark: Any, tmp_path: Path) -> None:
+    """Review: the key count is a Spark job after the write; a cancel that came during the write's grace (its Spark
+    job not killed) started it anyway and published the output of a cancelled job."""
+    ctx, final = Ctx(spark), tmp_path / "out"
+    ctx.cancelled = True
+    try:
+        _write(ctx, SimpleNamespace(output_path=str(final), key="key"), _keyed(spark, 100, 1), 0)  # type: ignore[arg-type]
+    except JobCancelled:
+        pass
+    else:
+        raise AssertionError("the cancelled job's prediction went on")
+    assert not final.exists()
