@@ -44,8 +44,8 @@ def resolve_classes(
     if not is_index_type(dtype):
         raise ValidationFailed.at("dataset.label", f"{label!r} is {dtype}; class labels are integers 0..k-1 or strings")
     if dtype not in INTEGER_TYPES:
-        check_whole_labels(train)  # a fare is not a class (torch's job failed BAD_ROWS)
-    _check_negative(train)
+        check_whole_labels(train, spark)  # a fare is not a class (torch's job failed BAD_ROWS)
+    _check_negative(train, spark)
     if train.num_classes is None:
         return replace(train, num_classes=class_count(train, spark)), None
     return train, None
@@ -56,11 +56,21 @@ def is_index_type(dtype: str) -> bool:
     return dtype in INTEGER_TYPES or dtype in ("float", "double") or dtype.startswith("decimal")
 
 
-def _check_negative(train: ResolvedDataset) -> None:
+def _label_values(train: ResolvedDataset, spark: SparkSession | None) -> list[Any] | None:
+    """The label's distinct values (up to :data:`MAX_STRING_CLASSES` and one), from local data; for local text too
+    large for the driver to read, from Spark (in the job's planning: a request left its plan to the job)."""
+    label = train.label or ""
+    found = data.distinct_values(train.path, train.format, train.options, label, limit=MAX_STRING_CLASSES)
+    if found is None and spark is not None and data.large_local_text(train.path, train.format, train.options):
+        return _distinct(train, label, spark)
+    return found
+
+
+def _check_negative(train: ResolvedDataset, spark: SparkSession | None = None) -> None:
     """A 422 for a negative class index (``-1``/``1`` labels), read from local data only (else every such row is
     a bad row of the job)."""
     label = train.label or ""
-    found = data.distinct_values(train.path, train.format, train.options, label, limit=MAX_STRING_CLASSES)
+    found = _label_values(train, spark)
     try:
         values = [float(v) for v in found or () if v is not None]
     except (TypeError, ValueError):  # not numbers after all: the job's label check says so
@@ -158,10 +168,10 @@ def unused_classes(train: ResolvedDataset, dtype: str) -> str | None:
             "number the classes from 0, or give them as text")  # fmt: skip
 
 
-def check_whole_labels(train: ResolvedDataset) -> None:
+def check_whole_labels(train: ResolvedDataset, spark: SparkSession | None = None) -> None:
     """A 422 for a classification label of fractions (a continuous value such as a fare, not a class), read from
     local data only (else every such row is a bad row of the job)."""
-    found = data.distinct_values(train.path, train.format, train.options, train.label or "", limit=MAX_STRING_CLASSES)
+    found = _label_values(train, spark)
     try:
         values = [float(v) for v in found or () if v is not None]
     except (TypeError, ValueError):  # not numbers after all: the job's label check says so

@@ -77,7 +77,7 @@ def plan_spark_ml(
         # probabilities; text labels are indexed in the job, which counts them), and a single text class is a 422
         numbers = dtype in ("float", "double") or dtype.startswith("decimal")
         if numbers:
-            check_whole_labels(train)
+            check_whole_labels(train, spark)
         if (dtype in INTEGER_TYPES or numbers) and classes is None:
             # 0.0, 1.0, 2.0 (pandas, StringIndexer) too: a fraction is a bad row of the job (Spark failed the fit)
             train = resolve_classes(train, dtype, spark)[0]

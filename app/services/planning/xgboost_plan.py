@@ -60,7 +60,7 @@ def plan_xgboost(
     if train.task == "classification":
         dtype = schema[train.label or ""]
         if dtype in ("float", "double") or dtype.startswith("decimal"):
-            check_whole_labels(train)  # a fare is not a class: each row was a bad row of the job
+            check_whole_labels(train, spark)  # a fare is not a class: each row was a bad row of the job
         given = train.num_classes
         if found is not None:  # the checkpoint's classes, which the data's may be some of
             train, class_labels = xgboost_resume.classes(found, train, dtype, spark, warnings)
