@@ -15,7 +15,8 @@ from app.db.session import transaction
 from app.jobs.failures import describe_failure
 from app.jobs.runtime import JobRuntime
 from app.services import resume
-from tests.app.jobs.test_runner_ownership import _new_job, _runtime, _settle, _take
+from tests.app.jobs.taking import take as _take
+from tests.app.jobs.test_runner_ownership import _new_job, _runtime, _settle
 from tests.helpers import spark_error
 from workers.context import JobFailure
 

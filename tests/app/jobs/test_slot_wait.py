@@ -16,7 +16,8 @@ from app.core.settings import Settings
 from app.db.models import Job, JobLog
 from app.jobs import dispatch
 from app.jobs.runtime import JobRuntime
-from tests.app.jobs.test_runner_ownership import _new_job, _take
+from tests.app.jobs.taking import take as _take
+from tests.app.jobs.test_runner_ownership import _new_job
 from workers import cluster
 from workers.context import JobFailure
 
