@@ -301,23 +301,18 @@ def max_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
 
 
 def _text_column(path: str, fmt: str, options: dict[str, str], column: str, dtype: str) -> Any:
-    """A column of local CSV / JSON-lines data, streamed with pyarrow; None when Spark must read it. Text over
-    :data:`~app.services.datasets.summary.SUMMARY_BYTES` is not read here (every line, and the column's every value
-    held at once, once per check of a label or a category): a request leaves its plan to the job
-    (:class:`~app.services.datasets.deferred.DeferredCheck`), whose planning has Spark read it (a -1/1 or fractional
-    class label is still refused, by the job in the request's words: :func:`large_local_text`)."""
+    """A column of local CSV / JSON-lines data, streamed with pyarrow; None when Spark must read it (large text too)."""
     found = local_text(path, options) if fmt in ("csv", "json") else None
-    if found is None or column in found[1]:
-        return None
-    if summary.files_bytes(found[0]) > summary.SUMMARY_BYTES:
+    large = found is not None and column not in found[1] and large_local_text(path, fmt, options)
+    if large:
         before_spark_job(f"the values of {column!r} in {path} (over {summary.SUMMARY_BYTES >> 20} MiB of text)")
+    if found is None or column in found[1] or large:
         return None
     return sample.column_values(found[0], fmt, options, column, dtype)
 
 
 def large_local_text(path: str, fmt: str, options: dict[str, str]) -> bool:
-    """Whether ``path`` is local CSV / JSON-lines text whose column values the driver leaves to Spark (its size is
-    over :data:`~app.services.datasets.summary.SUMMARY_BYTES`): checks that read local data only ask Spark then."""
+    """Whether ``path`` is local CSV / JSON text too large for the driver to read (checks of local data ask Spark)."""
     found = local_text(path, options) if fmt in ("csv", "json") else None
     return found is not None and summary.files_bytes(found[0]) > summary.SUMMARY_BYTES
 
