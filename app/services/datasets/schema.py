@@ -303,7 +303,7 @@ def max_value(path: str, fmt: str, options: dict[str, str], column: str) -> Any:
 def _text_column(path: str, fmt: str, options: dict[str, str], column: str, dtype: str) -> Any:
     """A column of local CSV / JSON-lines data, streamed with pyarrow; None when Spark must read it (large text too)."""
     found = local_text(path, options) if fmt in ("csv", "json") else None
-    large = found is not None and column not in found[1] and large_local_text(path, fmt, options)
+    large = found is not None and column not in found[1] and summary.files_bytes(found[0]) > summary.SUMMARY_BYTES
     if large:
         before_spark_job(f"the values of {column!r} in {path} (over {summary.SUMMARY_BYTES >> 20} MiB of text)")
     if found is None or column in found[1] or large:

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.helpers import TAXI_FEATURES, Service, running_service, taxi_request
+from tests.helpers import TAXI_FEATURES, Service, running_service, small_xgboost, taxi_request
 
 REPO = Path(__file__).resolve().parents[3]
 XGBOOST, SPARK_ML = "taxi-fare-xgboost", "taxi-fare-lr"
@@ -26,13 +26,7 @@ def svc(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servic
 
 @pytest.fixture(scope="module")
 def models(svc: Service) -> list[str]:
-    xgboost = {
-        "name": XGBOOST,
-        "framework": "xgboost",
-        "dataset": {"uri": "datasets/taxi/train.parquet", "features": TAXI_FEATURES, "label": "fare_amount",
-                    "task": "regression"},
-        "params": {"num_round": 10, "max_depth": 3, "num_workers": 1},
-    }  # fmt: skip
+    xgboost = {**small_xgboost(XGBOOST), "params": {"num_round": 10, "max_depth": 3, "num_workers": 1}}
     svc.done("/train", xgboost)
     svc.done("/train", taxi_request(SPARK_ML))
     return [XGBOOST, SPARK_ML]
