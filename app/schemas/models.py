@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from typing_extensions import TypeAliasType
@@ -26,7 +26,7 @@ Framework = TypeAliasType("Framework", Literal["torch", "xgboost", "spark_ml"])
 """The families a job trains (workers/families.py, ``FRAMEWORKS``); a job and a model version say which (a named
 type: one ``Framework`` schema in the OpenAPI document, for requests and answers)."""
 ArtifactFormat = TypeAliasType("ArtifactFormat", Literal["archive", "mlflow", "onnx"])
-ARTIFACT_FORMATS: tuple[str, ...] = ("archive", "mlflow", "onnx")
+ARTIFACT_FORMATS: tuple[str, ...] = get_args(ArtifactFormat.__value__)
 ModelVersionStatus = TypeAliasType(
     "ModelVersionStatus", Annotated[Literal["READY"], WithJsonSchema({"type": "string", "enum": ["READY"]})]
 )
